@@ -1,0 +1,144 @@
+"""Django settings, twelve-factor: everything comes from the environment.
+
+``DATABASE_URL``
+    default: SQLite (WAL) in ``CRAWL_DATA_DIR``; production: ``postgres://user@host:5432/db``
+``REDIS_URL``
+    default: a private redis-server on a unix socket in ``CRAWL_DATA_DIR``; broker, locks,
+    rate limits
+``CRAWL_DATA_DIR``
+    default ``.crawldata`` beside ``manage.py``: SQLite file, private Redis, worker logs
+
+| variable | default | meaning |
+| --- | --- | --- |
+| ``CRAWL_QUEUE`` | ``crawl`` | the Celery queue crawl tasks go to (one per release channel) |
+| ``SECRET_KEY`` | a development key | set it in every deployment |
+| ``DEBUG`` | ``false`` | Django debug pages |
+| ``ALLOWED_HOSTS`` | ``localhost,127.0.0.1,[::1]`` | comma-separated |
+| ``LOG_LEVEL`` | ``INFO`` | root log level |
+
+Crawl knobs (timeouts, retries, leases, ...) live in ``tasks/defaults.py``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import environ
+
+from crawlplatform.embedded import socket_path
+from tasks import defaults as crawl
+
+env = environ.Env()
+BASE_DIR = Path(__file__).resolve().parent.parent
+DATA_DIR = Path(env.str("CRAWL_DATA_DIR", default=str(BASE_DIR / ".crawldata"))).resolve()
+
+SECRET_KEY = env.str("SECRET_KEY", default="insecure-development-key-set-SECRET_KEY-in-production")
+DEBUG = env.bool("DEBUG", default=False)
+ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]"])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "web",
+    "tasks",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "crawlplatform.urls"
+WSGI_APPLICATION = "crawlplatform.wsgi.application"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+EMBEDDED_DATABASE = "DATABASE_URL" not in os.environ
+DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{DATA_DIR / 'crawl.sqlite3'}")}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    DATA_DIR.mkdir(parents=True, exist_ok=True)
+    # WAL lets the progress line read while workers write; IMMEDIATE takes the write lock at
+    # BEGIN so concurrent writers queue on busy_timeout instead of failing on upgrade.
+    DATABASES["default"]["OPTIONS"] = {
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 30,
+    }
+    DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / "test.sqlite3")}
+else:
+    DATABASES["default"]["CONN_MAX_AGE"] = env.int("DB_CONN_MAX_AGE", default=300)
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+EMBEDDED_REDIS = "REDIS_URL" not in os.environ
+REDIS_URL = env.str("REDIS_URL", default=f"unix://{socket_path(DATA_DIR)}")
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+STATIC_URL = "static/"
+STATIC_ROOT = env.str("STATIC_ROOT", default=str(DATA_DIR / "static"))
+
+# Celery: configured for no loss. A message is acknowledged only after the task returned
+# (acks_late), a worker killed mid-task puts it back (reject_on_worker_lost), each process
+# holds one message beyond those it runs (prefetch 1), results are never stored.
+CRAWL_QUEUE = env.str("CRAWL_QUEUE", default="crawl")
+CELERY_BROKER_URL = REDIS_URL.replace("unix://", "redis+socket://", 1)
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": crawl.setting("VISIBILITY_TIMEOUT_S"),
+    "unacked_restore_interval": crawl.setting("UNACKED_RESTORE_INTERVAL_S"),
+    "unacked_restore_throttle": 1,
+    "queue_order_strategy": "priority",
+    "priority_steps": [0, 3, 6, 9],
+    "socket_timeout": 30,
+    "socket_connect_timeout": 10,
+    "health_check_interval": 25,
+}
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_TASK_ACKS_ON_FAILURE_OR_TIMEOUT = True
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_RESULT_BACKEND = None
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = True
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_TASK_DEFAULT_QUEUE = CRAWL_QUEUE
+CELERY_TASK_SOFT_TIME_LIMIT = crawl.setting("TASK_SOFT_TIME_LIMIT_S")
+CELERY_TASK_TIME_LIMIT = crawl.setting("TASK_TIME_LIMIT_S")
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_WORKER_SEND_TASK_EVENTS = env.bool("CELERY_WORKER_SEND_TASK_EVENTS", default=False)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(processName)s %(name)s %(message)s"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
+}

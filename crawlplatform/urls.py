@@ -1,0 +1,9 @@
+"""URL routes: the admin and the web app."""
+
+from django.contrib import admin
+from django.urls import include, path
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("", include("web.urls")),
+]

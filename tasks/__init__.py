@@ -1,0 +1,1 @@
+"""The crawl engine (plain modules) and the thin Celery tasks that call it."""

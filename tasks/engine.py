@@ -1,0 +1,147 @@
+"""Process one URL: claim, fetch, classify, parse, commit. Called by the Celery task.
+
+Reads the fetch settings and ``LINK_CACHE_SIZE``. Links are canonicalized and scoped once per
+worker process (a page links to the same navigation a hundred times; a site links to the same
+pages thousands of times), and a URL this process has already seen committed for the job is not
+sent to the database again. The caches only skip work: the database's unique index is what
+makes dedup exact, and a URL enters the seen-cache only after its insert committed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from datetime import UTC, datetime
+
+from tasks import fetching, outcomes, parsing
+from tasks.defaults import setting
+from tasks.frontier import Claim, LeaseLost, claim, record_failure, record_page
+from tasks.urls import Scope, canonicalize
+from web.models import Page
+
+log = logging.getLogger(__name__)
+
+
+class _BoundedSet:
+    """A set that forgets its oldest half when full: enough to skip most repeated work."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.items: dict = {}
+
+    def get(self, key, default=None):
+        return self.items.get(key, default)
+
+    def __contains__(self, key) -> bool:
+        return key in self.items
+
+    def put(self, key, value=None) -> None:
+        if len(self.items) >= self.size:
+            for old in list(self.items)[: self.size // 2]:
+                del self.items[old]
+        self.items[key] = value
+
+
+class _JobCache:
+    def __init__(self, scope: Scope, size: int) -> None:
+        self.scope = scope
+        self.canonical = _BoundedSet(size)  # absolute link -> canonical URL in scope, or ""
+        self.committed = _BoundedSet(size)  # canonical URLs known to be in the frontier
+
+
+_caches: dict[int, _JobCache] = {}
+
+
+def _cache_for(claimed: Claim) -> _JobCache:
+    cache = _caches.get(claimed.job.pk)
+    if cache is None:
+        if len(_caches) > 16:
+            _caches.clear()
+        cache = _caches[claimed.job.pk] = _JobCache(
+            Scope.for_job(claimed.job), setting("LINK_CACHE_SIZE", claimed.job)
+        )
+    return cache
+
+
+def _in_scope(cache: _JobCache, link: str) -> str:
+    found = cache.canonical.get(link)
+    if found is None:
+        canonical = canonicalize(link)
+        found = canonical if canonical and cache.scope.allows(canonical) else ""
+        cache.canonical.put(link, found)
+    return found
+
+
+def new_links(cache: _JobCache, links: list[str]) -> list[str]:
+    """Canonical in-scope URLs of ``links`` that this process has not seen committed."""
+    out: dict[str, None] = {}
+    for link in links:
+        url = _in_scope(cache, link)
+        if url and url not in cache.committed:
+            out[url] = None
+    return list(out)
+
+
+def _limits(claimed: Claim) -> fetching.FetchLimits:
+    job = claimed.job
+    return fetching.FetchLimits(
+        connect_timeout=setting("FETCH_CONNECT_TIMEOUT_S", job),
+        read_timeout=setting("FETCH_READ_TIMEOUT_S", job),
+        deadline=setting("FETCH_DEADLINE_S", job),
+        max_bytes=setting("FETCH_MAX_BYTES", job),
+        max_redirects=setting("FETCH_MAX_REDIRECTS", job),
+    )
+
+
+def process(url_id: int) -> str | None:
+    """Fetch and store URL ``url_id`` if it is ours to do; returns the URL's new state."""
+    claimed = claim(url_id)
+    if claimed is None:
+        return None
+    try:
+        return _process_claimed(claimed)
+    except LeaseLost as exc:
+        log.warning("discarded work: %s", exc)
+        return None
+
+
+def _process_claimed(claimed: Claim) -> str:
+    job = claimed.job
+    cache = _cache_for(claimed)
+    user_agent = job.user_agent or setting("USER_AGENT", job)
+    try:
+        resp = fetching.fetch(
+            claimed.url.url,
+            user_agent=user_agent,
+            limits=_limits(claimed),
+            in_scope=lambda u: bool(_in_scope(cache, u)),
+        )
+    except outcomes.CrawlOutcome as outcome:
+        state = record_failure(claimed, outcome)
+        log.info(
+            "job=%s url=%s outcome=%s state=%s", job.pk, claimed.url.url, outcome.reason, state
+        )
+        return state
+    title, links = "", []
+    if resp.content_type in parsing.HTML_TYPES and not parsing.looks_binary(resp.body):
+        parsed = parsing.parse_html(resp.body, resp.content_type_header, resp.final_url)
+        title = parsed.title
+        if claimed.url.depth < job.max_depth:
+            links = new_links(cache, parsed.links)
+    page = Page(
+        job_id=job.pk,
+        url_id=claimed.url.pk,
+        final_url=resp.final_url[:2048],
+        status=resp.status,
+        content_type=resp.content_type[:200],
+        title=title,
+        size=len(resp.body),
+        truncated=resp.truncated,
+        elapsed_ms=int(resp.elapsed * 1000),
+        fetched_at=datetime.now(UTC),
+        content_hash=hashlib.sha256(resp.body).hexdigest(),
+    )
+    record_page(claimed, page, links)
+    for url in links:
+        cache.committed.put(url)
+    return "done"

@@ -1,0 +1,152 @@
+"""Fetch one URL with requests, bounded in every dimension.
+
+Reads ``FETCH_CONNECT_TIMEOUT_S``, ``FETCH_READ_TIMEOUT_S``, ``FETCH_DEADLINE_S``,
+``FETCH_MAX_BYTES`` and ``FETCH_MAX_REDIRECTS`` (see ``tasks/defaults.py``).
+
+Redirects are followed here, not by requests, so that the deadline covers every hop, each hop
+is checked against the job's scope, and a loop is told apart from a long chain. Bodies are
+read in chunks after gzip/deflate decoding, so the size cap bounds decompressed bytes too.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC
+from urllib.parse import urljoin
+
+import requests
+from requests.adapters import HTTPAdapter
+
+from tasks import outcomes
+
+_local = threading.local()
+_CHUNK = 64 << 10
+
+
+@dataclass(frozen=True)
+class FetchLimits:
+    connect_timeout: float
+    read_timeout: float
+    deadline: float
+    max_bytes: int
+    max_redirects: int
+
+
+@dataclass
+class Response:
+    url: str  # the URL asked for
+    final_url: str  # after redirects
+    status: int
+    content_type: str  # media type, lower case, without parameters
+    content_type_header: str  # the raw header, charset included
+    body: bytes
+    truncated: bool
+    elapsed: float  # seconds, all hops
+    redirects: list[str] = field(default_factory=list)
+
+
+def session() -> requests.Session:
+    """This thread's pooled session (requests sessions are not thread-safe)."""
+    s = getattr(_local, "session", None)
+    if s is None:
+        s = requests.Session()
+        adapter = HTTPAdapter(pool_connections=64, pool_maxsize=16, max_retries=0)
+        s.mount("http://", adapter)
+        s.mount("https://", adapter)
+        _local.session = s
+    return s
+
+
+def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
+    """Seconds to wait from a Retry-After header (delta-seconds or HTTP-date); None if absent."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    now_ts = time.time() if now is None else now
+    return max(0.0, when.timestamp() - now_ts)
+
+
+def _read_body(resp: requests.Response, limits: FetchLimits, started: float) -> tuple[bytes, bool]:
+    chunks: list[bytes] = []
+    size = 0
+    for chunk in resp.iter_content(_CHUNK):
+        if time.monotonic() - started > limits.deadline:
+            raise outcomes.DeadlineExceeded(f"body not complete after {limits.deadline:g} s")
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limits.max_bytes:
+            return b"".join(chunks)[: limits.max_bytes], True
+    return b"".join(chunks), False
+
+
+def fetch(
+    url: str,
+    *,
+    user_agent: str,
+    limits: FetchLimits,
+    in_scope: Callable[[str], bool] = lambda u: True,
+) -> Response:
+    """GET ``url`` and return the response; raise a :mod:`tasks.outcomes` type on failure."""
+    started = time.monotonic()
+    headers = {"User-Agent": user_agent, "Accept-Encoding": "gzip, deflate"}
+    current = url
+    seen = {url}
+    redirects: list[str] = []
+    s = session()
+    while True:
+        remaining = limits.deadline - (time.monotonic() - started)
+        if remaining <= 0:
+            raise outcomes.DeadlineExceeded(f"no response after {limits.deadline:g} s")
+        timeout = (min(limits.connect_timeout, remaining), min(limits.read_timeout, remaining))
+        try:
+            resp = s.get(
+                current, headers=headers, timeout=timeout, allow_redirects=False, stream=True
+            )
+        except requests.RequestException as exc:
+            raise outcomes.from_requests(exc) from None
+        with resp:
+            if resp.is_redirect and "location" in resp.headers:
+                target = urljoin(current, resp.headers["location"])
+                if target in seen:
+                    raise outcomes.RedirectLoop(f"{current} redirects back to {target}")
+                if len(redirects) >= limits.max_redirects:
+                    raise outcomes.TooManyRedirects(f"more than {limits.max_redirects} redirects")
+                if not in_scope(target):
+                    raise outcomes.OutOfScope(f"redirect to {target} leaves the job's scope")
+                seen.add(target)
+                redirects.append(target)
+                current = target
+                continue
+            failure = outcomes.from_status(
+                resp.status_code, parse_retry_after(resp.headers.get("retry-after"))
+            )
+            if failure is not None:
+                raise failure
+            try:
+                body, truncated = _read_body(resp, limits, started)
+            except requests.RequestException as exc:
+                raise outcomes.from_requests(exc) from None
+            header = resp.headers.get("content-type", "")
+            return Response(
+                url=url,
+                final_url=current,
+                status=resp.status_code,
+                content_type=header.split(";", 1)[0].strip().lower(),
+                content_type_header=header,
+                body=body,
+                truncated=truncated,
+                elapsed=time.monotonic() - started,
+                redirects=redirects,
+            )

@@ -1,0 +1,171 @@
+"""What can happen to one URL, as a small tree of types whose classes decide the policy.
+
+::
+
+    CrawlOutcome                      reason, retryable, slows_host
+    ├── Retryable                     back to the frontier with backoff, up to RETRY_MAX_ATTEMPTS
+    │   ├── ConnectTimeout            connect_timeout   slows host
+    │   ├── ReadTimeout               read_timeout      slows host
+    │   ├── DeadlineExceeded          deadline          slows host
+    │   ├── ConnectionReset           connection_reset  slows host
+    │   ├── ConnectFailed             connect_error     slows host
+    │   ├── DNSFailure                dns
+    │   ├── ServerError               http_5xx          slows host, honours Retry-After
+    │   └── TooManyRequests           http_429          slows host, honours Retry-After
+    ├── Permanent                     the URL fails with its reason
+    │   ├── ClientError               http_4xx
+    │   ├── TLSError                  tls
+    │   ├── TooManyRedirects          too_many_redirects
+    │   ├── RedirectLoop              redirect_loop
+    │   ├── InvalidURL                invalid_url
+    │   └── ProtocolError             protocol_error
+    └── Skip                          the URL is skipped, never fetched (or not followed)
+        └── OutOfScope                out_of_scope (a redirect left the job's scope)
+
+:func:`from_requests` maps a ``requests`` exception into the tree; it is the only place that
+knows requests' exception types.
+"""
+
+from __future__ import annotations
+
+import socket
+
+import requests
+
+
+class CrawlOutcome(Exception):
+    reason = "error"
+    retryable = False
+    slows_host = False
+
+    def __init__(
+        self, message: str = "", *, status: int | None = None, retry_after: float | None = None
+    ) -> None:
+        super().__init__(message or self.reason)
+        self.status = status
+        self.retry_after = retry_after  # seconds the server asked us to wait, if it did
+
+
+class Retryable(CrawlOutcome):
+    retryable = True
+
+
+class ConnectTimeout(Retryable):
+    reason, slows_host = "connect_timeout", True
+
+
+class ReadTimeout(Retryable):
+    reason, slows_host = "read_timeout", True
+
+
+class DeadlineExceeded(Retryable):
+    reason, slows_host = "deadline", True
+
+
+class ConnectionReset(Retryable):
+    reason, slows_host = "connection_reset", True
+
+
+class ConnectFailed(Retryable):
+    reason, slows_host = "connect_error", True
+
+
+class DNSFailure(Retryable):
+    reason = "dns"
+
+
+class ServerError(Retryable):
+    reason, slows_host = "http_5xx", True
+
+
+class TooManyRequests(Retryable):
+    reason, slows_host = "http_429", True
+
+
+class Permanent(CrawlOutcome):
+    pass
+
+
+class ClientError(Permanent):
+    reason = "http_4xx"
+
+
+class TLSError(Permanent):
+    reason = "tls"
+
+
+class TooManyRedirects(Permanent):
+    reason = "too_many_redirects"
+
+
+class RedirectLoop(Permanent):
+    reason = "redirect_loop"
+
+
+class InvalidURL(Permanent):
+    reason = "invalid_url"
+
+
+class ProtocolError(Permanent):
+    reason = "protocol_error"
+
+
+class Skip(CrawlOutcome):
+    reason = "skipped"
+
+
+class OutOfScope(Skip):
+    reason = "out_of_scope"
+
+
+def _is_dns(exc: BaseException) -> bool:
+    while exc is not None:
+        if isinstance(exc, socket.gaierror):
+            return True
+        if "Name or service not known" in str(exc) or "NameResolutionError" in type(exc).__name__:
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def from_requests(exc: requests.RequestException) -> CrawlOutcome:
+    """Map a requests exception onto the outcome tree, keeping its message."""
+    message = f"{type(exc).__name__}: {exc}"[:500]
+    if isinstance(exc, requests.exceptions.ConnectTimeout):
+        return ConnectTimeout(message)
+    if isinstance(exc, requests.exceptions.ReadTimeout):
+        return ReadTimeout(message)
+    if isinstance(exc, requests.exceptions.SSLError):
+        return TLSError(message)
+    if isinstance(exc, requests.exceptions.ConnectionError):
+        if _is_dns(exc):
+            return DNSFailure(message)
+        text = str(exc)
+        if "Read timed out" in text:
+            return ReadTimeout(message)
+        if "reset" in text.lower() or "aborted" in text.lower() or "RemoteDisconnected" in text:
+            return ConnectionReset(message)
+        return ConnectFailed(message)
+    if isinstance(exc, requests.exceptions.ChunkedEncodingError):
+        return ConnectionReset(message)
+    if isinstance(
+        exc,
+        (
+            requests.exceptions.InvalidURL,
+            requests.exceptions.MissingSchema,
+            requests.exceptions.InvalidSchema,
+        ),
+    ):
+        return InvalidURL(message)
+    return ProtocolError(message)
+
+
+def from_status(status: int, retry_after: float | None) -> CrawlOutcome | None:
+    """The outcome of an HTTP status code; None for a success."""
+    if status == 429:
+        return TooManyRequests(f"HTTP {status}", status=status, retry_after=retry_after)
+    if status >= 500:
+        return ServerError(f"HTTP {status}", status=status, retry_after=retry_after)
+    if status >= 400:
+        return ClientError(f"HTTP {status}", status=status)
+    return None

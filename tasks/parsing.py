@@ -1,0 +1,63 @@
+"""Links and title from an HTML page, with lxml.
+
+Charset comes from the Content-Type header, a byte-order mark, ``<meta>``, or detection, in
+that order (w3lib's ``html_to_unicode``, as Scrapy does). ``<base href>`` is honoured.
+Malformed markup is repaired by libxml2's HTML parser, so broken pages still yield links.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from urllib.parse import urljoin
+
+import lxml.etree
+import lxml.html
+from w3lib.encoding import html_to_unicode
+
+HTML_TYPES = frozenset({"text/html", "application/xhtml+xml", ""})
+_IGNORED_SCHEMES = ("mailto:", "javascript:", "tel:", "data:", "ftp:", "file:", "#")
+_SPACES = re.compile(r"\s+")
+_TITLE_MAX = 1000
+
+
+@dataclass
+class Parsed:
+    title: str
+    links: list[str]  # absolute, unique, in document order; not yet canonical
+    encoding: str
+
+
+def looks_binary(body: bytes) -> bool:
+    """True for bodies that are not text whatever their Content-Type says."""
+    return b"\x00" in body[:2048]
+
+
+def parse_html(body: bytes, content_type_header: str, url: str) -> Parsed:
+    encoding, text = html_to_unicode(content_type_header, body)
+    try:
+        doc = lxml.html.document_fromstring(text)
+    except ValueError:  # an XML declaration with an encoding inside a str
+        doc = lxml.html.document_fromstring(text.encode("utf-8"), parser=_utf8_parser())
+    except lxml.etree.ParserError:  # empty document
+        return Parsed(title="", links=[], encoding=encoding)
+    title = _SPACES.sub(" ", doc.findtext(".//title") or "").strip()[:_TITLE_MAX]
+    base = url
+    base_el = doc.find(".//base[@href]")
+    if base_el is not None:
+        base = urljoin(url, base_el.get("href", "").strip())
+    raw: dict[str, None] = {}
+    for el in doc.iter("a", "area"):
+        href = el.get("href")
+        if href:
+            raw[href.strip()] = None
+    links: dict[str, None] = {}
+    for href in raw:
+        if not href or href.lower().startswith(_IGNORED_SCHEMES):
+            continue
+        links[urljoin(base, href)] = None
+    return Parsed(title=title, links=list(links), encoding=encoding)
+
+
+def _utf8_parser() -> lxml.html.HTMLParser:
+    return lxml.html.HTMLParser(encoding="utf-8")

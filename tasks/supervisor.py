@@ -1,0 +1,119 @@
+"""Start, watch and stop Celery worker processes (for ``crawl``, tests and benchmarks).
+
+Each worker is ``celery -A crawlplatform worker`` in its own session, so a Ctrl-C in the
+terminal reaches only the command that supervises them; that command then asks them for a
+warm shutdown (SIGTERM: stop consuming, finish in-flight pages, exit 0).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from django.conf import settings
+
+log = logging.getLogger(__name__)
+
+
+def worker_command(name: str, concurrency: int, pool: str, logfile: Path | None) -> list[str]:
+    cmd = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "crawlplatform",
+        "worker",
+        "--pool",
+        pool,
+        "--concurrency",
+        str(concurrency),
+        "--queues",
+        settings.CRAWL_QUEUE,
+        "--hostname",
+        f"{name}@%h",
+        "--without-gossip",
+        "--without-mingle",
+        "--without-heartbeat",
+        "--loglevel",
+        "INFO",
+    ]
+    if logfile is not None:
+        cmd += ["--logfile", str(logfile)]
+    return cmd
+
+
+class WorkerPool:
+    """``processes`` worker processes with ``concurrency`` slots each."""
+
+    def __init__(
+        self,
+        processes: int,
+        concurrency: int,
+        pool: str = "threads",
+        env: dict[str, str] | None = None,
+        log_dir: Path | None = None,
+    ) -> None:
+        self.processes = processes
+        self.concurrency = concurrency
+        self.pool = pool
+        self.env = {**os.environ, **(env or {})}
+        self.log_dir = log_dir
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.restarts = 0
+        self._serial = 0
+
+    def spawn(self) -> str:
+        self._serial += 1
+        name = f"worker{self._serial}"
+        logfile = None
+        if self.log_dir is not None:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            logfile = self.log_dir / f"{name}.log"
+        self.procs[name] = subprocess.Popen(
+            worker_command(name, self.concurrency, self.pool, logfile),
+            cwd=settings.BASE_DIR,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL if logfile else None,
+            stderr=subprocess.STDOUT if logfile else None,
+            start_new_session=True,
+        )
+        return name
+
+    def start(self) -> None:
+        for _ in range(self.processes):
+            self.spawn()
+
+    def replace_dead(self) -> list[str]:
+        """Restart workers that exited on their own; returns the names of those that died."""
+        dead = [n for n, p in self.procs.items() if p.poll() is not None]
+        for name in dead:
+            code = self.procs.pop(name).returncode
+            log.warning("%s exited with %s; starting a replacement", name, code)
+            self.restarts += 1
+            self.spawn()
+        return dead
+
+    def signal(self, name: str, sig: int) -> None:
+        self.procs[name].send_signal(sig)
+
+    def stop(self, grace: float = 60.0) -> dict[str, int]:
+        """Warm shutdown of every worker; SIGKILL after ``grace`` seconds. Returns exit codes."""
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        codes = {}
+        for name, p in self.procs.items():
+            try:
+                codes[name] = p.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                codes[name] = p.wait()
+        self.procs.clear()
+        return codes

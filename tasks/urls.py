@@ -1,0 +1,79 @@
+"""URL canonicalization and the job's scope.
+
+Reads ``MAX_URL_LENGTH``. Canonical form (w3lib): sorted query, no fragment, normalized
+percent-encoding, lower-case host; default ports are dropped here. Only http and https URLs
+are crawled; mailto, javascript, tel, data and the like are ignored.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from w3lib.url import canonicalize_url
+
+from tasks.defaults import setting
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def canonicalize(url: str) -> str | None:
+    """The canonical form of an absolute http(s) URL, or None if it is not one."""
+    url = url.strip()
+    head = url[:8].lower()
+    if not (head.startswith("http://") or head.startswith("https://")):
+        return None
+    try:
+        canonical = canonicalize_url(url)
+        parts = urlsplit(canonical)
+        port = parts.port
+    except ValueError:
+        return None
+    if not parts.hostname:
+        return None
+    if port is not None and port == _DEFAULT_PORTS.get(parts.scheme):
+        canonical = urlunsplit(parts._replace(netloc=parts.netloc.rsplit(":", 1)[0]))
+    return canonical
+
+
+def host_of(url: str) -> str:
+    """``host[:port]`` of a canonical URL, lower case: the unit of politeness."""
+    return urlsplit(url).netloc.lower().rsplit("@", 1)[-1]
+
+
+@dataclass
+class Scope:
+    """Which URLs a job may add to its frontier."""
+
+    domains: tuple[str, ...]
+    include: tuple[re.Pattern, ...]
+    exclude: tuple[re.Pattern, ...]
+    max_depth: int
+    max_length: int
+
+    @classmethod
+    def for_job(cls, job: Any) -> Scope:
+        domains = job.allowed_domains or [urlsplit(s).hostname or "" for s in job.seeds]
+        return cls(
+            domains=tuple(d.lower().lstrip(".") for d in domains if d),
+            include=tuple(re.compile(p) for p in job.include_patterns),
+            exclude=tuple(re.compile(p) for p in job.exclude_patterns),
+            max_depth=job.max_depth,
+            max_length=setting("MAX_URL_LENGTH", job),
+        )
+
+    def allows_host(self, hostname: str) -> bool:
+        return any(hostname == d or hostname.endswith("." + d) for d in self.domains)
+
+    def allows(self, url: str) -> bool:
+        """True if a canonical URL is inside the job's domains and patterns."""
+        if len(url) > self.max_length:
+            return False
+        hostname = urlsplit(url).hostname or ""
+        if not self.allows_host(hostname):
+            return False
+        if self.include and not any(p.search(url) for p in self.include):
+            return False
+        return not any(p.search(url) for p in self.exclude)

@@ -1,0 +1,1 @@
+"""The web app: models, admin, views and management commands."""

@@ -1,0 +1,83 @@
+"""Write a job's results as JSON Lines or CSV, streaming from the database."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+from web.models import FrontierURL, URLState
+
+FIELDS = [
+    "url",
+    "final_url",
+    "status",
+    "depth",
+    "title",
+    "content_type",
+    "size",
+    "fetched_at",
+    "error",
+]
+
+
+def rows(job_id: int):
+    """One dict per fetched or failed URL of the job, in frontier order."""
+    qs = (
+        FrontierURL.objects.filter(job_id=job_id, state__in=[URLState.DONE, URLState.FAILED])
+        .order_by("id")
+        .values_list(
+            "url",
+            "depth",
+            "http_status",
+            "error_reason",
+            "error_message",
+            "page__final_url",
+            "page__status",
+            "page__title",
+            "page__content_type",
+            "page__size",
+            "page__fetched_at",
+        )
+    )
+    for (
+        url,
+        depth,
+        status,
+        reason,
+        message,
+        final,
+        pstatus,
+        title,
+        ctype,
+        size,
+        when,
+    ) in qs.iterator(chunk_size=2000):
+        yield {
+            "url": url,
+            "final_url": final,
+            "status": pstatus if pstatus is not None else status,
+            "depth": depth,
+            "title": title,
+            "content_type": ctype,
+            "size": size,
+            "fetched_at": when.isoformat() if when else None,
+            "error": None if final is not None else f"{reason}: {message}".strip(": "),
+        }
+
+
+def write(job_id: int, path: Path) -> int:
+    """Write results to ``path`` (.jsonl or .csv by suffix); returns the number of rows."""
+    count = 0
+    with path.open("w", encoding="utf-8", newline="") as out:
+        if path.suffix.lower() == ".csv":
+            writer = csv.DictWriter(out, fieldnames=FIELDS)
+            writer.writeheader()
+            for row in rows(job_id):
+                writer.writerow(row)
+                count += 1
+        else:
+            for row in rows(job_id):
+                out.write(json.dumps(row, ensure_ascii=False) + "\n")
+                count += 1
+    return count

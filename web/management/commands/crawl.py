@@ -1,0 +1,237 @@
+"""``python manage.py crawl SEED ...``: create a job and run it to completion.
+
+With no ``DATABASE_URL`` and no ``REDIS_URL`` it runs on the embedded defaults (SQLite and a
+private redis-server in ``CRAWL_DATA_DIR``). It starts its own workers (``--workers``) and the
+scheduler, shows a live progress line, writes ``--output`` and prints a summary. Ctrl-C pauses
+the job (in-flight pages finish, a checkpoint is written); ``--resume JOB_ID`` continues it.
+``--workers 0`` leaves the fetching to external workers (``celery -A crawlplatform worker``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from crawlplatform.embedded import EmbeddedRedis
+from tasks import frontier, jobs
+from tasks.defaults import setting
+from tasks.scheduler import Scheduler
+from tasks.supervisor import WorkerPool
+from web import export
+from web.models import CrawlJob, JobState, URLState
+
+TERMINAL = {JobState.FINISHED, JobState.CANCELLED, JobState.FAILED}
+
+
+class Command(BaseCommand):
+    help = "Crawl from SEED URLs to completion and write the results."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("seeds", nargs="*", metavar="SEED", help="start URL(s)")
+        parser.add_argument(
+            "--allow-domain",
+            action="append",
+            default=[],
+            metavar="D",
+            help="a domain the crawl may visit (repeatable; default: the seeds' hosts)",
+        )
+        parser.add_argument("--max-depth", type=int, default=5, metavar="N")
+        parser.add_argument("--max-pages", type=int, default=None, metavar="N")
+        parser.add_argument(
+            "--concurrency",
+            type=int,
+            default=8,
+            metavar="N",
+            help="pages fetched at once, over all workers (default 8)",
+        )
+        parser.add_argument(
+            "--delay",
+            type=float,
+            default=0.0,
+            metavar="SECONDS",
+            help="minimum gap between two requests to one host",
+        )
+        parser.add_argument(
+            "--output", type=Path, default=None, metavar="FILE", help="results file, .jsonl or .csv"
+        )
+        parser.add_argument("--name", default=None)
+        parser.add_argument(
+            "--resume", type=int, default=None, metavar="JOB_ID", help="continue a paused job"
+        )
+        parser.add_argument(
+            "--workers",
+            type=int,
+            default=None,
+            metavar="N",
+            help="worker processes to start (default: one per core, at most "
+            "--concurrency); 0 waits for external workers",
+        )
+        parser.add_argument(
+            "--pool",
+            default="threads",
+            choices=["threads", "prefork", "solo"],
+            help="Celery pool of the started workers (see docs/benchmarks.md)",
+        )
+
+    def handle(self, *args, **opts) -> None:
+        if not opts["seeds"] and opts["resume"] is None:
+            raise CommandError("give at least one SEED URL, or --resume JOB_ID")
+        if opts["output"] is not None and opts["output"].suffix.lower() not in (".jsonl", ".csv"):
+            raise CommandError("--output must end in .jsonl or .csv")
+        if opts["concurrency"] < 1:
+            raise CommandError("--concurrency must be at least 1")
+        embedded = EmbeddedRedis(settings.DATA_DIR) if settings.EMBEDDED_REDIS else None
+        if embedded is not None:
+            embedded.start()
+        try:
+            call_command("migrate", verbosity=0, interactive=False)
+            job = self._job(opts, fresh_broker=embedded is not None)
+            code = self._run(job, opts)
+        finally:
+            if embedded is not None:
+                embedded.stop()
+        if code:
+            sys.exit(code)
+
+    def _job(self, opts: dict, fresh_broker: bool) -> CrawlJob:
+        if opts["resume"] is not None:
+            job = CrawlJob.objects.filter(pk=opts["resume"]).first()
+            if job is None:
+                raise CommandError(f"no job {opts['resume']}")
+            if job.state in TERMINAL:
+                raise CommandError(f"job {job.pk} is {job.state}; nothing to resume")
+            if fresh_broker:
+                # The private broker starts empty and no other worker can hold a lease on it.
+                n = frontier.requeue_job(job.pk, [URLState.SCHEDULED, URLState.LEASED])
+                self.stderr.write(f"job {job.pk}: {n} URLs requeued from the last run")
+            if job.state == JobState.PAUSED:
+                jobs.resume(job)
+            elif job.state == JobState.DRAFT:
+                jobs.start(job)
+            self.stderr.write(f"resuming job {job.pk} ({job.name})")
+            return job
+        try:
+            job = jobs.create_job(
+                opts["seeds"],
+                name=opts["name"] or opts["seeds"][0],
+                allowed_domains=opts["allow_domain"],
+                max_depth=opts["max_depth"],
+                max_pages=opts["max_pages"],
+                delay=opts["delay"],
+            )
+        except jobs.JobError as exc:
+            raise CommandError(str(exc)) from None
+        jobs.start(job)
+        self.stderr.write(f"job {job.pk} started: {', '.join(job.seeds)}")
+        return job
+
+    def _run(self, job: CrawlJob, opts: dict) -> int:
+        concurrency = opts["concurrency"]
+        processes = opts["workers"]
+        if processes is None:
+            processes = min(os.cpu_count() or 1, concurrency)
+        pool = None
+        if processes > 0:
+            pool = WorkerPool(
+                processes,
+                math.ceil(concurrency / processes),
+                pool=opts["pool"],
+                env={"REDIS_URL": settings.REDIS_URL} if settings.EMBEDDED_REDIS else None,
+                log_dir=settings.DATA_DIR / "logs" / f"job{job.pk}",
+            )
+            pool.start()
+            self.stderr.write(
+                f"{processes} worker(s) x {pool.concurrency} ({opts['pool']}); "
+                f"logs in {pool.log_dir}"
+            )
+        else:
+            self.stderr.write("waiting for external workers on queue " + settings.CRAWL_QUEUE)
+        scheduler = Scheduler()
+        thread = threading.Thread(target=scheduler.run, name="scheduler", daemon=True)
+        thread.start()
+        interrupted = threading.Event()
+        previous = signal.signal(signal.SIGINT, lambda *_: interrupted.set())
+        started = time.monotonic()
+        try:
+            self._wait(job, pool, interrupted, started)
+        finally:
+            signal.signal(signal.SIGINT, previous)
+            if interrupted.is_set():
+                jobs.pause(job)
+                self.stderr.write("\npausing: in-flight pages finish ...")
+            if pool is not None:
+                pool.stop(grace=setting("FETCH_DEADLINE_S", job) + 15)
+            scheduler.stop.set()
+            thread.join(timeout=10)
+        job.refresh_from_db()
+        counts = frontier.counts(job.pk)
+        elapsed = time.monotonic() - started
+        if interrupted.is_set():
+            jobs.checkpoint(job, "interrupt")
+            self.stderr.write(
+                f"job {job.pk} paused with {counts['done']} pages done. "
+                f"Continue with: python manage.py crawl --resume {job.pk}"
+            )
+            return 130
+        self._summary(job, counts, elapsed, opts["output"])
+        return 0 if job.state == JobState.FINISHED else 1
+
+    def _wait(
+        self, job: CrawlJob, pool: WorkerPool | None, interrupted: threading.Event, started: float
+    ) -> None:
+        tty = sys.stderr.isatty()
+        last_line = 0.0
+        last_done, last_t = None, started
+        rate = 0.0
+        while not interrupted.wait(1.0):
+            if pool is not None:
+                pool.replace_dead()
+            job.refresh_from_db()
+            counts = frontier.counts(job.pk)
+            now = time.monotonic()
+            done = counts["done"]
+            if last_done is not None and now > last_t:
+                rate = (
+                    0.7 * rate + 0.3 * (done - last_done) / (now - last_t)
+                    if rate
+                    else (done - last_done) / (now - last_t)
+                )
+            last_done, last_t = done, now
+            pending = counts["queued"] + counts["scheduled"] + counts["leased"]
+            line = (
+                f"done {done} | queued {pending} | failed {counts['failed']} | "
+                f"skipped {counts['skipped']} | {rate:.1f} pages/s"
+            )
+            if tty:
+                self.stderr.write("\r" + line.ljust(78), ending="")
+            elif now - last_line >= 5:
+                self.stderr.write(line)
+                last_line = now
+            if job.state in TERMINAL:
+                if tty:
+                    self.stderr.write("")
+                return
+            if job.state == JobState.PAUSED:
+                self.stderr.write(f"\njob {job.pk} was paused elsewhere; stopping")
+                interrupted.set()
+                return
+
+    def _summary(self, job: CrawlJob, counts: dict, elapsed: float, output: Path | None) -> None:
+        done = counts["done"]
+        self.stdout.write(
+            f"job {job.pk} {job.state}: {done} pages, {counts['failed']} failed, "
+            f"{counts['skipped']} skipped in {elapsed:.1f} s "
+            f"({done / max(elapsed, 1e-9):.1f} pages/s)"
+        )
+        if output is not None:
+            n = export.write(job.pk, output)
+            self.stdout.write(f"wrote {n} rows to {output}")

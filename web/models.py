@@ -1,0 +1,215 @@
+"""Jobs, frontier URLs, pages and checkpoints: the source of truth of every crawl.
+
+Jobs and URLs are state machines. Their states are ``TextChoices``, the allowed transitions
+are in one table each, and every transition is a compare-and-set ``UPDATE`` that returns
+whether this caller won, so two workers (or a worker and the sweep) never both act on one row.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+
+class JobState(models.TextChoices):
+    DRAFT = "draft"
+    RUNNING = "running"
+    PAUSED = "paused"
+    FINISHED = "finished"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+
+
+JOB_TRANSITIONS: dict[str, set[str]] = {
+    JobState.DRAFT: {JobState.RUNNING, JobState.CANCELLED},
+    JobState.RUNNING: {JobState.PAUSED, JobState.FINISHED, JobState.CANCELLED, JobState.FAILED},
+    JobState.PAUSED: {JobState.RUNNING, JobState.CANCELLED},
+    JobState.FINISHED: set(),
+    JobState.CANCELLED: set(),
+    JobState.FAILED: set(),
+}
+
+
+class URLState(models.TextChoices):
+    QUEUED = "queued", "queued (waiting in the frontier)"
+    SCHEDULED = "scheduled", "scheduled (message in the broker)"
+    LEASED = "leased", "leased (a worker is fetching it)"
+    DONE = "done"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+
+
+# URLs in these states still owe work: a job with none of them left is finished.
+PENDING_STATES = (URLState.QUEUED, URLState.SCHEDULED, URLState.LEASED)
+
+URL_TRANSITIONS: dict[str, set[str]] = {
+    URLState.QUEUED: {URLState.SCHEDULED, URLState.SKIPPED},
+    URLState.SCHEDULED: {URLState.LEASED, URLState.QUEUED},
+    URLState.LEASED: {URLState.DONE, URLState.FAILED, URLState.QUEUED, URLState.SKIPPED},
+    URLState.DONE: set(),
+    URLState.FAILED: set(),
+    URLState.SKIPPED: set(),
+}
+
+
+class InvalidTransition(ValueError):
+    """A transition the state table does not allow."""
+
+
+class CrawlJob(models.Model):
+    name = models.CharField(max_length=200, help_text="A label for people; need not be unique.")
+    seeds = models.JSONField(default=list, help_text="Start URLs (depth 0).")
+    allowed_domains = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Hosts the crawl may visit (subdomains included). Empty: the seeds' hosts.",
+    )
+    include_patterns = models.JSONField(
+        default=list, blank=True, help_text="Regexes; if any is given, a URL must match one."
+    )
+    exclude_patterns = models.JSONField(
+        default=list, blank=True, help_text="Regexes; a URL matching any is not followed."
+    )
+    max_depth = models.PositiveIntegerField(default=5, help_text="Links followed from a seed.")
+    max_pages = models.PositiveIntegerField(
+        null=True, blank=True, help_text="URLs fetched at most; empty for no limit."
+    )
+    delay = models.FloatField(
+        default=0.0, help_text="Minimum seconds between two requests to one host."
+    )
+    host_concurrency = models.PositiveIntegerField(
+        default=0, help_text="Requests in flight to one host at most; 0 for no limit."
+    )
+    obey_robots = models.BooleanField(default=True, help_text="Honour robots.txt.")
+    user_agent = models.CharField(max_length=300, blank=True, help_text="Empty: the default.")
+    settings = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Per-job overrides of crawl settings (see tasks/defaults.py), e.g. "
+        '{"FETCH_DEADLINE_S": 30}.',
+    )
+    state = models.CharField(
+        max_length=16, choices=JobState.choices, default=JobState.DRAFT, db_index=True
+    )
+    released = models.PositiveIntegerField(
+        default=0,
+        help_text="URLs handed to workers for a first attempt (counts against max_pages).",
+    )
+    stats = models.JSONField(default=dict, blank=True, help_text="Counters at the last finish.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.name}"
+
+    def transition(self, to: str) -> bool:
+        """Move to state ``to`` if this caller is the one who does it; False if another did."""
+        sources = [s for s, targets in JOB_TRANSITIONS.items() if to in targets]
+        if not sources:
+            raise InvalidTransition(f"no state leads to {to}")
+        changes: dict = {"state": to}
+        now = timezone.now()
+        if to == JobState.RUNNING:
+            changes["started_at"] = self.started_at or now
+        if to in (JobState.FINISHED, JobState.CANCELLED, JobState.FAILED):
+            changes["finished_at"] = now
+        won = CrawlJob.objects.filter(pk=self.pk, state__in=sources).update(**changes) == 1
+        self.refresh_from_db()
+        return won
+
+
+class FrontierURL(models.Model):
+    job = models.ForeignKey(CrawlJob, on_delete=models.CASCADE, related_name="urls")
+    url = models.CharField(max_length=2048, help_text="Canonical URL (w3lib).")
+    host = models.CharField(max_length=255, help_text="Lower-case host[:port] of the URL.")
+    depth = models.PositiveSmallIntegerField(default=0)
+    state = models.CharField(max_length=16, choices=URLState.choices, default=URLState.QUEUED)
+    attempts = models.PositiveSmallIntegerField(default=0, help_text="Fetch attempts started.")
+    not_before = models.DateTimeField(
+        default=timezone.now, help_text="Not released to workers before this time."
+    )
+    scheduled_at = models.DateTimeField(null=True, blank=True)
+    lease_until = models.DateTimeField(null=True, blank=True)
+    error_reason = models.CharField(max_length=40, blank=True, help_text="Outcome code.")
+    error_message = models.TextField(blank=True)
+    http_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    discovered_from = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["job", "url"], name="frontier_unique_job_url"),
+        ]
+        indexes = [
+            models.Index(fields=["job", "state"], name="frontier_job_state"),
+            models.Index(
+                fields=["job", "depth", "id"],
+                name="frontier_ready",
+                condition=Q(state="queued"),
+            ),
+            models.Index(
+                fields=["lease_until"], name="frontier_leased", condition=Q(state="leased")
+            ),
+        ]
+        verbose_name = "frontier URL"
+
+    def __str__(self) -> str:
+        return self.url
+
+    @staticmethod
+    def move(pk: int, source: str, to: str, **changes) -> bool:
+        """Compare-and-set: move URL ``pk`` from ``source`` to ``to``; True if this caller won."""
+        if to not in URL_TRANSITIONS[source]:
+            raise InvalidTransition(f"{source} -> {to}")
+        return FrontierURL.objects.filter(pk=pk, state=source).update(state=to, **changes) == 1
+
+
+class Page(models.Model):
+    job = models.ForeignKey(CrawlJob, on_delete=models.CASCADE, related_name="pages")
+    url = models.OneToOneField(
+        FrontierURL,
+        on_delete=models.CASCADE,
+        related_name="page",
+        help_text="At most one page per frontier URL: enforced by the database.",
+    )
+    final_url = models.CharField(max_length=2048, help_text="After redirects.")
+    status = models.PositiveSmallIntegerField()
+    content_type = models.CharField(max_length=200, blank=True)
+    title = models.TextField(blank=True)
+    size = models.PositiveIntegerField(help_text="Decoded body bytes stored.")
+    truncated = models.BooleanField(default=False, help_text="Body cut at FETCH_MAX_BYTES.")
+    elapsed_ms = models.PositiveIntegerField()
+    fetched_at = models.DateTimeField()
+    content_hash = models.CharField(max_length=64, help_text="SHA-256 of the body.")
+    data = models.JSONField(default=dict, blank=True, help_text="Extracted fields.")
+
+    class Meta:
+        indexes = [models.Index(fields=["job", "fetched_at"], name="page_job_fetched")]
+
+    def __str__(self) -> str:
+        return self.final_url
+
+
+class Checkpoint(models.Model):
+    job = models.ForeignKey(CrawlJob, on_delete=models.CASCADE, related_name="checkpoints")
+    version = models.PositiveIntegerField(help_text="Monotonic per job.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    reason = models.CharField(max_length=40, help_text="pause, shutdown, periodic, finish, ...")
+    counters = models.JSONField(default=dict)
+    frontier = models.JSONField(default=dict, help_text="URL count by state.")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["job", "version"], name="checkpoint_unique_version"),
+        ]
+        ordering = ["-job_id", "-version"]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} v{self.version} ({self.reason})"
