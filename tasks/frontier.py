@@ -56,23 +56,27 @@ def insert_urls(job_id: int, urls: Iterable[str], depth: int, parent_id: int | N
 
 
 def claim(url_id: int) -> Claim | None:
-    """Take the lease on a scheduled URL; None if it is not ours (a harmless redelivery)."""
+    """Take the lease on a URL; None if it is not ours (a harmless redelivery).
+
+    A URL can be claimed when it is SCHEDULED, or LEASED with an expired lease: the message of
+    a worker that died mid-page comes back from the broker (acks-late) after its lease ran out.
+    """
+    now = timezone.now()
     row = FrontierURL.objects.select_related("job").filter(pk=url_id).first()
-    if row is None or row.state != URLState.SCHEDULED:
+    if row is None:
         return None
+    expired = row.state == URLState.LEASED and row.lease_until is not None and row.lease_until < now
+    if row.state != URLState.SCHEDULED and not expired:
+        return None
+    current = FrontierURL.objects.filter(pk=row.pk, state=row.state, attempts=row.attempts)
     if row.job.state != JobState.RUNNING:
         # Paused (or stopping): the URL waits in the frontier until the job runs again.
-        FrontierURL.move(row.pk, URLState.SCHEDULED, URLState.QUEUED, scheduled_at=None)
+        current.update(state=URLState.QUEUED, scheduled_at=None, lease_until=None, not_before=now)
         return None
-    lease_until = timezone.now() + timedelta(seconds=setting("LEASE_S", row.job))
-    won = FrontierURL.move(
-        row.pk,
-        URLState.SCHEDULED,
-        URLState.LEASED,
-        lease_until=lease_until,
-        attempts=F("attempts") + 1,
-    )
-    if not won:
+    lease_until = now + timedelta(seconds=setting("LEASE_S", row.job))
+    if not current.update(
+        state=URLState.LEASED, lease_until=lease_until, attempts=F("attempts") + 1
+    ):
         return None
     return Claim(url=row, job=row.job, attempt=row.attempts + 1)
 

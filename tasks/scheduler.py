@@ -26,7 +26,7 @@ import time
 import uuid
 
 from django.conf import settings
-from django.db import close_old_connections, connection, transaction
+from django.db import close_old_connections, connection, connections, transaction
 from django.utils import timezone
 
 from tasks import broker, frontier, jobs, politeness
@@ -210,4 +210,5 @@ class Scheduler:
                     self.stop.wait(setting("SCHEDULER_TICK_S"))
         finally:
             self.resign()
+            connections.close_all()
             log.info("scheduler %s stopped", self.identity[:8])

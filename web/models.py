@@ -1,8 +1,13 @@
 """Jobs, frontier URLs, pages and checkpoints: the source of truth of every crawl.
 
-Jobs and URLs are state machines. Their states are ``TextChoices``, the allowed transitions
-are in one table each, and every transition is a compare-and-set ``UPDATE`` that returns
-whether this caller won, so two workers (or a worker and the sweep) never both act on one row.
+Jobs and URLs are state machines. Their states are ``TextChoices``; every transition is a
+compare-and-set ``UPDATE`` that returns whether this caller won, so two workers (or a worker
+and the sweep) never both act on one row. Job transitions are allowed by ``JOB_TRANSITIONS``;
+URL transitions all live in ``tasks/frontier.py``::
+
+    queued -> scheduled (scheduler) -> leased (worker claim) -> done | failed | skipped
+    leased -> queued (retry later, or the lease expired) ; leased(expired) -> leased (redelivery)
+    scheduled -> queued (job paused) ; queued | scheduled -> skipped (cancel, max_pages)
 """
 
 from __future__ import annotations
@@ -42,15 +47,6 @@ class URLState(models.TextChoices):
 
 # URLs in these states still owe work: a job with none of them left is finished.
 PENDING_STATES = (URLState.QUEUED, URLState.SCHEDULED, URLState.LEASED)
-
-URL_TRANSITIONS: dict[str, set[str]] = {
-    URLState.QUEUED: {URLState.SCHEDULED, URLState.SKIPPED},
-    URLState.SCHEDULED: {URLState.LEASED, URLState.QUEUED},
-    URLState.LEASED: {URLState.DONE, URLState.FAILED, URLState.QUEUED, URLState.SKIPPED},
-    URLState.DONE: set(),
-    URLState.FAILED: set(),
-    URLState.SKIPPED: set(),
-}
 
 
 class InvalidTransition(ValueError):
@@ -162,13 +158,6 @@ class FrontierURL(models.Model):
 
     def __str__(self) -> str:
         return self.url
-
-    @staticmethod
-    def move(pk: int, source: str, to: str, **changes) -> bool:
-        """Compare-and-set: move URL ``pk`` from ``source`` to ``to``; True if this caller won."""
-        if to not in URL_TRANSITIONS[source]:
-            raise InvalidTransition(f"{source} -> {to}")
-        return FrontierURL.objects.filter(pk=pk, state=source).update(state=to, **changes) == 1
 
 
 class Page(models.Model):

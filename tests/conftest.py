@@ -1,0 +1,127 @@
+"""Fixtures: real Redis (the machine's or a private one), the real test database, real
+worker processes, a real scheduler thread and a real local web site."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from crawlplatform.embedded import EmbeddedRedis
+from tasks import broker
+from tasks.scheduler import Scheduler
+from tasks.supervisor import WorkerPool
+from tests.site import Site
+
+# Crawl settings for tests: short budgets so that retries, leases and redelivery happen in
+# seconds. The nesting of tasks/defaults.py still holds.
+FAST = {
+    "CRAWL_RETRY_BACKOFF_BASE_S": "0.05",
+    "CRAWL_RETRY_MAX_ATTEMPTS": "3",
+    "CRAWL_FETCH_DEADLINE_S": "5",
+    "CRAWL_TASK_SOFT_TIME_LIMIT_S": "6",
+    "CRAWL_TASK_TIME_LIMIT_S": "7",
+    "CRAWL_LEASE_S": "8",
+    "CRAWL_VISIBILITY_TIMEOUT_S": "10",
+    "CRAWL_UNACKED_RESTORE_INTERVAL_S": "1",
+    "CRAWL_SWEEP_INTERVAL_S": "1",
+    "CRAWL_CHECKPOINT_INTERVAL_S": "3600",
+}
+
+
+def wait_for(predicate: Callable[[], object], timeout: float, what: str, every: float = 0.1):
+    """Poll ``predicate`` until it is truthy; fail the test with ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(every)
+    pytest.fail(f"timed out after {timeout} s waiting for {what}")
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[None]:
+    """The configured Redis, or the embedded default's private one when REDIS_URL is unset."""
+    if settings.EMBEDDED_REDIS:
+        server = EmbeddedRedis(settings.DATA_DIR)
+        server.start()
+        yield
+        server.stop()
+    else:
+        yield
+
+
+@pytest.fixture
+def redis(redis_server):
+    """A clean Redis database for each test."""
+    client = broker.client()
+    client.flushdb()
+    yield client
+    client.flushdb()
+
+
+@pytest.fixture
+def fast(monkeypatch) -> dict[str, str]:
+    for key, value in FAST.items():
+        monkeypatch.setenv(key, value)
+    return dict(FAST)
+
+
+def database_url() -> str:
+    d = connection.settings_dict
+    if "sqlite" in d["ENGINE"]:
+        return f"sqlite:///{d['NAME']}"
+    auth = d["USER"] + (f":{d['PASSWORD']}" if d["PASSWORD"] else "")
+    return f"postgres://{auth}@{d['HOST'] or '127.0.0.1'}:{d['PORT'] or 5432}/{d['NAME']}"
+
+
+@pytest.fixture
+def worker_env(transactional_db, redis, fast) -> dict[str, str]:
+    """Environment for subprocesses (workers, the CLI): the test database and Redis."""
+    return {
+        **fast,
+        "DATABASE_URL": database_url(),
+        "REDIS_URL": settings.REDIS_URL,
+        "CRAWL_DATA_DIR": str(settings.DATA_DIR),
+        "DJANGO_SETTINGS_MODULE": "crawlplatform.settings",
+    }
+
+
+@pytest.fixture
+def workers(worker_env, tmp_path) -> Iterator[Callable[..., WorkerPool]]:
+    """Start real Celery worker processes: ``workers(processes, concurrency)``."""
+    pools: list[WorkerPool] = []
+
+    def start(processes: int = 2, concurrency: int = 4, pool: str = "threads") -> WorkerPool:
+        wp = WorkerPool(
+            processes, concurrency, pool=pool, env=worker_env, log_dir=tmp_path / "logs"
+        )
+        wp.start()
+        pools.append(wp)
+        return wp
+
+    yield start
+    for wp in pools:
+        wp.stop(grace=15)
+
+
+@pytest.fixture
+def scheduler(transactional_db, redis, fast) -> Iterator[Scheduler]:
+    """The scheduler running in a thread of the test process."""
+    sched = Scheduler()
+    thread = threading.Thread(target=sched.run, daemon=True)
+    thread.start()
+    yield sched
+    sched.stop.set()
+    thread.join(timeout=10)
+
+
+@pytest.fixture
+def site() -> Iterator[Site]:
+    with Site(pages=300) as s:
+        yield s

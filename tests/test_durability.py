@@ -1,0 +1,95 @@
+"""Crashes and shutdowns mid-crawl, with real worker processes: nothing lost, nothing stored
+twice.
+
+* SIGKILL with the lease sweep switched off: only acks-late redelivery can bring the killed
+  worker's pages back (its messages return after the visibility timeout and the claim takes
+  the expired lease). Without acks-late the messages are gone and the crawl never finishes.
+* SIGKILL and the broker loses the in-flight messages too: only the lease sweep can bring
+  those URLs back. Without it they stay leased forever.
+* SIGTERM: a warm shutdown finishes in-flight pages and exits 0; new workers complete the
+  crawl and no page is fetched twice.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from tests.conftest import wait_for
+from tests.site import Site
+from tests.test_e2e import assert_exact_result, finished, start_job
+from web.models import FrontierURL, Page, URLState
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def slow_site():
+    with Site(pages=200, delay=0.15) as s:
+        yield s
+
+
+def pages_done(job) -> int:
+    return Page.objects.filter(job=job).count()
+
+
+def leased(job) -> int:
+    return FrontierURL.objects.filter(job=job, state=URLState.LEASED).count()
+
+
+def refetched(site: Site) -> list[str]:
+    return [u for u, n in site.hits.items() if n > 1 and not u.endswith("/error")]
+
+
+def test_sigkill_mid_crawl_completes_through_redelivery(slow_site, workers, scheduler, monkeypatch):
+    monkeypatch.setenv("CRAWL_SWEEP_INTERVAL_S", "3600")  # no sweep, no reconcile
+    pool = workers(processes=2, concurrency=4)
+    job = start_job(slow_site)
+    wait_for(lambda: pages_done(job) >= 40 and leased(job) >= 2, 60, "pages in flight")
+    victim = next(iter(pool.procs))
+    os.killpg(pool.procs[victim].pid, signal.SIGKILL)
+    pool.procs[victim].wait()
+    pool.procs.pop(victim)
+    pool.spawn()  # the replacement, as a Deployment would start one
+    wait_for(lambda: finished(job), 120, "the crawl to finish after the kill")
+    assert_exact_result(job, slow_site)
+    # Only the killed worker's in-flight pages can have been fetched twice.
+    assert len(refetched(slow_site)) <= 4
+    assert max(slow_site.hits[u] for u in slow_site.expected_done()) <= 2
+
+
+def test_sigkill_with_lost_messages_completes_through_lease_sweep(
+    slow_site, workers, scheduler, redis
+):
+    pool = workers(processes=2, concurrency=4)
+    job = start_job(slow_site)
+    wait_for(lambda: pages_done(job) >= 40 and leased(job) >= 2, 60, "pages in flight")
+    victim = next(iter(pool.procs))
+    os.killpg(pool.procs[victim].pid, signal.SIGKILL)
+    pool.procs[victim].wait()
+    redis.delete("unacked", "unacked_index")  # the broker lost every in-flight message
+    wait_for(lambda: finished(job), 120, "the crawl to finish after the sweep")
+    assert_exact_result(job, slow_site)
+    swept = FrontierURL.objects.filter(job=job, attempts__gt=1).exclude(url__endswith="/error")
+    assert swept.exists()  # the killed worker's URLs were leased twice
+
+
+def test_sigterm_finishes_in_flight_pages_and_exits_zero(slow_site, workers, scheduler):
+    pool = workers(processes=2, concurrency=4)
+    job = start_job(slow_site)
+    wait_for(lambda: pages_done(job) >= 40 and leased(job) >= 2, 60, "pages in flight")
+    in_flight = set(
+        FrontierURL.objects.filter(job=job, state=URLState.LEASED).values_list("id", flat=True)
+    )
+    codes = pool.stop(grace=30)
+    assert set(codes.values()) == {0}
+    assert leased(job) == 0  # every page in flight at SIGTERM was finished, not dropped
+    states = set(FrontierURL.objects.filter(id__in=in_flight).values_list("state", flat=True))
+    assert states <= {URLState.DONE, URLState.FAILED, URLState.QUEUED}
+    assert not finished(job)
+    workers(processes=2, concurrency=4)
+    wait_for(lambda: finished(job), 120, "the crawl to finish after the restart")
+    assert_exact_result(job, slow_site)
+    assert refetched(slow_site) == []

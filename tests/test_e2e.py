@@ -1,0 +1,72 @@
+"""End to end: real worker processes crawl a real local site through the real broker and
+database; each test asserts the exact set of pages stored, each exactly once."""
+
+from __future__ import annotations
+
+import pytest
+
+from tasks import broker, jobs
+from tasks.scheduler import publish
+from tests.conftest import wait_for
+from tests.site import Site
+from web.models import CrawlJob, FrontierURL, JobState, Page, URLState
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def start_job(site: Site, **fields) -> CrawlJob:
+    job = jobs.create_job([site.url("/p/0")], max_depth=1000, **fields)
+    jobs.start(job)
+    return job
+
+
+def finished(job: CrawlJob) -> bool:
+    job.refresh_from_db()
+    return job.state == JobState.FINISHED
+
+
+def assert_exact_result(job: CrawlJob, site: Site) -> None:
+    done = set(
+        FrontierURL.objects.filter(job=job, state=URLState.DONE).values_list("url", flat=True)
+    )
+    failed = set(
+        FrontierURL.objects.filter(job=job, state=URLState.FAILED).values_list("url", flat=True)
+    )
+    assert done == site.expected_done()
+    assert failed == site.expected_failed()
+    stored = list(Page.objects.filter(job=job).values_list("url__url", flat=True))
+    assert len(stored) == len(set(stored)) == len(done)
+    assert set(stored) == done
+    assert not FrontierURL.objects.filter(
+        job=job, state__in=["queued", "scheduled", "leased"]
+    ).exists()
+    assert not [u for u in site.hits if "external.invalid" in u or "mailto" in u]
+
+
+def test_crawl_stores_every_reachable_page_exactly_once(site, workers, scheduler):
+    workers(processes=2, concurrency=4)
+    job = start_job(site)
+    wait_for(lambda: finished(job), 90, "the crawl to finish")
+    assert_exact_result(job, site)
+    # Each page fetched once at the server; /error was retried up to RETRY_MAX_ATTEMPTS.
+    for url in site.expected_done() | site.expected_failed() - {site.url("/error")}:
+        assert site.hits[url] == 1, url
+    assert site.hits[site.url("/error")] == 3
+    error = FrontierURL.objects.get(job=job, url=site.url("/error"))
+    assert (error.error_reason, error.http_status, error.attempts) == ("http_5xx", 500, 3)
+    missing = FrontierURL.objects.get(job=job, url=site.url("/missing/0"))
+    assert (missing.error_reason, missing.http_status, missing.attempts) == ("http_4xx", 404, 1)
+    page = Page.objects.get(job=job, url__url=site.url("/p/7"))
+    assert page.title == "Page 7" and page.status == 200 and page.content_type == "text/html"
+
+
+def test_redelivered_task_for_done_url_fetches_nothing(site, workers, scheduler):
+    workers(processes=1, concurrency=2)
+    job = start_job(site)
+    wait_for(lambda: finished(job), 90, "the crawl to finish")
+    before = sum(site.hits.values())
+    done = list(FrontierURL.objects.filter(job=job, state=URLState.DONE).values_list("id", "depth"))
+    publish(done)  # every message delivered a second time
+    wait_for(lambda: broker.depth() == {"ready": 0, "unacked": 0}, 30, "the redeliveries to drain")
+    assert sum(site.hits.values()) == before
+    assert Page.objects.filter(job=job).count() == len(done)
