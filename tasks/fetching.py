@@ -19,6 +19,7 @@ from datetime import UTC
 from urllib.parse import urljoin
 
 import requests
+import urllib3
 from requests.adapters import HTTPAdapter
 
 from tasks import outcomes
@@ -79,9 +80,11 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
 
 
 def _read_body(resp: requests.Response, limits: FetchLimits, started: float) -> tuple[bytes, bool]:
+    # read1 returns what one socket read brings (decoded), so the deadline is checked between
+    # reads: a fetch ends at most one read timeout after its deadline.
     chunks: list[bytes] = []
     size = 0
-    for chunk in resp.iter_content(_CHUNK):
+    while chunk := resp.raw.read1(_CHUNK, decode_content=True):
         if time.monotonic() - started > limits.deadline:
             raise outcomes.DeadlineExceeded(f"body not complete after {limits.deadline:g} s")
         chunks.append(chunk)
@@ -136,7 +139,7 @@ def fetch(
                 raise failure
             try:
                 body, truncated = _read_body(resp, limits, started)
-            except requests.RequestException as exc:
+            except (requests.RequestException, urllib3.exceptions.HTTPError) as exc:
                 raise outcomes.from_requests(exc) from None
             header = resp.headers.get("content-type", "")
             return Response(

@@ -22,8 +22,8 @@
     └── Skip                          the URL is skipped, never fetched (or not followed)
         └── OutOfScope                out_of_scope (a redirect left the job's scope)
 
-:func:`from_requests` maps a ``requests`` exception into the tree; it is the only place that
-knows requests' exception types.
+:func:`from_requests` maps a ``requests`` or ``urllib3`` exception into the tree; it is the only
+place that knows their exception types.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from __future__ import annotations
 import socket
 
 import requests
+import urllib3
 
 
 class CrawlOutcome(Exception):
@@ -128,13 +129,15 @@ def _is_dns(exc: BaseException) -> bool:
     return False
 
 
-def from_requests(exc: requests.RequestException) -> CrawlOutcome:
-    """Map a requests exception onto the outcome tree, keeping its message."""
+def from_requests(exc: Exception) -> CrawlOutcome:
+    """Map a requests (or, while reading a body, urllib3) exception onto the outcome tree."""
     message = f"{type(exc).__name__}: {exc}"[:500]
     if isinstance(exc, requests.exceptions.ConnectTimeout):
         return ConnectTimeout(message)
-    if isinstance(exc, requests.exceptions.ReadTimeout):
+    if isinstance(exc, (requests.exceptions.ReadTimeout, urllib3.exceptions.ReadTimeoutError)):
         return ReadTimeout(message)
+    if isinstance(exc, urllib3.exceptions.ProtocolError):
+        return ConnectionReset(message)
     if isinstance(exc, requests.exceptions.SSLError):
         return TLSError(message)
     if isinstance(exc, requests.exceptions.ConnectionError):

@@ -1,0 +1,87 @@
+"""``manage.py crawl`` as a user runs it: a subprocess with its own workers and scheduler."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+
+import pytest
+from django.conf import settings
+
+from tests.conftest import wait_for
+from tests.site import Site
+from web.models import Checkpoint, CrawlJob, JobState, Page
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def crawl(env: dict, *args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "manage.py", "crawl", *args],
+        cwd=settings.BASE_DIR,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_crawl_command_writes_every_result_and_exits_zero(worker_env, tmp_path):
+    out = tmp_path / "out.jsonl"
+    with Site(pages=60) as site:
+        proc = crawl(
+            worker_env,
+            site.url("/p/0"),
+            "--max-depth",
+            "100",
+            "--concurrency",
+            "4",
+            "--output",
+            str(out),
+            "--name",
+            "cli",
+        )
+        stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    by_url = {r["url"]: r for r in rows}
+    assert set(by_url) == site.expected_done() | site.expected_failed()
+    assert len(rows) == len(by_url)
+    page = by_url[site.url("/p/3")]
+    assert page["status"] == 200 and page["title"] == "Page 3" and page["error"] is None
+    assert page["final_url"] == page["url"] and page["content_type"] == "text/html"
+    assert {"depth", "size", "fetched_at"} <= set(page)
+    missing = by_url[site.url("/missing/0")]
+    assert missing["status"] == 404 and missing["error"].startswith("http_4xx")
+    assert "finished" in stdout and "wrote" in stdout
+    assert CrawlJob.objects.get(name="cli").state == JobState.FINISHED
+
+
+def test_ctrl_c_pauses_and_resume_finishes(worker_env, tmp_path):
+    out = tmp_path / "out.csv"
+    with Site(pages=120, delay=0.1) as site:
+        proc = crawl(worker_env, site.url("/p/0"), "--max-depth", "200", "--concurrency", "4")
+        job = wait_for(lambda: CrawlJob.objects.first(), 30, "the job to be created")
+        wait_for(lambda: Page.objects.filter(job=job).count() >= 20, 60, "pages to be fetched")
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=90)
+        assert proc.returncode == 130, stderr
+        job.refresh_from_db()
+        assert job.state == JobState.PAUSED
+        assert Checkpoint.objects.filter(job=job, reason="pause").exists()
+        assert f"crawl --resume {job.pk}" in stderr
+        paused_at = Page.objects.filter(job=job).count()
+        assert paused_at < len(site.expected_done())
+
+        proc = crawl(worker_env, "--resume", str(job.pk), "--output", str(out))
+        stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr
+    job.refresh_from_db()
+    assert job.state == JobState.FINISHED
+    stored = list(Page.objects.filter(job=job).values_list("url__url", flat=True))
+    assert sorted(stored) == sorted(site.expected_done())
+    lines = out.read_text().splitlines()
+    assert lines[0].startswith("url,final_url,status")
+    assert len(lines) == 1 + len(site.expected_done() | site.expected_failed())

@@ -1,0 +1,43 @@
+"""The configuration keeps its promises: no loss in Celery, time budgets that nest."""
+
+from django.conf import settings
+
+from crawlplatform.celery import app
+from tasks.defaults import setting
+from tasks.tasks import fetch_url
+
+
+def test_time_budgets_nest():
+    # A page fails on its own deadline before its task is killed, a killed task's lease
+    # expires before the broker hands its message out again.
+    chain = [
+        "FETCH_DEADLINE_S",
+        "TASK_SOFT_TIME_LIMIT_S",
+        "TASK_TIME_LIMIT_S",
+        "LEASE_S",
+        "VISIBILITY_TIMEOUT_S",
+    ]
+    values = [setting(name) for name in chain]
+    assert values == sorted(values) and len(set(values)) == len(values), dict(
+        zip(chain, values, strict=True)
+    )
+
+
+def test_celery_is_configured_for_no_loss():
+    conf = app.conf
+    assert conf.task_acks_late and conf.task_reject_on_worker_lost
+    assert conf.worker_prefetch_multiplier == 1
+    assert conf.task_ignore_result
+    assert fetch_url.acks_late and fetch_url.reject_on_worker_lost
+    options = conf.broker_transport_options
+    assert options["visibility_timeout"] > conf.task_time_limit
+    assert conf.task_default_queue == settings.CRAWL_QUEUE
+
+
+def test_per_job_settings_override_the_environment(monkeypatch):
+    class Job:
+        settings = {"FETCH_DEADLINE_S": 7}
+
+    monkeypatch.setenv("CRAWL_FETCH_DEADLINE_S", "9")
+    assert setting("FETCH_DEADLINE_S") == 9.0
+    assert setting("FETCH_DEADLINE_S", Job()) == 7.0

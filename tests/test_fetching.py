@@ -1,0 +1,167 @@
+"""The fetcher against a real local HTTP server: every bad case ends as a typed outcome."""
+
+from __future__ import annotations
+
+import gzip
+import socket
+import threading
+import time
+from email.utils import formatdate
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from tasks import outcomes
+from tasks.fetching import FetchLimits, fetch, parse_retry_after
+
+LIMITS = FetchLimits(
+    connect_timeout=2, read_timeout=1, deadline=2, max_bytes=1 << 20, max_redirects=5
+)
+BOMB = gzip.compress(b"\0" * (20 << 20))
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args) -> None:
+        pass
+
+    def reply(self, status: int, body: bytes = b"<title>t</title>", **headers: str) -> None:
+        self.send_response(status)
+        headers.setdefault("Content-Type", "text/html")
+        for name, value in headers.items():
+            self.send_header(name.replace("_", "-"), value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        path = self.path
+        if path == "/ok":
+            self.reply(200)
+        elif path.startswith("/chain/"):
+            n = int(path.rsplit("/", 1)[1])
+            self.reply(302, Location=f"/chain/{n - 1}") if n else self.reply(200)
+        elif path in ("/loop/a", "/loop/b"):
+            self.reply(301, Location="/loop/b" if path.endswith("a") else "/loop/a")
+        elif path == "/offsite":
+            self.reply(302, Location="http://external.invalid/")
+        elif path == "/notfound":
+            self.reply(404)
+        elif path == "/error":
+            self.reply(503, Retry_After="3")
+        elif path == "/ratelimited":
+            self.reply(429, Retry_After="7")
+        elif path == "/big":
+            self.reply(200, b"<p>" + b"x" * (3 << 20))
+        elif path == "/bomb":
+            self.reply(200, BOMB, Content_Encoding="gzip")
+        elif path == "/gzip":
+            self.reply(200, gzip.compress(b"<title>zipped</title>"), Content_Encoding="gzip")
+        elif path == "/hang":
+            time.sleep(3)
+            self.reply(200)
+        elif path == "/drip":
+            self.send_response(200)
+            self.send_header("Content-Length", "3000")
+            self.end_headers()
+            for _ in range(30):
+                self.wfile.write(b"x" * 100)
+                self.wfile.flush()
+                time.sleep(0.2)
+        elif path == "/reset":
+            self.connection.shutdown(socket.SHUT_RDWR)  # closed without a response
+
+
+@pytest.fixture(scope="module")
+def server():
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}"
+    srv.shutdown()
+
+
+def get(url: str, **kw):
+    return fetch(url, user_agent="test", limits=LIMITS, **kw)
+
+
+def test_ok(server):
+    resp = get(server + "/ok")
+    assert (resp.status, resp.content_type, resp.truncated) == (200, "text/html", False)
+
+
+def test_redirect_chain_is_followed_and_recorded(server):
+    resp = get(server + "/chain/3")
+    assert resp.final_url == server + "/chain/0"
+    assert len(resp.redirects) == 3
+
+
+def test_too_many_redirects(server):
+    with pytest.raises(outcomes.TooManyRedirects):
+        get(server + "/chain/9")
+
+
+def test_redirect_loop_is_told_apart(server):
+    with pytest.raises(outcomes.RedirectLoop):
+        get(server + "/loop/a")
+
+
+def test_redirect_out_of_scope_is_not_followed(server):
+    with pytest.raises(outcomes.OutOfScope):
+        get(server + "/offsite", in_scope=lambda u: u.startswith(server))
+
+
+@pytest.mark.parametrize(
+    ("path", "kind", "retryable", "status", "retry_after"),
+    [
+        ("/notfound", outcomes.ClientError, False, 404, None),
+        ("/error", outcomes.ServerError, True, 503, 3.0),
+        ("/ratelimited", outcomes.TooManyRequests, True, 429, 7.0),
+    ],
+)
+def test_http_errors(server, path, kind, retryable, status, retry_after):
+    with pytest.raises(kind) as info:
+        get(server + path)
+    assert info.value.retryable is retryable
+    assert (info.value.status, info.value.retry_after) == (status, retry_after)
+
+
+def test_body_is_cut_at_the_cap_and_marked_truncated(server):
+    resp = get(server + "/big")
+    assert resp.truncated and len(resp.body) == LIMITS.max_bytes
+
+
+def test_gzip_is_decoded_and_a_gzip_bomb_is_capped(server):
+    assert get(server + "/gzip").body == b"<title>zipped</title>"
+    bomb = get(server + "/bomb")
+    assert bomb.truncated and len(bomb.body) == LIMITS.max_bytes
+
+
+def test_read_timeout(server):
+    with pytest.raises(outcomes.ReadTimeout):
+        get(server + "/hang")
+
+
+def test_total_deadline_bounds_a_slow_drip(server):
+    started = time.monotonic()
+    with pytest.raises(outcomes.DeadlineExceeded):
+        get(server + "/drip")
+    assert time.monotonic() - started < LIMITS.deadline + 1
+
+
+def test_connection_refused_and_reset(server):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        free_port = s.getsockname()[1]
+    with pytest.raises(outcomes.ConnectFailed):
+        get(f"http://127.0.0.1:{free_port}/")
+    with pytest.raises(outcomes.ConnectionReset):
+        get(server + "/reset")
+
+
+def test_retry_after_in_seconds_and_as_http_date():
+    assert parse_retry_after("120") == 120.0
+    now = time.time()
+    assert parse_retry_after(formatdate(now + 60, usegmt=True), now=now) == pytest.approx(60, abs=1)
+    assert parse_retry_after("soon") is None and parse_retry_after(None) is None

@@ -1,0 +1,149 @@
+"""Frontier moves against the real database: exact dedup, compare-and-set claims, lease tokens."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from tasks import frontier, jobs, outcomes
+from web.models import FrontierURL, JobState, Page, URLState
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def job():
+    j = jobs.create_job(["http://127.0.0.1:9/"], max_depth=3)
+    jobs.start(j)
+    return j
+
+
+def schedule(url: FrontierURL) -> None:
+    FrontierURL.objects.filter(pk=url.pk).update(state=URLState.SCHEDULED)
+
+
+def page_for(claim: frontier.Claim) -> Page:
+    return Page(
+        job_id=claim.job.pk,
+        url_id=claim.url.pk,
+        final_url=claim.url.url,
+        status=200,
+        size=0,
+        elapsed_ms=1,
+        fetched_at=timezone.now(),
+        content_hash="0" * 64,
+    )
+
+
+def test_inserting_a_url_twice_keeps_one_row(job):
+    frontier.insert_urls(job.pk, ["http://127.0.0.1:9/a", "http://127.0.0.1:9/a"], depth=1)
+    frontier.insert_urls(job.pk, ["http://127.0.0.1:9/a"], depth=2)
+    rows = FrontierURL.objects.filter(job=job, url="http://127.0.0.1:9/a")
+    assert [(r.depth, r.host) for r in rows] == [(1, "127.0.0.1:9")]
+
+
+def test_only_one_claim_wins_and_a_done_url_is_not_claimed_again(job):
+    url = FrontierURL.objects.get(job=job)
+    schedule(url)
+    first = frontier.claim(url.pk)
+    assert first is not None and first.attempt == 1
+    assert frontier.claim(url.pk) is None  # a duplicate message while leased
+    frontier.record_page(first, page_for(first), ["http://127.0.0.1:9/next"])
+    assert frontier.claim(url.pk) is None  # a redelivery after done
+    assert FrontierURL.objects.get(pk=url.pk).state == URLState.DONE
+    assert FrontierURL.objects.filter(job=job, depth=1, discovered_from=url).count() == 1
+
+
+def test_claim_on_a_paused_job_puts_the_url_back(job):
+    url = FrontierURL.objects.get(job=job)
+    schedule(url)
+    jobs.pause(job)
+    assert frontier.claim(url.pk) is None
+    assert FrontierURL.objects.get(pk=url.pk).state == URLState.QUEUED
+
+
+def test_a_swept_lease_cannot_be_committed_by_its_old_worker(job):
+    url = FrontierURL.objects.get(job=job)
+    schedule(url)
+    old = frontier.claim(url.pk)
+    FrontierURL.objects.filter(pk=url.pk).update(lease_until=timezone.now() - timedelta(seconds=1))
+    assert frontier.sweep_expired_leases() == 1
+    schedule(url)
+    new = frontier.claim(url.pk)
+    assert new.attempt == 2
+    with pytest.raises(frontier.LeaseLost):
+        frontier.record_page(old, page_for(old), ["http://127.0.0.1:9/from-old"])
+    assert not Page.objects.exists()
+    assert not FrontierURL.objects.filter(url__endswith="from-old").exists()  # rolled back
+    frontier.record_page(new, page_for(new), [])
+    assert Page.objects.count() == 1
+
+
+def test_an_expired_lease_is_claimed_by_the_redelivered_message(job):
+    url = FrontierURL.objects.get(job=job)
+    schedule(url)
+    frontier.claim(url.pk)
+    assert frontier.claim(url.pk) is None  # lease still valid
+    FrontierURL.objects.filter(pk=url.pk).update(lease_until=timezone.now() - timedelta(seconds=1))
+    assert frontier.claim(url.pk).attempt == 2
+
+
+def test_transient_failures_retry_with_backoff_then_fail(job, monkeypatch):
+    monkeypatch.setenv("CRAWL_RETRY_MAX_ATTEMPTS", "2")
+    url = FrontierURL.objects.get(job=job)
+    schedule(url)
+    claim = frontier.claim(url.pk)
+    before = timezone.now()
+    assert frontier.record_failure(claim, outcomes.ServerError("HTTP 503", status=503)) == "queued"
+    row = FrontierURL.objects.get(pk=url.pk)
+    assert row.not_before > before and row.error_reason == "http_5xx"
+    schedule(url)
+    claim = frontier.claim(url.pk)
+    assert frontier.record_failure(claim, outcomes.ServerError("HTTP 503", status=503)) == "failed"
+    row = FrontierURL.objects.get(pk=url.pk)
+    assert (row.state, row.attempts, row.http_status) == ("failed", 2, 503)
+
+
+def test_retry_after_is_honoured(job):
+    url = FrontierURL.objects.get(job=job)
+    schedule(url)
+    claim = frontier.claim(url.pk)
+    frontier.record_failure(
+        claim, outcomes.TooManyRequests("HTTP 429", status=429, retry_after=120)
+    )
+    row = FrontierURL.objects.get(pk=url.pk)
+    assert row.not_before >= timezone.now() + timedelta(seconds=115)
+
+
+def test_permanent_failures_are_not_retried(job):
+    url = FrontierURL.objects.get(job=job)
+    schedule(url)
+    claim = frontier.claim(url.pk)
+    assert frontier.record_failure(claim, outcomes.ClientError("HTTP 404", status=404)) == "failed"
+
+
+def test_backoff_grows_exponentially_with_jitter():
+    waits = [frontier.backoff_seconds(n) for n in (1, 2, 3, 4)]
+    for n, wait in enumerate(waits, start=1):
+        step = 2.0 * 2 ** (n - 1)
+        assert step / 2 <= wait <= step
+
+
+def test_job_transitions_are_compare_and_set(job):
+    assert job.state == JobState.RUNNING
+    assert jobs.pause(job) and not jobs.pause(job)
+    assert jobs.resume(job) and not jobs.resume(job)
+    assert jobs.cancel(job) and not jobs.cancel(job)
+    assert not jobs.resume(job)
+    assert FrontierURL.objects.get(job=job).state == URLState.SKIPPED
+    versions = list(job.checkpoints.order_by("version").values_list("version", "reason"))
+    assert versions == [(1, "pause"), (2, "cancel")]
+
+
+def test_bad_seeds_and_unknown_settings_are_refused():
+    with pytest.raises(jobs.JobError, match="not an http"):
+        jobs.create_job(["ftp://example.com/"])
+    with pytest.raises(jobs.JobError, match="unknown crawl settings: NOPE"):
+        jobs.create_job(["http://example.com/"], settings={"NOPE": 1})

@@ -1,0 +1,49 @@
+from tasks.parsing import looks_binary, parse_html
+
+
+def test_links_are_absolute_unique_and_skip_other_schemes():
+    body = b"""<html><head><title> A   title </title></head><body>
+      <a href="b.html">b</a><a href="b.html">again</a><a href="/c?x=1">c</a>
+      <a href="#top">frag</a><a href="mailto:x@y.z">m</a><a href="javascript:go()">j</a>
+      <a href="tel:1">t</a><a href="https://other.example/">o</a><area href="d.html">
+    </body></html>"""
+    parsed = parse_html(body, "text/html", "http://h/dir/a.html")
+    assert parsed.title == "A title"
+    assert parsed.links == [
+        "http://h/dir/b.html",
+        "http://h/c?x=1",
+        "https://other.example/",
+        "http://h/dir/d.html",
+    ]
+
+
+def test_base_href_is_honoured():
+    body = b'<html><head><base href="http://h/base/"></head><a href="x.html">x</a></html>'
+    assert parse_html(body, "text/html", "http://h/other/page").links == ["http://h/base/x.html"]
+
+
+def test_charset_from_header_and_from_meta():
+    latin1 = "<title>caf\u00e9 cr\u00e8me</title>".encode("latin-1")
+    assert parse_html(latin1, "text/html; charset=iso-8859-1", "http://h/").title == "café crème"
+    meta = b'<meta charset="iso-8859-1">' + latin1
+    assert parse_html(meta, "text/html", "http://h/").title == "café crème"
+
+
+def test_malformed_html_still_yields_links():
+    body = b"<html><body><div><a href='a'>a<table><a href=b>b</p></td><a href=\"c\">c"
+    assert parse_html(body, "text/html", "http://h/").links == [
+        "http://h/a",
+        "http://h/b",
+        "http://h/c",
+    ]
+
+
+def test_empty_and_xml_declared_documents():
+    assert parse_html(b"", "text/html", "http://h/").links == []
+    xhtml = b'<?xml version="1.0" encoding="utf-8"?><html><a href="x">x</a></html>'
+    assert parse_html(xhtml, "application/xhtml+xml", "http://h/").links == ["http://h/x"]
+
+
+def test_binary_bodies_are_recognized():
+    assert looks_binary(b"\x89PNG\r\n\x1a\n\x00\x00")
+    assert not looks_binary(b"<html></html>")

@@ -1,0 +1,81 @@
+"""The scheduler against the real database and Redis."""
+
+from __future__ import annotations
+
+import pytest
+
+from tasks import broker, frontier, jobs, scheduler
+from web.models import FrontierURL, JobState, URLState
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def make_job(urls: int, **fields):
+    job = jobs.create_job(["http://127.0.0.1:9/"], **fields)
+    jobs.start(job)
+    frontier.insert_urls(job.pk, [f"http://127.0.0.1:9/{i}" for i in range(urls)], depth=1)
+    return job
+
+
+def test_release_is_bounded_by_the_ready_budget_and_publishes_after_commit(redis, monkeypatch):
+    monkeypatch.setenv("CRAWL_READY_PER_JOB", "10")
+    job = make_job(30)
+    assert scheduler.release(job) == 10
+    assert scheduler.release(job) == 0  # ten messages already wait
+    assert broker.depth() == {"ready": 10, "unacked": 0}
+    scheduled = FrontierURL.objects.filter(job=job, state=URLState.SCHEDULED)
+    assert list(scheduled.values_list("depth", flat=True)) == [0] + [1] * 9  # seeds first
+
+
+def test_urls_waiting_for_not_before_are_not_released(redis):
+    job = make_job(0)
+    FrontierURL.objects.filter(job=job).update(not_before="2999-01-01T00:00:00Z")
+    assert scheduler.release(job) == 0
+
+
+def test_max_pages_skips_the_rest(redis):
+    job = make_job(20, max_pages=5)
+    assert scheduler.release(job) == 5
+    assert scheduler.release(job) == 0
+    assert FrontierURL.objects.filter(job=job, state=URLState.SKIPPED).count() == 16
+    assert FrontierURL.objects.get(job=job, depth=0).state == URLState.SCHEDULED
+
+
+def test_job_finishes_only_when_no_url_is_pending(redis):
+    job = make_job(0)
+    assert not scheduler.finish_if_done(job)
+    FrontierURL.objects.filter(job=job).update(state=URLState.DONE)
+    assert scheduler.finish_if_done(job)
+    job.refresh_from_db()
+    assert job.state == JobState.FINISHED
+    assert job.checkpoints.get().reason == "finish"
+
+
+def test_reconcile_republishes_what_the_broker_lost(redis):
+    job = make_job(4)
+    assert scheduler.release(job) == 5
+    assert scheduler.reconcile() == 0
+    redis.flushdb()  # Redis restarted without persistence
+    assert scheduler.reconcile() == 5
+    assert broker.depth()["ready"] == 5
+    assert scheduler.reconcile() == 0
+
+
+def test_per_host_delay_releases_one_url_per_host_per_slot(redis):
+    job = make_job(5, delay=30)
+    assert scheduler.release(job) == 1
+    assert scheduler.release(job) == 0
+
+
+def test_only_one_scheduler_leads(redis):
+    a, b = scheduler.Scheduler(), scheduler.Scheduler()
+    assert a.is_leader() and not b.is_leader()
+    a.resign()
+    assert b.is_leader()
+
+
+def test_priority_lists_are_named_as_the_transport_names_them(redis):
+    job = make_job(0)
+    FrontierURL.objects.filter(job=job).update(depth=5)
+    scheduler.release(job)
+    assert redis.llen(broker.priority_lists("crawl")[1]) == 1  # priority 5 -> step 3

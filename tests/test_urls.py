@@ -1,0 +1,57 @@
+from types import SimpleNamespace
+
+from tasks.urls import Scope, canonicalize, host_of
+
+
+def test_canonical_form_sorts_query_drops_fragment_default_port_and_lowercases_host():
+    assert (
+        canonicalize("HTTP://Example.COM:80/a/b?z=1&a=2#frag") == "http://example.com/a/b?a=2&z=1"
+    )
+    assert canonicalize("https://example.com:443/") == "https://example.com/"
+    assert canonicalize("https://example.com:8443/x") == "https://example.com:8443/x"
+
+
+def test_query_order_and_fragment_variants_are_one_url():
+    variants = ["http://h/p?b=2&a=1", "http://h/p?a=1&b=2#x", "http://h/p?a=1&b=2"]
+    assert len({canonicalize(v) for v in variants}) == 1
+
+
+def test_percent_encoding_is_normalized():
+    assert canonicalize("http://h/a%7eb/c d") == canonicalize("http://h/a~b/c%20d")
+
+
+def test_non_http_schemes_are_not_urls_to_crawl():
+    for url in ["mailto:a@b.c", "javascript:void(0)", "tel:+123", "data:text/html,x", "ftp://h/"]:
+        assert canonicalize(url) is None
+
+
+def test_host_includes_non_default_port():
+    assert host_of("http://127.0.0.1:8000/x") == "127.0.0.1:8000"
+
+
+def job(**kw):
+    base = dict(
+        seeds=["https://example.com/"],
+        allowed_domains=[],
+        include_patterns=[],
+        exclude_patterns=[],
+        max_depth=3,
+        settings={},
+    )
+    return SimpleNamespace(**{**base, **kw})
+
+
+def test_scope_defaults_to_the_seeds_hosts_with_subdomains():
+    scope = Scope.for_job(job())
+    assert scope.allows("https://example.com/a")
+    assert scope.allows("https://www.example.com/a")
+    assert not scope.allows("https://example.org/a")
+    assert not scope.allows("https://badexample.com/a")
+
+
+def test_scope_patterns_and_length():
+    scope = Scope.for_job(job(include_patterns=[r"/docs/"], exclude_patterns=[r"\.pdf$"]))
+    assert scope.allows("https://example.com/docs/a.html")
+    assert not scope.allows("https://example.com/blog/a.html")
+    assert not scope.allows("https://example.com/docs/a.pdf")
+    assert not scope.allows("https://example.com/docs/" + "x" * 3000)
