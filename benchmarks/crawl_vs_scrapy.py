@@ -1,0 +1,187 @@
+"""Crawl the Python 3.11 HTML docs on loopback with crawlplatform and with Scrapy, same run.
+
+    apt-get install python3.11-doc
+    .venv/bin/pip install -r benchmarks/requirements.txt
+    .venv/bin/python benchmarks/crawl_vs_scrapy.py [--concurrency 16]
+
+The platform runs in full durable form: PostgreSQL (a fresh database ``crawlbench``) and
+Redis (database 14), worker processes on both cores, every page and URL state committed.
+Both crawlers get the same concurrency. Printed per crawler: pages, wall seconds (first to
+last request as seen by the server, and the whole command), pages/s, CPU seconds per page
+over every process involved (the crawler's process tree; for the platform also PostgreSQL
+and Redis), peak RSS of the crawler's process tree; then the ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import resource
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import psycopg
+import redis
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Result:
+    name: str
+    pages: int
+    server_wall: float
+    command_wall: float
+    cpu: float
+    peak_rss: int
+
+    @property
+    def rate(self) -> float:
+        return self.pages / self.server_wall
+
+    @property
+    def cpu_per_page_ms(self) -> float:
+        return 1000 * self.cpu / self.pages
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def service_cpu(names: tuple[str, ...]) -> float:
+    """CPU seconds of the named servers, exited children (PostgreSQL backends) included."""
+    total = 0.0
+    for proc in psutil.process_iter(["name", "ppid"]):
+        try:
+            if proc.info["name"] not in names:
+                continue
+            parent = psutil.Process(proc.info["ppid"]).name() if proc.info["ppid"] else ""
+            if parent in names:
+                continue  # a backend: counted in its postmaster's children times
+            t = proc.cpu_times()
+            total += t.user + t.system + t.children_user + t.children_system
+            for child in proc.children(recursive=True):
+                ct = child.cpu_times()
+                total += ct.user + ct.system
+        except psutil.Error:
+            continue
+    return total
+
+
+class RSSSampler(threading.Thread):
+    def __init__(self, pid: int) -> None:
+        super().__init__(daemon=True)
+        self.root = psutil.Process(pid)
+        self.peak = 0
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(0.2):
+            try:
+                procs = [self.root, *self.root.children(recursive=True)]
+                self.peak = max(self.peak, sum(p.memory_info().rss for p in procs))
+            except psutil.Error:
+                continue
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def measure(name: str, cmd: list[str], env: dict, stats_url: str, services: tuple[str, ...],
+            pages_from) -> Result:
+    urllib.request.urlopen(stats_url).read()  # reset the server's counters
+    cpu0, svc0, t0 = children_cpu(), service_cpu(services), time.monotonic()
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    sampler = RSSSampler(proc.pid)
+    sampler.start()
+    out, err = proc.communicate()
+    sampler.done.set()
+    wall = time.monotonic() - t0
+    cpu = children_cpu() - cpu0 + service_cpu(services) - svc0
+    if proc.returncode != 0:
+        sys.exit(f"{name} failed ({proc.returncode}):\n{out}\n{err[-3000:]}")
+    _, first, last = urllib.request.urlopen(stats_url).read().decode().split()
+    return Result(name, pages_from(out), float(last) - float(first), wall, cpu, sampler.peak)
+
+
+def fresh_database(admin_url: str, name: str) -> str:
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE {name}")
+    return admin_url.rsplit("/", 1)[0] + "/" + name
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 2)
+    parser.add_argument("--pool", default="threads")
+    parser.add_argument("--docs", type=Path, default=Path("/usr/share/doc/python3.11/html"))
+    parser.add_argument("--postgres", default="postgres://postgres@127.0.0.1:5432/postgres")
+    parser.add_argument("--redis", default="redis://127.0.0.1:6379/14")
+    parser.add_argument("--skip-scrapy", action="store_true")
+    args = parser.parse_args()
+    if not (args.docs / "index.html").exists():
+        sys.exit(f"{args.docs} not found: apt-get install python3.11-doc")
+
+    port = free_port()
+    server = subprocess.Popen([sys.executable, str(ROOT / "benchmarks/docserver.py"),
+                               str(args.docs), str(port)], stdout=subprocess.PIPE, text=True)
+    print(server.stdout.readline().strip())
+    base = f"http://127.0.0.1:{port}"
+    start_url, stats_url = f"{base}/index.html", f"{base}/__stats__"
+    results = []
+    try:
+        if not args.skip_scrapy:
+            results.append(measure(
+                "scrapy",
+                [sys.executable, "benchmarks/scrapy_spider.py", start_url, str(args.concurrency)],
+                dict(os.environ), stats_url, (),
+                lambda out: int(re.search(r"scrapy pages=(\d+)", out).group(1)),
+            ))
+        database_url = fresh_database(args.postgres, "crawlbench")
+        redis.Redis.from_url(args.redis).flushdb()
+        env = {**os.environ, "DATABASE_URL": database_url, "REDIS_URL": args.redis,
+               "LOG_LEVEL": "WARNING"}
+        subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env,
+                       check=True)
+        results.append(measure(
+            "crawlplatform",
+            [sys.executable, "manage.py", "crawl", start_url, "--max-depth", "100",
+             "--concurrency", str(args.concurrency), "--workers", str(args.workers),
+             "--pool", args.pool],
+            env, stats_url, ("postgres", "redis-server"),
+            lambda out: int(re.search(r"finished: (\d+) pages", out).group(1)),
+        ))
+    finally:
+        server.terminate()
+
+    print(f"\nconcurrency {args.concurrency}; crawlplatform: {args.workers} workers "
+          f"({args.pool}), PostgreSQL + Redis; {os.cpu_count()} cores\n")
+    print(f"{'crawler':<14}{'pages':>7}{'wall s':>9}{'cmd s':>8}{'pages/s':>9}"
+          f"{'CPU ms/page':>13}{'peak RSS MB':>13}")
+    for r in results:
+        print(f"{r.name:<14}{r.pages:>7}{r.server_wall:>9.2f}{r.command_wall:>8.2f}"
+              f"{r.rate:>9.1f}{r.cpu_per_page_ms:>13.1f}{r.peak_rss / 2**20:>13.0f}")
+    if len(results) == 2:
+        scrapy, ours = results
+        print(f"\nthroughput ratio (crawlplatform / scrapy): {ours.rate / scrapy.rate:.2f}x")
+        print(f"CPU per page ratio (crawlplatform / scrapy): "
+              f"{ours.cpu_per_page_ms / scrapy.cpu_per_page_ms:.2f}")
+
+
+if __name__ == "__main__":
+    main()
