@@ -99,12 +99,14 @@ def children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def measure(name: str, cmd: list[str], env: dict, stats_url: str, services: tuple[str, ...],
-            pages_from) -> Result:
+def measure(
+    name: str, cmd: list[str], env: dict, stats_url: str, services: tuple[str, ...], pages_from
+) -> Result:
     urllib.request.urlopen(stats_url).read()  # reset the server's counters
     cpu0, svc0, t0 = children_cpu(), service_cpu(services), time.monotonic()
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     sampler = RSSSampler(proc.pid)
     sampler.start()
     out, err = proc.communicate()
@@ -138,49 +140,89 @@ def main() -> None:
         sys.exit(f"{args.docs} not found: apt-get install python3.11-doc")
 
     port = free_port()
-    server = subprocess.Popen([sys.executable, str(ROOT / "benchmarks/docserver.py"),
-                               str(args.docs), str(port)], stdout=subprocess.PIPE, text=True)
+    server = subprocess.Popen(
+        [sys.executable, str(ROOT / "benchmarks/docserver.py"), str(args.docs), str(port)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     print(server.stdout.readline().strip())
     base = f"http://127.0.0.1:{port}"
     start_url, stats_url = f"{base}/index.html", f"{base}/__stats__"
     results = []
     try:
         if not args.skip_scrapy:
-            results.append(measure(
-                "scrapy",
-                [sys.executable, "benchmarks/scrapy_spider.py", start_url, str(args.concurrency)],
-                dict(os.environ), stats_url, (),
-                lambda out: int(re.search(r"scrapy pages=(\d+)", out).group(1)),
-            ))
+            results.append(
+                measure(
+                    "scrapy",
+                    [
+                        sys.executable,
+                        "benchmarks/scrapy_spider.py",
+                        start_url,
+                        str(args.concurrency),
+                    ],
+                    dict(os.environ),
+                    stats_url,
+                    (),
+                    lambda out: int(re.search(r"scrapy pages=(\d+)", out).group(1)),
+                )
+            )
         database_url = fresh_database(args.postgres, "crawlbench")
         redis.Redis.from_url(args.redis).flushdb()
-        env = {**os.environ, "DATABASE_URL": database_url, "REDIS_URL": args.redis,
-               "LOG_LEVEL": "WARNING"}
-        subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env,
-                       check=True)
-        results.append(measure(
-            "crawlplatform",
-            [sys.executable, "manage.py", "crawl", start_url, "--max-depth", "100",
-             "--concurrency", str(args.concurrency), "--workers", str(args.workers),
-             "--pool", args.pool],
-            env, stats_url, ("postgres", "redis-server"),
-            lambda out: int(re.search(r"finished: (\d+) pages", out).group(1)),
-        ))
+        env = {
+            **os.environ,
+            "DATABASE_URL": database_url,
+            "REDIS_URL": args.redis,
+            "LOG_LEVEL": "WARNING",
+        }
+        subprocess.run(
+            [sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True
+        )
+        results.append(
+            measure(
+                "crawlplatform",
+                [
+                    sys.executable,
+                    "manage.py",
+                    "crawl",
+                    start_url,
+                    "--max-depth",
+                    "100",
+                    "--concurrency",
+                    str(args.concurrency),
+                    "--workers",
+                    str(args.workers),
+                    "--pool",
+                    args.pool,
+                ],
+                env,
+                stats_url,
+                ("postgres", "redis-server"),
+                lambda out: int(re.search(r"finished: (\d+) pages", out).group(1)),
+            )
+        )
     finally:
         server.terminate()
 
-    print(f"\nconcurrency {args.concurrency}; crawlplatform: {args.workers} workers "
-          f"({args.pool}), PostgreSQL + Redis; {os.cpu_count()} cores\n")
-    print(f"{'crawler':<14}{'pages':>7}{'wall s':>9}{'cmd s':>8}{'pages/s':>9}"
-          f"{'CPU ms/page':>13}{'peak RSS MB':>13}")
+    print(
+        f"\nconcurrency {args.concurrency}; crawlplatform: {args.workers} workers "
+        f"({args.pool}), PostgreSQL + Redis; {os.cpu_count()} cores\n"
+    )
+    print(
+        f"{'crawler':<14}{'pages':>7}{'wall s':>9}{'cmd s':>8}{'pages/s':>9}"
+        f"{'CPU ms/page':>13}{'peak RSS MB':>13}"
+    )
     for r in results:
-        print(f"{r.name:<14}{r.pages:>7}{r.server_wall:>9.2f}{r.command_wall:>8.2f}"
-              f"{r.rate:>9.1f}{r.cpu_per_page_ms:>13.1f}{r.peak_rss / 2**20:>13.0f}")
+        print(
+            f"{r.name:<14}{r.pages:>7}{r.server_wall:>9.2f}{r.command_wall:>8.2f}"
+            f"{r.rate:>9.1f}{r.cpu_per_page_ms:>13.1f}{r.peak_rss / 2**20:>13.0f}"
+        )
     if len(results) == 2:
         scrapy, ours = results
         print(f"\nthroughput ratio (crawlplatform / scrapy): {ours.rate / scrapy.rate:.2f}x")
-        print(f"CPU per page ratio (crawlplatform / scrapy): "
-              f"{ours.cpu_per_page_ms / scrapy.cpu_per_page_ms:.2f}")
+        print(
+            f"CPU per page ratio (crawlplatform / scrapy): "
+            f"{ours.cpu_per_page_ms / scrapy.cpu_per_page_ms:.2f}"
+        )
 
 
 if __name__ == "__main__":

@@ -70,7 +70,9 @@ def main() -> None:
             else:
                 stats.hit()
                 found = files.get(path)
-                status, (body, kind) = (200, found) if found else (404, (b"not found", "text/plain"))
+                status, (body, kind) = (
+                    (200, found) if found else (404, (b"not found", "text/plain"))
+                )
             self.send_response(status)
             self.send_header("Content-Type", kind)
             self.send_header("Content-Length", str(len(body)))

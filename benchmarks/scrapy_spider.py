@@ -1,6 +1,6 @@
 """The Scrapy side of the comparison: follow every link on the start URL's host.
 
-    python benchmarks/scrapy_spider.py URL CONCURRENCY
+python benchmarks/scrapy_spider.py URL CONCURRENCY
 """
 
 from __future__ import annotations
@@ -10,24 +10,23 @@ from urllib.parse import urlsplit
 
 from scrapy.crawler import CrawlerProcess
 from scrapy.linkextractors import LinkExtractor
-from scrapy.spiders import CrawlSpider, Rule
+from scrapy.spiders import Spider
 
 
 def main() -> None:
     url, concurrency = sys.argv[1], int(sys.argv[2])
     host = urlsplit(url).hostname
 
-    class DocsSpider(CrawlSpider):
+    class DocsSpider(Spider):
         name = "docs"
         start_urls = [url]
         allowed_domains = [host]
-        rules = [Rule(LinkExtractor(allow_domains=[host]), callback="parse_page", follow=True)]
+        links = LinkExtractor()  # offsite links are dropped by allowed_domains
 
-        def parse_start_url(self, response):
-            return self.parse_page(response)
-
-        def parse_page(self, response):
+        def parse(self, response):
             yield {"url": response.url, "title": response.css("title::text").get()}
+            for link in self.links.extract_links(response):
+                yield response.follow(link.url, self.parse)
 
     process = CrawlerProcess(
         settings={
@@ -45,8 +44,11 @@ def main() -> None:
     process.crawl(crawler)
     process.start()
     stats = crawler.stats.get_stats()
-    print(f"scrapy pages={stats.get('response_received_count', 0)} "
-          f"items={stats.get('item_scraped_count', 0)}", flush=True)
+    print(
+        f"scrapy pages={stats.get('response_received_count', 0)} "
+        f"items={stats.get('item_scraped_count', 0)}",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -13,9 +13,19 @@ import hashlib
 import logging
 from datetime import UTC, datetime
 
+from django.db import DatabaseError
+
 from tasks import fetching, outcomes, parsing
 from tasks.defaults import setting
-from tasks.frontier import Claim, LeaseLost, claim, record_failure, record_page
+from tasks.frontier import (
+    Claim,
+    LeaseLost,
+    claim,
+    record_failure,
+    record_page,
+    release_lease,
+    with_retries,
+)
 from tasks.urls import Scope, canonicalize
 from web.models import Page
 
@@ -103,6 +113,12 @@ def process(url_id: int) -> str | None:
     except LeaseLost as exc:
         log.warning("discarded work: %s", exc)
         return None
+    except DatabaseError:
+        # The database is away or refused the commit: give the URL back at once if it can be
+        # reached, else its lease expires and the sweep does.
+        log.exception("job=%s url=%s: database error", claimed.job.pk, claimed.url.url)
+        release_lease(claimed)
+        raise
 
 
 def _process_claimed(claimed: Claim) -> str:
@@ -124,7 +140,11 @@ def _process_claimed(claimed: Claim) -> str:
         return state
     title, links = "", []
     if resp.content_type in parsing.HTML_TYPES and not parsing.looks_binary(resp.body):
-        parsed = parsing.parse_html(resp.body, resp.content_type_header, resp.final_url)
+        try:
+            parsed = parsing.parse_html(resp.body, resp.content_type_header, resp.final_url)
+        except Exception as exc:  # a page must never crash the worker, whatever it holds
+            log.exception("job=%s url=%s: parser failed", job.pk, claimed.url.url)
+            return record_failure(claimed, outcomes.ParseError(f"{type(exc).__name__}: {exc}"))
         title = parsed.title
         if claimed.url.depth < job.max_depth:
             links = new_links(cache, parsed.links)
@@ -141,7 +161,7 @@ def _process_claimed(claimed: Claim) -> str:
         fetched_at=datetime.now(UTC),
         content_hash=hashlib.sha256(resp.body).hexdigest(),
     )
-    record_page(claimed, page, links)
+    with_retries(lambda: record_page(claimed, page, links))
     for url in links:
         cache.committed.put(url)
     return "done"

@@ -12,11 +12,12 @@ lease was swept and re-granted to another cannot commit over it. Everything a pa
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 
-from django.db import transaction
+from django.db import DatabaseError, OperationalError, transaction
 from django.db.models import Count, F
 from django.utils import timezone
 
@@ -24,6 +25,8 @@ from tasks import outcomes
 from tasks.defaults import setting
 from tasks.urls import host_of
 from web.models import CrawlJob, FrontierURL, JobState, Page, URLState
+
+_TRANSIENT_SQLSTATES = {"40P01", "40001", "55P03"}  # deadlock, serialization, lock timeout
 
 
 class LeaseLost(Exception):
@@ -89,13 +92,50 @@ def _finish(claim: Claim, to: str, **changes) -> None:
         raise LeaseLost(f"lease on URL {claim.url.pk} (attempt {claim.attempt}) ended")
 
 
+def with_retries(commit: Callable[[], None], attempts: int = 3) -> None:
+    """Run a transaction again if the database aborted it as a deadlock or a lock timeout."""
+    for attempt in range(1, attempts + 1):
+        try:
+            commit()
+            return
+        except OperationalError as exc:
+            transient = getattr(exc.__cause__, "sqlstate", None) in _TRANSIENT_SQLSTATES or (
+                "database is locked" in str(exc)
+            )
+            if not transient or attempt == attempts:
+                raise
+            time.sleep(random.uniform(0.01, 0.1) * attempt)
+
+
+def release_lease(claim: Claim) -> bool:
+    """Give a leased URL back to the queue without counting the attempt; best effort."""
+    try:
+        return bool(
+            FrontierURL.objects.filter(
+                pk=claim.url.pk, state=URLState.LEASED, attempts=claim.attempt
+            ).update(
+                state=URLState.QUEUED,
+                lease_until=None,
+                scheduled_at=None,
+                not_before=timezone.now(),
+                attempts=claim.attempt - 1,
+            )
+        )
+    except DatabaseError:
+        return False
+
+
 def record_page(claim: Claim, page: Page, links: list[str]) -> None:
-    """Commit a fetched page, its new links and the URL's DONE state as one transaction."""
+    """Commit a fetched page, its new links and the URL's DONE state as one transaction.
+
+    Links are inserted in sorted order, so that two pages inserting overlapping links take
+    the unique index's locks in the same order and cannot deadlock each other.
+    """
     with transaction.atomic():
         _finish(claim, URLState.DONE, http_status=page.status, error_reason="", error_message="")
         page.save(force_insert=True)
         if links:
-            insert_urls(claim.job.pk, links, claim.url.depth + 1, claim.url.pk)
+            insert_urls(claim.job.pk, sorted(links), claim.url.depth + 1, claim.url.pk)
 
 
 def backoff_seconds(attempt: int, job: CrawlJob | None = None) -> float:

@@ -18,7 +18,8 @@
     │   ├── TooManyRedirects          too_many_redirects
     │   ├── RedirectLoop              redirect_loop
     │   ├── InvalidURL                invalid_url
-    │   └── ProtocolError             protocol_error
+    │   ├── ProtocolError             protocol_error
+    │   └── ParseError                parse_error (the page could not be parsed at all)
     └── Skip                          the URL is skipped, never fetched (or not followed)
         └── OutOfScope                out_of_scope (a redirect left the job's scope)
 
@@ -109,6 +110,10 @@ class InvalidURL(Permanent):
 
 class ProtocolError(Permanent):
     reason = "protocol_error"
+
+
+class ParseError(Permanent):
+    reason = "parse_error"
 
 
 class Skip(CrawlOutcome):

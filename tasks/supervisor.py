@@ -20,31 +20,16 @@ from django.conf import settings
 log = logging.getLogger(__name__)
 
 
-def worker_command(name: str, concurrency: int, pool: str, logfile: Path | None) -> list[str]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "celery",
-        "-A",
-        "crawlplatform",
-        "worker",
-        "--pool",
-        pool,
-        "--concurrency",
-        str(concurrency),
-        "--queues",
-        settings.CRAWL_QUEUE,
-        "--hostname",
-        f"{name}@%h",
-        "--without-gossip",
-        "--without-mingle",
-        "--without-heartbeat",
-        "--loglevel",
-        "INFO",
-    ]
-    if logfile is not None:
-        cmd += ["--logfile", str(logfile)]
-    return cmd
+def worker_command(name: str, concurrency: int, pool: str) -> list[str]:
+    return [
+        sys.executable, "-m", "celery", "-A", "crawlplatform", "worker",
+        "--pool", pool,
+        "--concurrency", str(concurrency),
+        "--queues", settings.CRAWL_QUEUE,
+        "--hostname", f"{name}@%h",
+        "--without-gossip", "--without-mingle", "--without-heartbeat",
+        "--loglevel", "INFO",
+    ]  # fmt: skip
 
 
 class WorkerPool:
@@ -70,19 +55,21 @@ class WorkerPool:
     def spawn(self) -> str:
         self._serial += 1
         name = f"worker{self._serial}"
-        logfile = None
+        log = None
         if self.log_dir is not None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
-            logfile = self.log_dir / f"{name}.log"
+            log = (self.log_dir / f"{name}.log").open("ab")
         self.procs[name] = subprocess.Popen(
-            worker_command(name, self.concurrency, self.pool, logfile),
+            worker_command(name, self.concurrency, self.pool),
             cwd=settings.BASE_DIR,
             env=self.env,
             stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL if logfile else None,
-            stderr=subprocess.STDOUT if logfile else None,
+            stdout=log,
+            stderr=subprocess.STDOUT if log else None,
             start_new_session=True,
         )
+        if log is not None:
+            log.close()  # the child has its own descriptor
         return name
 
     def start(self) -> None:
