@@ -78,20 +78,36 @@ def service_cpu(names: tuple[str, ...]) -> float:
     return total
 
 
-class RSSSampler(threading.Thread):
+class Sampler(threading.Thread):
+    """Peak RSS of a process tree, and the last CPU time seen of each of its processes."""
+
     def __init__(self, pid: int) -> None:
         super().__init__(daemon=True)
         self.root = psutil.Process(pid)
         self.peak = 0
+        self.cpu: dict[int, tuple[str, float]] = {}
         self.done = threading.Event()
 
     def run(self) -> None:
-        while not self.done.wait(0.2):
+        while not self.done.wait(0.1):
             try:
                 procs = [self.root, *self.root.children(recursive=True)]
-                self.peak = max(self.peak, sum(p.memory_info().rss for p in procs))
+                rss = 0
+                for p in procs:
+                    with p.oneshot():
+                        rss += p.memory_info().rss
+                        t = p.cpu_times()
+                        role = "worker" if "worker" in p.cmdline() else "command"
+                        self.cpu[p.pid] = (role, t.user + t.system)
+                self.peak = max(self.peak, rss)
             except psutil.Error:
                 continue
+
+    def by_role(self) -> dict[str, float]:
+        roles: dict[str, float] = {}
+        for role, seconds in self.cpu.values():
+            roles[role] = roles.get(role, 0.0) + seconds
+        return roles
 
 
 def children_cpu() -> float:
@@ -103,16 +119,24 @@ def measure(
     name: str, cmd: list[str], env: dict, stats_url: str, services: tuple[str, ...], pages_from
 ) -> Result:
     urllib.request.urlopen(stats_url).read()  # reset the server's counters
+    svc0_each = {s: service_cpu((s,)) for s in services}
     cpu0, svc0, t0 = children_cpu(), service_cpu(services), time.monotonic()
     proc = subprocess.Popen(
         cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
-    sampler = RSSSampler(proc.pid)
+    sampler = Sampler(proc.pid)
     sampler.start()
     out, err = proc.communicate()
     sampler.done.set()
     wall = time.monotonic() - t0
-    cpu = children_cpu() - cpu0 + service_cpu(services) - svc0
+    services_cpu = service_cpu(services) - svc0
+    cpu = children_cpu() - cpu0 + services_cpu
+    parts = {**sampler.by_role(), **{s: service_cpu((s,)) - svc0_each[s] for s in services}}
+    print(
+        f"{name} CPU seconds by role (sampled): "
+        + ", ".join(f"{k} {v:.2f}" for k, v in parts.items()),
+        flush=True,
+    )
     if proc.returncode != 0:
         sys.exit(f"{name} failed ({proc.returncode}):\n{out}\n{err[-3000:]}")
     _, first, last = urllib.request.urlopen(stats_url).read().decode().split()

@@ -58,6 +58,7 @@ def main() -> None:
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True  # as production servers do
 
         def log_message(self, *args) -> None:
             pass

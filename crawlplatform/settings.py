@@ -88,8 +88,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     }
     DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / "test.sqlite3")}
 else:
+    # Persistent connections: a PostgreSQL connection costs a backend process. A broken one
+    # is closed by close_old_connections() after its first error (each task calls it).
     DATABASES["default"]["CONN_MAX_AGE"] = env.int("DB_CONN_MAX_AGE", default=300)
-    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 EMBEDDED_REDIS = "REDIS_URL" not in os.environ
@@ -131,6 +132,9 @@ CELERY_TASK_SOFT_TIME_LIMIT = crawl.setting("TASK_SOFT_TIME_LIMIT_S")
 CELERY_TASK_TIME_LIMIT = crawl.setting("TASK_TIME_LIMIT_S")
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
+# Celery's Django fixup closes every database connection around every task unless this is
+# set: that is a new PostgreSQL backend per page. Connections are kept for this many tasks.
+CELERY_DB_REUSE_MAX = env.int("CELERY_DB_REUSE_MAX", default=10_000)
 CELERY_WORKER_SEND_TASK_EVENTS = env.bool("CELERY_WORKER_SEND_TASK_EVENTS", default=False)
 
 LOGGING = {

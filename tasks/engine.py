@@ -12,8 +12,9 @@ from __future__ import annotations
 import hashlib
 import logging
 from datetime import UTC, datetime
+from urllib.parse import urljoin
 
-from django.db import DatabaseError
+from django.db import DatabaseError, connection
 
 from tasks import fetching, outcomes, parsing
 from tasks.defaults import setting
@@ -56,6 +57,7 @@ class _JobCache:
     def __init__(self, scope: Scope, size: int) -> None:
         self.scope = scope
         self.canonical = _BoundedSet(size)  # absolute link -> canonical URL in scope, or ""
+        self.resolved = _BoundedSet(size)  # (directory, href) -> the same
         self.committed = _BoundedSet(size)  # canonical URLs known to be in the frontier
 
 
@@ -82,11 +84,27 @@ def _in_scope(cache: _JobCache, link: str) -> str:
     return found
 
 
-def new_links(cache: _JobCache, links: list[str]) -> list[str]:
-    """Canonical in-scope URLs of ``links`` that this process has not seen committed."""
+def _directory(base: str) -> str:
+    """What relative paths resolve against: the base URL up to its last path slash."""
+    head = base.split("?", 1)[0].split("#", 1)[0]
+    cut = head.rfind("/")
+    return head[: cut + 1] if cut > head.find("//") + 1 else base
+
+
+def new_links(cache: _JobCache, base: str, hrefs: list[str]) -> list[str]:
+    """Canonical in-scope URLs of ``hrefs`` (relative to ``base``) not yet seen committed.
+
+    A relative href resolves the same way against every page of one directory, so the result
+    is cached by (directory, href); only hrefs that are just a query depend on the whole base.
+    """
+    directory = _directory(base)
     out: dict[str, None] = {}
-    for link in links:
-        url = _in_scope(cache, link)
+    for href in hrefs:
+        key = (base if href.startswith("?") else directory, href)
+        url = cache.resolved.get(key)
+        if url is None:
+            url = _in_scope(cache, urljoin(base, href))
+            cache.resolved.put(key, url)
         if url and url not in cache.committed:
             out[url] = None
     return list(out)
@@ -103,9 +121,9 @@ def _limits(claimed: Claim) -> fetching.FetchLimits:
     )
 
 
-def process(url_id: int) -> str | None:
+def process(url_id: int, job_id: int) -> str | None:
     """Fetch and store URL ``url_id`` if it is ours to do; returns the URL's new state."""
-    claimed = claim(url_id)
+    claimed = claim(url_id, job_id)
     if claimed is None:
         return None
     try:
@@ -117,6 +135,7 @@ def process(url_id: int) -> str | None:
         # The database is away or refused the commit: give the URL back at once if it can be
         # reached, else its lease expires and the sweep does.
         log.exception("job=%s url=%s: database error", claimed.job.pk, claimed.url.url)
+        connection.close()  # the next statement gets a fresh connection
         release_lease(claimed)
         raise
 
@@ -147,7 +166,7 @@ def _process_claimed(claimed: Claim) -> str:
             return record_failure(claimed, outcomes.ParseError(f"{type(exc).__name__}: {exc}"))
         title = parsed.title
         if claimed.url.depth < job.max_depth:
-            links = new_links(cache, parsed.links)
+            links = new_links(cache, parsed.base, parsed.hrefs)
     page = Page(
         job_id=job.pk,
         url_id=claimed.url.pk,

@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 
-from django.db import DatabaseError, OperationalError, transaction
-from django.db.models import Count, F
+from django.db import DatabaseError, OperationalError, connection, transaction
+from django.db.models import Count, Q
 from django.utils import timezone
 
 from tasks import outcomes
@@ -58,30 +58,66 @@ def insert_urls(job_id: int, urls: Iterable[str], depth: int, parent_id: int | N
         FrontierURL.objects.bulk_create(rows, ignore_conflicts=True, batch_size=1000)
 
 
-def claim(url_id: int) -> Claim | None:
+_CLAIM_SQL = """
+UPDATE {frontier} SET state = %s, lease_until = %s, updated_at = %s, attempts = attempts + 1
+WHERE id = %s AND job_id = %s
+  AND (state = %s OR (state = %s AND lease_until < %s))
+  AND EXISTS (SELECT 1 FROM {job} WHERE id = %s AND state = %s)
+RETURNING url, depth, attempts
+"""
+_jobs: dict[int, tuple[float, CrawlJob]] = {}
+JOB_CACHE_S = 10.0  # a worker reads a job's configuration at most this often
+
+
+def job_config(job_id: int) -> CrawlJob | None:
+    """The job's configuration, cached per process (its state is checked by every claim)."""
+    now = time.monotonic()
+    hit = _jobs.get(job_id)
+    if hit is None or now - hit[0] > JOB_CACHE_S:
+        job = CrawlJob.objects.filter(pk=job_id).first()
+        if job is None:
+            return None
+        hit = _jobs[job_id] = (now, job)
+    return hit[1]
+
+
+def claim(url_id: int, job_id: int) -> Claim | None:
     """Take the lease on a URL; None if it is not ours (a harmless redelivery).
 
     A URL can be claimed when it is SCHEDULED, or LEASED with an expired lease: the message of
     a worker that died mid-page comes back from the broker (acks-late) after its lease ran out.
+    The job must be running. One statement does the check and the move.
     """
+    job = job_config(job_id)
+    if job is None:
+        return None
     now = timezone.now()
-    row = FrontierURL.objects.select_related("job").filter(pk=url_id).first()
+    lease_until = now + timedelta(seconds=setting("LEASE_S", job))
+    adapt = connection.ops.adapt_datetimefield_value
+    sql = _CLAIM_SQL.format(frontier=FrontierURL._meta.db_table, job=CrawlJob._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [
+            URLState.LEASED, adapt(lease_until), adapt(now), url_id, job_id,
+            URLState.SCHEDULED, URLState.LEASED, adapt(now), job_id, JobState.RUNNING,
+        ])  # fmt: skip
+        row = cursor.fetchone()
     if row is None:
+        _requeue_if_stopped(url_id, job_id, now)
         return None
-    expired = row.state == URLState.LEASED and row.lease_until is not None and row.lease_until < now
-    if row.state != URLState.SCHEDULED and not expired:
-        return None
-    current = FrontierURL.objects.filter(pk=row.pk, state=row.state, attempts=row.attempts)
-    if row.job.state != JobState.RUNNING:
-        # Paused (or stopping): the URL waits in the frontier until the job runs again.
-        current.update(state=URLState.QUEUED, scheduled_at=None, lease_until=None, not_before=now)
-        return None
-    lease_until = now + timedelta(seconds=setting("LEASE_S", row.job))
-    if not current.update(
-        state=URLState.LEASED, lease_until=lease_until, attempts=F("attempts") + 1
-    ):
-        return None
-    return Claim(url=row, job=row.job, attempt=row.attempts + 1)
+    url, depth, attempt = row
+    leased = FrontierURL(
+        id=url_id, job_id=job_id, url=url, depth=depth, attempts=attempt, state=URLState.LEASED
+    )
+    return Claim(url=leased, job=job, attempt=attempt)
+
+
+def _requeue_if_stopped(url_id: int, job_id: int, now) -> None:
+    """After a failed claim: if the job is paused, the URL waits in the frontier for resume."""
+    if CrawlJob.objects.filter(pk=job_id, state=JobState.RUNNING).exists():
+        return  # the URL was not claimable: a duplicate or late message
+    FrontierURL.objects.filter(
+        Q(state=URLState.SCHEDULED) | Q(state=URLState.LEASED, lease_until__lt=now), pk=url_id
+    ).update(state=URLState.QUEUED, scheduled_at=None, lease_until=None, not_before=now)
 
 
 def _finish(claim: Claim, to: str, **changes) -> None:

@@ -24,8 +24,14 @@ _TITLE_MAX = 1000
 @dataclass
 class Parsed:
     title: str
-    links: list[str]  # absolute, unique, in document order; not yet canonical
+    base: str  # the URL relative links resolve against (``<base href>`` or the page's)
+    hrefs: list[str]  # unique raw link targets in document order, other schemes left out
     encoding: str
+
+    @property
+    def links(self) -> list[str]:
+        """Absolute link URLs, unique, in document order; not yet canonical."""
+        return list(dict.fromkeys(urljoin(self.base, h) for h in self.hrefs))
 
 
 def looks_binary(body: bytes) -> bool:
@@ -40,7 +46,7 @@ def parse_html(body: bytes, content_type_header: str, url: str) -> Parsed:
     except ValueError:  # an XML declaration with an encoding inside a str
         doc = lxml.html.document_fromstring(text.encode("utf-8"), parser=_utf8_parser())
     except lxml.etree.ParserError:  # empty document
-        return Parsed(title="", links=[], encoding=encoding)
+        return Parsed(title="", base=url, hrefs=[], encoding=encoding)
     title = _SPACES.sub(" ", doc.findtext(".//title") or "").strip()[:_TITLE_MAX]
     base = url
     base_el = doc.find(".//base[@href]")
@@ -51,12 +57,8 @@ def parse_html(body: bytes, content_type_header: str, url: str) -> Parsed:
         href = el.get("href")
         if href:
             raw[href.strip()] = None
-    links: dict[str, None] = {}
-    for href in raw:
-        if not href or href.lower().startswith(_IGNORED_SCHEMES):
-            continue
-        links[urljoin(base, href)] = None
-    return Parsed(title=title, links=list(links), encoding=encoding)
+    hrefs = [h for h in raw if h and not h.lower().startswith(_IGNORED_SCHEMES)]
+    return Parsed(title=title, base=base, hrefs=hrefs, encoding=encoding)
 
 
 def _utf8_parser() -> lxml.html.HTMLParser:

@@ -46,16 +46,19 @@ return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) and 1 or 0
 """
 
 
-def publish(url_ids: list[tuple[int, int]]) -> None:
-    """One crawl message per (url id, depth); shallower URLs get a higher broker priority."""
+def publish(rows: list[tuple[int, int, int]]) -> None:
+    """One crawl message per (url id, job id, depth); shallower URLs get a higher priority."""
     from tasks.tasks import fetch_url
 
-    if not url_ids:
+    if not rows:
         return
     with fetch_url.app.producer_or_acquire() as producer:
-        for url_id, depth in url_ids:
+        for url_id, job_id, depth in rows:
             fetch_url.apply_async(
-                (url_id,), queue=settings.CRAWL_QUEUE, priority=min(depth, 9), producer=producer
+                (url_id, job_id),
+                queue=settings.CRAWL_QUEUE,
+                priority=min(depth, 9),
+                producer=producer,
             )
 
 
@@ -112,7 +115,7 @@ def release(job: CrawlJob) -> int:
         if first:
             CrawlJob.objects.filter(pk=job.pk).update(released=job.released + first)
             job.released += first
-        transaction.on_commit(lambda: publish([(r[0], r[1]) for r in rows]))
+        transaction.on_commit(lambda: publish([(r[0], job.pk, r[1]) for r in rows]))
     return len(rows)
 
 
@@ -141,7 +144,7 @@ def reconcile() -> int:
     missing = expected - held["ready"] - held["unacked"]
     if missing <= 0:
         return 0
-    rows = list(scheduled.order_by("scheduled_at").values_list("id", "depth")[:missing])
+    rows = list(scheduled.order_by("scheduled_at").values_list("id", "job_id", "depth")[:missing])
     FrontierURL.objects.filter(pk__in=[r[0] for r in rows]).update(scheduled_at=timezone.now())
     publish(rows)
     log.warning("reconcile: re-published %d scheduled URLs the broker had lost", len(rows))

@@ -12,7 +12,7 @@ from django.conf import settings
 from django.db import connection
 
 from crawlplatform.embedded import EmbeddedRedis
-from tasks import broker
+from tasks import broker, engine, frontier
 from tasks.scheduler import Scheduler
 from tasks.supervisor import WorkerPool
 from tests.site import Site
@@ -42,6 +42,13 @@ def wait_for(predicate: Callable[[], object], timeout: float, what: str, every: 
             return value
         time.sleep(every)
     pytest.fail(f"timed out after {timeout} s waiting for {what}")
+
+
+@pytest.fixture(autouse=True)
+def _forget_job_caches():
+    """Job ids are reused after a test database flush: per-process job caches must not be."""
+    frontier._jobs.clear()
+    engine._caches.clear()
 
 
 @pytest.fixture(scope="session")

@@ -65,7 +65,11 @@ def test_redelivered_task_for_done_url_fetches_nothing(site, workers, scheduler)
     job = start_job(site)
     wait_for(lambda: finished(job), 90, "the crawl to finish")
     before = sum(site.hits.values())
-    done = list(FrontierURL.objects.filter(job=job, state=URLState.DONE).values_list("id", "depth"))
+    done = list(
+        FrontierURL.objects.filter(job=job, state=URLState.DONE).values_list(
+            "id", "job_id", "depth"
+        )
+    )
     publish(done)  # every message delivered a second time
     wait_for(lambda: broker.depth() == {"ready": 0, "unacked": 0}, 30, "the redeliveries to drain")
     assert sum(site.hits.values()) == before

@@ -47,11 +47,11 @@ def test_inserting_a_url_twice_keeps_one_row(job):
 def test_only_one_claim_wins_and_a_done_url_is_not_claimed_again(job):
     url = FrontierURL.objects.get(job=job)
     schedule(url)
-    first = frontier.claim(url.pk)
+    first = frontier.claim(url.pk, job.pk)
     assert first is not None and first.attempt == 1
-    assert frontier.claim(url.pk) is None  # a duplicate message while leased
+    assert frontier.claim(url.pk, job.pk) is None  # a duplicate message while leased
     frontier.record_page(first, page_for(first), ["http://127.0.0.1:9/next"])
-    assert frontier.claim(url.pk) is None  # a redelivery after done
+    assert frontier.claim(url.pk, job.pk) is None  # a redelivery after done
     assert FrontierURL.objects.get(pk=url.pk).state == URLState.DONE
     assert FrontierURL.objects.filter(job=job, depth=1, discovered_from=url).count() == 1
 
@@ -60,18 +60,18 @@ def test_claim_on_a_paused_job_puts_the_url_back(job):
     url = FrontierURL.objects.get(job=job)
     schedule(url)
     jobs.pause(job)
-    assert frontier.claim(url.pk) is None
+    assert frontier.claim(url.pk, job.pk) is None
     assert FrontierURL.objects.get(pk=url.pk).state == URLState.QUEUED
 
 
 def test_a_swept_lease_cannot_be_committed_by_its_old_worker(job):
     url = FrontierURL.objects.get(job=job)
     schedule(url)
-    old = frontier.claim(url.pk)
+    old = frontier.claim(url.pk, job.pk)
     FrontierURL.objects.filter(pk=url.pk).update(lease_until=timezone.now() - timedelta(seconds=1))
     assert frontier.sweep_expired_leases() == 1
     schedule(url)
-    new = frontier.claim(url.pk)
+    new = frontier.claim(url.pk, job.pk)
     assert new.attempt == 2
     with pytest.raises(frontier.LeaseLost):
         frontier.record_page(old, page_for(old), ["http://127.0.0.1:9/from-old"])
@@ -84,23 +84,23 @@ def test_a_swept_lease_cannot_be_committed_by_its_old_worker(job):
 def test_an_expired_lease_is_claimed_by_the_redelivered_message(job):
     url = FrontierURL.objects.get(job=job)
     schedule(url)
-    frontier.claim(url.pk)
-    assert frontier.claim(url.pk) is None  # lease still valid
+    frontier.claim(url.pk, job.pk)
+    assert frontier.claim(url.pk, job.pk) is None  # lease still valid
     FrontierURL.objects.filter(pk=url.pk).update(lease_until=timezone.now() - timedelta(seconds=1))
-    assert frontier.claim(url.pk).attempt == 2
+    assert frontier.claim(url.pk, job.pk).attempt == 2
 
 
 def test_transient_failures_retry_with_backoff_then_fail(job, monkeypatch):
     monkeypatch.setenv("CRAWL_RETRY_MAX_ATTEMPTS", "2")
     url = FrontierURL.objects.get(job=job)
     schedule(url)
-    claim = frontier.claim(url.pk)
+    claim = frontier.claim(url.pk, job.pk)
     before = timezone.now()
     assert frontier.record_failure(claim, outcomes.ServerError("HTTP 503", status=503)) == "queued"
     row = FrontierURL.objects.get(pk=url.pk)
     assert row.not_before > before and row.error_reason == "http_5xx"
     schedule(url)
-    claim = frontier.claim(url.pk)
+    claim = frontier.claim(url.pk, job.pk)
     assert frontier.record_failure(claim, outcomes.ServerError("HTTP 503", status=503)) == "failed"
     row = FrontierURL.objects.get(pk=url.pk)
     assert (row.state, row.attempts, row.http_status) == ("failed", 2, 503)
@@ -109,7 +109,7 @@ def test_transient_failures_retry_with_backoff_then_fail(job, monkeypatch):
 def test_retry_after_is_honoured(job):
     url = FrontierURL.objects.get(job=job)
     schedule(url)
-    claim = frontier.claim(url.pk)
+    claim = frontier.claim(url.pk, job.pk)
     frontier.record_failure(
         claim, outcomes.TooManyRequests("HTTP 429", status=429, retry_after=120)
     )
@@ -120,7 +120,7 @@ def test_retry_after_is_honoured(job):
 def test_permanent_failures_are_not_retried(job):
     url = FrontierURL.objects.get(job=job)
     schedule(url)
-    claim = frontier.claim(url.pk)
+    claim = frontier.claim(url.pk, job.pk)
     assert frontier.record_failure(claim, outcomes.ClientError("HTTP 404", status=404)) == "failed"
 
 

@@ -1,0 +1,73 @@
+"""Profile the crawl engine in one process, without Celery: where does a page's CPU go?
+
+    .venv/bin/python benchmarks/profile_engine.py URL [--pages N]
+
+Runs the scheduler's release and ``engine.process`` inline on a fresh job (against
+``DATABASE_URL``/``REDIS_URL`` as configured), prints the SQL statements per page by kind and
+a pyinstrument profile of the whole run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "crawlplatform.settings")
+
+import django  # noqa: E402
+
+django.setup()
+
+from django.db import connection  # noqa: E402
+from pyinstrument import Profiler  # noqa: E402
+
+from tasks import engine, jobs, scheduler  # noqa: E402
+from web.models import FrontierURL, URLState  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("url")
+    parser.add_argument("--pages", type=int, default=500)
+    args = parser.parse_args()
+    statements: Counter[str] = Counter()
+
+    def count(execute, sql, params, many, context):
+        statements[re.sub(r"\s+", " ", sql)[:60]] += 1
+        return execute(sql, params, many, context)
+
+    job = jobs.create_job([args.url], max_depth=100, max_pages=args.pages)
+    jobs.start(job)
+    scheduler.publish = lambda rows: None  # messages are not needed: we process inline
+    profiler = Profiler()
+    done = 0
+    started = time.process_time()
+    with connection.execute_wrapper(count), profiler:
+        while True:
+            job.refresh_from_db()
+            scheduler.release(job)
+            ids = list(
+                FrontierURL.objects.filter(job=job, state=URLState.SCHEDULED).values_list(
+                    "id", flat=True
+                )
+            )
+            if not ids:
+                break
+            for url_id in ids:
+                engine.process(url_id)
+                done += 1
+    cpu = time.process_time() - started
+    print(f"{done} pages, {1000 * cpu / done:.1f} ms CPU per page in this process")
+    for sql, n in statements.most_common(15):
+        print(f"{n / done:6.2f}/page  {sql}")
+    profiler.print(show_all=False)
+
+
+if __name__ == "__main__":
+    main()
