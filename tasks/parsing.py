@@ -25,7 +25,8 @@ _TITLE_MAX = 1000
 class Parsed:
     title: str
     base: str  # the URL relative links resolve against (``<base href>`` or the page's)
-    hrefs: list[str]  # unique raw link targets in document order, other schemes left out
+    hrefs: list[str]  # unique link targets without fragment, in document order; other schemes
+    # and links to the page itself are left out
     encoding: str
 
     @property
@@ -56,7 +57,9 @@ def parse_html(body: bytes, content_type_header: str, url: str) -> Parsed:
     for el in doc.iter("a", "area"):
         href = el.get("href")
         if href:
-            raw[href.strip()] = None
+            # The fragment never changes the canonical URL; dropping it here lets the many
+            # anchors into one page share a single cache entry downstream.
+            raw[href.split("#", 1)[0].strip()] = None
     hrefs = [h for h in raw if h and not h.lower().startswith(_IGNORED_SCHEMES)]
     return Parsed(title=title, base=base, hrefs=hrefs, encoding=encoding)
 
