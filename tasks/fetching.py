@@ -13,6 +13,7 @@ from __future__ import annotations
 import email.utils
 import threading
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC
@@ -55,6 +56,8 @@ def session() -> requests.Session:
     s = getattr(_local, "session", None)
     if s is None:
         s = requests.Session()
+        # With no proxy in the environment, skip requests' per-request environment scan.
+        s.trust_env = bool(urllib.request.getproxies())
         adapter = HTTPAdapter(pool_connections=64, pool_maxsize=16, max_retries=0)
         s.mount("http://", adapter)
         s.mount("https://", adapter)

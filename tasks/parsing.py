@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from urllib.parse import urljoin
 
 import lxml.etree
-import lxml.html
 from w3lib.encoding import html_to_unicode
 
 HTML_TYPES = frozenset({"text/html", "application/xhtml+xml", ""})
@@ -42,11 +41,14 @@ def looks_binary(body: bytes) -> bool:
 
 def parse_html(body: bytes, content_type_header: str, url: str) -> Parsed:
     encoding, text = html_to_unicode(content_type_header, body)
+    # Plain etree elements: lxml.html's element classes cost a lookup per element.
     try:
-        doc = lxml.html.document_fromstring(text)
+        doc = lxml.etree.fromstring(text, lxml.etree.HTMLParser())
     except ValueError:  # an XML declaration with an encoding inside a str
-        doc = lxml.html.document_fromstring(text.encode("utf-8"), parser=_utf8_parser())
-    except lxml.etree.ParserError:  # empty document
+        doc = lxml.etree.fromstring(text.encode("utf-8"), lxml.etree.HTMLParser(encoding="utf-8"))
+    except lxml.etree.XMLSyntaxError:
+        doc = None
+    if doc is None:  # an empty document
         return Parsed(title="", base=url, hrefs=[], encoding=encoding)
     title = _SPACES.sub(" ", doc.findtext(".//title") or "").strip()[:_TITLE_MAX]
     base = url
@@ -62,7 +64,3 @@ def parse_html(body: bytes, content_type_header: str, url: str) -> Parsed:
             raw[href.split("#", 1)[0].strip()] = None
     hrefs = [h for h in raw if h and not h.lower().startswith(_IGNORED_SCHEMES)]
     return Parsed(title=title, base=base, hrefs=hrefs, encoding=encoding)
-
-
-def _utf8_parser() -> lxml.html.HTMLParser:
-    return lxml.html.HTMLParser(encoding="utf-8")
