@@ -19,6 +19,13 @@ from django.conf import settings
 
 log = logging.getLogger(__name__)
 
+STARTUP_GRACE_S = 15.0  # a worker that exits sooner than this after its start "died at start"
+MAX_QUICK_DEATHS = 3  # in a row, before the pool gives up
+
+
+class WorkerStartupError(RuntimeError):
+    """Workers die as soon as they start (a missing module, a wrong setting, ...)."""
+
 
 def worker_command(name: str, concurrency: int, pool: str) -> list[str]:
     return [
@@ -50,6 +57,8 @@ class WorkerPool:
         self.log_dir = log_dir
         self.procs: dict[str, subprocess.Popen] = {}
         self.restarts = 0
+        self.quick_deaths = 0
+        self.started: dict[str, float] = {}
         self._serial = 0
 
     def spawn(self) -> str:
@@ -68,6 +77,7 @@ class WorkerPool:
             stderr=subprocess.STDOUT if log else None,
             start_new_session=True,
         )
+        self.started[name] = time.monotonic()
         if log is not None:
             log.close()  # the child has its own descriptor
         return name
@@ -77,10 +87,22 @@ class WorkerPool:
             self.spawn()
 
     def replace_dead(self) -> list[str]:
-        """Restart workers that exited on their own; returns the names of those that died."""
+        """Restart workers that exited on their own; returns the names of those that died.
+
+        Raises WorkerStartupError when workers keep dying right after they start: restarting
+        them again would only hide a configuration error.
+        """
         dead = [n for n, p in self.procs.items() if p.poll() is not None]
         for name in dead:
             code = self.procs.pop(name).returncode
+            lived = time.monotonic() - self.started.pop(name)
+            self.quick_deaths = self.quick_deaths + 1 if lived < STARTUP_GRACE_S else 0
+            if self.quick_deaths >= MAX_QUICK_DEATHS:
+                where = f"see {self.log_dir / (name + '.log')}" if self.log_dir else "see above"
+                raise WorkerStartupError(
+                    f"workers exit right after starting (exit {code}, {self.quick_deaths} "
+                    f"times in a row); {where}"
+                )
             log.warning("%s exited with %s; starting a replacement", name, code)
             self.restarts += 1
             self.spawn()
@@ -103,4 +125,5 @@ class WorkerPool:
                 os.killpg(p.pid, signal.SIGKILL)
                 codes[name] = p.wait()
         self.procs.clear()
+        self.started.clear()
         return codes

@@ -25,7 +25,7 @@ from crawlplatform.embedded import EmbeddedRedis
 from tasks import frontier, jobs
 from tasks.defaults import setting
 from tasks.scheduler import Scheduler
-from tasks.supervisor import WorkerPool
+from tasks.supervisor import WorkerPool, WorkerStartupError
 from web import export
 from web.models import CrawlJob, JobState, URLState
 
@@ -163,6 +163,12 @@ class Command(BaseCommand):
         started = time.monotonic()
         try:
             self._wait(job, pool, interrupted, started)
+        except WorkerStartupError as exc:
+            jobs.pause(job)
+            raise CommandError(
+                f"{exc}. Job {job.pk} is paused; fix the cause and resume it "
+                f"with: python manage.py crawl --resume {job.pk}"
+            ) from None
         finally:
             signal.signal(signal.SIGINT, previous)
             if interrupted.is_set():

@@ -1,0 +1,22 @@
+"""gunicorn settings for the web process.
+
+    gunicorn -c crawlplatform/gunicorn_config.py crawlplatform.wsgi
+
+Every value can be overridden from the environment (``GUNICORN_*``). ``kill -HUP`` reloads
+the workers gracefully (new code, same socket).
+"""
+
+import os
+
+bind = os.environ.get("GUNICORN_BIND", "0.0.0.0:8000")
+worker_class = "gthread"
+workers = int(os.environ.get("GUNICORN_WORKERS", "2"))
+threads = int(os.environ.get("GUNICORN_THREADS", "4"))
+timeout = int(os.environ.get("GUNICORN_TIMEOUT", "30"))
+graceful_timeout = int(os.environ.get("GUNICORN_GRACEFUL_TIMEOUT", "25"))
+keepalive = 5
+max_requests = int(os.environ.get("GUNICORN_MAX_REQUESTS", "2000"))
+max_requests_jitter = int(os.environ.get("GUNICORN_MAX_REQUESTS_JITTER", "200"))
+worker_tmp_dir = "/dev/shm" if os.path.isdir("/dev/shm") else None
+accesslog = "-"
+access_log_format = '%(h)s "%(r)s" %(s)s %(b)s %(M)sms "%(a)s"'

@@ -1,0 +1,25 @@
+"""``python manage.py scheduler``: release due URLs of every running job into the broker.
+
+Run one or more anywhere (leadership is a Redis lease: one is active, the others take over
+within seconds). It also sweeps expired leases, re-publishes lost messages and writes
+periodic checkpoints. SIGTERM or Ctrl-C stops it after the current pass.
+"""
+
+from __future__ import annotations
+
+import signal
+
+from django.core.management.base import BaseCommand
+
+from tasks.scheduler import Scheduler
+
+
+class Command(BaseCommand):
+    help = "Run the crawl scheduler until SIGTERM."
+
+    def handle(self, *args, **opts) -> None:
+        scheduler = Scheduler()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: scheduler.stop.set())
+        self.stderr.write(f"scheduler {scheduler.identity[:8]} running; SIGTERM stops it")
+        scheduler.run()
