@@ -34,13 +34,21 @@ MAX_DEPTH = 5  # links followed from a seed; seeds are depth 0
 MAX_URL_LENGTH = 2048  # longer URLs are not added to the frontier
 LINK_CACHE_SIZE = 200_000  # per worker process and job: links already canonicalized / committed
 
-# Politeness
+# Politeness (per host, across every worker; see tasks/politeness.py and tasks/robots.py)
 HOST_DELAY_S = 0.0  # minimum gap between requests to one host (the CLI's --delay), seconds
+HOST_MAX_WAIT_S = 2.0  # a worker waits this long for its host's slot at most; else re-queued
+THROTTLE_MAX_DELAY_S = 60.0  # cap on a host's adaptive delay (429, 503, timeouts double it)
+THROTTLE_DECAY = 0.9  # each success multiplies the adaptive delay by this, down to the floor
+THROTTLE_SLOW_LATENCY_S = 10.0  # a response slower than this counts as "slow down"
+ROBOTS_TTL_S = 86400  # robots.txt is fetched again after this, seconds
+ROBOTS_ERROR_TTL_S = 300  # after a 5xx/unreachable robots.txt the host waits this long
+ROBOTS_MAX_BYTES = 500 << 10  # robots.txt beyond this is ignored (RFC 9309 asks for 500 KiB)
 
 # Scheduler, leases and the broker
 SCHEDULER_TICK_S = 0.05  # longest sleep between two scheduler passes, seconds
 SCHEDULER_BATCH = 500  # URLs released per job per pass at most
 READY_PER_JOB = 256  # messages of one job waiting in the broker at most
+SCHEDULER_HORIZON_S = 2.0  # a polite host gets URLs released this far ahead of its slots
 LEASE_S = 150.0  # a worker's claim on a URL; expired leases are swept back to the queue
 SWEEP_INTERVAL_S = 5.0  # how often expired leases and lost messages are looked for, seconds
 TASK_SOFT_TIME_LIMIT_S = 90.0  # a page still running after this raises SoftTimeLimitExceeded

@@ -11,23 +11,26 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import time
 from datetime import UTC, datetime
 from urllib.parse import urljoin
 
 from django.db import DatabaseError, connection
 
-from tasks import fetching, outcomes, parsing
+from tasks import fetching, outcomes, parsing, politeness, robots, sitemaps
 from tasks.defaults import setting
 from tasks.frontier import (
     Claim,
     LeaseLost,
     claim,
+    defer,
+    insert_urls,
     record_failure,
     record_page,
     release_lease,
     with_retries,
 )
-from tasks.urls import Scope, canonicalize
+from tasks.urls import Scope, canonicalize, host_of
 from web.models import Page
 
 log = logging.getLogger(__name__)
@@ -58,6 +61,7 @@ class _JobCache:
         self.scope = scope
         self.canonical = _BoundedSet(size)  # absolute link -> canonical URL in scope, or ""
         self.resolved = _BoundedSet(size)  # (directory, href) -> the same
+        self.robots_seen = _BoundedSet(10_000)  # hosts whose robots.txt this process applied
         self.committed = _BoundedSet(size)  # canonical URLs known to be in the frontier
 
 
@@ -140,10 +144,39 @@ def process(url_id: int, job_id: int) -> str | None:
         raise
 
 
+def _robots(claimed: Claim, cache: _JobCache, user_agent: str) -> tuple[str | None, float]:
+    """Apply robots.txt: (the URL's new state if it must not be fetched now, the host floor)."""
+    job = claimed.job
+    decision = robots.check(job, claimed.url.url, user_agent)
+    if decision.retry_in is not None:
+        return defer(claimed, decision.retry_in, decision.reason), 0.0
+    if not decision.allowed:
+        return record_failure(claimed, outcomes.RobotsDisallowed("disallowed by robots.txt")), 0.0
+    host = host_of(claimed.url.url)
+    if host not in cache.robots_seen:
+        cache.robots_seen.put(host)
+        politeness.set_floor(job.pk, host, decision.crawl_delay)
+        if job.use_sitemaps and decision.sitemaps:
+            with_retries(lambda: insert_urls(job.pk, new_links(cache, "", decision.sitemaps), 0))
+    return None, decision.crawl_delay or 0.0
+
+
 def _process_claimed(claimed: Claim) -> str:
     job = claimed.job
     cache = _cache_for(claimed)
     user_agent = job.user_agent or setting("USER_AGENT", job)
+    host = host_of(claimed.url.url)
+    if job.obey_robots:
+        state, _ = _robots(claimed, cache, user_agent)
+        if state is not None:
+            return state
+    slot = politeness.acquire(job.pk, host, job.delay, job.host_concurrency, job)
+    if not slot.granted:
+        return defer(claimed, slot.wait, "throttled")
+    if slot.wait > 0:
+        time.sleep(slot.wait)
+    outcome: outcomes.CrawlOutcome | None = None
+    started = time.monotonic()
     try:
         resp = fetching.fetch(
             claimed.url.url,
@@ -151,14 +184,35 @@ def _process_claimed(claimed: Claim) -> str:
             limits=_limits(claimed),
             in_scope=lambda u: bool(_in_scope(cache, u)),
         )
-    except outcomes.CrawlOutcome as outcome:
+    except outcomes.CrawlOutcome as exc:
+        outcome = exc
+    finally:
+        slow = time.monotonic() - started > setting("THROTTLE_SLOW_LATENCY_S", job)
+        slows = slow or (outcome is not None and outcome.slows_host)
+        retry_after = outcome.retry_after if outcome is not None else None
+        if slot.adaptive or slows or retry_after or job.host_concurrency:
+            politeness.finish(
+                job.pk, host, slot, delay_s=job.delay, slows=slows, retry_after=retry_after,
+                job=job,
+            )  # fmt: skip
+    if outcome is not None:
         state = record_failure(claimed, outcome)
         log.info(
             "job=%s url=%s outcome=%s state=%s", job.pk, claimed.url.url, outcome.reason, state
         )
         return state
-    title, links = "", []
-    if resp.content_type in parsing.HTML_TYPES and not parsing.looks_binary(resp.body):
+    return _store(claimed, cache, resp)
+
+
+def _store(claimed: Claim, cache: _JobCache, resp: fetching.Response) -> str:
+    job = claimed.job
+    title, links, note = "", [], ""
+    is_html = resp.content_type in parsing.HTML_TYPES
+    if resp.truncated:
+        note = "truncated"
+    if is_html and parsing.looks_binary(resp.body):
+        note = "binary"
+    elif is_html:
         try:
             parsed = parsing.parse_html(resp.body, resp.content_type_header, resp.final_url)
         except Exception as exc:  # a page must never crash the worker, whatever it holds
@@ -167,6 +221,15 @@ def _process_claimed(claimed: Claim) -> str:
         title = parsed.title
         if claimed.url.depth < job.max_depth:
             links = new_links(cache, parsed.base, parsed.hrefs)
+    elif job.use_sitemaps and sitemaps.looks_like_sitemap(resp.final_url, resp.content_type):
+        listed = sitemaps.parse_sitemap(resp.body, setting("FETCH_MAX_BYTES", job))
+        links = new_links(cache, resp.final_url, listed)
+        note = note or ("sitemap" if listed else "not_html")
+    else:
+        note = note or "not_html"
+    redirect_target = None
+    if resp.final_url != claimed.url.url:
+        redirect_target = _in_scope(cache, resp.final_url) or None
     page = Page(
         job_id=job.pk,
         url_id=claimed.url.pk,
@@ -180,7 +243,7 @@ def _process_claimed(claimed: Claim) -> str:
         fetched_at=datetime.now(UTC),
         content_hash=hashlib.sha256(resp.body).hexdigest(),
     )
-    with_retries(lambda: record_page(claimed, page, links))
+    with_retries(lambda: record_page(claimed, page, links, note, redirect_target))
     for url in links:
         cache.committed.put(url)
     return "done"

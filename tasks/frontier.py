@@ -143,6 +143,15 @@ def with_retries(commit: Callable[[], None], attempts: int = 3) -> None:
             time.sleep(random.uniform(0.01, 0.1) * attempt)
 
 
+def defer(claim: Claim, seconds: float, reason: str) -> str:
+    """Put a leased URL back to wait ``seconds`` (politeness, robots pending); no attempt used."""
+    _finish(
+        claim, URLState.QUEUED, attempts=claim.attempt - 1, scheduled_at=None,
+        not_before=timezone.now() + timedelta(seconds=seconds), error_reason=reason,
+    )  # fmt: skip
+    return URLState.QUEUED
+
+
 def release_lease(claim: Claim) -> bool:
     """Give a leased URL back to the queue without counting the attempt; best effort."""
     try:
@@ -161,17 +170,40 @@ def release_lease(claim: Claim) -> bool:
         return False
 
 
-def record_page(claim: Claim, page: Page, links: list[str]) -> None:
+def record_page(
+    claim: Claim, page: Page, links: list[str], note: str = "", redirect_target: str | None = None
+) -> None:
     """Commit a fetched page, its new links and the URL's DONE state as one transaction.
 
-    Links are inserted in sorted order, so that two pages inserting overlapping links take
-    the unique index's locks in the same order and cannot deadlock each other.
+    ``note`` is an informational reason kept on a DONE URL (not_html, binary, truncated,
+    sitemap). A redirect's in-scope target is marked fetched too, so that a link to it later
+    does not fetch the same page again. Links are inserted in sorted order, so that two pages
+    inserting overlapping links take the unique index's locks in the same order and cannot
+    deadlock each other.
     """
     with transaction.atomic():
-        _finish(claim, URLState.DONE, http_status=page.status, error_reason="", error_message="")
+        _finish(claim, URLState.DONE, http_status=page.status, error_reason=note, error_message="")
         page.save(force_insert=True)
+        if redirect_target and redirect_target != claim.url.url:
+            _mark_redirect_target(claim, redirect_target)
         if links:
             insert_urls(claim.job.pk, sorted(links), claim.url.depth + 1, claim.url.pk)
+
+
+def _mark_redirect_target(claim: Claim, target: str) -> None:
+    reason = "fetched_via_redirect"
+    FrontierURL.objects.filter(job_id=claim.job.pk, url=target, state=URLState.QUEUED).update(
+        state=URLState.SKIPPED, error_reason=reason
+    )
+    now = timezone.now()
+    FrontierURL.objects.bulk_create(
+        [FrontierURL(
+            job_id=claim.job.pk, url=target, host=host_of(target), depth=claim.url.depth,
+            state=URLState.SKIPPED, error_reason=reason, discovered_from_id=claim.url.pk,
+            not_before=now,
+        )],
+        ignore_conflicts=True,
+    )  # fmt: skip
 
 
 def backoff_seconds(attempt: int, job: CrawlJob | None = None) -> float:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from typing import Any
+from urllib.parse import urljoin
 
 from django.db import IntegrityError, transaction
 from django.db.models import Max
@@ -43,6 +44,9 @@ def start(job: CrawlJob) -> bool:
         if not job.transition(JobState.RUNNING):
             return False
         frontier.insert_urls(job.pk, job.seeds, depth=0)
+        if job.use_sitemaps:
+            roots = {canonicalize(urljoin(seed, "/sitemap.xml")) for seed in job.seeds}
+            frontier.insert_urls(job.pk, sorted(roots - set(job.seeds)), depth=0)
     return True
 
 

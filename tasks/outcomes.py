@@ -10,7 +10,7 @@
     │   ├── ConnectionReset           connection_reset  slows host
     │   ├── ConnectFailed             connect_error     slows host
     │   ├── DNSFailure                dns
-    │   ├── ServerError               http_5xx          slows host, honours Retry-After
+    │   ├── ServerError               http_5xx          slows host if 503/504, honours Retry-After
     │   └── TooManyRequests           http_429          slows host, honours Retry-After
     ├── Permanent                     the URL fails with its reason
     │   ├── ClientError               http_4xx
@@ -21,7 +21,8 @@
     │   ├── ProtocolError             protocol_error
     │   └── ParseError                parse_error (the page could not be parsed at all)
     └── Skip                          the URL is skipped, never fetched (or not followed)
-        └── OutOfScope                out_of_scope (a redirect left the job's scope)
+        ├── OutOfScope                out_of_scope (a redirect left the job's scope)
+        └── RobotsDisallowed          robots
 
 :func:`from_requests` maps a ``requests`` or ``urllib3`` exception into the tree; it is the only
 place that knows their exception types.
@@ -77,7 +78,12 @@ class DNSFailure(Retryable):
 
 
 class ServerError(Retryable):
-    reason, slows_host = "http_5xx", True
+    reason = "http_5xx"
+
+    @property
+    def slows_host(self) -> bool:
+        """503 and 504 say "overloaded": slow down. A 500 on one URL says nothing of the host."""
+        return self.status in (503, 504)
 
 
 class TooManyRequests(Retryable):
@@ -122,6 +128,10 @@ class Skip(CrawlOutcome):
 
 class OutOfScope(Skip):
     reason = "out_of_scope"
+
+
+class RobotsDisallowed(Skip):
+    reason = "robots"
 
 
 def _is_dns(exc: BaseException) -> bool:

@@ -21,6 +21,7 @@ stand by.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 import uuid
@@ -47,76 +48,188 @@ return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) and 1 or 0
 
 
 def publish(rows: list[tuple[int, int, int]]) -> None:
-    """One crawl message per (url id, job id, depth); shallower URLs get a higher priority."""
+    """One crawl message per (url id, job id, broker priority 0-9, 0 first)."""
     from tasks.tasks import fetch_url
 
     if not rows:
         return
     with fetch_url.app.producer_or_acquire() as producer:
-        for url_id, job_id, depth in rows:
+        for url_id, job_id, prio in rows:
             fetch_url.apply_async(
-                (url_id, job_id),
-                queue=settings.CRAWL_QUEUE,
-                priority=min(depth, 9),
-                producer=producer,
+                (url_id, job_id), queue=settings.CRAWL_QUEUE, priority=prio, producer=producer
             )
 
 
-def _candidates(job: CrawlJob, limit: int) -> list[tuple[int, int, str, int]]:
+def priority(depth: int, job_priority: int) -> int:
+    """Seeds and shallow URLs first; a job's priority moves all its URLs ahead."""
+    return max(0, min(9, depth - job_priority))
+
+
+class _Pace:
+    """The leader's view of each polite host: how far ahead of now it has released URLs."""
+
+    def __init__(self) -> None:
+        self.released_until: dict[tuple[int, str], float] = {}
+
+    def blocked(self, job_id: int, now: float, horizon: float) -> list[str]:
+        return [h for (j, h), t in self.released_until.items() if j == job_id and t > now + horizon]
+
+    def take(
+        self, job_id: int, host: str, delay: float, wait: float, now: float, horizon: float
+    ) -> bool:
+        """Release one more URL of ``host`` if it will be fetched within the horizon."""
+        if wait > horizon:
+            self.released_until[(job_id, host)] = now + wait
+            return False
+        if delay <= 0:
+            return True
+        start = max(self.released_until.get((job_id, host), now), now + wait)
+        if start > now + horizon:
+            return False
+        self.released_until[(job_id, host)] = start + delay
+        return True
+
+    def forget_before(self, now: float) -> None:
+        self.released_until = {k: t for k, t in self.released_until.items() if t > now}
+
+
+_pace = _Pace()
+
+
+Row = tuple[int, int, str, int, str]  # id, depth, host, attempts, url
+
+
+def _candidates(job: CrawlJob, limit: int, blocked: list[str]) -> list[Row]:
     qs = FrontierURL.objects.filter(
         job_id=job.pk, state=URLState.QUEUED, not_before__lte=timezone.now()
-    ).order_by("depth", "id")
+    )
+    if blocked:
+        qs = qs.exclude(host__in=blocked)
+    qs = qs.order_by("depth", "id")
     if connection.features.has_select_for_update_skip_locked:
         qs = qs.select_for_update(skip_locked=True)
-    return list(qs.values_list("id", "depth", "host", "attempts")[:limit])
+    return list(qs.values_list("id", "depth", "host", "attempts", "url")[:limit])
 
 
-def _polite(
-    job: CrawlJob, rows: list[tuple[int, int, str, int]]
-) -> list[tuple[int, int, str, int]]:
-    """Keep at most one URL per host whose politeness slot is open now."""
-    if job.delay <= 0:
-        return rows
-    chosen, refused = [], set()
-    for row in rows:
-        host = row[2]
-        if host in refused:
-            continue
-        refused.add(host)  # one request per host per pass at most
-        if politeness.host_slot(job.pk, host, job.delay) == 0:
-            chosen.append(row)
-    return chosen
+class _Caps:
+    """Per-host and per-pattern caps on first attempts, counted in Redis per job."""
+
+    def __init__(self, job: CrawlJob) -> None:
+        self.key = f"crawl:caps:{job.pk}"
+        self.per_host = job.max_pages_per_host
+        self.patterns = [(p, re.compile(p), n) for p, n in (job.path_caps or {}).items()]
+        self.active = self.per_host is not None or bool(self.patterns)
+        self.counts: dict[str, int] = {}
+
+    def load(self, hosts: set[str]) -> None:
+        if not self.active:
+            return
+        fields = [f"h:{h}" for h in hosts] + [f"p:{p}" for p, _, _ in self.patterns]
+        values = broker.client().hmget(self.key, fields)
+        self.counts = {f: int(v or 0) for f, v in zip(fields, values, strict=True)}
+
+    def admit(self, host: str, url: str) -> str:
+        """'' if one more first attempt fits (and count it), else the reason it does not."""
+        host_field = f"h:{host}"
+        if self.per_host is not None and self.counts.get(host_field, 0) >= self.per_host:
+            return "host_cap"
+        matched = [(f"p:{p}", n) for p, rx, n in self.patterns if rx.search(url)]
+        if any(self.counts.get(f, 0) >= n for f, n in matched):
+            return "path_cap"
+        for f in [host_field, *(f for f, _ in matched)]:
+            self.counts[f] = self.counts.get(f, 0) + 1
+        return ""
+
+    def save(self, released: list[tuple[str, str]]) -> None:
+        if not self.active or not released:
+            return
+        pipe = broker.client().pipeline(transaction=False)
+        for host, url in released:
+            pipe.hincrby(self.key, f"h:{host}", 1)
+            for p, rx, _ in self.patterns:
+                if rx.search(url):
+                    pipe.hincrby(self.key, f"p:{p}", 1)
+        pipe.execute()
+
+
+def _max_pages_left(job: CrawlJob) -> int | None:
+    if job.max_pages is None:
+        return None
+    left = job.max_pages - job.released
+    if left <= 0:
+        skipped = FrontierURL.objects.filter(
+            job_id=job.pk, state=URLState.QUEUED, attempts=0
+        ).update(state=URLState.SKIPPED, error_reason="max_pages")
+        if skipped:
+            log.info("job=%s max_pages reached: %d URLs skipped", job.pk, skipped)
+    return left
 
 
 def release(job: CrawlJob) -> int:
-    """Move due URLs of ``job`` to SCHEDULED and publish them; returns how many."""
+    """Move due URLs of ``job`` to SCHEDULED, host-fair and paced, and publish them.
+
+    Hosts take turns (round-robin over the shallowest due URLs), a polite host gets no more
+    URLs than it can be sent within ``SCHEDULER_HORIZON_S``, and hosts that are paced out are
+    left out of the query so that they cannot crowd the others out. Returns how many.
+    """
     outstanding = FrontierURL.objects.filter(job_id=job.pk, state=URLState.SCHEDULED).count()
     budget = min(setting("READY_PER_JOB", job) - outstanding, setting("SCHEDULER_BATCH", job))
-    if job.max_pages is not None:
-        left = job.max_pages - job.released
-        if left <= 0:
-            skipped = FrontierURL.objects.filter(
-                job_id=job.pk, state=URLState.QUEUED, attempts=0
-            ).update(state=URLState.SKIPPED, error_reason="max_pages")
-            if skipped:
-                log.info("job=%s max_pages reached: %d URLs skipped", job.pk, skipped)
+    left = _max_pages_left(job)
+    if left is not None:
         budget = min(budget, left)
     if budget <= 0:
         return 0
+    now, horizon = time.monotonic(), setting("SCHEDULER_HORIZON_S", job)
     with transaction.atomic():
-        rows = _polite(job, _candidates(job, budget * (4 if job.delay > 0 else 1)))[:budget]
+        rows = _candidates(job, budget * 4, _pace.blocked(job.pk, now, horizon))
         if not rows:
             return 0
-        ids = [r[0] for r in rows]
-        FrontierURL.objects.filter(pk__in=ids, state=URLState.QUEUED).update(
+        by_host: dict[str, list[Row]] = {}
+        for row in rows:
+            by_host.setdefault(row[2], []).append(row)
+        delays = politeness.host_delays(job.pk, list(by_host), job.delay)
+        caps = _Caps(job)
+        caps.load(set(by_host))
+        chosen, capped, taken = [], {}, dict.fromkeys(by_host, 0)
+        while len(chosen) < budget and by_host:
+            for host in list(by_host):
+                queue = by_host[host]
+                row = queue.pop(0)
+                if not queue:
+                    del by_host[host]
+                delay, wait = delays[host]
+                if job.host_concurrency and taken[host] >= job.host_concurrency:
+                    by_host.pop(host, None)
+                    continue
+                if row[3] == 0 and caps.active:
+                    reason = caps.admit(host, row[4])
+                    if reason:
+                        capped.setdefault(reason, []).append(row[0])
+                        continue
+                if not _pace.take(job.pk, host, delay, wait, now, horizon):
+                    by_host.pop(host, None)
+                    continue
+                taken[host] += 1
+                chosen.append(row)
+                if len(chosen) >= budget:
+                    break
+        for reason, ids in capped.items():
+            FrontierURL.objects.filter(pk__in=ids, state=URLState.QUEUED).update(
+                state=URLState.SKIPPED, error_reason=reason
+            )
+        if not chosen:
+            return 0
+        FrontierURL.objects.filter(pk__in=[r[0] for r in chosen], state=URLState.QUEUED).update(
             state=URLState.SCHEDULED, scheduled_at=timezone.now()
         )
-        first = sum(1 for r in rows if r[3] == 0)
+        first = [r for r in chosen if r[3] == 0]
         if first:
-            CrawlJob.objects.filter(pk=job.pk).update(released=job.released + first)
-            job.released += first
-        transaction.on_commit(lambda: publish([(r[0], job.pk, r[1]) for r in rows]))
-    return len(rows)
+            CrawlJob.objects.filter(pk=job.pk).update(released=job.released + len(first))
+            job.released += len(first)
+        messages = [(r[0], job.pk, priority(r[1], job.priority)) for r in chosen]
+        transaction.on_commit(lambda: publish(messages))
+    caps.save([(r[2], r[4]) for r in first])
+    return len(chosen)
 
 
 def finish_if_done(job: CrawlJob) -> bool:
@@ -189,6 +302,7 @@ class Scheduler:
             if swept:
                 log.warning("sweep: %d expired leases returned to the queue", swept)
             reconcile()
+            _pace.forget_before(now)
         if now - self._last_checkpoint >= setting("CHECKPOINT_INTERVAL_S"):
             self._last_checkpoint = now
             for job in running:

@@ -48,6 +48,7 @@ class Scope:
     """Which URLs a job may add to its frontier."""
 
     domains: tuple[str, ...]
+    subdomains: bool
     include: tuple[re.Pattern, ...]
     exclude: tuple[re.Pattern, ...]
     max_depth: int
@@ -58,6 +59,7 @@ class Scope:
         domains = job.allowed_domains or [urlsplit(s).hostname or "" for s in job.seeds]
         return cls(
             domains=tuple(d.lower().lstrip(".") for d in domains if d),
+            subdomains=getattr(job, "include_subdomains", True),
             include=tuple(re.compile(p) for p in job.include_patterns),
             exclude=tuple(re.compile(p) for p in job.exclude_patterns),
             max_depth=job.max_depth,
@@ -65,7 +67,9 @@ class Scope:
         )
 
     def allows_host(self, hostname: str) -> bool:
-        return any(hostname == d or hostname.endswith("." + d) for d in self.domains)
+        if hostname in self.domains:
+            return True
+        return self.subdomains and any(hostname.endswith("." + d) for d in self.domains)
 
     def allows(self, url: str) -> bool:
         """True if a canonical URL is inside the job's domains and patterns."""

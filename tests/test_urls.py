@@ -49,6 +49,12 @@ def test_scope_defaults_to_the_seeds_hosts_with_subdomains():
     assert not scope.allows("https://badexample.com/a")
 
 
+def test_subdomains_can_be_left_out():
+    scope = Scope.for_job(job(allowed_domains=["example.com"], include_subdomains=False))
+    assert scope.allows("https://example.com/a")
+    assert not scope.allows("https://www.example.com/a")
+
+
 def test_scope_patterns_and_length():
     scope = Scope.for_job(job(include_patterns=[r"/docs/"], exclude_patterns=[r"\.pdf$"]))
     assert scope.allows("https://example.com/docs/a.html")

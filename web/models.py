@@ -59,7 +59,10 @@ class CrawlJob(models.Model):
     allowed_domains = models.JSONField(
         default=list,
         blank=True,
-        help_text="Hosts the crawl may visit (subdomains included). Empty: the seeds' hosts.",
+        help_text="Hosts the crawl may visit. Empty: the seeds' hosts.",
+    )
+    include_subdomains = models.BooleanField(
+        default=True, help_text="Subdomains of the allowed domains are in scope too."
     )
     include_patterns = models.JSONField(
         default=list, blank=True, help_text="Regexes; if any is given, a URL must match one."
@@ -70,6 +73,21 @@ class CrawlJob(models.Model):
     max_depth = models.PositiveIntegerField(default=5, help_text="Links followed from a seed.")
     max_pages = models.PositiveIntegerField(
         null=True, blank=True, help_text="URLs fetched at most; empty for no limit."
+    )
+    max_pages_per_host = models.PositiveIntegerField(
+        null=True, blank=True, help_text="URLs fetched per host at most; empty for no limit."
+    )
+    path_caps = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text='URLs fetched at most per regex, e.g. {"/calendar/": 50}: a brake on traps.',
+    )
+    use_sitemaps = models.BooleanField(
+        default=False,
+        help_text="Also start from the seeds' hosts' sitemaps (robots.txt, /sitemap.xml).",
+    )
+    priority = models.PositiveSmallIntegerField(
+        default=0, help_text="0-9: a higher priority's URLs are fetched ahead of other jobs'."
     )
     delay = models.FloatField(
         default=0.0, help_text="Minimum seconds between two requests to one host."

@@ -61,8 +61,40 @@ class Command(BaseCommand):
             help="minimum gap between two requests to one host",
         )
         parser.add_argument(
-            "--output", type=Path, default=None, metavar="FILE", help="results file, .jsonl or .csv"
+            "--host-concurrency",
+            type=int,
+            default=0,
+            metavar="N",
+            help="requests in flight to one host at most (0: no limit)",
         )
+        parser.add_argument("--max-pages-per-host", type=int, default=None, metavar="N")
+        parser.add_argument(
+            "--include",
+            action="append",
+            default=[],
+            metavar="REGEX",
+            help="follow only URLs matching one of these (repeatable)",
+        )
+        parser.add_argument(
+            "--exclude",
+            action="append",
+            default=[],
+            metavar="REGEX",
+            help="never follow URLs matching any of these (repeatable)",
+        )
+        parser.add_argument(
+            "--no-subdomains",
+            action="store_true",
+            help="stay on the allowed hosts exactly, without their subdomains",
+        )
+        parser.add_argument(
+            "--sitemaps", action="store_true", help="also start from the hosts' sitemaps"
+        )
+        parser.add_argument(
+            "--ignore-robots", action="store_true", help="do not fetch or obey robots.txt"
+        )
+        parser.add_argument("--output", type=Path, default=None, metavar="FILE",
+                            help="results file, .jsonl or .csv")  # fmt: skip
         parser.add_argument("--name", default=None)
         parser.add_argument(
             "--resume", type=int, default=None, metavar="JOB_ID", help="continue a paused job"
@@ -127,6 +159,13 @@ class Command(BaseCommand):
                 max_depth=opts["max_depth"],
                 max_pages=opts["max_pages"],
                 delay=opts["delay"],
+                host_concurrency=opts["host_concurrency"],
+                max_pages_per_host=opts["max_pages_per_host"],
+                include_patterns=opts["include"],
+                exclude_patterns=opts["exclude"],
+                include_subdomains=not opts["no_subdomains"],
+                use_sitemaps=opts["sitemaps"],
+                obey_robots=not opts["ignore_robots"],
             )
         except jobs.JobError as exc:
             raise CommandError(str(exc)) from None
