@@ -82,7 +82,7 @@ def check(job, url: str, user_agent: str) -> Decision:
     key = f"crawl:robots:{rurl}"
     now = time.monotonic()
     hit = _parsed.get(key)
-    if hit is None or now - hit[0] > _LOCAL_S:
+    if hit is None or now - hit[0] > _LOCAL_S or time.time() > hit[1].get("until", 0):
         entry = _entry(key, rurl, user_agent, job)
         if entry is None:
             return Decision(allowed=False, retry_in=1.0, reason="robots_pending")

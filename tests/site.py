@@ -21,6 +21,7 @@ class Site:
         self.pages = pages
         self.delay = delay
         self.hits: Counter[str] = Counter()
+        self.times: list[float] = []  # when each request arrived (monotonic)
         self._lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.server.daemon_threads = True
@@ -92,6 +93,7 @@ class Site:
             def do_GET(self) -> None:
                 with site._lock:
                     site.hits[site.url(self.path)] += 1
+                    site.times.append(time.monotonic())
                 if site.delay:
                     time.sleep(site.delay)
                 path = urlsplit(self.path).path

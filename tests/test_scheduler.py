@@ -79,3 +79,34 @@ def test_priority_lists_are_named_as_the_transport_names_them(redis):
     FrontierURL.objects.filter(job=job).update(depth=5)
     scheduler.release(job)
     assert redis.llen(broker.priority_lists("crawl")[1]) == 1  # priority 5 -> step 3
+
+
+def test_a_busy_polite_host_cannot_starve_the_others(redis):
+    job = jobs.create_job(
+        ["http://busy.test/"], delay=1.0, allowed_domains=["busy.test", "calm.test"]
+    )
+    jobs.start(job)
+    frontier.insert_urls(job.pk, [f"http://busy.test/{i}" for i in range(2000)], depth=1)
+    frontier.insert_urls(job.pk, [f"http://calm.test/{i}" for i in range(3)], depth=1)
+    released = 0
+    for _ in range(3):
+        released += scheduler.release(job)
+    hosts = list(
+        FrontierURL.objects.filter(job=job, state=URLState.SCHEDULED).values_list("host", flat=True)
+    )
+    assert hosts.count("busy.test") <= 3  # paced: a 1 s delay within a 2 s horizon
+    assert hosts.count("calm.test") >= 1
+    assert released == len(hosts)
+
+
+def test_host_cap_skips_first_attempts_beyond_it(redis):
+    job = make_job(10, max_pages_per_host=4)
+    assert scheduler.release(job) == 4
+    assert FrontierURL.objects.filter(job=job, error_reason="host_cap").count() == 7
+
+
+def test_job_priority_moves_its_urls_ahead():
+    assert scheduler.priority(0, 0) == 0
+    assert scheduler.priority(5, 0) == 5
+    assert scheduler.priority(5, 3) == 2
+    assert scheduler.priority(30, 0) == 9

@@ -1,0 +1,265 @@
+"""Crawl correctness and politeness through real workers and a real HTTP server.
+
+One crawl of the hostile site (``tests/hostile.py``) with robots, sitemaps and a path cap;
+each test below checks one behaviour of its result. Politeness is measured at the server
+with crawls of their own.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import pytest
+from django.conf import settings
+
+from tasks import broker, jobs
+from tasks.scheduler import Scheduler
+from tasks.supervisor import WorkerPool
+from tests.conftest import FAST, database_url, wait_for
+from tests.hostile import HostileSite
+from tests.site import Site
+from web.models import CrawlJob, FrontierURL, JobState, Page
+
+TEST_ENV = {
+    **FAST,
+    "CRAWL_FETCH_MAX_BYTES": str(1 << 20),
+    "CRAWL_FETCH_READ_TIMEOUT_S": "3",
+    "CRAWL_ROBOTS_ERROR_TTL_S": "2",
+}
+
+
+@dataclass
+class Crawl:
+    site: HostileSite
+    job: dict
+    urls: dict[str, dict]  # canonical URL -> frontier row, with its page (or None)
+
+    def row(self, path: str) -> dict:
+        return self.urls[self.site.url(path)]
+
+
+def run_crawl(
+    site, tmp_path, processes: int = 2, concurrency: int = 4, timeout: float = 120, **fields
+) -> CrawlJob:
+    """Crawl ``site`` from ``/`` with real workers and a scheduler thread, to the end."""
+    broker.client().flushdb()
+    env = {
+        **TEST_ENV,
+        "DATABASE_URL": database_url(),
+        "REDIS_URL": settings.REDIS_URL,
+        "CRAWL_DATA_DIR": str(settings.DATA_DIR),
+        "DJANGO_SETTINGS_MODULE": "crawlplatform.settings",
+    }
+    pool = WorkerPool(processes, concurrency, env=env, log_dir=tmp_path / "logs")
+    scheduler = Scheduler()
+    thread = threading.Thread(target=scheduler.run, daemon=True)
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in TEST_ENV.items():
+            mp.setenv(key, value)
+        job = jobs.create_job([site.url("/")], **fields)
+        jobs.start(job)
+        pool.start()
+        thread.start()
+        try:
+
+            def done() -> bool:
+                job.refresh_from_db()
+                return job.state == JobState.FINISHED
+
+            wait_for(done, timeout, "the crawl to finish")
+        finally:
+            scheduler.stop.set()
+            thread.join(10)
+            pool.stop(grace=15)
+    return job
+
+
+@pytest.fixture(scope="module")
+def crawl(django_db_setup, django_db_blocker, redis_server, tmp_path_factory) -> Crawl:
+    with django_db_blocker.unblock(), HostileSite() as site:
+        job = run_crawl(
+            site,
+            tmp_path_factory.mktemp("hostile"),
+            max_depth=50,
+            use_sitemaps=True,
+            path_caps={"/calendar/": 10},
+        )
+        pages = {p["url_id"]: p for p in Page.objects.filter(job=job).values()}
+        urls = {}
+        for row in FrontierURL.objects.filter(job=job).values():
+            row["page"] = pages.get(row["id"])
+            urls[row["url"]] = row
+        CrawlJob.objects.filter(pk=job.pk).delete()
+        return Crawl(site, {"state": job.state}, urls)
+
+
+def test_job_finishes_with_nothing_pending(crawl):
+    assert crawl.job["state"] == JobState.FINISHED
+    assert {r["state"] for r in crawl.urls.values()} <= {"done", "failed", "skipped"}
+
+
+def test_robots_disallowed_url_is_skipped_and_never_fetched(crawl):
+    row = crawl.row("/private/secret")
+    assert (row["state"], row["error_reason"]) == ("skipped", "robots")
+    assert crawl.site.hits("/private/secret") == 0
+    assert crawl.site.hits("/robots.txt") == 1  # one fetch, shared by every worker
+
+
+def test_sitemap_index_and_gzip_sitemap_bring_unlinked_pages(crawl):
+    assert crawl.row("/only-in-sitemap")["state"] == "done"
+    assert crawl.row("/sitemap-pages.xml.gz")["error_reason"] == "sitemap"
+
+
+def test_flaky_503_recovers_on_retry(crawl):
+    row = crawl.row("/flaky")
+    assert (row["state"], row["attempts"], row["page"]["status"]) == ("done", 3, 200)
+
+
+def test_429_retry_after_is_honoured(crawl):
+    first, second = crawl.site.requests["/ratelimited"]
+    assert second - first >= 2.0
+    assert crawl.row("/ratelimited")["state"] == "done"
+
+
+def test_permanent_failures_keep_their_reason(crawl):
+    gone, broken = crawl.row("/gone"), crawl.row("/broken")
+    assert (gone["state"], gone["error_reason"], gone["http_status"], gone["attempts"]) == (
+        "failed",
+        "http_4xx",
+        404,
+        1,
+    )
+    assert (broken["state"], broken["error_reason"], broken["http_status"]) == (
+        "failed",
+        "http_5xx",
+        500,
+    )
+    assert crawl.site.hits("/broken") == int(FAST["CRAWL_RETRY_MAX_ATTEMPTS"])
+
+
+def test_slow_page_is_fetched(crawl):
+    assert crawl.row("/slow")["page"]["elapsed_ms"] >= 500
+
+
+def test_hanging_page_fails_at_the_total_deadline(crawl):
+    row = crawl.row("/hang")
+    assert (row["state"], row["error_reason"]) == ("failed", "deadline")
+
+
+def test_redirect_chain_is_followed_and_its_target_not_fetched_twice(crawl):
+    row = crawl.row("/redirect/3")
+    assert row["page"]["final_url"] == crawl.site.url("/landing")
+    assert crawl.site.hits("/landing") == 1  # a link found after the redirect fetches nothing
+    landing = crawl.row("/landing")
+    assert (landing["state"], landing["error_reason"]) == ("skipped", "fetched_via_redirect")
+
+
+def test_redirect_loop_is_recorded(crawl):
+    row = crawl.row("/loop/a")
+    assert (row["state"], row["error_reason"]) == ("failed", "redirect_loop")
+
+
+def test_huge_body_is_truncated_stored_and_still_parsed(crawl):
+    row = crawl.row("/huge")
+    assert (row["state"], row["error_reason"]) == ("done", "truncated")
+    assert row["page"]["truncated"] and row["page"]["size"] == 1 << 20
+    assert crawl.row("/after-huge")["state"] == "done"
+
+
+def test_binary_body_named_html_is_stored_not_parsed(crawl):
+    row = crawl.row("/binary.html")
+    assert (row["state"], row["error_reason"], row["page"]["title"]) == ("done", "binary", "")
+
+
+def test_latin1_page_title_decodes_and_its_links_are_followed(crawl):
+    assert crawl.row("/latin1")["page"]["title"] == "Café crème"
+    assert crawl.row("/from-latin1")["state"] == "done"
+
+
+def test_malformed_html_still_yields_its_links(crawl):
+    assert crawl.row("/from-malformed-a")["state"] == "done"
+    assert crawl.row("/from-malformed-b")["state"] == "done"
+
+
+def test_calendar_trap_stops_at_its_path_cap(crawl):
+    calendar = [r for u, r in crawl.urls.items() if "/calendar/" in u]
+    assert sum(r["state"] == "done" for r in calendar) == 10
+    assert {r["error_reason"] for r in calendar if r["state"] == "skipped"} == {"path_cap"}
+
+
+def test_query_order_and_fragment_variants_are_fetched_once(crawl):
+    assert crawl.site.hits("/q?a=1&b=2") == 1
+    assert [k for k in crawl.site.requests if k.startswith("/q")] == ["/q?a=1&b=2"]
+
+
+def test_non_html_is_stored_not_parsed(crawl):
+    row = crawl.row("/doc.pdf")
+    assert (row["state"], row["error_reason"]) == ("done", "not_html")
+    assert row["page"]["content_type"] == "application/pdf"
+
+
+def test_off_site_and_non_http_links_are_not_fetched(crawl):
+    assert not [u for u in crawl.urls if not u.startswith(crawl.site.base)]
+
+
+def test_every_unfetched_url_has_a_readable_reason(crawl):
+    for url, row in crawl.urls.items():
+        if row["state"] in ("failed", "skipped"):
+            assert row["error_reason"], url
+
+
+@pytest.mark.django_db(transaction=True)
+def test_crawl_delay_from_robots_spaces_requests(redis, tmp_path):
+    home = b"".join(f'<a href="/p/{i}">x</a>'.encode() for i in range(6))
+    overrides = {"/": lambda n: (200, {"Content-Type": "text/html"}, home)}
+    with HostileSite(robots="User-agent: *\nCrawl-delay: 0.4\n", overrides=overrides) as site:
+        run_crawl(site, tmp_path, processes=2, concurrency=4)
+        times = sorted(t for path, ts in site.requests.items() if path != "/robots.txt" for t in ts)
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    assert len(times) == 7 and min(gaps) >= 0.4 * 0.95, gaps
+
+
+@pytest.mark.django_db(transaction=True)
+def test_robots_5xx_defers_the_host_until_robots_answers(redis, tmp_path):
+    overrides = {"/robots.txt": lambda n: (503, {}, b"") if n == 1 else (404, {}, b"")}
+    with HostileSite(overrides=overrides) as site:
+        job = run_crawl(site, tmp_path, max_depth=0)
+        fetched = site.requests["/"]
+        assert site.requests["/robots.txt"][0] < fetched[0]
+        assert fetched[0] - site.requests["/robots.txt"][0] >= 1.5  # waited out the error TTL
+        assert FrontierURL.objects.get(job=job, url=site.url("/")).state == "done"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_per_host_rate_holds_across_three_worker_processes(redis, tmp_path):
+    rate, window = 10.0, 10.0  # requests per second to the host, measuring window
+    with Site(pages=160) as site:
+        job = jobs.create_job([site.url("/p/0")], max_depth=1000, delay=1 / rate)
+        jobs.start(job)
+        env = {
+            **TEST_ENV,
+            "DATABASE_URL": database_url(),
+            "REDIS_URL": settings.REDIS_URL,
+            "DJANGO_SETTINGS_MODULE": "crawlplatform.settings",
+        }
+        pool = WorkerPool(3, 4, env=env, log_dir=tmp_path)
+        scheduler = Scheduler()
+        thread = threading.Thread(target=scheduler.run, daemon=True)
+        pool.start()
+        thread.start()
+        try:
+            wait_for(lambda: CrawlJob.objects.get(pk=job.pk).state == "finished", 120, "the crawl")
+        finally:
+            scheduler.stop.set()
+            thread.join(10)
+            pool.stop(grace=15)
+        times = sorted(site.times)
+    assert len(times) >= 160
+    worst = max(
+        sum(1 for t in times if start <= t < start + window)
+        for start in times
+        if start + window <= times[-1]
+    )
+    assert worst <= rate * window * 1.10, worst
+    print(f"busiest {window:g} s window: {worst} requests (limit {rate * window:g})")
