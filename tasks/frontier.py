@@ -11,6 +11,7 @@ lease was swept and re-granted to another cannot commit over it. Everything a pa
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from collections.abc import Callable, Iterable
@@ -26,6 +27,7 @@ from tasks.defaults import setting
 from tasks.urls import host_of
 from web.models import CrawlJob, FrontierURL, JobState, Page, URLState
 
+log = logging.getLogger(__name__)
 _TRANSIENT_SQLSTATES = {"40P01", "40001", "55P03"}  # deadlock, serialization, lock timeout
 
 
@@ -145,6 +147,7 @@ def with_retries(commit: Callable[[], None], attempts: int = 3) -> None:
 
 def defer(claim: Claim, seconds: float, reason: str) -> str:
     """Put a leased URL back to wait ``seconds`` (politeness, robots pending); no attempt used."""
+    log.info("job=%s url=%s deferred %.2f s: %s", claim.job.pk, claim.url.url, seconds, reason)
     _finish(
         claim, URLState.QUEUED, attempts=claim.attempt - 1, scheduled_at=None,
         not_before=timezone.now() + timedelta(seconds=seconds), error_reason=reason,

@@ -180,15 +180,17 @@ def release(job: CrawlJob) -> int:
     if budget <= 0:
         return 0
     now, horizon = time.monotonic(), setting("SCHEDULER_HORIZON_S", job)
+    caps = _Caps(job)
+    # Pacing and caps turn some candidates down: look further ahead when they may apply.
+    window = budget * 4 if job.delay > 0 or job.host_concurrency or caps.active else budget
     with transaction.atomic():
-        rows = _candidates(job, budget * 4, _pace.blocked(job.pk, now, horizon))
+        rows = _candidates(job, window, _pace.blocked(job.pk, now, horizon))
         if not rows:
             return 0
         by_host: dict[str, list[Row]] = {}
         for row in rows:
             by_host.setdefault(row[2], []).append(row)
         delays = politeness.host_delays(job.pk, list(by_host), job.delay)
-        caps = _Caps(job)
         caps.load(set(by_host))
         chosen, capped, taken = [], {}, dict.fromkeys(by_host, 0)
         while len(chosen) < budget and by_host:
