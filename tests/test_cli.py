@@ -6,10 +6,13 @@ import json
 import signal
 import subprocess
 import sys
+from io import StringIO
 
 import pytest
 from django.conf import settings
+from django.core.management import call_command
 
+from tasks import jobs
 from tests.conftest import wait_for
 from tests.site import Site
 from web.models import Checkpoint, CrawlJob, JobState, Page
@@ -85,3 +88,21 @@ def test_ctrl_c_pauses_and_resume_finishes(worker_env, tmp_path):
     lines = out.read_text().splitlines()
     assert lines[0].startswith("url,final_url,status")
     assert len(lines) == 1 + len(site.expected_done() | site.expected_failed())
+
+
+def test_job_command_pauses_resumes_cancels_and_reports():
+    job = jobs.create_job(["http://127.0.0.1:9/"], name="ctl")
+    jobs.start(job)
+
+    def run(*args: str) -> str:
+        out = StringIO()
+        call_command("job", *args, str(job.pk), stdout=out)
+        return out.getvalue()
+
+    assert "running -> paused" in run("pause")
+    assert "nothing to pause" in run("pause")
+    status = run("status")
+    assert "ctl): paused" in status and "checkpoint v1 (pause" in status and "queued 1" in status
+    assert "paused -> running" in run("resume")
+    assert "running -> cancelled" in run("cancel")
+    assert CrawlJob.objects.get(pk=job.pk).state == JobState.CANCELLED
