@@ -22,6 +22,8 @@ class Site:
         self.delay = delay
         self.hits: Counter[str] = Counter()
         self.times: list[float] = []  # when each request arrived (monotonic)
+        self.in_flight = 0
+        self.max_in_flight = 0  # most requests being served at once
         self._lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.server.daemon_threads = True
@@ -94,6 +96,15 @@ class Site:
                 with site._lock:
                     site.hits[site.url(self.path)] += 1
                     site.times.append(time.monotonic())
+                    site.in_flight += 1
+                    site.max_in_flight = max(site.max_in_flight, site.in_flight)
+                try:
+                    self._serve()
+                finally:
+                    with site._lock:
+                        site.in_flight -= 1
+
+            def _serve(self) -> None:
                 if site.delay:
                     time.sleep(site.delay)
                 path = urlsplit(self.path).path

@@ -263,3 +263,29 @@ def test_per_host_rate_holds_across_three_worker_processes(redis, tmp_path):
     )
     assert worst <= rate * window * 1.10, worst
     print(f"busiest {window:g} s window: {worst} requests (limit {rate * window:g})")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_per_host_concurrency_holds_across_worker_processes(redis, tmp_path):
+    with Site(pages=40, delay=0.2) as site:
+        job = jobs.create_job([site.url("/p/0")], max_depth=1000, host_concurrency=2)
+        jobs.start(job)
+        env = {
+            **TEST_ENV,
+            "DATABASE_URL": database_url(),
+            "REDIS_URL": settings.REDIS_URL,
+            "DJANGO_SETTINGS_MODULE": "crawlplatform.settings",
+        }
+        pool = WorkerPool(2, 4, env=env, log_dir=tmp_path)
+        scheduler = Scheduler()
+        thread = threading.Thread(target=scheduler.run, daemon=True)
+        pool.start()
+        thread.start()
+        try:
+            wait_for(lambda: CrawlJob.objects.get(pk=job.pk).state == "finished", 120, "the crawl")
+        finally:
+            scheduler.stop.set()
+            thread.join(10)
+            pool.stop(grace=15)
+    assert site.max_in_flight == 2
+    assert Page.objects.filter(job=job).count() == len(site.expected_done())

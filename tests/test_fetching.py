@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import gzip
 import socket
+import ssl
+import subprocess
 import threading
 import time
 from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+import requests
 
 from tasks import outcomes
 from tasks.fetching import FetchLimits, fetch, parse_retry_after
@@ -165,3 +168,56 @@ def test_retry_after_in_seconds_and_as_http_date():
     now = time.time()
     assert parse_retry_after(formatdate(now + 60, usegmt=True), now=now) == pytest.approx(60, abs=1)
     assert parse_retry_after("soon") is None and parse_retry_after(None) is None
+
+
+def test_connect_timeout_when_the_server_accepts_nothing():
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(0)
+    port = srv.getsockname()[1]
+    held = []
+    for _ in range(3):  # fill the accept backlog: further SYNs go unanswered
+        c = socket.socket()
+        c.setblocking(False)
+        c.connect_ex(("127.0.0.1", port))
+        held.append(c)
+    limits = FetchLimits(
+        connect_timeout=0.5, read_timeout=1, deadline=2, max_bytes=1024, max_redirects=1
+    )
+    try:
+        with pytest.raises(outcomes.ConnectTimeout) as info:
+            fetch(f"http://127.0.0.1:{port}/", user_agent="test", limits=limits)
+        assert info.value.retryable and info.value.slows_host
+    finally:
+        for c in held:
+            c.close()
+        srv.close()
+
+
+def test_tls_failure_is_a_permanent_tls_outcome(tmp_path):
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key),
+         "-out", str(cert), "-days", "1", "-subj", "/CN=127.0.0.1"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    srv.socket = context.wrap_socket(srv.socket, server_side=True)
+    srv.handle_error = lambda *args: None  # the client refusing our certificate is the point
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(outcomes.TLSError) as info:
+            get(f"https://127.0.0.1:{srv.server_address[1]}/ok")  # self-signed: not trusted
+        assert not info.value.retryable
+    finally:
+        srv.shutdown()
+
+
+def test_name_resolution_failure_maps_to_dns():
+    cause = socket.gaierror(-2, "Name or service not known")
+    exc = requests.exceptions.ConnectionError("Failed to resolve 'nowhere.invalid'")
+    exc.__cause__ = cause
+    outcome = outcomes.from_requests(exc)
+    assert isinstance(outcome, outcomes.DNSFailure) and outcome.retryable

@@ -47,3 +47,10 @@ def test_empty_and_xml_declared_documents():
 def test_binary_bodies_are_recognized():
     assert looks_binary(b"\x89PNG\r\n\x1a\n\x00\x00")
     assert not looks_binary(b"<html></html>")
+
+
+def test_bytes_invalid_in_their_charset_are_replaced_not_fatal():
+    body = b"<title>ok \xff\xfe caf\xc3\xa9</title><a href='/x'>x</a>"
+    parsed = parse_html(body, "text/html; charset=utf-8", "http://h/")
+    assert parsed.title.startswith("ok ") and parsed.title.endswith("café")
+    assert parsed.links == ["http://h/x"]

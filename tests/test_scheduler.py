@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from tasks import broker, frontier, jobs, scheduler
@@ -110,3 +112,13 @@ def test_job_priority_moves_its_urls_ahead():
     assert scheduler.priority(5, 0) == 5
     assert scheduler.priority(5, 3) == 2
     assert scheduler.priority(30, 0) == 9
+
+
+def test_a_dead_leaders_lease_is_taken_over_within_seconds(redis):
+    leader, standby = scheduler.Scheduler(), scheduler.Scheduler()
+    assert leader.is_leader()
+    started = time.monotonic()
+    while not standby.is_leader():  # the leader stopped renewing: it died
+        assert time.monotonic() - started < scheduler.LEADER_TTL_S + 1
+        time.sleep(0.2)
+    assert not leader.is_leader()
