@@ -135,6 +135,12 @@ CELERY_ACCEPT_CONTENT = ["json"]
 # Celery's Django fixup closes every database connection around every task unless this is
 # set: that is a new PostgreSQL backend per page. Connections are kept for this many tasks.
 CELERY_DB_REUSE_MAX = env.int("CELERY_DB_REUSE_MAX", default=10_000)
+# Lease sweep and reconcile, also done by the scheduler: beat makes them independent of it.
+CELERY_BEAT_SCHEDULE = {
+    "maintain": {"task": "tasks.maintain", "schedule": env.float("MAINTAIN_EVERY_S", default=30.0)},
+}
+# A second SIGTERM (or SIGQUIT) still gives in-flight pages this long before a cold stop.
+CELERY_WORKER_SOFT_SHUTDOWN_TIMEOUT = crawl.setting("FETCH_DEADLINE_S") + 10
 CELERY_WORKER_SEND_TASK_EVENTS = env.bool("CELERY_WORKER_SEND_TASK_EVENTS", default=False)
 
 LOGGING = {

@@ -56,6 +56,11 @@ TASK_TIME_LIMIT_S = 120.0  # hard kill of a stuck task (prefork pool)
 VISIBILITY_TIMEOUT_S = 300  # an unacked message goes back to the queue after this, seconds
 UNACKED_RESTORE_INTERVAL_S = 10  # how often a worker looks for unacked messages to restore
 
+# Worker process
+WORKER_MAX_RSS_MB = 1024  # a worker above this resident memory restarts itself between tasks
+MEMORY_CHECK_EVERY = 50  # tasks between two memory checks
+DB_RETRY_S = 5  # a task that cannot reach the database is retried after this (a countdown)
+
 # Checkpoints
 CHECKPOINT_INTERVAL_S = 60.0  # periodic checkpoint of every running job, seconds
 

@@ -135,13 +135,16 @@ def process(url_id: int, job_id: int) -> str | None:
     except LeaseLost as exc:
         log.warning("discarded work: %s", exc)
         return None
-    except DatabaseError:
+    except DatabaseError as exc:
         # The database is away or refused the commit: give the URL back at once if it can be
-        # reached, else its lease expires and the sweep does.
-        log.exception("job=%s url=%s: database error", claimed.job.pk, claimed.url.url)
+        # reached, else its lease expires and the sweep does. Nothing was committed.
+        log.warning("job=%s url=%s: database error, page not stored: %s",
+                    claimed.job.pk, claimed.url.url, exc)  # fmt: skip
         connection.close()  # the next statement gets a fresh connection
-        release_lease(claimed)
-        raise
+        released = release_lease(claimed)
+        log.warning("job=%s url=%s: %s", claimed.job.pk, claimed.url.url,
+                    "back in the queue" if released else "left to the lease sweep")  # fmt: skip
+        return None
 
 
 def _robots(claimed: Claim, cache: _JobCache, user_agent: str) -> tuple[str | None, float]:

@@ -2,16 +2,44 @@
 
 ``fetch_url`` is acks-late and rejected (requeued) if its worker dies, so a page's message is
 acknowledged only after its effects committed. Redelivery is harmless: the engine's claim is a
-compare-and-set on the URL's state.
+compare-and-set on the URL's state. A task that cannot reach the database before its claim is
+retried after ``DB_RETRY_S`` (a short countdown, far below the visibility timeout).
 """
 
 from celery import shared_task
-from django.db import close_old_connections
+from django.db import DatabaseError, close_old_connections, connection
 
-from tasks import engine
+from tasks import engine, lifecycle
+from tasks.defaults import setting
 
 
-@shared_task(name="tasks.fetch_url", acks_late=True, reject_on_worker_lost=True, ignore_result=True)
-def fetch_url(url_id: int, job_id: int) -> None:
+@shared_task(
+    bind=True,
+    name="tasks.fetch_url",
+    acks_late=True,
+    reject_on_worker_lost=True,
+    ignore_result=True,
+    max_retries=None,
+)
+def fetch_url(self, url_id: int, job_id: int) -> None:
     close_old_connections()  # drop a connection that broke (database restart) or aged out
-    engine.process(url_id, job_id)
+    try:
+        engine.process(url_id, job_id)
+    except DatabaseError as exc:  # before the claim: the database is unreachable
+        connection.close()
+        raise self.retry(exc=exc, countdown=setting("DB_RETRY_S")) from None
+    lifecycle.touched_jobs.add(job_id)
+
+
+@shared_task(name="tasks.maintain", ignore_result=True)
+def maintain() -> None:
+    """Sweep expired leases and re-publish lost messages (Celery beat runs it periodically).
+
+    Safe to run in several places at once: the sweep is one conditional UPDATE, and a message
+    published twice is harmless.
+    """
+    from tasks import frontier, scheduler
+
+    close_old_connections()
+    frontier.sweep_expired_leases()
+    scheduler.reconcile()

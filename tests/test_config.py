@@ -31,6 +31,8 @@ def test_celery_is_configured_for_no_loss():
     assert fetch_url.acks_late and fetch_url.reject_on_worker_lost
     options = conf.broker_transport_options
     assert options["visibility_timeout"] > conf.task_time_limit
+    assert options["visibility_timeout"] > setting("DB_RETRY_S")  # the longest countdown used
+    assert conf.worker_soft_shutdown_timeout > setting("FETCH_DEADLINE_S")
     assert conf.task_default_queue == settings.CRAWL_QUEUE
 
 

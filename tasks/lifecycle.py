@@ -1,0 +1,52 @@
+"""A worker's life: checkpoints when it shuts down, and a memory ceiling.
+
+Reads ``WORKER_MAX_RSS_MB`` and ``MEMORY_CHECK_EVERY``.
+
+* On warm shutdown (SIGTERM: stop consuming, finish in-flight pages), the worker writes a
+  checkpoint for every job it worked on, after its last page committed.
+* Every ``MEMORY_CHECK_EVERY`` tasks a worker compares its resident memory with
+  ``WORKER_MAX_RSS_MB``; above it, it asks itself for a warm shutdown between tasks. Its
+  supervisor (the ``crawl`` command, a Deployment, compose's restart policy) starts a fresh
+  one; nothing in flight is lost.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+
+import psutil
+from celery import signals
+
+from tasks.defaults import setting
+
+log = logging.getLogger(__name__)
+touched_jobs: set[int] = set()  # jobs this worker process fetched pages for
+_tasks_run = 0
+
+
+@signals.worker_shutdown.connect
+def _checkpoint_on_shutdown(**kwargs) -> None:
+    from tasks import jobs
+    from web.models import CrawlJob
+
+    for job in CrawlJob.objects.filter(pk__in=touched_jobs):
+        try:
+            jobs.checkpoint(job, "worker_shutdown")
+        except Exception:  # the database may be what is going away
+            log.exception("job=%s: no checkpoint at shutdown", job.pk)
+
+
+@signals.task_postrun.connect
+def _memory_ceiling(**kwargs) -> None:
+    global _tasks_run
+    _tasks_run += 1
+    if _tasks_run % setting("MEMORY_CHECK_EVERY"):
+        return
+    rss_mb = psutil.Process().memory_info().rss / 2**20
+    limit = setting("WORKER_MAX_RSS_MB")
+    if rss_mb > limit:
+        log.warning("worker RSS %.0f MB above %d MB: warm shutdown for a fresh process", rss_mb,
+                    limit)  # fmt: skip
+        os.kill(os.getpid(), signal.SIGTERM)

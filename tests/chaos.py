@@ -1,0 +1,393 @@
+"""Chaos suite: crawl a local site with 3 worker processes while breaking things.
+
+    .venv/bin/python -m tests.chaos [--pages 2000] [--scenarios kill,term,redis,postgres,pause]
+
+Scenarios (each on a fresh job, site, Redis and worker set):
+
+* ``kill``: SIGKILL a random worker every ``--kill-every`` seconds, start a replacement.
+* ``term``: SIGTERM every worker at once mid-crawl, then start new ones.
+* ``redis``: FLUSHALL and restart the broker (a Redis this suite starts on its own port).
+* ``postgres``: restart PostgreSQL mid-crawl (a cluster this suite creates on its own port).
+* ``pause``: pause and resume the job three times mid-crawl.
+
+Each must end with the job finished, every reachable page stored exactly once, no URL left
+queued/scheduled/leased, no page fetched more than twice at the server, and no unhandled
+exception in the worker logs. ``term`` also needs every worker to exit 0 with no URL left
+leased, and ``pause`` no fetch at the server while the job is paused (``violations``).
+A table of the figures is printed; the exit status is 0 only if every scenario passed.
+``tests/test_chaos.py`` runs the same scenarios at a reduced size.
+
+The scheduler runs as its own process (``manage.py scheduler``), like the workers, so that
+it meets the same broken Redis and database. ``DATABASE_URL`` must name PostgreSQL, or is
+created for the ``postgres`` scenario.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PG_BIN = Path("/usr/lib/postgresql") / "15" / "bin"
+SETTINGS = {  # short budgets so that recovery takes seconds
+    "CRAWL_RETRY_BACKOFF_BASE_S": "0.05",
+    "CRAWL_RETRY_MAX_ATTEMPTS": "3",
+    "CRAWL_FETCH_DEADLINE_S": "5",
+    "CRAWL_TASK_SOFT_TIME_LIMIT_S": "6",
+    "CRAWL_TASK_TIME_LIMIT_S": "7",
+    "CRAWL_LEASE_S": "8",
+    "CRAWL_VISIBILITY_TIMEOUT_S": "10",
+    "CRAWL_UNACKED_RESTORE_INTERVAL_S": "1",
+    "CRAWL_SWEEP_INTERVAL_S": "1",
+    "CRAWL_DB_RETRY_S": "1",
+}
+
+
+@dataclass
+class Result:
+    scenario: str
+    pages_expected: int
+    pages_stored: int
+    stored_twice: int
+    left_pending: int
+    fetched_twice: int
+    max_fetches: int
+    unhandled: int
+    violations: int
+    seconds: float
+    finished: bool
+
+    @property
+    def passed(self) -> bool:
+        return (
+            self.finished
+            and self.pages_stored == self.pages_expected
+            and self.stored_twice == 0
+            and self.left_pending == 0
+            and self.max_fetches <= 2
+            and self.unhandled == 0
+            and self.violations == 0
+        )
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(predicate, timeout: float, what: str, every: float = 0.2):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(every)
+    raise TimeoutError(f"timed out after {timeout:g} s waiting for {what}")
+
+
+class RedisServer:
+    """A redis-server of this suite's own, without persistence (a restart loses everything)."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.port = free_port()
+        self.workdir = workdir
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", str(self.workdir)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        wait_until(self._ping, 10, "redis to start")
+
+    def _ping(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
+                s.sendall(b"PING\r\n")
+                return s.recv(16).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def flush_and_restart(self) -> None:
+        with socket.create_connection(("127.0.0.1", self.port), timeout=2) as s:
+            s.sendall(b"FLUSHALL\r\n")
+            s.recv(16)
+        self.proc.kill()
+        self.proc.wait()
+        time.sleep(1.0)
+        self.start()
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class PostgresCluster:
+    """A PostgreSQL cluster of this suite's own, to restart mid-crawl."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.port = free_port()
+        self.data = workdir / "pgdata"
+        self.log = workdir / "postgres.log"
+
+    @property
+    def url(self) -> str:
+        return f"postgres://postgres@127.0.0.1:{self.port}/chaos"
+
+    def _as_postgres(self, *cmd: str) -> None:
+        prefix = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        subprocess.run([*prefix, *cmd], check=True, capture_output=True)
+
+    def create(self) -> None:
+        self.data.parent.chmod(0o777)
+        self._as_postgres(str(PG_BIN / "initdb"), "-D", str(self.data), "-A", "trust",
+                          "-U", "postgres")  # fmt: skip
+        self.start()
+        self._as_postgres(str(PG_BIN / "createdb"), "-h", "127.0.0.1", "-p", str(self.port),
+                          "-U", "postgres", "chaos")  # fmt: skip
+
+    def start(self) -> None:
+        self._as_postgres(str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-l", str(self.log),
+                          "-o", f"-p {self.port} -k /tmp -c listen_addresses=127.0.0.1",
+                          "-w", "start")  # fmt: skip
+
+    def restart(self) -> None:
+        self._as_postgres(str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w",
+                          "stop")  # fmt: skip
+        time.sleep(2.0)
+        self.start()
+
+    def stop(self) -> None:
+        try:
+            self._as_postgres(str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-m", "immediate",
+                              "stop")  # fmt: skip
+        except subprocess.CalledProcessError:
+            pass
+
+
+def run(
+    scenario: str,
+    pages: int,
+    kill_every: float,
+    site_delay: float,
+    workdir: Path,
+    redis: RedisServer,
+    postgres: PostgresCluster | None,
+) -> Result:
+    """One scenario, in this process (Django must already point at the right database)."""
+    from django.db import DatabaseError, connection
+
+    from tasks import jobs
+    from tasks.supervisor import WorkerPool
+    from tests.site import Site
+    from web.models import PENDING_STATES, CrawlJob, FrontierURL, Page
+
+    env = {**os.environ, **SETTINGS, "REDIS_URL": redis.url, "LOG_LEVEL": "INFO"}
+    violations = 0  # scenario-specific: non-zero exits or leased URLs after SIGTERM,
+    # fetches while paused
+    logs = workdir / "logs"
+    started = time.monotonic()
+    with Site(pages=pages, delay=site_delay) as site:
+        job = jobs.create_job([site.url("/p/0")], max_depth=10_000, name=f"chaos {scenario}")
+        jobs.start(job)
+        pool = WorkerPool(3, 4, env=env, log_dir=logs)
+        pool.start()
+        sched_log = (logs / "scheduler.log").open("ab")
+        scheduler = subprocess.Popen(
+            [sys.executable, "manage.py", "scheduler"], cwd=ROOT, env=env,
+            stdout=sched_log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+
+        def reconnecting(query):
+            """Watch through a database restart: a broken connection is replaced."""
+            try:
+                return query()
+            except DatabaseError:
+                connection.close()
+                return None
+
+        def stored() -> int:
+            return reconnecting(lambda: Page.objects.filter(job=job).count()) or 0
+
+        def state() -> str:
+            return reconnecting(lambda: CrawlJob.objects.get(pk=job.pk).state) or "unknown"
+
+        try:
+            wait_until(lambda: stored() >= pages * 0.2, 300, "a fifth of the pages")
+            if scenario == "kill":
+                while state() != "finished" and time.monotonic() - started < 600:
+                    victim = random.choice(list(pool.procs))
+                    os.killpg(pool.procs[victim].pid, signal.SIGKILL)
+                    pool.procs.pop(victim).wait()
+                    pool.started.pop(victim, None)
+                    pool.spawn()  # the replacement, as a Deployment would start one
+                    time.sleep(kill_every)
+            elif scenario == "term":
+                codes = pool.stop(grace=60)
+                # Warm shutdown: every worker exits 0 and no page is left half-done.
+                violations += sum(1 for code in codes.values() if code != 0)
+                violations += FrontierURL.objects.filter(job=job, state="leased").count()
+                pool.start()
+            elif scenario == "redis":
+                redis.flush_and_restart()
+            elif scenario == "postgres":
+                postgres.restart()
+            elif scenario == "pause":
+                for _ in range(3):
+                    jobs.pause(CrawlJob.objects.get(pk=job.pk))
+                    time.sleep(1.5)  # in-flight pages finish within a fetch (0.5 s here)
+                    before = len(site.times)
+                    time.sleep(2)
+                    violations += len(site.times) - before  # fetches while paused
+                    jobs.resume(CrawlJob.objects.get(pk=job.pk))
+                    time.sleep(3)
+            finished = True
+            try:
+                wait_until(lambda: state() == "finished", 600, "the job to finish", every=0.5)
+            except TimeoutError:
+                finished = False
+        finally:
+            pool.stop(grace=60)
+            scheduler.send_signal(signal.SIGTERM)
+            scheduler.wait(30)
+            sched_log.close()
+        urls = FrontierURL.objects.filter(job=job)
+        stored_urls = list(Page.objects.filter(job=job).values_list("url__url", flat=True))
+        retried = {site.url("/error")}
+        fetches = [n for url, n in site.hits.items() if url not in retried]
+        unhandled = sum(
+            log.read_text(errors="replace").count("raised unexpected")
+            + log.read_text(errors="replace").count("Unrecoverable error")
+            for log in logs.glob("*.log")
+        )
+        return Result(
+            scenario=scenario,
+            pages_expected=len(site.expected_done()),
+            pages_stored=len(set(stored_urls) & site.expected_done()),
+            stored_twice=len(stored_urls) - len(set(stored_urls)),
+            left_pending=urls.filter(state__in=PENDING_STATES).count(),
+            fetched_twice=sum(1 for n in fetches if n > 1),
+            max_fetches=max(fetches, default=0),
+            unhandled=unhandled,
+            violations=violations,
+            seconds=round(time.monotonic() - started, 1),
+            finished=finished,
+        )
+
+
+def _child(args: argparse.Namespace) -> None:
+    """Run one scenario in this process and print its result as JSON."""
+    import django
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "crawlplatform.settings")
+    django.setup()
+    workdir = Path(args.workdir)
+    redis = RedisServer(workdir)
+    redis.start()
+    postgres = None
+    if args.scenario == "postgres":
+        postgres = PostgresCluster(workdir)
+        postgres.port = int(os.environ["CHAOS_PG_PORT"])
+    try:
+        result = run(
+            args.scenario, args.pages, args.kill_every, args.site_delay, workdir, redis, postgres
+        )
+    finally:
+        redis.stop()
+    print("RESULT " + json.dumps(asdict(result)), flush=True)
+
+
+def scenario(
+    name: str,
+    pages: int,
+    kill_every: float = 10.0,
+    site_delay: float = 0.2,
+    keep: bool = False,
+    env: dict[str, str] | None = None,
+) -> Result:
+    """Run one scenario in a child process (its own Redis, and database when it needs one)."""
+    workdir = Path(tempfile.mkdtemp(prefix=f"chaos-{name}-"))
+    env = {**os.environ, **(env or {})}
+    postgres = None
+    try:
+        if name == "postgres":
+            postgres = PostgresCluster(workdir)
+            postgres.create()
+            env["DATABASE_URL"] = postgres.url
+            env["CHAOS_PG_PORT"] = str(postgres.port)
+            subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env,
+                           check=True)  # fmt: skip
+        out = subprocess.run(
+            [sys.executable, "-m", "tests.chaos", "--child", "--scenario", name, "--pages",
+             str(pages), "--kill-every", str(kill_every), "--site-delay", str(site_delay),
+             "--workdir", str(workdir)],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200,
+        )  # fmt: skip
+        line = next((ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")), None)
+        if line is None:
+            raise RuntimeError(f"chaos {name} failed:\n{out.stdout[-3000:]}\n{out.stderr[-5000:]}")
+        return Result(**json.loads(line[len("RESULT ") :]))
+    finally:
+        if postgres is not None:
+            postgres.stop()
+        if not keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def table(results: list[Result]) -> str:
+    head = (
+        f"{'scenario':<10}{'expected':>9}{'stored':>8}{'twice':>7}{'pending':>9}"
+        f"{'refetched':>11}{'max':>5}{'errors':>8}{'violations':>12}{'seconds':>9}  result"
+    )
+    rows = [
+        f"{r.scenario:<10}{r.pages_expected:>9}{r.pages_stored:>8}{r.stored_twice:>7}"
+        f"{r.left_pending:>9}{r.fetched_twice:>11}{r.max_fetches:>5}{r.unhandled:>8}"
+        f"{r.violations:>12}{r.seconds:>9}  {'pass' if r.passed else 'FAIL'}"
+        for r in results
+    ]
+    return "\n".join([head, *rows])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="crawlplatform chaos suite")
+    parser.add_argument("--pages", type=int, default=2000)
+    parser.add_argument("--scenarios", default="kill,term,redis,postgres,pause")
+    parser.add_argument("--kill-every", type=float, default=10.0)
+    parser.add_argument(
+        "--site-delay", type=float, default=0.2, help="seconds the local site takes per page"
+    )
+    parser.add_argument("--keep", action="store_true", help="keep each scenario's logs")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--scenario", help=argparse.SUPPRESS)
+    parser.add_argument("--workdir", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        return _child(args)
+    results = []
+    for name in args.scenarios.split(","):
+        print(f"chaos: {name} ({args.pages} pages) ...", flush=True)
+        results.append(scenario(name, args.pages, args.kill_every, args.site_delay, args.keep))
+    print(table(results))
+    sys.exit(0 if all(r.passed for r in results) else 1)
+
+
+if __name__ == "__main__":
+    main()
