@@ -261,7 +261,8 @@ def run(
                     time.sleep(3)
             finished = True
             try:
-                wait_until(lambda: state() == "finished", 600, "the job to finish", every=0.5)
+                limit = float(os.environ.get("CHAOS_FINISH_TIMEOUT_S", "600"))
+                wait_until(lambda: state() == "finished", limit, "the job to finish", every=0.5)
             except TimeoutError:
                 finished = False
         finally:
