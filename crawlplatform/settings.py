@@ -15,6 +15,7 @@
 | ``DEBUG`` | ``false`` | Django debug pages |
 | ``ALLOWED_HOSTS`` | ``localhost,127.0.0.1,[::1]`` | comma-separated |
 | ``LOG_LEVEL`` | ``INFO`` | root log level |
+| ``HEALTH_TOKEN`` | unset | bearer token for ``/healthz/details`` (staff users need none) |
 
 Crawl knobs (timeouts, retries, leases, ...) live in ``tasks/defaults.py``.
 """
@@ -49,6 +50,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "web.middleware.ProbeMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

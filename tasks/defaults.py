@@ -59,6 +59,7 @@ UNACKED_RESTORE_INTERVAL_S = 10  # how often a worker looks for unacked messages
 # Worker process
 WORKER_MAX_RSS_MB = 1024  # a worker above this resident memory restarts itself between tasks
 MEMORY_CHECK_EVERY = 50  # tasks between two memory checks
+WORKER_METRICS_PORT = 0  # a worker serves Prometheus metrics on this port (0: off)
 DB_RETRY_S = 5  # a task that cannot reach the database is retried after this (a countdown)
 
 # Checkpoints

@@ -17,7 +17,7 @@ from urllib.parse import urljoin
 
 from django.db import DatabaseError, connection
 
-from tasks import fetching, outcomes, parsing, politeness, robots, sitemaps
+from tasks import fetching, metrics, outcomes, parsing, politeness, robots, sitemaps
 from tasks.defaults import setting
 from tasks.frontier import (
     Claim,
@@ -131,7 +131,9 @@ def process(url_id: int, job_id: int) -> str | None:
     if claimed is None:
         return None
     try:
-        return _process_claimed(claimed)
+        state = _process_claimed(claimed)
+        metrics.outcome(job_id, state, claimed.reason)
+        return state
     except LeaseLost as exc:
         log.warning("discarded work: %s", exc)
         return None
@@ -180,6 +182,7 @@ def _process_claimed(claimed: Claim) -> str:
         time.sleep(slot.wait)
     outcome: outcomes.CrawlOutcome | None = None
     started = time.monotonic()
+    metrics.IN_FLIGHT.inc()
     try:
         resp = fetching.fetch(
             claimed.url.url,
@@ -190,7 +193,10 @@ def _process_claimed(claimed: Claim) -> str:
     except outcomes.CrawlOutcome as exc:
         outcome = exc
     finally:
-        slow = time.monotonic() - started > setting("THROTTLE_SLOW_LATENCY_S", job)
+        metrics.IN_FLIGHT.dec()
+        elapsed = time.monotonic() - started
+        metrics.FETCH_SECONDS.observe(elapsed)
+        slow = elapsed > setting("THROTTLE_SLOW_LATENCY_S", job)
         slows = slow or (outcome is not None and outcome.slows_host)
         retry_after = outcome.retry_after if outcome is not None else None
         if slot.adaptive or slows or retry_after or job.host_concurrency:
@@ -204,6 +210,7 @@ def _process_claimed(claimed: Claim) -> str:
             "job=%s url=%s outcome=%s state=%s", job.pk, claimed.url.url, outcome.reason, state
         )
         return state
+    metrics.FETCHED_BYTES.inc(len(resp.body))
     return _store(claimed, cache, resp)
 
 

@@ -40,6 +40,7 @@ class Claim:
     url: FrontierURL
     job: CrawlJob
     attempt: int  # the lease token
+    reason: str = ""  # why it ended or went back to wait, once it did
 
 
 def insert_urls(job_id: int, urls: Iterable[str], depth: int, parent_id: int | None = None) -> None:
@@ -148,6 +149,7 @@ def with_retries(commit: Callable[[], None], attempts: int = 3) -> None:
 def defer(claim: Claim, seconds: float, reason: str) -> str:
     """Put a leased URL back to wait ``seconds`` (politeness, robots pending); no attempt used."""
     log.info("job=%s url=%s deferred %.2f s: %s", claim.job.pk, claim.url.url, seconds, reason)
+    claim.reason = reason
     _finish(
         claim, URLState.QUEUED, attempts=claim.attempt - 1, scheduled_at=None,
         not_before=timezone.now() + timedelta(seconds=seconds), error_reason=reason,
@@ -238,6 +240,7 @@ def record_failure(claim: Claim, outcome: outcomes.CrawlOutcome) -> str:
     else:
         to = URLState.FAILED
     _finish(claim, to, **fields)
+    claim.reason = outcome.reason
     return to
 
 

@@ -3,10 +3,15 @@ database; each test asserts the exact set of pages stored, each exactly once."""
 
 from __future__ import annotations
 
+import os
+import re
+import urllib.request
+
 import pytest
 
 from tasks import broker, jobs
 from tasks.scheduler import publish
+from tasks.supervisor import WorkerPool
 from tests.conftest import wait_for
 from tests.site import Site
 from web.models import CrawlJob, FrontierURL, JobState, Page, URLState
@@ -74,3 +79,28 @@ def test_redelivered_task_for_done_url_fetches_nothing(site, workers, scheduler)
     wait_for(lambda: broker.depth() == {"ready": 0, "unacked": 0}, 30, "the redeliveries to drain")
     assert sum(site.hits.values()) == before
     assert Page.objects.filter(job=job).count() == len(done)
+
+
+def test_worker_metrics_count_what_was_stored(site, worker_env, scheduler):
+    port = 9100 + (os.getpid() % 800)
+    pool = WorkerPool(1, 4, env={**worker_env, "CRAWL_WORKER_METRICS_PORT": str(port)})
+    pool.start()
+    try:
+        job = start_job(site)
+        wait_for(lambda: finished(job), 90, "the crawl to finish")
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    finally:
+        pool.stop(grace=15)
+
+    def value(name: str, **labels: str) -> float:
+        pattern = name + "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + r"} (\S+)"
+        return float(re.search(pattern, text).group(1))
+
+    assert value("crawlplatform_pages_total", job=str(job.pk), outcome="done") == (
+        Page.objects.filter(job=job).count()
+    )
+    assert value("crawlplatform_pages_total", job=str(job.pk), outcome="http_4xx") == len(
+        [u for u in site.expected_failed() if "/missing/" in u]
+    )
+    assert value("crawlplatform_retries_total", reason="http_5xx") == 2
+    assert "crawlplatform_fetch_seconds_bucket" in text and "crawlplatform_worker_rss_bytes" in text

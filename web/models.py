@@ -220,3 +220,13 @@ class Checkpoint(models.Model):
 
     def __str__(self) -> str:
         return f"job {self.job_id} v{self.version} ({self.reason})"
+
+
+class HealthProbe(models.Model):
+    """One row per web process host, rewritten by the "database writable" health check."""
+
+    name = models.CharField(max_length=255, unique=True)
+    at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.name} at {self.at:%Y-%m-%d %H:%M:%S}"

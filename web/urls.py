@@ -6,4 +6,8 @@ from web import views
 
 urlpatterns = [
     path("livez", views.livez, name="livez"),
+    path("readyz", views.readyz, name="readyz"),
+    path("startupz", views.startupz, name="startupz"),
+    path("healthz/details", views.healthz_details, name="healthz-details"),
+    path("metrics", views.metrics, name="metrics"),
 ]

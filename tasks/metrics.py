@@ -1,0 +1,48 @@
+"""Prometheus metrics of the crawl engine, counted where the work happens.
+
+Reads ``WORKER_METRICS_PORT``: a worker serves its metrics there (0: not served). Each
+threads-pool worker is one process, so the default registry is exact; the web process's
+own metrics (frontier, broker, checkpoints) are computed at scrape time in ``web/metrics.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import psutil
+from celery import signals
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
+
+from tasks.defaults import setting
+
+log = logging.getLogger(__name__)
+
+PAGES = Counter(
+    "crawlplatform_pages", "URLs finished by this worker, by job and outcome", ["job", "outcome"]
+)
+FETCH_SECONDS = Histogram(
+    "crawlplatform_fetch_seconds",
+    "Time to fetch one URL, redirects included",
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+)
+FETCHED_BYTES = Counter("crawlplatform_fetched_bytes", "Body bytes fetched (decoded)")
+IN_FLIGHT = Gauge("crawlplatform_fetches_in_flight", "Fetches running in this worker")
+RETRIES = Counter("crawlplatform_retries", "URLs sent back to wait, by reason", ["reason"])
+WORKER_RSS = Gauge("crawlplatform_worker_rss_bytes", "Resident memory of this worker")
+WORKER_RSS.set_function(lambda: psutil.Process().memory_info().rss)
+
+
+def outcome(job_id: int, state: str, reason: str) -> None:
+    """Count a URL's end (``done``, or the failure or skip reason), or its going back to wait."""
+    if state == "queued":
+        RETRIES.labels(reason or "retry").inc()
+    else:
+        PAGES.labels(str(job_id), "done" if state == "done" else reason or state).inc()
+
+
+@signals.worker_ready.connect
+def _serve(**kwargs) -> None:
+    port = setting("WORKER_METRICS_PORT")
+    if port:
+        start_http_server(port)
+        log.info("metrics on :%d/metrics", port)

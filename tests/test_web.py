@@ -1,0 +1,94 @@
+"""Probes, health details and metrics, against the real database and Redis."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+
+import pytest
+from django.conf import settings
+
+from tasks import broker, jobs
+from tests.conftest import wait_for
+from web import health
+
+pytestmark = pytest.mark.django_db
+
+
+def test_livez_answers_even_for_a_host_django_would_refuse(client):
+    response = client.get("/livez", HTTP_HOST="10.1.2.3:8000")
+    assert response.status_code == 200 and response.content == b"ok"
+    assert client.get("/admin/", HTTP_HOST="10.1.2.3:8000").status_code == 400
+
+
+def test_readyz_and_startupz(client, redis):
+    ready = client.get("/readyz", HTTP_HOST="10.1.2.3")
+    assert ready.status_code == 200, ready.json()
+    assert {c["name"] for c in ready.json()["checks"]} == {"database", "redis", "migrations"}
+    assert client.get("/startupz").status_code == 200
+
+
+def test_readyz_fails_while_redis_is_down_and_recovers(client, redis, monkeypatch, tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+           "--appendonly", "no", "--dir", str(tmp_path)]  # fmt: skip
+    server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
+    monkeypatch.setattr(settings, "REDIS_URL", f"redis://127.0.0.1:{port}/0")
+    broker.client.cache_clear()
+    try:
+        wait_for(lambda: client.get("/readyz").status_code == 200, 10, "ready with Redis up")
+        server.kill()
+        server.wait()
+        down = client.get("/readyz")
+        assert down.status_code == 503
+        failed = [c for c in down.json()["checks"] if not c["ok"]]
+        assert [c["name"] for c in failed] == ["redis"] and failed[0]["reason"]
+        server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
+        wait_for(lambda: client.get("/readyz").status_code == 200, 10, "ready again")
+    finally:
+        server.kill()
+        server.wait()
+        broker.client.cache_clear()
+
+
+def test_health_details_need_staff_or_token(client, admin_client, redis, monkeypatch):
+    assert client.get("/healthz/details").status_code == 403
+    monkeypatch.setenv("HEALTH_TOKEN", "s3cret")
+    assert client.get("/healthz/details", HTTP_AUTHORIZATION="Bearer nope").status_code == 403
+    response = client.get("/healthz/details", HTTP_AUTHORIZATION="Bearer s3cret")
+    body = response.json()
+    assert response.status_code == 200, body
+    assert [c["name"] for c in body["checks"]] == list(health.ALL)
+    assert all(c["ok"] and c["reason"] and c["latency_ms"] >= 0 for c in body["checks"])
+    assert admin_client.get("/healthz/details").status_code == 200
+
+
+def test_backlog_above_its_threshold_fails_the_check(redis, monkeypatch):
+    monkeypatch.setenv("HEALTH_BACKLOG_MAX", "2")
+    redis.lpush("crawl", "a", "b", "c")
+    check = health.timed("queue_backlog", health.queue_backlog)
+    assert not check.ok and "3 ready" in check.reason
+
+
+def test_metrics_show_frontier_broker_and_checkpoints(client, redis):
+    job = jobs.create_job(["http://127.0.0.1:9/"])
+    jobs.start(job)
+    redis.lpush("crawl\x06\x163", "x")
+    text = client.get("/metrics").content.decode()
+    assert f'crawlplatform_frontier_urls{{job="{job.pk}",state="queued"}} 1.0' in text
+    assert 'crawlplatform_broker_messages{state="ready"} 1.0' in text
+    assert f'crawlplatform_checkpoint_age_seconds{{job="{job.pk}"}}' in text
+    assert 'crawlplatform_jobs{state="running"} 1.0' in text
+
+
+def test_memory_growth_check_reports_rate(monkeypatch):
+    monkeypatch.setenv("HEALTH_MEMORY_GROWTH_MB_PER_MIN", "10")
+    health._rss_samples.clear()
+    health._rss_samples.append((time.monotonic() - 60, 0))  # a minute ago, nothing
+    check = health.timed("memory_growth", health.memory_growth)
+    assert not check.ok and "MB/min" in check.reason  # from 0 bytes: a huge growth
+    health._rss_samples.clear()
+    assert health.timed("memory_growth", health.memory_growth).ok

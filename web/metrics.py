@@ -1,0 +1,91 @@
+"""The web process's ``/metrics``: platform state computed at scrape time.
+
+Frontier URLs by job and state (running and paused jobs), broker messages (ready over every
+priority list, and unacked: in flight), checkpoint age per running job, jobs by state and
+per-host adaptive throttle delays. Every web process computes the same values from the
+database and Redis, so gunicorn's several processes need no shared registry: a query for
+the backlog takes ``max`` over pods. Workers serve their own counters (``tasks/metrics.py``).
+"""
+
+from __future__ import annotations
+
+from django.db.models import Count, Max
+from django.utils import timezone
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+
+from tasks import broker
+from web.models import CrawlJob, FrontierURL, JobState
+
+_THROTTLE_SCAN_MAX = 1000  # host delay keys reported at most
+
+
+class PlatformCollector:
+    def collect(self):
+        live = [JobState.RUNNING, JobState.PAUSED]
+        frontier = GaugeMetricFamily(
+            "crawlplatform_frontier_urls", "Frontier URLs by job and state", labels=["job", "state"]
+        )
+        rows = (
+            FrontierURL.objects.filter(job__state__in=live)
+            .values_list("job_id", "state")
+            .annotate(n=Count("id"))
+        )
+        for job_id, state, n in rows:
+            frontier.add_metric([str(job_id), state], n)
+        yield frontier
+
+        jobs = GaugeMetricFamily("crawlplatform_jobs", "Jobs by state", labels=["state"])
+        counts = dict(CrawlJob.objects.values_list("state").annotate(n=Count("id")))
+        for state in JobState.values:
+            jobs.add_metric([state], counts.get(state, 0))
+        yield jobs
+
+        age = GaugeMetricFamily(
+            "crawlplatform_checkpoint_age_seconds",
+            "Seconds since the last checkpoint of each running job",
+            labels=["job"],
+        )
+        now = timezone.now()
+        running = CrawlJob.objects.filter(state=JobState.RUNNING).annotate(
+            last=Max("checkpoints__created_at")
+        )
+        for job in running:
+            since = job.last or job.started_at or job.created_at
+            age.add_metric([str(job.pk)], (now - since).total_seconds())
+        yield age
+
+        depth = broker.depth()
+        messages = GaugeMetricFamily(
+            "crawlplatform_broker_messages",
+            "Crawl messages in the broker: ready (every priority list) and unacked (in flight)",
+            labels=["state"],
+        )
+        for state, n in depth.items():
+            messages.add_metric([state], n)
+        yield messages
+
+        throttle = GaugeMetricFamily(
+            "crawlplatform_host_throttle_delay_seconds",
+            "Adaptive delay in force per job and host (hosts that were told to slow down)",
+            labels=["job", "host"],
+        )
+        client = broker.client()
+        keys = []
+        for key in client.scan_iter(match="crawl:host:*:delay", count=500):
+            keys.append(key)
+            if len(keys) >= _THROTTLE_SCAN_MAX:
+                break
+        for key, value in zip(keys, client.mget(keys) if keys else [], strict=True):
+            # crawl:host:{job}:{host[:port]}:delay
+            job_id, host = key.decode()[len("crawl:host:") : -len(":delay")].split(":", 1)
+            if value is not None:
+                throttle.add_metric([job_id, host], int(value) / 1000)
+        yield throttle
+
+
+def render() -> bytes:
+    """The platform metrics in Prometheus text format."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(PlatformCollector())
+    return generate_latest(registry)
