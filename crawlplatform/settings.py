@@ -141,8 +141,9 @@ CELERY_DB_REUSE_MAX = env.int("CELERY_DB_REUSE_MAX", default=10_000)
 CELERY_BEAT_SCHEDULE = {
     "maintain": {"task": "tasks.maintain", "schedule": env.float("MAINTAIN_EVERY_S", default=30.0)},
 }
-# A second SIGTERM (or SIGQUIT) still gives in-flight pages this long before a cold stop.
-CELERY_WORKER_SOFT_SHUTDOWN_TIMEOUT = crawl.setting("FETCH_DEADLINE_S") + 10
+# A second SIGTERM (or SIGQUIT) still gives in-flight tasks their whole time limit before a
+# cold stop. Grace periods (k8s, compose) are above this.
+CELERY_WORKER_SOFT_SHUTDOWN_TIMEOUT = crawl.setting("TASK_TIME_LIMIT_S") + 10
 CELERY_WORKER_SEND_TASK_EVENTS = env.bool("CELERY_WORKER_SEND_TASK_EVENTS", default=False)
 
 LOGGING = {

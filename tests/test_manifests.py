@@ -1,0 +1,121 @@
+"""Deployment files checked without a cluster: schemas, and numbers that must agree.
+
+Kubernetes resources validate against the schemas in ``kubernetes-validate``, the KEDA
+resources against the KEDA CRDs and ``docker-compose.yml`` against the Compose schema, both
+vendored in ``tests/schemas/`` (see its README for source and licence).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+from django.conf import settings
+
+from crawlplatform.celery import app
+from tasks import broker
+from tasks.defaults import setting
+
+ROOT = Path(__file__).resolve().parent.parent
+SCHEMAS = Path(__file__).resolve().parent / "schemas"
+K8S = ROOT / "k8s"
+
+
+def documents(path: Path) -> list[dict]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+def kustomization_resources(directory: Path) -> list[Path]:
+    """Every resource file a kustomization pulls in, following nested kustomizations."""
+    files = []
+    for entry in documents(directory / "kustomization.yaml")[0]["resources"]:
+        target = (directory / entry).resolve()
+        files += kustomization_resources(target) if target.is_dir() else [target]
+    return files
+
+
+def manifests() -> list[tuple[Path, dict]]:
+    files = set(kustomization_resources(K8S)) | set(kustomization_resources(K8S / "hpa"))
+    return [(f, d) for f in sorted(files) for d in documents(f)]
+
+
+def by_kind(kind: str, name: str) -> dict:
+    return next(d for _, d in manifests() if d["kind"] == kind and d["metadata"]["name"] == name)
+
+
+def crd_schema(filename: str) -> dict:
+    crd = documents(SCHEMAS / "keda" / filename)[0]
+    return crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+
+
+@pytest.mark.parametrize(
+    ("path", "doc"),
+    [m for m in manifests() if "keda.sh" not in m[1]["apiVersion"]],
+    ids=lambda v: v.name if isinstance(v, Path) else v["kind"],
+)
+def test_kubernetes_manifests_validate(path, doc):
+    kubernetes_validate.validate(doc, kubernetes_validate.latest_version(), strict=True)
+
+
+def test_keda_scaled_object_validates_against_the_crd():
+    scaled = by_kind("ScaledObject", "worker")
+    jsonschema.validate(scaled, crd_schema("keda.sh_scaledobjects.yaml"))
+
+
+def test_compose_file_validates_against_the_compose_spec():
+    schema = json.loads((SCHEMAS / "compose" / "compose-spec.json").read_text())
+    validator = jsonschema.Draft7Validator(schema)  # the Compose spec is draft-07
+    validator.validate(yaml.safe_load((ROOT / "docker-compose.yml").read_text()))
+
+
+def test_keda_counts_exactly_the_lists_celery_creates_plus_in_flight():
+    scaled = by_kind("ScaledObject", "worker")
+    redis_lists = [t["metadata"]["listName"] for t in scaled["spec"]["triggers"]
+                   if t["type"] == "redis"]  # fmt: skip
+    assert redis_lists == broker.priority_lists(settings.CRAWL_QUEUE)
+    formula = scaled["spec"]["advanced"]["scalingModifiers"]["formula"]
+    names = [t["name"] for t in scaled["spec"]["triggers"]]
+    assert sorted(re.findall(r"\w+", formula)) == sorted(names)  # every trigger summed once
+    inflight = next(t for t in scaled["spec"]["triggers"] if t["name"] == "inflight")
+    assert 'state="unacked"' in inflight["metadata"]["query"]
+
+
+def seconds(value: str) -> float:
+    return float(value.rstrip("s"))
+
+
+def test_grace_periods_cover_the_shutdown_budget_and_time_limits():
+    worker = by_kind("Deployment", "worker")["spec"]["template"]["spec"]
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]["worker"]
+    budget = app.conf.worker_soft_shutdown_timeout
+    for grace in (worker["terminationGracePeriodSeconds"], seconds(compose["stop_grace_period"])):
+        assert grace > budget > app.conf.task_time_limit > setting("FETCH_DEADLINE_S")
+    assert app.conf.broker_transport_options["visibility_timeout"] > app.conf.task_time_limit
+    assert app.conf.broker_transport_options["visibility_timeout"] > setting("DB_RETRY_S")
+
+
+def test_worker_container_receives_sigterm_itself():
+    container = by_kind("Deployment", "worker")["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"][0] == "celery"  # exec form: no shell between kubelet and Celery
+    assert 'ENTRYPOINT ["tini", "--"]' in (ROOT / "Dockerfile").read_text()  # forwards signals
+
+
+def test_redis_keeps_messages_and_never_evicts():
+    k8s = by_kind("StatefulSet", "redis")["spec"]["template"]["spec"]["containers"][0]["args"]
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]["redis"]
+    for args in (k8s, compose["command"]):
+        joined = " ".join(args)
+        assert "--appendonly yes" in joined and "--maxmemory-policy noeviction" in joined
+
+
+def test_scale_down_is_slower_than_scale_up():
+    for behavior in (by_kind("ScaledObject", "worker")["spec"]["advanced"]
+                     ["horizontalPodAutoscalerConfig"]["behavior"],
+                     by_kind("HorizontalPodAutoscaler", "worker")["spec"]["behavior"]):  # fmt: skip
+        assert behavior["scaleUp"]["stabilizationWindowSeconds"] == 0
+        assert behavior["scaleDown"]["stabilizationWindowSeconds"] >= 300
