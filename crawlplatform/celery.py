@@ -13,6 +13,15 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
 
+def _add_heartbeat() -> None:
+    from tasks.heartbeat import Heartbeat
+
+    app.steps["consumer"].add(Heartbeat)
+
+
+_add_heartbeat()
+
+
 @signals.worker_ready.connect
 def _wake_threaded_event_loop(sender=None, **kwargs) -> None:
     """Bound the threads pool's idle gap between tasks.

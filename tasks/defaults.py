@@ -59,6 +59,10 @@ UNACKED_RESTORE_INTERVAL_S = 10  # how often a worker looks for unacked messages
 # Worker process
 WORKER_MAX_RSS_MB = 1024  # a worker above this resident memory restarts itself between tasks
 MEMORY_CHECK_EVERY = 50  # tasks between two memory checks
+HEARTBEAT_FILE = "/tmp/crawl-worker-heartbeat"  # touched by the worker's event loop
+READY_FILE = "/tmp/crawl-worker-ready"  # exists while the worker consumes
+HEARTBEAT_INTERVAL_S = 5.0  # how often the heartbeat is written
+HEARTBEAT_STALE_S = 30.0  # an older heartbeat fails the liveness probe
 WORKER_METRICS_PORT = 0  # a worker serves Prometheus metrics on this port (0: off)
 DB_RETRY_S = 5  # a task that cannot reach the database is retried after this (a countdown)
 

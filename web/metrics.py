@@ -9,6 +9,8 @@ the backlog takes ``max`` over pods. Workers serve their own counters (``tasks/m
 
 from __future__ import annotations
 
+import time
+
 from django.db.models import Count, Max
 from django.utils import timezone
 from prometheus_client import CollectorRegistry, generate_latest
@@ -82,6 +84,26 @@ class PlatformCollector:
             if value is not None:
                 throttle.add_metric([job_id, host], int(value) / 1000)
         yield throttle
+
+        heartbeat = GaugeMetricFamily(
+            "crawlplatform_worker_heartbeat_age_seconds",
+            "Seconds since each worker's event loop last wrote its heartbeat",
+            labels=["worker"],
+        )
+        last_task = GaugeMetricFamily(
+            "crawlplatform_worker_last_task_age_seconds",
+            "Seconds since each worker last finished a task (no task yet: since its start)",
+            labels=["worker"],
+        )
+        now_s = time.time()
+        for key in client.scan_iter(match="crawl:worker:*", count=500):
+            fields = client.hgetall(key)
+            name = key.decode()[len("crawl:worker:") :]
+            beat = float(fields.get(b"heartbeat", 0))
+            heartbeat.add_metric([name], now_s - beat)
+            last_task.add_metric([name], now_s - (float(fields.get(b"last_task", 0)) or beat))
+        yield heartbeat
+        yield last_task
 
 
 def render() -> bytes:
