@@ -8,6 +8,7 @@ import time
 
 import pytest
 from django.conf import settings
+from django.db import connection
 
 from tasks import broker, jobs
 from tests.conftest import wait_for
@@ -92,3 +93,25 @@ def test_memory_growth_check_reports_rate(monkeypatch):
     assert not check.ok and "MB/min" in check.reason  # from 0 bytes: a huge growth
     health._rss_samples.clear()
     assert health.timed("memory_growth", health.memory_growth).ok
+
+
+@pytest.mark.django_db(transaction=True)
+def test_readyz_fails_while_the_database_is_unreachable_and_recovers(client, redis, tmp_path):
+    saved = dict(connection.settings_dict)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed_port = s.getsockname()[1]  # nothing listens there once the socket closes
+    connection.close()
+    if connection.vendor == "sqlite":
+        connection.settings_dict["NAME"] = str(tmp_path / "missing" / "db.sqlite3")
+    else:
+        connection.settings_dict.update(HOST="127.0.0.1", PORT=str(closed_port))
+    try:
+        down = client.get("/readyz")
+        assert down.status_code == 503
+        assert not next(c for c in down.json()["checks"] if c["name"] == "database")["ok"]
+    finally:
+        connection.close()
+        connection.settings_dict.clear()
+        connection.settings_dict.update(saved)
+    assert client.get("/readyz").status_code == 200
