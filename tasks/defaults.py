@@ -48,6 +48,7 @@ ROBOTS_MAX_BYTES = 500 << 10  # robots.txt beyond this is ignored (RFC 9309 asks
 SCHEDULER_TICK_S = 0.05  # longest sleep between two scheduler passes, seconds
 SCHEDULER_BATCH = 500  # URLs released per job per pass at most
 READY_PER_JOB = 256  # messages of one job waiting in the broker at most
+SCHEDULER_HEARTBEAT_FILE = "/tmp/crawl-scheduler-heartbeat"  # touched on every pass
 SCHEDULER_HORIZON_S = 2.0  # a polite host gets URLs released this far ahead of its slots
 LEASE_S = 150.0  # a worker's claim on a URL; expired leases are swept back to the queue
 SWEEP_INTERVAL_S = 5.0  # how often expired leases and lost messages are looked for, seconds

@@ -9,7 +9,8 @@ the file goes stale and the liveness probe fails; the web's ``/metrics`` shows e
 heartbeat and last-task ages, so a worker that stops consuming while work waits is visible.
 ``READY_FILE`` exists from ``worker_ready`` until shutdown.
 
-Probes (no ``celery inspect ping``): ``python -m tasks.heartbeat live`` and ``... ready``.
+Probes (no ``celery inspect ping``): ``python -m tasks.heartbeat live`` and ``... ready``;
+``python -m tasks.heartbeat live FILE`` checks another heartbeat file (the scheduler's).
 """
 
 from __future__ import annotations
@@ -80,16 +81,16 @@ def _not_ready(**kwargs) -> None:
     Path(setting("READY_FILE")).unlink(missing_ok=True)
 
 
-def probe(kind: str) -> int:
-    """Exit status for an exec probe: 0 healthy, 1 not."""
+def probe(kind: str, path: str | None = None) -> int:
+    """Exit status for an exec probe: 0 healthy, 1 not. ``path``: another heartbeat file."""
     if kind == "ready":
         return 0 if Path(setting("READY_FILE")).exists() else 1
     try:
-        age = time.time() - os.stat(setting("HEARTBEAT_FILE")).st_mtime
+        age = time.time() - os.stat(path or setting("HEARTBEAT_FILE")).st_mtime
     except FileNotFoundError:
         return 1
     return 0 if age < setting("HEARTBEAT_STALE_S") else 1
 
 
 if __name__ == "__main__":
-    sys.exit(probe(sys.argv[1] if len(sys.argv) > 1 else "live"))
+    sys.exit(probe(*(sys.argv[1:3] or ["live"])))

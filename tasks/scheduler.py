@@ -25,6 +25,7 @@ import re
 import threading
 import time
 import uuid
+from pathlib import Path
 
 from django.conf import settings
 from django.db import close_old_connections, connection, connections, transaction
@@ -325,6 +326,7 @@ class Scheduler:
                     log.exception("scheduler pass failed; retrying")
                     self.stop.wait(1.0)
                     continue
+                Path(setting("SCHEDULER_HEARTBEAT_FILE")).touch()
                 if not released:
                     self.stop.wait(setting("SCHEDULER_TICK_S"))
         finally:

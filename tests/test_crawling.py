@@ -116,6 +116,14 @@ def test_flaky_503_recovers_on_retry(crawl):
     assert (row["state"], row["attempts"], row["page"]["status"]) == ("done", 3, 200)
 
 
+def test_503_slows_the_whole_host_down(crawl):
+    first_503 = crawl.site.requests["/flaky"][0]
+    after = sorted(t for path, ts in crawl.site.requests.items() if path != "/robots.txt"
+                   for t in ts if first_503 + 0.05 < t < first_503 + 1.0)  # fmt: skip
+    gaps = [b - a for a, b in zip(after, after[1:], strict=False)]
+    assert gaps and min(gaps) >= 0.2  # the adaptive delay (0.25 s, doubling) spaces requests
+
+
 def test_429_retry_after_is_honoured(crawl):
     first, second = crawl.site.requests["/ratelimited"]
     assert second - first >= 2.0

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 import pytest
 
+from tasks.supervisor import WorkerPool
 from tests.conftest import wait_for
 from tests.site import Site
 from tests.test_e2e import assert_exact_result, finished, start_job
@@ -89,7 +91,27 @@ def test_sigterm_finishes_in_flight_pages_and_exits_zero(slow_site, workers, sch
     states = set(FrontierURL.objects.filter(id__in=in_flight).values_list("state", flat=True))
     assert states <= {URLState.DONE, URLState.FAILED, URLState.QUEUED}
     assert not finished(job)
+    assert job.checkpoints.filter(reason="worker_shutdown").exists()
     workers(processes=2, concurrency=4)
     wait_for(lambda: finished(job), 120, "the crawl to finish after the restart")
     assert_exact_result(job, slow_site)
     assert refetched(slow_site) == []
+
+
+def test_worker_above_its_memory_ceiling_restarts_itself_warm(site, worker_env, scheduler):
+    env = {**worker_env, "CRAWL_WORKER_MAX_RSS_MB": "1", "CRAWL_MEMORY_CHECK_EVERY": "5"}
+    pool = WorkerPool(1, 2, env=env)
+    pool.start()
+    try:
+        first = next(iter(pool.procs.values()))
+        job = start_job(site)
+        assert first.wait(timeout=60) == 0  # a warm shutdown, between tasks
+        replaced = 0
+        while not finished(job) and replaced < 200:
+            replaced += len(pool.replace_dead())
+            time.sleep(0.2)
+        wait_for(lambda: finished(job), 120, "the crawl to finish across restarts")
+    finally:
+        pool.stop(grace=15)
+    assert pool.restarts >= 1
+    assert_exact_result(job, site)

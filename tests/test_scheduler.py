@@ -122,3 +122,17 @@ def test_a_dead_leaders_lease_is_taken_over_within_seconds(redis):
         assert time.monotonic() - started < scheduler.LEADER_TTL_S + 1
         time.sleep(0.2)
     assert not leader.is_leader()
+
+
+def test_periodic_checkpoints_and_beat_maintenance(redis, monkeypatch):
+    from tasks.tasks import maintain
+
+    job = make_job(3)
+    monkeypatch.setenv("CRAWL_CHECKPOINT_INTERVAL_S", "0")
+    scheduler.Scheduler().tick()
+    assert job.checkpoints.filter(reason="periodic").exists()
+    FrontierURL.objects.filter(job=job, depth=1).update(
+        state=URLState.LEASED, lease_until="2000-01-01T00:00:00Z"
+    )
+    maintain.apply()  # what Celery beat runs: sweep, then reconcile
+    assert FrontierURL.objects.filter(job=job, error_reason="lease_expired").count() == 3
