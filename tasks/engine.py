@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from urllib.parse import urljoin
 
 from django.db import DatabaseError, connection
+from redis.exceptions import RedisError
 
 from tasks import fetching, metrics, outcomes, parsing, politeness, robots, sitemaps
 from tasks.defaults import setting
@@ -137,6 +138,11 @@ def process(url_id: int, job_id: int) -> str | None:
     except LeaseLost as exc:
         log.warning("discarded work: %s", exc)
         return None
+    except RedisError as exc:
+        # Robots, politeness and caches live in Redis: without it this URL waits a moment.
+        log.warning("job=%s url=%s: Redis unavailable (%s); back in the queue",
+                    claimed.job.pk, claimed.url.url, exc)  # fmt: skip
+        return defer(claimed, setting("DB_RETRY_S", claimed.job), "redis_unavailable")
     except DatabaseError as exc:
         # The database is away or refused the commit: give the URL back at once if it can be
         # reached, else its lease expires and the sweep does. Nothing was committed.
