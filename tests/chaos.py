@@ -67,6 +67,7 @@ class Result:
     violations: int
     seconds: float
     finished: bool
+    error_lines: list[str]
 
     @property
     def passed(self) -> bool:
@@ -274,11 +275,13 @@ def run(
         stored_urls = list(Page.objects.filter(job=job).values_list("url__url", flat=True))
         retried = {site.url("/error")}
         fetches = [n for url, n in site.hits.items() if url not in retried]
-        unhandled = sum(
-            log.read_text(errors="replace").count("raised unexpected")
-            + log.read_text(errors="replace").count("Unrecoverable error")
-            for log in logs.glob("*.log")
-        )
+        markers = ("raised unexpected", "Unrecoverable error")
+        errors = [
+            f"{log.name}: {line.strip()[:300]}"
+            for log in sorted(logs.glob("*.log"))
+            for line in log.read_text(errors="replace").splitlines()
+            if any(m in line for m in markers)
+        ]
         return Result(
             scenario=scenario,
             pages_expected=len(site.expected_done()),
@@ -287,7 +290,8 @@ def run(
             left_pending=urls.filter(state__in=PENDING_STATES).count(),
             fetched_twice=sum(1 for n in fetches if n > 1),
             max_fetches=max(fetches, default=0),
-            unhandled=unhandled,
+            unhandled=len(errors),
+            error_lines=errors[:5],
             violations=violations,
             seconds=round(time.monotonic() - started, 1),
             finished=finished,
@@ -364,7 +368,8 @@ def table(results: list[Result]) -> str:
         f"{r.violations:>12}{r.seconds:>9}  {'pass' if r.passed else 'FAIL'}"
         for r in results
     ]
-    return "\n".join([head, *rows])
+    notes = [f"  {r.scenario}: {line}" for r in results for line in r.error_lines]
+    return "\n".join([head, *rows, *notes])
 
 
 def main() -> None:
