@@ -127,7 +127,10 @@ CELERY_TASK_ACKS_ON_FAILURE_OR_TIMEOUT = True
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_RESULT_BACKEND = None
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = True
+# Tasks keep running through a broker reconnect: their acks are lost with the connection, the
+# messages come back after the visibility timeout, and the claim makes the redelivery a no-op.
+# (Cancelling them on reconnect races with the transport teardown: celery/celery#9250.)
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_TASK_DEFAULT_QUEUE = CRAWL_QUEUE
 CELERY_TASK_SOFT_TIME_LIMIT = crawl.setting("TASK_SOFT_TIME_LIMIT_S")
