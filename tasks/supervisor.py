@@ -96,7 +96,9 @@ class WorkerPool:
         for name in dead:
             code = self.procs.pop(name).returncode
             lived = time.monotonic() - self.started.pop(name)
-            self.quick_deaths = self.quick_deaths + 1 if lived < STARTUP_GRACE_S else 0
+            # A worker that chose to stop (exit 0: memory ceiling, warm shutdown) is no failure.
+            quick = lived < STARTUP_GRACE_S and code != 0
+            self.quick_deaths = self.quick_deaths + 1 if quick else 0
             if self.quick_deaths >= MAX_QUICK_DEATHS:
                 where = f"see {self.log_dir / (name + '.log')}" if self.log_dir else "see above"
                 raise WorkerStartupError(

@@ -38,20 +38,10 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from tests.budgets import FAST
+
 ROOT = Path(__file__).resolve().parent.parent
 PG_BIN = Path("/usr/lib/postgresql") / "15" / "bin"
-SETTINGS = {  # short budgets so that recovery takes seconds
-    "CRAWL_RETRY_BACKOFF_BASE_S": "0.05",
-    "CRAWL_RETRY_MAX_ATTEMPTS": "3",
-    "CRAWL_FETCH_DEADLINE_S": "5",
-    "CRAWL_TASK_SOFT_TIME_LIMIT_S": "6",
-    "CRAWL_TASK_TIME_LIMIT_S": "7",
-    "CRAWL_LEASE_S": "8",
-    "CRAWL_VISIBILITY_TIMEOUT_S": "10",
-    "CRAWL_UNACKED_RESTORE_INTERVAL_S": "1",
-    "CRAWL_SWEEP_INTERVAL_S": "1",
-    "CRAWL_DB_RETRY_S": "1",
-}
 
 
 @dataclass
@@ -201,7 +191,7 @@ def run(
     from tests.site import Site
     from web.models import PENDING_STATES, CrawlJob, FrontierURL, Page
 
-    env = {**os.environ, **SETTINGS, "REDIS_URL": redis.url, "LOG_LEVEL": "INFO"}
+    env = {**os.environ, **FAST, "REDIS_URL": redis.url, "LOG_LEVEL": "INFO"}
     violations = 0  # scenario-specific: non-zero exits or leased URLs after SIGTERM,
     # fetches while paused
     logs = workdir / "logs"

@@ -15,22 +15,8 @@ from crawlplatform.embedded import EmbeddedRedis
 from tasks import broker, engine, frontier
 from tasks.scheduler import Scheduler
 from tasks.supervisor import WorkerPool
+from tests.budgets import FAST
 from tests.site import Site
-
-# Crawl settings for tests: short budgets so that retries, leases and redelivery happen in
-# seconds. The nesting of tasks/defaults.py still holds.
-FAST = {
-    "CRAWL_RETRY_BACKOFF_BASE_S": "0.05",
-    "CRAWL_RETRY_MAX_ATTEMPTS": "3",
-    "CRAWL_FETCH_DEADLINE_S": "5",
-    "CRAWL_TASK_SOFT_TIME_LIMIT_S": "6",
-    "CRAWL_TASK_TIME_LIMIT_S": "7",
-    "CRAWL_LEASE_S": "8",
-    "CRAWL_VISIBILITY_TIMEOUT_S": "10",
-    "CRAWL_UNACKED_RESTORE_INTERVAL_S": "1",
-    "CRAWL_SWEEP_INTERVAL_S": "1",
-    "CRAWL_CHECKPOINT_INTERVAL_S": "3600",
-}
 
 
 def wait_for(predicate: Callable[[], object], timeout: float, what: str, every: float = 0.1):

@@ -105,7 +105,8 @@ class HostileSite:
             return 302, {"Location": target}, b""
         if path == "/landing":
             return 200, html, page("Landing")
-        if path == "/deeper":  # /landing is linked two levels down, after the redirect found it
+        if path == "/deeper":  # /landing is linked two slow levels down: after the redirect
+            time.sleep(3)
             return 200, html, page("Deeper", ["/deeper2"])
         if path == "/deeper2":
             return 200, html, page("Deeper 2", ["/landing"])
