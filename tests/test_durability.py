@@ -65,17 +65,22 @@ def test_sigkill_mid_crawl_completes_through_redelivery(slow_site, workers, sche
 def test_sigkill_with_lost_messages_completes_through_lease_sweep(
     slow_site, workers, scheduler, redis
 ):
-    pool = workers(processes=2, concurrency=4)
+    pool = workers(processes=1, concurrency=4)  # one worker: every lease is the victim's
     job = start_job(slow_site)
     wait_for(lambda: pages_done(job) >= 40 and leased(job) >= 2, 60, "pages in flight")
+    in_flight = set(
+        FrontierURL.objects.filter(job=job, state=URLState.LEASED).values_list("id", flat=True)
+    )
     victim = next(iter(pool.procs))
     os.killpg(pool.procs[victim].pid, signal.SIGKILL)
-    pool.procs[victim].wait()
+    pool.procs.pop(victim).wait()
+    pool.started.pop(victim, None)
     redis.delete("unacked", "unacked_index")  # the broker lost every in-flight message
+    pool.spawn()
     wait_for(lambda: finished(job), 120, "the crawl to finish after the sweep")
     assert_exact_result(job, slow_site)
-    swept = FrontierURL.objects.filter(job=job, attempts__gt=1).exclude(url__endswith="/error")
-    assert swept.exists()  # the killed worker's URLs were leased twice
+    attempts = FrontierURL.objects.filter(id__in=in_flight).values_list("attempts", flat=True)
+    assert max(attempts) >= 2  # the victim's leases expired and were granted again
 
 
 def test_sigterm_finishes_in_flight_pages_and_exits_zero(slow_site, workers, scheduler):
