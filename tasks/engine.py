@@ -159,6 +159,11 @@ def _robots(claimed: Claim, cache: _JobCache, user_agent: str) -> tuple[str | No
     """Apply robots.txt: (the URL's new state if it must not be fetched now, the host floor)."""
     job = claimed.job
     decision = robots.check(job, claimed.url.url, user_agent)
+    if decision.reason == "robots_unavailable":  # an attempt: an unreachable host ends failed
+        outcome = outcomes.RobotsUnavailable(
+            "robots.txt unavailable", retry_after=decision.retry_in
+        )
+        return record_failure(claimed, outcome), 0.0
     if decision.retry_in is not None:
         return defer(claimed, decision.retry_in, decision.reason), 0.0
     if not decision.allowed:

@@ -10,6 +10,7 @@
     │   ├── ConnectionReset           connection_reset  slows host
     │   ├── ConnectFailed             connect_error     slows host
     │   ├── DNSFailure                dns
+    │   ├── RobotsUnavailable         robots_unavailable (robots.txt 5xx or unreachable)
     │   ├── ServerError               http_5xx          slows host if 503/504, honours Retry-After
     │   └── TooManyRequests           http_429          slows host, honours Retry-After
     ├── Permanent                     the URL fails with its reason
@@ -84,6 +85,10 @@ class ServerError(Retryable):
     def slows_host(self) -> bool:
         """503 and 504 say "overloaded": slow down. A 500 on one URL says nothing of the host."""
         return self.status in (503, 504)
+
+
+class RobotsUnavailable(Retryable):
+    reason = "robots_unavailable"
 
 
 class TooManyRequests(Retryable):

@@ -97,7 +97,12 @@ class _Pace:
 _pace = _Pace()
 
 
-Row = tuple[int, int, str, int, str]  # id, depth, host, attempts, url
+Row = tuple[int, int, str, int, str, str]  # id, depth, host, attempts, url, error_reason
+
+
+def first_release(row: Row) -> bool:
+    """Never released before: no attempt, and no deferral (a deferral leaves its reason)."""
+    return row[3] == 0 and not row[5]
 
 
 def _candidates(job: CrawlJob, limit: int, blocked: list[str]) -> list[Row]:
@@ -109,7 +114,7 @@ def _candidates(job: CrawlJob, limit: int, blocked: list[str]) -> list[Row]:
     qs = qs.order_by("depth", "id")
     if connection.features.has_select_for_update_skip_locked:
         qs = qs.select_for_update(skip_locked=True)
-    return list(qs.values_list("id", "depth", "host", "attempts", "url")[:limit])
+    return list(qs.values_list("id", "depth", "host", "attempts", "url", "error_reason")[:limit])
 
 
 class _Caps:
@@ -159,7 +164,7 @@ def _max_pages_left(job: CrawlJob) -> int | None:
     left = job.max_pages - job.released
     if left <= 0:
         skipped = FrontierURL.objects.filter(
-            job_id=job.pk, state=URLState.QUEUED, attempts=0
+            job_id=job.pk, state=URLState.QUEUED, attempts=0, error_reason=""
         ).update(state=URLState.SKIPPED, error_reason="max_pages")
         if skipped:
             log.info("job=%s max_pages reached: %d URLs skipped", job.pk, skipped)
@@ -204,7 +209,7 @@ def release(job: CrawlJob) -> int:
                 if job.host_concurrency and taken[host] >= job.host_concurrency:
                     by_host.pop(host, None)
                     continue
-                if row[3] == 0 and caps.active:
+                if caps.active and first_release(row):
                     reason = caps.admit(host, row[4])
                     if reason:
                         capped.setdefault(reason, []).append(row[0])
@@ -225,7 +230,7 @@ def release(job: CrawlJob) -> int:
         FrontierURL.objects.filter(pk__in=[r[0] for r in chosen], state=URLState.QUEUED).update(
             state=URLState.SCHEDULED, scheduled_at=timezone.now()
         )
-        first = [r for r in chosen if r[3] == 0]
+        first = [r for r in chosen if first_release(r)]
         if first:
             CrawlJob.objects.filter(pk=job.pk).update(released=job.released + len(first))
             job.released += len(first)

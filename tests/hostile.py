@@ -6,6 +6,7 @@ whose gzip sitemap lists a page nothing links to.
 
 from __future__ import annotations
 
+import email.utils
 import gzip
 import threading
 import time
@@ -14,11 +15,13 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
+BOMB = gzip.compress(b"\0" * (20 << 20))
 PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + b"\x00" * 200
 LINKS = [
     "/private/secret", "/flaky", "/ratelimited", "/gone", "/broken", "/slow", "/hang",
     "/redirect/3", "/deeper", "/loop/a", "/huge", "/binary.html", "/latin1", "/malformed",
-    "/calendar/2026-01", "/q?b=2&a=1", "/q?a=1&b=2#frag", "/doc.pdf",
+    "/calendar/2026-01", "/q?b=2&a=1", "/q?a=1&b=2#frag", "/doc.pdf", "/redirect/12",
+    "/bomb", "/ratelimited-date", "/excluded/page",
     "http://external.invalid/page", "mailto:someone@example.com", "javascript:alert(1)",
     "tel:+1555", "data:text/html,hi",
 ]  # fmt: skip
@@ -37,6 +40,7 @@ class HostileSite:
         overrides: dict[str, Callable[[int], tuple[int, dict[str, str], bytes]]] | None = None,
     ) -> None:
         self.overrides = overrides or {}  # path -> f(request count) -> (status, headers, body)
+        self.extra_links: list[str] = []  # absolute links the home page also carries
         self.requests: dict[str, list[float]] = defaultdict(list)  # path -> request times
         self.lock = threading.Lock()
         self.robots = robots
@@ -72,7 +76,7 @@ class HostileSite:
             return self.overrides[path](count)
         html = {"Content-Type": "text/html; charset=utf-8"}
         if path == "/":
-            return 200, html, page("Home", LINKS)
+            return 200, html, page("Home", [*LINKS, *self.extra_links])
         if path == "/robots.txt":
             return 200, {"Content-Type": "text/plain"}, self.robots_txt().encode()
         if path == "/sitemap.xml":
@@ -94,6 +98,13 @@ class HostileSite:
             if count == 1:
                 return 429, {**html, "Retry-After": "2"}, page("Slow down")
             return 200, html, page("Rate limited")
+        if path == "/ratelimited-date":
+            if count == 1:
+                when = email.utils.formatdate(time.time() + 3, usegmt=True)
+                return 429, {**html, "Retry-After": when}, page("Slow down")
+            return 200, html, page("Rate limited by date")
+        if path == "/bomb":  # 20 MiB of zeros in 20 KiB of gzip
+            return 200, {**html, "Content-Encoding": "gzip"}, BOMB
         if path == "/broken":
             return 500, html, page("Broken")
         if path == "/slow":

@@ -7,6 +7,7 @@ with crawls of their own.
 
 from __future__ import annotations
 
+import socket
 import threading
 from dataclasses import dataclass
 
@@ -77,13 +78,18 @@ def run_crawl(
 
 @pytest.fixture(scope="module")
 def crawl(django_db_setup, django_db_blocker, redis_server, tmp_path_factory) -> Crawl:
+    with socket.socket() as s:  # a port nothing listens on once this socket closes
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
     with django_db_blocker.unblock(), HostileSite() as site:
+        site.extra_links = [f"http://127.0.0.1:{closed}/refused"]
         job = run_crawl(
             site.url("/"),
             tmp_path_factory.mktemp("hostile"),
             max_depth=50,
             use_sitemaps=True,
             path_caps={"/calendar/": 10},
+            exclude_patterns=["/excluded/"],
         )
         pages = {p["url_id"]: p for p in Page.objects.filter(job=job).values()}
         urls = {}
@@ -91,7 +97,9 @@ def crawl(django_db_setup, django_db_blocker, redis_server, tmp_path_factory) ->
             row["page"] = pages.get(row["id"])
             urls[row["url"]] = row
         CrawlJob.objects.filter(pk=job.pk).delete()
-        return Crawl(site, {"state": job.state}, urls)
+        return Crawl(
+            site, {"state": job.state, "refused": f"http://127.0.0.1:{closed}/refused"}, urls
+        )
 
 
 def test_job_finishes_with_nothing_pending(crawl):
@@ -208,8 +216,40 @@ def test_non_html_is_stored_not_parsed(crawl):
     assert row["page"]["content_type"] == "application/pdf"
 
 
+def test_too_many_redirects_fails_with_its_reason(crawl):
+    row = crawl.row("/redirect/12")
+    assert (row["state"], row["error_reason"]) == ("failed", "too_many_redirects")
+
+
+def test_gzip_bomb_is_cut_at_the_cap(crawl):
+    row = crawl.row("/bomb")
+    assert row["state"] == "done" and row["page"]["truncated"]  # zeros: stored as binary
+    assert row["page"]["size"] == 1 << 20
+
+
+def test_retry_after_as_an_http_date_is_honoured(crawl):
+    first, second = crawl.site.requests["/ratelimited-date"]
+    assert second - first >= 1.5  # the date was 3 s ahead, at one-second resolution
+    assert crawl.row("/ratelimited-date")["state"] == "done"
+
+
+def test_excluded_pattern_is_never_added_or_fetched(crawl):
+    assert crawl.site.url("/excluded/page") not in crawl.urls
+    assert crawl.site.hits("/excluded/page") == 0
+
+
+def test_refused_connection_is_retried_then_fails(crawl):
+    row = crawl.urls[crawl.job["refused"]]
+    # Its robots.txt cannot be fetched either: every attempt ends there, and the URL fails.
+    assert (row["state"], row["error_reason"], row["attempts"]) == (
+        "failed",
+        "robots_unavailable",
+        int(FAST["CRAWL_RETRY_MAX_ATTEMPTS"]),
+    )
+
+
 def test_off_site_and_non_http_links_are_not_fetched(crawl):
-    assert not [u for u in crawl.urls if not u.startswith(crawl.site.base)]
+    assert not [u for u in crawl.urls if "127.0.0.1" not in u]
 
 
 def test_every_unfetched_url_has_a_readable_reason(crawl):
