@@ -4,7 +4,6 @@ worker processes, a real scheduler thread and a real local web site."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -16,18 +15,16 @@ from tasks import broker, engine, frontier
 from tasks.scheduler import Scheduler
 from tasks.supervisor import WorkerPool
 from tests.budgets import FAST
+from tests.polling import wait_until
 from tests.site import Site
 
 
 def wait_for(predicate: Callable[[], object], timeout: float, what: str, every: float = 0.1):
     """Poll ``predicate`` until it is truthy; fail the test with ``what`` after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(every)
-    pytest.fail(f"timed out after {timeout} s waiting for {what}")
+    try:
+        return wait_until(predicate, timeout, what, every)
+    except TimeoutError as exc:
+        pytest.fail(str(exc))
 
 
 @pytest.fixture(autouse=True)
