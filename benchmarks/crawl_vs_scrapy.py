@@ -18,20 +18,15 @@ import argparse
 import os
 import re
 import resource
-import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
-import psycopg
 import redis
-
-ROOT = Path(__file__).resolve().parent.parent
+from common import ROOT, Sampler, free_port, fresh_database, migrate, service_cpu
 
 
 @dataclass
@@ -50,64 +45,6 @@ class Result:
     @property
     def cpu_per_page_ms(self) -> float:
         return 1000 * self.cpu / self.pages
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def service_cpu(names: tuple[str, ...]) -> float:
-    """CPU seconds of the named servers, exited children (PostgreSQL backends) included."""
-    total = 0.0
-    for proc in psutil.process_iter(["name", "ppid"]):
-        try:
-            if proc.info["name"] not in names:
-                continue
-            parent = psutil.Process(proc.info["ppid"]).name() if proc.info["ppid"] else ""
-            if parent in names:
-                continue  # a backend: counted in its postmaster's children times
-            t = proc.cpu_times()
-            total += t.user + t.system + t.children_user + t.children_system
-            for child in proc.children(recursive=True):
-                ct = child.cpu_times()
-                total += ct.user + ct.system
-        except psutil.Error:
-            continue
-    return total
-
-
-class Sampler(threading.Thread):
-    """Peak RSS of a process tree, and the last CPU time seen of each of its processes."""
-
-    def __init__(self, pid: int) -> None:
-        super().__init__(daemon=True)
-        self.root = psutil.Process(pid)
-        self.peak = 0
-        self.cpu: dict[int, tuple[str, float]] = {}
-        self.done = threading.Event()
-
-    def run(self) -> None:
-        while not self.done.wait(0.1):
-            try:
-                procs = [self.root, *self.root.children(recursive=True)]
-                rss = 0
-                for p in procs:
-                    with p.oneshot():
-                        rss += p.memory_info().rss
-                        t = p.cpu_times()
-                        role = "worker" if "worker" in p.cmdline() else "command"
-                        self.cpu[p.pid] = (role, t.user + t.system)
-                self.peak = max(self.peak, rss)
-            except psutil.Error:
-                continue
-
-    def by_role(self) -> dict[str, float]:
-        roles: dict[str, float] = {}
-        for role, seconds in self.cpu.values():
-            roles[role] = roles.get(role, 0.0) + seconds
-        return roles
 
 
 def children_cpu() -> float:
@@ -141,13 +78,6 @@ def measure(
         sys.exit(f"{name} failed ({proc.returncode}):\n{out}\n{err[-3000:]}")
     _, first, last = urllib.request.urlopen(stats_url).read().decode().split()
     return Result(name, pages_from(out), float(last) - float(first), wall, cpu, sampler.peak)
-
-
-def fresh_database(admin_url: str, name: str) -> str:
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        conn.execute(f"CREATE DATABASE {name}")
-    return admin_url.rsplit("/", 1)[0] + "/" + name
 
 
 def main() -> None:
@@ -198,9 +128,7 @@ def main() -> None:
             "REDIS_URL": args.redis,
             "LOG_LEVEL": "WARNING",
         }
-        subprocess.run(
-            [sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True
-        )
+        migrate(env)
         results.append(
             measure(
                 "crawlplatform",

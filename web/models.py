@@ -47,6 +47,7 @@ class URLState(models.TextChoices):
 
 # URLs in these states still owe work: a job with none of them left is finished.
 PENDING_STATES = (URLState.QUEUED, URLState.SCHEDULED, URLState.LEASED)
+TERMINAL_STATES = frozenset({JobState.FINISHED, JobState.CANCELLED, JobState.FAILED})
 
 
 class InvalidTransition(ValueError):

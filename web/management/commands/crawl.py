@@ -27,9 +27,7 @@ from tasks.defaults import setting
 from tasks.scheduler import Scheduler
 from tasks.supervisor import WorkerPool, WorkerStartupError
 from web import export
-from web.models import CrawlJob, JobState, URLState
-
-TERMINAL = {JobState.FINISHED, JobState.CANCELLED, JobState.FAILED}
+from web.models import TERMINAL_STATES, CrawlJob, JobState, URLState
 
 
 class Command(BaseCommand):
@@ -139,7 +137,7 @@ class Command(BaseCommand):
             job = CrawlJob.objects.filter(pk=opts["resume"]).first()
             if job is None:
                 raise CommandError(f"no job {opts['resume']}")
-            if job.state in TERMINAL:
+            if job.state in TERMINAL_STATES:
                 raise CommandError(f"job {job.pk} is {job.state}; nothing to resume")
             if fresh_broker:
                 # The private broker starts empty and no other worker can hold a lease on it.
@@ -261,7 +259,7 @@ class Command(BaseCommand):
             elif now - last_line >= 5:
                 self.stderr.write(line)
                 last_line = now
-            if job.state in TERMINAL:
+            if job.state in TERMINAL_STATES:
                 if tty:
                     self.stderr.write("")
                 return
