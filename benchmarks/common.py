@@ -93,3 +93,80 @@ class Sampler(threading.Thread):
         for role, seconds in self.cpu.values():
             roles[role] = roles.get(role, 0.0) + seconds
         return roles
+
+
+def start_workers(
+    processes: int, concurrency: int, env: dict, metrics_port: int = 0, pool: str = "threads"
+) -> list[subprocess.Popen]:
+    """Celery crawl workers as a deployment runs them; worker i serves metrics on port + i."""
+    procs = []
+    for i in range(processes):
+        worker_env = dict(env)
+        if metrics_port:
+            worker_env["CRAWL_WORKER_METRICS_PORT"] = str(metrics_port + i)
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "crawlplatform", "worker", "--pool", pool,
+             "--concurrency", str(concurrency), "--queues", "crawl", "--hostname", f"bench{i}@%h",
+             "--without-gossip", "--without-mingle", "--without-heartbeat",
+             "--loglevel", "WARNING"],
+            cwd=ROOT, env=worker_env, stdin=subprocess.DEVNULL,
+        ))  # fmt: skip
+    return procs
+
+
+def stop(procs: list[subprocess.Popen], timeout: float = 30) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
+def django_shell(env: dict, code: str) -> str:
+    """Run ``code`` in ``manage.py shell`` with ``env``; returns what it printed."""
+    return subprocess.run(
+        [sys.executable, "manage.py", "shell", "-v0", "-c", code],
+        cwd=ROOT, env=env, check=True, capture_output=True, text=True,
+    ).stdout.strip()  # fmt: skip
+
+
+def histogram(urls: list[str], name: str) -> tuple[list[tuple[float, float]], float, float]:
+    """Cumulative buckets (upper bound, count), sum and count of a histogram, over processes."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    buckets: dict[float, float] = {}
+    total = count = 0.0
+    for url in urls:
+        text = urllib.request.urlopen(url, timeout=5).read().decode()
+        for family in text_string_to_metric_families(text):
+            if family.name != name:
+                continue
+            for sample in family.samples:
+                if sample.name == name + "_bucket":
+                    bound = float(sample.labels["le"])
+                    buckets[bound] = buckets.get(bound, 0.0) + sample.value
+                elif sample.name == name + "_sum":
+                    total += sample.value
+                elif sample.name == name + "_count":
+                    count += sample.value
+    return sorted(buckets.items()), total, count
+
+
+def quantile(buckets: list[tuple[float, float]], q: float) -> float:
+    """Linear interpolation inside the bucket holding quantile ``q`` (as Prometheus does)."""
+    count = buckets[-1][1]
+    rank = q * count
+    lower, below = 0.0, 0.0
+    for bound, cumulative in buckets:
+        if cumulative >= rank:
+            if bound == float("inf"):
+                return lower
+            inside = cumulative - below
+            return lower + (bound - lower) * ((rank - below) / inside if inside else 1.0)
+        lower, below = bound, cumulative
+    return lower

@@ -3,11 +3,12 @@
     .venv/bin/python benchmarks/seed_million.py [--urls 1000000] [--hosts 20000]
 
 Writes a seed file (a million distinct URLs over many hosts, plus repeats of them in other
-spellings and lines that are not URLs), creates a draft job in a fresh PostgreSQL database ``crawlbench_seed``, then runs
-``manage.py seed JOB FILE`` and prints: wall seconds, URLs per second, CPU seconds of the
-command (its canonicalizer processes included) and of PostgreSQL, the command's peak RSS, and
-the frontier's size on disk per URL. It then checks the result in the database (every unique
-URL queued once, at depth 0, due now) and times one scheduler pass over the seeded job.
+spellings and lines that are not URLs), creates a draft job in a fresh PostgreSQL database
+``crawlbench_seed``, then runs ``manage.py seed JOB FILE`` and prints: wall seconds, URLs per
+second, CPU seconds of the command (its canonicalizer processes included) and of PostgreSQL,
+the command's peak RSS, and the frontier's size on disk per URL. It then checks the result in
+the database (every distinct URL queued once, at depth 0, due now) and times one scheduler
+pass over the seeded job.
 """
 
 from __future__ import annotations

@@ -46,9 +46,11 @@ ROBOTS_ERROR_TTL_S = 300  # after a 5xx/unreachable robots.txt the host waits th
 ROBOTS_MAX_BYTES = 500 << 10  # robots.txt beyond this is ignored (RFC 9309 asks for 500 KiB)
 
 # Scheduler, leases and the broker
-SCHEDULER_TICK_S = 0.05  # longest sleep between two scheduler passes, seconds
+SCHEDULER_TICK_S = 0.05  # longest sleep between two scheduler passes, seconds (when idle)
 SCHEDULER_BATCH = 500  # URLs released per job per pass at most
 READY_PER_JOB = 256  # messages of one job waiting in the broker at most
+READY_MIN = 8  # messages of one job the broker may hold whatever its consumption rate
+DISPATCH_LOOKAHEAD_S = 0.03  # ready messages per job = its consumption rate x this, seconds
 SCHEDULER_HEARTBEAT_FILE = "/tmp/crawl-scheduler-heartbeat"  # touched on every pass
 SCHEDULER_HORIZON_S = 2.0  # a polite host gets URLs released this far ahead of its slots
 LEASE_S = 150.0  # a worker's claim on a URL; expired leases are swept back to the queue

@@ -16,13 +16,13 @@ import random
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.db import DatabaseError, OperationalError, connection, transaction
 from django.db.models import Count, Q
 from django.utils import timezone
 
-from tasks import outcomes
+from tasks import metrics, outcomes
 from tasks.defaults import setting
 from tasks.urls import host_of
 from web.models import CrawlJob, FrontierURL, JobState, Page, URLState
@@ -66,7 +66,7 @@ UPDATE {frontier} SET state = %s, lease_until = %s, updated_at = %s, attempts = 
 WHERE id = %s AND job_id = %s
   AND (state = %s OR (state = %s AND lease_until < %s))
   AND EXISTS (SELECT 1 FROM {job} WHERE id = %s AND state = %s)
-RETURNING url, depth, attempts
+RETURNING url, depth, attempts, scheduled_at
 """
 _jobs: dict[int, tuple[float, CrawlJob]] = {}
 JOB_CACHE_S = 10.0  # a worker reads a job's configuration at most this often
@@ -107,7 +107,11 @@ def claim(url_id: int, job_id: int) -> Claim | None:
     if row is None:
         _requeue_if_stopped(url_id, job_id, now)
         return None
-    url, depth, attempt = row
+    url, depth, attempt, scheduled_at = row
+    if scheduled_at is not None:
+        if isinstance(scheduled_at, str):  # SQLite hands raw timestamps back as text
+            scheduled_at = datetime.fromisoformat(scheduled_at).replace(tzinfo=UTC)
+        metrics.DISPATCH_SECONDS.observe(max(0.0, (now - scheduled_at).total_seconds()))
     leased = FrontierURL(
         id=url_id, job_id=job_id, url=url, depth=depth, attempts=attempt, state=URLState.LEASED
     )

@@ -25,6 +25,11 @@ FETCH_SECONDS = Histogram(
     "Time to fetch one URL, redirects included",
     buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
 )
+DISPATCH_SECONDS = Histogram(
+    "crawlplatform_dispatch_seconds",
+    "From a URL's release by the scheduler to its claim by a task (queue wait + delivery)",
+    buckets=(0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1, 2, 5, 10),
+)
 FETCHED_BYTES = Counter("crawlplatform_fetched_bytes", "Body bytes fetched (decoded)")
 IN_FLIGHT = Gauge("crawlplatform_fetches_in_flight", "Fetches running in this worker")
 RETRIES = Counter("crawlplatform_retries", "URLs sent back to wait, by reason", ["reason"])

@@ -1,13 +1,18 @@
 """The scheduler: releases due URLs from the frontier into the broker, and keeps the books.
 
-Reads ``SCHEDULER_TICK_S``, ``SCHEDULER_BATCH``, ``READY_PER_JOB``, ``SWEEP_INTERVAL_S`` and
-``CHECKPOINT_INTERVAL_S``.
+Reads ``SCHEDULER_TICK_S``, ``SCHEDULER_BATCH``, ``READY_PER_JOB``, ``READY_MIN``,
+``DISPATCH_LOOKAHEAD_S``, ``SWEEP_INTERVAL_S`` and ``CHECKPOINT_INTERVAL_S``.
 
 Each pass, for every running job: move up to a batch of due QUEUED URLs (``not_before`` past,
 shallowest first) to SCHEDULED in one transaction, then publish one message each, after the
-commit. The broker therefore holds ready work only, at most ``READY_PER_JOB`` messages a job;
-URLs that must wait stay in the frontier. A job with no queued, scheduled or leased URL left
-is finished (decided by the database, never by an empty list in Redis).
+commit. The broker therefore holds ready work only, and just in time: about what the job's
+workers consume in ``DISPATCH_LOOKAHEAD_S`` (the scheduler measures the rate at which the
+job's messages are taken), never fewer than ``READY_MIN`` nor more than ``READY_PER_JOB``.
+A message thus waits tens of milliseconds in the broker, not the time the workers need to
+drain a deep queue; URLs that must wait, or that no worker is free for, stay in the
+frontier, where pause, cancel and priorities still apply to them (and where the autoscaler
+counts them: ``crawlplatform_frontier_due_urls``). A job with no queued, scheduled or leased
+URL left is finished (decided by the database, never by an empty list in Redis).
 
 Every ``SWEEP_INTERVAL_S`` it also returns expired leases to the queue and re-publishes
 scheduled URLs whose messages the broker no longer holds (Redis flushed or restarted).
@@ -21,6 +26,7 @@ stand by.
 from __future__ import annotations
 
 import logging
+import math
 import re
 import threading
 import time
@@ -95,6 +101,34 @@ class _Pace:
 
 
 _pace = _Pace()
+
+
+class _Flow:
+    """How fast each job's workers take its messages: sets how many may wait in the broker."""
+
+    def __init__(self) -> None:
+        self.last: dict[int, tuple[float, int]] = {}  # job -> (when, scheduled after release)
+        self.rate: dict[int, float] = {}  # job -> messages taken per second (smoothed)
+
+    def ready_target(self, job: CrawlJob, outstanding: int, now: float) -> int:
+        last = self.last.get(job.pk)
+        if last is not None and now > last[0]:
+            taken = max(0, last[1] - outstanding)
+            weight = 1 - math.exp(-(now - last[0]) / 0.5)  # about half a second of memory
+            rate = self.rate.get(job.pk, 0.0)
+            self.rate[job.pk] = rate + weight * (taken / (now - last[0]) - rate)
+        wanted = math.ceil(self.rate.get(job.pk, 0.0) * setting("DISPATCH_LOOKAHEAD_S", job))
+        return min(setting("READY_PER_JOB", job), max(setting("READY_MIN", job), wanted))
+
+    def released(self, job_id: int, outstanding: int, now: float) -> None:
+        self.last[job_id] = (now, outstanding)
+
+    def busy(self) -> bool:
+        """Some job's messages are being taken: pass again soon, its buffer is short."""
+        return any(rate > 1.0 for rate in self.rate.values())
+
+
+_flow = _Flow()
 
 
 Row = tuple[int, int, str, int, str, str]  # id, depth, host, attempts, url, error_reason
@@ -179,13 +213,15 @@ def release(job: CrawlJob) -> int:
     left out of the query so that they cannot crowd the others out. Returns how many.
     """
     outstanding = FrontierURL.objects.filter(job_id=job.pk, state=URLState.SCHEDULED).count()
-    budget = min(setting("READY_PER_JOB", job) - outstanding, setting("SCHEDULER_BATCH", job))
+    now, horizon = time.monotonic(), setting("SCHEDULER_HORIZON_S", job)
+    target = _flow.ready_target(job, outstanding, now)
+    _flow.released(job.pk, outstanding, now)
+    budget = min(target - outstanding, setting("SCHEDULER_BATCH", job))
     left = _max_pages_left(job)
     if left is not None:
         budget = min(budget, left)
     if budget <= 0:
         return 0
-    now, horizon = time.monotonic(), setting("SCHEDULER_HORIZON_S", job)
     caps = _Caps(job)
     # Pacing and caps turn some candidates down: look further ahead when they may apply.
     window = budget * 4 if job.delay > 0 or job.host_concurrency or caps.active else budget
@@ -236,6 +272,7 @@ def release(job: CrawlJob) -> int:
             job.released += len(first)
         messages = [(r[0], job.pk, priority(r[1], job.priority)) for r in chosen]
         transaction.on_commit(lambda: publish(messages))
+    _flow.released(job.pk, outstanding + len(chosen), now)
     caps.save([(r[2], r[4]) for r in first])
     return len(chosen)
 
@@ -333,7 +370,10 @@ class Scheduler:
                     continue
                 Path(setting("SCHEDULER_HEARTBEAT_FILE")).touch()
                 if not released:
-                    self.stop.wait(setting("SCHEDULER_TICK_S"))
+                    tick = setting("SCHEDULER_TICK_S")
+                    if _flow.busy():
+                        tick = min(tick, setting("DISPATCH_LOOKAHEAD_S") / 3)
+                    self.stop.wait(tick)
         finally:
             self.resign()
             connections.close_all()

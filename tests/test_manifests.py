@@ -79,7 +79,7 @@ def test_compose_file_validates_against_the_compose_spec():
     validator.validate(yaml.safe_load((ROOT / "docker-compose.yml").read_text()))
 
 
-def test_keda_counts_exactly_the_lists_celery_creates_plus_in_flight():
+def test_keda_counts_the_lists_celery_creates_plus_in_flight_plus_due():
     scaled = by_kind("ScaledObject", "worker")
     redis_lists = [t["metadata"]["listName"] for t in scaled["spec"]["triggers"]
                    if t["type"] == "redis"]  # fmt: skip
@@ -89,6 +89,8 @@ def test_keda_counts_exactly_the_lists_celery_creates_plus_in_flight():
     assert sorted(re.findall(r"\w+", formula)) == sorted(names)  # every trigger summed once
     inflight = next(t for t in scaled["spec"]["triggers"] if t["name"] == "inflight")
     assert 'state="unacked"' in inflight["metadata"]["query"]
+    due = next(t for t in scaled["spec"]["triggers"] if t["name"] == "due")
+    assert "crawlplatform_frontier_due_urls" in due["metadata"]["query"]
 
 
 def seconds(value: str) -> float:

@@ -20,13 +20,38 @@ def make_job(urls: int, **fields):
 
 
 def test_release_is_bounded_by_the_ready_budget_and_publishes_after_commit(redis, monkeypatch):
-    monkeypatch.setenv("CRAWL_READY_PER_JOB", "10")
+    monkeypatch.setenv("CRAWL_READY_MIN", "10")
     job = make_job(30)
     assert scheduler.release(job) == 10
     assert scheduler.release(job) == 0  # ten messages already wait
     assert broker.depth() == {"ready": 10, "unacked": 0}
     scheduled = FrontierURL.objects.filter(job=job, state=URLState.SCHEDULED)
     assert list(scheduled.values_list("depth", flat=True)) == [0] + [1] * 9  # seeds first
+
+
+def test_the_broker_holds_what_workers_take_in_the_lookahead_within_bounds(monkeypatch):
+    monkeypatch.setenv("CRAWL_READY_MIN", "8")
+    monkeypatch.setenv("CRAWL_READY_PER_JOB", "100")
+    monkeypatch.setenv("CRAWL_DISPATCH_LOOKAHEAD_S", "0.03")
+    job = jobs.create_job(["http://127.0.0.1:9/"])
+    flow, now, outstanding = scheduler._Flow(), 0.0, 0
+    assert flow.ready_target(job, outstanding, now) == 8  # nothing known yet: the floor
+
+    def run(taken_per_pass: int, passes: int) -> int:
+        nonlocal now, outstanding
+        for _ in range(passes):
+            outstanding = max(0, outstanding - taken_per_pass)
+            now += 0.01
+            target = flow.ready_target(job, outstanding, now)
+            outstanding = max(outstanding, target)  # the pass tops the broker up
+            flow.released(job.pk, outstanding, now)
+        return target
+
+    assert run(10, 300) == 30  # 1,000 messages/s taken: 30 ms of them wait
+    assert flow.busy()
+    assert run(100, 300) == 100  # 10,000/s would want 300: capped by READY_PER_JOB
+    assert run(0, 500) == 8  # workers stopped taking: back to the floor
+    assert not flow.busy()
 
 
 def test_urls_waiting_for_not_before_are_not_released(redis):

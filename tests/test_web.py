@@ -10,9 +10,10 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from tasks import broker, jobs
+from tasks import broker, frontier, jobs
 from tests.conftest import wait_for
-from web import health
+from web import health, metrics
+from web.models import FrontierURL
 
 pytestmark = pytest.mark.django_db
 
@@ -83,6 +84,22 @@ def test_metrics_show_frontier_broker_and_checkpoints(client, redis):
     assert 'crawlplatform_broker_messages{state="ready"} 1.0' in text
     assert f'crawlplatform_checkpoint_age_seconds{{job="{job.pk}"}}' in text
     assert 'crawlplatform_jobs{state="running"} 1.0' in text
+    assert "crawlplatform_frontier_due_urls 1.0" in text  # the seed: due, not yet released
+
+
+@pytest.mark.django_db
+def test_due_backlog_counts_due_urls_and_hosts_of_paced_jobs():
+    fast = jobs.create_job(["http://127.0.0.1:9/"])
+    paced = jobs.create_job(["http://127.0.0.1:8/"], delay=1.0)
+    urls = [f"http://127.0.0.1:{port}/{i}" for port in (7, 9) for i in range(5)]
+    for job in (fast, paced):
+        jobs.start(job)
+        frontier.insert_urls(job.pk, urls, 1)
+    FrontierURL.objects.filter(url__endswith="/4").update(not_before="2999-01-01T00:00:00Z")
+    # fast: its seed + 8 due URLs; paced: one slot for each of its 3 hosts with due URLs
+    assert metrics.due_backlog() == 9 + 3
+    jobs.pause(fast)
+    assert metrics.due_backlog() == 3
 
 
 def test_memory_growth_check_reports_rate(monkeypatch):

@@ -1,6 +1,8 @@
 """The web process's ``/metrics``: platform state computed at scrape time.
 
-Frontier URLs by job and state (running and paused jobs), broker messages (ready over every
+Frontier URLs by job and state (running and paused jobs), the due backlog (work that more
+workers could start now: the scheduler keeps the broker short, so this is where a backlog
+waits), broker messages (ready over every
 priority list, and unacked: in flight), checkpoint age per running job, jobs by state and
 per-host adaptive throttle delays. Every web process computes the same values from the
 database and Redis, so gunicorn's several processes need no shared registry: a query for
@@ -17,9 +19,30 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
 from tasks import broker
-from web.models import CrawlJob, FrontierURL, JobState
+from web.models import CrawlJob, FrontierURL, JobState, URLState
 
 _THROTTLE_SCAN_MAX = 1000  # host delay keys reported at most
+DUE_COUNT_MAX = 10_000  # due URLs counted per job at most: plenty to size any worker fleet
+
+
+def due_backlog() -> int:
+    """URLs of running jobs that a free worker could start now, counted up to a bound per job.
+
+    A job that paces its hosts (a delay or a per-host concurrency) can use about one worker
+    slot per host at a time, so it counts its due hosts, not its due URLs.
+    """
+    now = timezone.now()
+    total = 0
+    for job in CrawlJob.objects.filter(state=JobState.RUNNING).only(
+        "id", "delay", "host_concurrency"
+    ):
+        due = FrontierURL.objects.filter(job_id=job.pk, state=URLState.QUEUED, not_before__lte=now)
+        if job.delay > 0 or job.host_concurrency:
+            slots = job.host_concurrency or 1
+            total += slots * due.values("host").distinct()[:DUE_COUNT_MAX].count()
+        else:
+            total += due.values("id")[:DUE_COUNT_MAX].count()
+    return total
 
 
 class PlatformCollector:
@@ -36,6 +59,12 @@ class PlatformCollector:
         for job_id, state, n in rows:
             frontier.add_metric([str(job_id), state], n)
         yield frontier
+
+        yield GaugeMetricFamily(
+            "crawlplatform_frontier_due_urls",
+            "Due URLs of running jobs not yet released to the broker (hosts, for paced jobs)",
+            value=due_backlog(),
+        )
 
         jobs = GaugeMetricFamily("crawlplatform_jobs", "Jobs by state", labels=["state"])
         counts = dict(CrawlJob.objects.values_list("state").annotate(n=Count("id")))

@@ -1,0 +1,111 @@
+"""A generated site of N pages for benchmarks, served by asyncio (cheap per request, so that
+hundreds of slow responses can be in flight at once without a thread each).
+
+    python benchmarks/gensite.py PORT --pages N [--latency SECONDS] [--size BYTES]
+
+Page ``/p/i`` links to the navigation (``/p/0`` .. ``/p/9``), to its ten children
+``/p/10i+1`` .. ``/p/10i+10`` (so every page is reachable from ``/p/0`` within log10(N)
+steps) and to a few pages elsewhere on the site, most of them already seen: like a real site,
+links outnumber pages many times over. Text pads each page to about ``--size`` bytes. Every
+response waits ``--latency`` seconds first (a slow server, not a slow network). ``/__stats__``
+returns and resets ``count first last`` (epoch seconds of the first and last page request).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+
+
+class Stats:
+    def __init__(self) -> None:
+        self.first = self.last = 0.0
+        self.count = 0
+
+    def hit(self) -> None:
+        now = time.time()
+        self.first = self.first or now
+        self.last = now
+        self.count += 1
+
+    def reset(self) -> str:
+        line = f"{self.count} {self.first:.6f} {self.last:.6f}"
+        self.first = self.last = 0.0
+        self.count = 0
+        return line
+
+
+def page(i: int, pages: int, size: int) -> bytes:
+    nav = "".join(f'<li><a href="/p/{j}">Section {j}</a></li>' for j in range(10))
+    kids = range(10 * i + 1, min(10 * i + 11, pages))
+    children = "".join(f'<li><a href="/p/{c}">Page {c}</a></li>' for c in kids)
+    elsewhere = "".join(
+        f'<a href="/p/{(i * k + 7) % pages}#s{k}">see also {k}</a> ' for k in (3, 31, 97, 331)
+    )
+    head = (
+        f"<!doctype html><html><head><meta charset=utf-8><title>Page {i}</title></head><body>"
+        f"<nav><ul>{nav}</ul></nav><h1>Page {i}</h1><ul>{children}</ul><p>{elsewhere}</p>"
+    )
+    filler = "<p>" + ("lorem ipsum dolor sit amet " * 40) + "</p>"
+    body = head + filler * max(0, (size - len(head)) // len(filler)) + "</body></html>"
+    return body.encode()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("port", type=int)
+    parser.add_argument("--pages", type=int, default=10_000)
+    parser.add_argument("--latency", type=float, default=0.0)
+    parser.add_argument("--size", type=int, default=8_000)
+    args = parser.parse_args()
+    stats = Stats()
+    cache: dict[int, bytes] = {}
+
+    def respond(status: str, kind: str, body: bytes) -> bytes:
+        return (
+            f"HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {len(body)}\r\n\r\n"
+        ).encode() + body
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                request = await reader.readuntil(b"\r\n\r\n")
+                path = request.split(b" ", 2)[1].decode()
+                if path == "/__stats__":
+                    writer.write(respond("200 OK", "text/plain", stats.reset().encode()))
+                    await writer.drain()
+                    continue
+                if path == "/robots.txt":
+                    writer.write(respond("200 OK", "text/plain", b"User-agent: *\nAllow: /\n"))
+                    await writer.drain()
+                    continue
+                stats.hit()
+                if args.latency:
+                    await asyncio.sleep(args.latency)
+                number = path[3:] if path.startswith("/p/") else ""
+                if number.isdigit() and int(number) < args.pages:
+                    i = int(number)
+                    body = cache.get(i) or cache.setdefault(i, page(i, args.pages, args.size))
+                    if len(cache) > 1000:
+                        cache.clear()
+                    writer.write(respond("200 OK", "text/html; charset=utf-8", body))
+                else:
+                    writer.write(respond("404 Not Found", "text/plain", b"not found"))
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError, IndexError):
+            pass
+        finally:
+            writer.close()
+
+    async def serve() -> None:
+        server = await asyncio.start_server(handle, "127.0.0.1", args.port, backlog=1024)
+        print(f"serving {args.pages} pages on 127.0.0.1:{args.port}", flush=True)
+        async with server:
+            await server.serve_forever()
+
+    asyncio.run(serve())
+
+
+if __name__ == "__main__":
+    main()
