@@ -1,6 +1,7 @@
 """Latency-bound crawling: a site that answers every page after 100 ms.
 
     .venv/bin/python benchmarks/latency_bound.py [--pages 3000] [--latency 0.1]
+        [--concurrency 16 64 256] [--processes 1 2 4] [--cpu-rate PAGES_PER_S]
 
 Serves a generated site (``benchmarks/gensite.py``) and crawls ``--pages`` pages of it with
 ``manage.py crawl`` on PostgreSQL and Redis, every page committed, in these configurations:
@@ -65,6 +66,11 @@ def main() -> None:
     parser.add_argument("--pages", type=int, default=3000)
     parser.add_argument("--latency", type=float, default=0.1)
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/14")
+    parser.add_argument(
+        "--cpu-rate", type=float, default=None, help="skip run 1 and take this CPU-bound rate"
+    )
+    parser.add_argument("--concurrency", type=int, nargs="*", default=[16, 64, 256])
+    parser.add_argument("--processes", type=int, nargs="*", default=[1, 2, 4])
     args = parser.parse_args()
     cores = os.cpu_count() or 2
     env = {**os.environ, "REDIS_URL": args.redis, "LOG_LEVEL": "WARNING"}
@@ -85,12 +91,12 @@ def main() -> None:
               f"machine CPU {100 * busy:.0f}% busy", flush=True)  # fmt: skip
         return rate
 
-    cpu_rate = run("cpu-bound", 0.0, 16, cores)
+    cpu_rate = args.cpu_rate or run("cpu-bound", 0.0, 16, cores)
     bounds = {}
-    for c in (16, 64, 256):
+    for c in args.concurrency:
         rate = run(f"latency c={c}", args.latency, c, cores)
         bounds[c] = (rate, min(c / args.latency, cpu_rate))
-    scaling = {p: run(f"processes={p}", args.latency, 8 * p, p) for p in (1, 2, 4)}
+    scaling = {p: run(f"processes={p}", args.latency, 8 * p, p) for p in args.processes}
 
     print(f"\n{'run':<18}{'latency s':>10}{'conc.':>7}{'procs':>7}{'pages':>7}{'wall s':>8}"
           f"{'pages/s':>9}{'CPU busy':>10}")  # fmt: skip
@@ -105,7 +111,9 @@ def main() -> None:
             f"concurrency {c:>3}: {rate:6.1f} pages/s = {100 * share:5.1f}% of "
             f"min({c}/{args.latency:g} s, {cpu_rate:.0f}) = {bound:.0f}  (target 80%: {verdict})"
         )
-    base = scaling[1]
+    if not scaling:
+        return
+    base = next(iter(scaling.values()))
     print("processes (8 threads each): " + ", ".join(
         f"{p} -> {rate:.1f} pages/s ({rate / base:.2f}x)" for p, rate in scaling.items()
     ))  # fmt: skip

@@ -15,6 +15,7 @@ import re
 import sys
 import time
 from collections import Counter
+from contextlib import nullcontext
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -35,6 +36,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("url")
     parser.add_argument("--pages", type=int, default=500)
+    parser.add_argument("--no-profile", action="store_true", help="time only: no profiler")
     args = parser.parse_args()
     statements: Counter[str] = Counter()
 
@@ -48,7 +50,7 @@ def main() -> None:
     profiler = Profiler()
     done = 0
     started = time.process_time()
-    with connection.execute_wrapper(count), profiler:
+    with connection.execute_wrapper(count), nullcontext() if args.no_profile else profiler:
         while True:
             job.refresh_from_db()
             scheduler.release(job)
@@ -60,13 +62,14 @@ def main() -> None:
             if not ids:
                 break
             for url_id in ids:
-                engine.process(url_id)
+                engine.process(url_id, job.pk)
                 done += 1
     cpu = time.process_time() - started
     print(f"{done} pages, {1000 * cpu / done:.1f} ms CPU per page in this process")
     for sql, n in statements.most_common(15):
         print(f"{n / done:6.2f}/page  {sql}")
-    profiler.print(show_all=False)
+    if not args.no_profile:
+        profiler.print(show_all=False)
 
 
 if __name__ == "__main__":

@@ -186,10 +186,28 @@ def record_page(
 
     ``note`` is an informational reason kept on a DONE URL (not_html, binary, truncated,
     sitemap). A redirect's in-scope target is marked fetched too, so that a link to it later
-    does not fetch the same page again. Links are inserted in sorted order, so that two pages
-    inserting overlapping links take the unique index's locks in the same order and cannot
-    deadlock each other.
+    does not fetch the same page again.
+
+    Links the frontier already holds are left out by a plain read that never waits: an insert
+    that meets an existing row which another transaction is updating (a page being stored, a
+    URL being released) waits for that transaction, and such waits chain into convoys of
+    seconds when many workers link to the same pages. What is left is inserted in sorted
+    order, so that two pages inserting the same new links take the unique index's locks in
+    the same order and cannot deadlock each other.
+
+    On PostgreSQL all of it is one statement (one round trip, its own transaction): the lease
+    check is a CTE that the page and link inserts are joined to, so a lost lease writes
+    nothing. Elsewhere, and for redirects, the same steps run through the ORM.
     """
+    if connection.vendor == "postgresql" and not (
+        redirect_target and redirect_target != claim.url.url
+    ):
+        _record_page_statement(claim, page, sorted(links), note)
+        return
+    if links:
+        known = FrontierURL.objects.filter(job_id=claim.job.pk, url__in=links)
+        seen = set(known.values_list("url", flat=True))
+        links = [u for u in links if u not in seen]
     with transaction.atomic():
         _finish(claim, URLState.DONE, http_status=page.status, error_reason=note, error_message="")
         page.save(force_insert=True)
@@ -197,6 +215,49 @@ def record_page(
             _mark_redirect_target(claim, redirect_target)
         if links:
             insert_urls(claim.job.pk, sorted(links), claim.url.depth + 1, claim.url.pk)
+
+
+_PAGE_FIELDS = [f for f in Page._meta.concrete_fields if not f.primary_key]
+_RECORD_SQL = """
+WITH fin AS (
+    UPDATE {frontier} SET state = %s, lease_until = NULL, http_status = %s, error_reason = %s,
+                          error_message = '', updated_at = %s
+    WHERE id = %s AND state = %s AND attempts = %s
+    RETURNING id
+), page AS (
+    INSERT INTO {page} ({page_columns}) SELECT {page_values} FROM fin RETURNING 1
+), links AS (
+    INSERT INTO {frontier} (job_id, url, host, depth, state, attempts, not_before, error_reason,
+                            error_message, updated_at, discovered_from_id)
+    SELECT %s, t.url, t.host, %s, %s, 0, %s, '', '', %s, fin.id
+    FROM unnest(%s::text[], %s::text[]) AS t(url, host) CROSS JOIN fin
+    WHERE NOT EXISTS (SELECT 1 FROM {frontier} f WHERE f.job_id = %s AND f.url = t.url)
+    ORDER BY t.url
+    ON CONFLICT DO NOTHING
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM fin), (SELECT count(*) FROM page), (SELECT count(*) FROM links)
+""".format(
+    frontier=FrontierURL._meta.db_table,
+    page=Page._meta.db_table,
+    page_columns=", ".join(f.column for f in _PAGE_FIELDS),
+    page_values=", ".join(["%s"] * len(_PAGE_FIELDS)),
+)
+
+
+def _record_page_statement(claim: Claim, page: Page, links: list[str], note: str) -> None:
+    now = timezone.now()
+    page_values = [f.get_db_prep_save(getattr(page, f.attname), connection) for f in _PAGE_FIELDS]
+    with connection.cursor() as cursor:
+        cursor.execute(_RECORD_SQL, [
+            URLState.DONE, page.status, note, now, claim.url.pk, URLState.LEASED, claim.attempt,
+            *page_values,
+            claim.job.pk, claim.url.depth + 1, URLState.QUEUED, now, now,
+            links, [host_of(u) for u in links], claim.job.pk,
+        ])  # fmt: skip
+        finished, _, _ = cursor.fetchone()
+    if not finished:
+        raise LeaseLost(f"lease on URL {claim.url.pk} (attempt {claim.attempt}) ended")
 
 
 def _mark_redirect_target(claim: Claim, target: str) -> None:

@@ -354,6 +354,15 @@ class Scheduler:
                 jobs.checkpoint(job, "periodic")
         return released
 
+    @staticmethod
+    def pause() -> float:
+        """Seconds until the next pass: half the lookahead while workers take messages (the
+        broker holds about a lookahead of them), ``SCHEDULER_TICK_S`` when idle."""
+        tick = setting("SCHEDULER_TICK_S")
+        if _flow.busy():
+            tick = min(tick, setting("DISPATCH_LOOKAHEAD_S") / 2)
+        return tick
+
     def run(self) -> None:
         log.info("scheduler %s started", self.identity[:8])
         try:
@@ -369,11 +378,8 @@ class Scheduler:
                     self.stop.wait(1.0)
                     continue
                 Path(setting("SCHEDULER_HEARTBEAT_FILE")).touch()
-                if not released:
-                    tick = setting("SCHEDULER_TICK_S")
-                    if _flow.busy():
-                        tick = min(tick, setting("DISPATCH_LOOKAHEAD_S") / 3)
-                    self.stop.wait(tick)
+                if released < setting("SCHEDULER_BATCH"):  # else more is due right now
+                    self.stop.wait(self.pause())
         finally:
             self.resign()
             connections.close_all()
