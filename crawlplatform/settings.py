@@ -16,6 +16,8 @@
 | ``ALLOWED_HOSTS`` | ``localhost,127.0.0.1,[::1]`` | comma-separated |
 | ``LOG_LEVEL`` | ``INFO`` | root log level |
 | ``HEALTH_TOKEN`` | unset | bearer token for ``/healthz/details`` (staff users need none) |
+| ``DB_POOL_MAX_SIZE`` | ``0`` | >0: a pool of at most this many connections per process |
+| ``DB_CONN_MAX_AGE`` | ``300`` | without a pool: one connection per thread, kept this long |
 
 Crawl knobs (timeouts, retries, leases, ...) live in ``tasks/defaults.py``.
 """
@@ -89,9 +91,21 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "timeout": 30,
     }
     DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / "test.sqlite3")}
+elif DB_POOL_MAX_SIZE := env.int("DB_POOL_MAX_SIZE", default=0):
+    # A pool per process (psycopg_pool, through Django): a PostgreSQL connection costs a
+    # backend process, and workers with hundreds of threads must not open hundreds of them
+    # (PostgreSQL's max_connections is 100 by default). Threads borrow a connection for each
+    # database step and give it back while they wait on the network (tasks/engine.py); a
+    # broken connection is discarded when it is given back. A thread waits for a free
+    # connection up to 10 s (then the task retries), so during a database outage the first
+    # attempts take that long to fail.
+    DATABASES["default"]["CONN_MAX_AGE"] = 0  # Django's rule with a pool
+    DATABASES["default"]["OPTIONS"] = {
+        "pool": {"min_size": 1, "max_size": DB_POOL_MAX_SIZE, "timeout": 10, "max_idle": 300}
+    }
 else:
-    # Persistent connections: a PostgreSQL connection costs a backend process. A broken one
-    # is closed by close_old_connections() after its first error (each task calls it).
+    # Persistent connections, one per thread. A broken one is closed by
+    # close_old_connections() after its first error (each task calls it).
     DATABASES["default"]["CONN_MAX_AGE"] = env.int("DB_CONN_MAX_AGE", default=300)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

@@ -26,6 +26,7 @@ from tasks.frontier import (
     claim,
     defer,
     insert_urls,
+    lend_connection_back,
     record_failure,
     record_page,
     release_lease,
@@ -131,6 +132,7 @@ def process(url_id: int, job_id: int) -> str | None:
     claimed = claim(url_id, job_id)
     if claimed is None:
         return None
+    lend_connection_back()  # a fetch takes long: the pool serves other threads meanwhile
     try:
         state = _process_claimed(claimed)
         metrics.outcome(job_id, state, claimed.reason)

@@ -118,6 +118,13 @@ def claim(url_id: int, job_id: int) -> Claim | None:
     return Claim(url=leased, job=job, attempt=attempt)
 
 
+def lend_connection_back() -> None:
+    """With a connection pool, give this thread's connection back while it waits on the
+    network; the next statement borrows one again (any transaction must be over)."""
+    if connection.settings_dict.get("OPTIONS", {}).get("pool"):
+        connection.close()
+
+
 def _requeue_if_stopped(url_id: int, job_id: int, now) -> None:
     """After a failed claim: if the job is paused, the URL waits in the frontier for resume."""
     if CrawlJob.objects.filter(pk=job_id, state=JobState.RUNNING).exists():

@@ -9,7 +9,7 @@ retried after ``DB_RETRY_S`` (a short countdown, far below the visibility timeou
 from celery import shared_task
 from django.db import DatabaseError, close_old_connections, connection
 
-from tasks import engine, lifecycle
+from tasks import engine, frontier, lifecycle
 from tasks.defaults import setting
 
 
@@ -28,6 +28,8 @@ def fetch_url(self, url_id: int, job_id: int) -> None:
     except DatabaseError as exc:  # before the claim: the database is unreachable
         connection.close()
         raise self.retry(exc=exc, countdown=setting("DB_RETRY_S")) from None
+    finally:
+        frontier.lend_connection_back()  # an idle pool thread must not keep a connection
     lifecycle.touched_jobs.add(job_id)
 
 
@@ -38,7 +40,7 @@ def maintain() -> None:
     Safe to run in several places at once: the sweep is one conditional UPDATE, and a message
     published twice is harmless.
     """
-    from tasks import frontier, scheduler
+    from tasks import scheduler
 
     close_old_connections()
     frontier.sweep_expired_leases()

@@ -7,6 +7,7 @@ import os
 import re
 import urllib.request
 
+import psutil
 import pytest
 
 from tasks import broker, jobs
@@ -46,6 +47,38 @@ def assert_exact_result(job: CrawlJob, site: Site) -> None:
         job=job, state__in=["queued", "scheduled", "leased"]
     ).exists()
     assert not [u for u in site.hits if "external.invalid" in u or "mailto" in u]
+
+
+@pytest.mark.skipif(
+    os.environ.get("DATABASE_URL", "").split(":")[0] not in ("postgres", "postgresql"),
+    reason="connection pools are for PostgreSQL",
+)
+def test_pooled_workers_share_a_few_connections_among_many_threads(worker_env, workers, scheduler):
+    worker_env["DB_POOL_MAX_SIZE"] = "2"
+    pool = workers(processes=2, concurrency=8)
+    most = 0
+
+    def connections_per_worker() -> int:
+        counts = [0]
+        for proc in pool.procs.values():
+            try:
+                conns = psutil.Process(proc.pid).net_connections(kind="tcp")
+            except psutil.Error:
+                continue
+            counts.append(sum(1 for c in conns if c.raddr and c.raddr.port == 5432))
+        return max(counts)
+
+    with Site(pages=120, delay=0.05) as slow_site:
+        job = start_job(slow_site)
+
+        def done_watching() -> bool:
+            nonlocal most
+            most = max(most, connections_per_worker())
+            return finished(job)
+
+        wait_for(done_watching, 120, "the crawl to finish", every=0.05)
+        assert_exact_result(job, slow_site)
+    assert 1 <= most <= 2  # eight threads each, sixteen fetches at once, two connections
 
 
 def test_crawl_stores_every_reachable_page_exactly_once(site, workers, scheduler):
