@@ -14,6 +14,8 @@ Serves a generated site (``benchmarks/gensite.py``) and crawls ``--pages`` pages
 
 Throughput is pages over the time between the first and the last page request at the
 server. Each configuration gets a fresh database (``crawlbench_latency``) and Redis db 14.
+Every process uses a pool of at most ``--db-pool`` PostgreSQL connections
+(``DB_POOL_MAX_SIZE``): 256 threads cannot each hold one of PostgreSQL's 100.
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ def main() -> None:
     parser.add_argument("--pages", type=int, default=3000)
     parser.add_argument("--latency", type=float, default=0.1)
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/14")
+    parser.add_argument("--db-pool", type=int, default=16, help="DB_POOL_MAX_SIZE")
     parser.add_argument(
         "--cpu-rate", type=float, default=None, help="skip run 1 and take this CPU-bound rate"
     )
@@ -73,7 +76,8 @@ def main() -> None:
     parser.add_argument("--processes", type=int, nargs="*", default=[1, 2, 4])
     args = parser.parse_args()
     cores = os.cpu_count() or 2
-    env = {**os.environ, "REDIS_URL": args.redis, "LOG_LEVEL": "WARNING"}
+    env = {**os.environ, "REDIS_URL": args.redis, "LOG_LEVEL": "WARNING",
+           "DB_POOL_MAX_SIZE": str(args.db_pool)}  # fmt: skip
     rows = []
 
     def run(label: str, latency: float, concurrency: int, workers: int) -> float:
@@ -103,7 +107,9 @@ def main() -> None:
     for label, latency, c, w, done, wall, rate, busy in rows:
         print(f"{label:<18}{latency:>10.2f}{c:>7}{w:>7}{done:>7}{wall:>8.1f}{rate:>9.1f}"
               f"{100 * busy:>9.0f}%")  # fmt: skip
-    print(f"\nCPU-bound rate: {cpu_rate:.1f} pages/s")
+    print(
+        f"\nCPU-bound rate: {cpu_rate:.1f} pages/s; DB_POOL_MAX_SIZE={args.db_pool}; {cores} cores"
+    )
     for c, (rate, bound) in bounds.items():
         share = rate / bound
         verdict = "met" if share >= 0.8 else "NOT met"

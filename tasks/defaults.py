@@ -32,7 +32,7 @@ RETRY_BACKOFF_MAX_S = 600.0  # cap on one wait, and on an honoured Retry-After, 
 # Scope
 MAX_DEPTH = 5  # links followed from a seed; seeds are depth 0
 MAX_URL_LENGTH = 2048  # longer URLs are not added to the frontier
-LINK_CACHE_SIZE = 200_000  # per worker process and job: links already canonicalized / committed
+LINK_CACHE_SIZE = 20_000  # entries per link cache, per worker process and job (a few MB each)
 SEED_CHUNK = 50_000  # seed-file lines canonicalized and committed together (manage.py seed)
 
 # Politeness (per host, across every worker; see tasks/politeness.py and tasks/robots.py)

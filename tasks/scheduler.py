@@ -217,9 +217,7 @@ def release(job: CrawlJob) -> int:
     target = _flow.ready_target(job, outstanding, now)
     _flow.released(job.pk, outstanding, now)
     budget = min(target - outstanding, setting("SCHEDULER_BATCH", job))
-    left = _max_pages_left(job)
-    if left is not None:
-        budget = min(budget, left)
+    left = _max_pages_left(job)  # first releases still allowed; retries are not counted
     if budget <= 0:
         return 0
     caps = _Caps(job)
@@ -245,6 +243,10 @@ def release(job: CrawlJob) -> int:
                 if job.host_concurrency and taken[host] >= job.host_concurrency:
                     by_host.pop(host, None)
                     continue
+                if left is not None and first_release(row):
+                    if left <= 0:
+                        continue  # max_pages reached: skipped above, or on the next pass
+                    left -= 1
                 if caps.active and first_release(row):
                     reason = caps.admit(host, row[4])
                     if reason:

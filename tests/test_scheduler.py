@@ -68,6 +68,18 @@ def test_max_pages_skips_the_rest(redis):
     assert FrontierURL.objects.get(job=job, depth=0).state == URLState.SCHEDULED
 
 
+def test_a_url_back_from_an_expired_lease_is_released_after_max_pages(redis):
+    job = make_job(20, max_pages=5)
+    assert scheduler.release(job) == 5
+    url = FrontierURL.objects.filter(job=job, state=URLState.SCHEDULED).first()
+    FrontierURL.objects.filter(pk=url.pk).update(state=URLState.LEASED, attempts=1)
+    FrontierURL.objects.filter(pk=url.pk).update(lease_until="2000-01-01T00:00:00Z")
+    assert frontier.sweep_expired_leases() == 1  # its worker died: back to the queue
+    assert scheduler.release(job) == 1  # a retry, not a sixth page: the job can finish
+    assert FrontierURL.objects.get(pk=url.pk).state == URLState.SCHEDULED
+    assert FrontierURL.objects.filter(job=job, state=URLState.SKIPPED).count() == 16
+
+
 def test_job_finishes_only_when_no_url_is_pending(redis):
     job = make_job(0)
     assert not scheduler.finish_if_done(job)

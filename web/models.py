@@ -163,14 +163,15 @@ class FrontierURL(models.Model):
             models.UniqueConstraint(fields=["job", "url"], name="frontier_unique_job_url"),
         ]
         indexes = [
-            models.Index(fields=["job", "state"], name="frontier_job_state"),
-            models.Index(
-                fields=["job", "depth", "id"],
-                name="frontier_ready",
-                condition=Q(state="queued"),
-            ),
+            # Counts by state, and the scheduler's next due URLs in (depth, id) order: equality
+            # on (job, state), then the order itself, so the scan stops after a batch whatever
+            # the planner's statistics say (a growing crawl outruns autovacuum's ANALYZE).
+            models.Index(fields=["job", "state", "depth", "id"], name="frontier_job_state_order"),
             models.Index(
                 fields=["lease_until"], name="frontier_leased", condition=Q(state="leased")
+            ),
+            models.Index(
+                fields=["scheduled_at"], name="frontier_scheduled", condition=Q(state="scheduled")
             ),
         ]
         verbose_name = "frontier URL"
