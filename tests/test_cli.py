@@ -8,6 +8,7 @@ import subprocess
 import sys
 from io import StringIO
 
+import psutil
 import pytest
 from django.conf import settings
 from django.core.management import call_command
@@ -88,6 +89,22 @@ def test_ctrl_c_pauses_and_resume_finishes(worker_env, tmp_path):
     lines = out.read_text().splitlines()
     assert lines[0].startswith("url,final_url,status")
     assert len(lines) == 1 + len(site.expected_done() | site.expected_failed())
+
+
+def test_sigterm_pauses_the_job_and_stops_its_workers(worker_env):
+    with Site(pages=200, delay=0.1) as site:
+        proc = crawl(worker_env, site.url("/p/0"), "--max-depth", "200", "--concurrency", "4")
+        job = wait_for(lambda: CrawlJob.objects.first(), 30, "the job to be created")
+        wait_for(lambda: Page.objects.filter(job=job).count() >= 5, 60, "pages to be fetched")
+        workers = psutil.Process(proc.pid).children(recursive=True)
+        assert any("worker" in " ".join(w.cmdline()) for w in workers)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=90)
+    assert proc.returncode == 130, stderr
+    job.refresh_from_db()
+    assert job.state == JobState.PAUSED
+    gone, alive = psutil.wait_procs(workers, timeout=10)
+    assert not alive, [w.cmdline() for w in alive]
 
 
 def test_job_command_pauses_resumes_cancels_and_reports():

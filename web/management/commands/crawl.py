@@ -196,7 +196,12 @@ class Command(BaseCommand):
         thread = threading.Thread(target=scheduler.run, name="scheduler", daemon=True)
         thread.start()
         interrupted = threading.Event()
-        previous = signal.signal(signal.SIGINT, lambda *_: interrupted.set())
+        # Ctrl-C, or a TERM from a process manager: pause the job and stop the workers (they
+        # run in their own sessions, so nothing else would stop them).
+        previous = {
+            sig: signal.signal(sig, lambda *_: interrupted.set())
+            for sig in (signal.SIGINT, signal.SIGTERM)
+        }
         started = time.monotonic()
         try:
             self._wait(job, pool, interrupted, started)
@@ -207,7 +212,8 @@ class Command(BaseCommand):
                 f"with: python manage.py crawl --resume {job.pk}"
             ) from None
         finally:
-            signal.signal(signal.SIGINT, previous)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
             if interrupted.is_set():
                 jobs.pause(job)
                 self.stderr.write("\npausing: in-flight pages finish ...")
