@@ -77,8 +77,7 @@ def main() -> None:
                     continue  # tables not there yet
                 rss = worker_rss(root)
                 redis_peak = max(redis_peak, broker.info("memory")["used_memory"])
-                if rss:
-                    last = rss
+                last.update(rss)  # a worker that exits first keeps its last reading
                 if not early and pages >= args.early and rss:
                     early = rss
                     print(f"page {pages:,}: worker RSS MB "
