@@ -100,8 +100,11 @@ elif DB_POOL_MAX_SIZE := env.int("DB_POOL_MAX_SIZE", default=0):
     # connection up to 10 s (then the task retries), so during a database outage the first
     # attempts take that long to fail.
     DATABASES["default"]["CONN_MAX_AGE"] = 0  # Django's rule with a pool
-    DATABASES["default"]["OPTIONS"] = {
-        "pool": {"min_size": 1, "max_size": DB_POOL_MAX_SIZE, "timeout": 10, "max_idle": 300}
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": 1,
+        "max_size": DB_POOL_MAX_SIZE,
+        "timeout": 10,
+        "max_idle": 300,
     }
 else:
     # Persistent connections, one per thread. A broken one is closed by

@@ -109,6 +109,7 @@ class _Flow:
     def __init__(self) -> None:
         self.last: dict[int, tuple[float, int]] = {}  # job -> (when, scheduled after release)
         self.rate: dict[int, float] = {}  # job -> messages taken per second (smoothed)
+        self.target: dict[int, int] = {}  # job -> the last ready target
 
     def ready_target(self, job: CrawlJob, outstanding: int, now: float) -> int:
         last = self.last.get(job.pk)
@@ -118,14 +119,23 @@ class _Flow:
             rate = self.rate.get(job.pk, 0.0)
             self.rate[job.pk] = rate + weight * (taken / (now - last[0]) - rate)
         wanted = math.ceil(self.rate.get(job.pk, 0.0) * setting("DISPATCH_LOOKAHEAD_S", job))
-        return min(setting("READY_PER_JOB", job), max(setting("READY_MIN", job), wanted))
+        if last is not None and last[1] and not outstanding:
+            # Everything released was taken: the workers may want more than the rate shows,
+            # since it cannot exceed what was released. Grow until the broker is not drained.
+            wanted = max(wanted, 2 * self.target.get(job.pk, 0))
+        target = min(setting("READY_PER_JOB", job), max(setting("READY_MIN", job), wanted))
+        self.target[job.pk] = target
+        return target
 
     def released(self, job_id: int, outstanding: int, now: float) -> None:
         self.last[job_id] = (now, outstanding)
 
-    def busy(self) -> bool:
-        """Some job's messages are being taken: pass again soon, its buffer is short."""
-        return any(rate > 1.0 for rate in self.rate.values())
+    def busy(self, now: float) -> bool:
+        """A job's messages were taken within the last second: pass again soon."""
+        return any(
+            rate > 1.0 and now - self.last.get(job_id, (0.0, 0))[0] < 1.0
+            for job_id, rate in self.rate.items()
+        )
 
 
 _flow = _Flow()
@@ -361,7 +371,7 @@ class Scheduler:
         """Seconds until the next pass: half the lookahead while workers take messages (the
         broker holds about a lookahead of them), ``SCHEDULER_TICK_S`` when idle."""
         tick = setting("SCHEDULER_TICK_S")
-        if _flow.busy():
+        if _flow.busy(time.monotonic()):
             tick = min(tick, setting("DISPATCH_LOOKAHEAD_S") / 2)
         return tick
 

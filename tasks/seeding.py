@@ -139,12 +139,15 @@ def seed(
     """Add every URL of ``stream`` to ``job``'s frontier at depth 0; returns the tally.
 
     At most two chunks per process are read ahead of the database, so memory is bounded by
-    ``SEED_CHUNK`` whatever the file's size. ``progress`` is called after each chunk commits.
+    ``SEED_CHUNK`` (and at most eight processes) whatever the file's size. ``progress`` is
+    called after each chunk commits.
     """
     size = setting("SEED_CHUNK", job)
     insert = _copy_insert if connection.vendor == "postgresql" else _orm_insert
     init_args = (list(job.exclude_patterns), setting("MAX_URL_LENGTH", job))
-    processes = processes or os.cpu_count() or 1
+    # Cores this process may use (a container's cpuset), and no more than eight: each holds
+    # two chunks, and the database, not canonicalizing, bounds the rate beyond that.
+    processes = processes or min(8, len(os.sched_getaffinity(0)))
     report = SeedReport()
     chunks = _chunks(_lines(stream), size)
     connection.close()  # the forked canonicalizers must not share this process's connection

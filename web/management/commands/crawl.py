@@ -212,13 +212,13 @@ class Command(BaseCommand):
                 f"with: python manage.py crawl --resume {job.pk}"
             ) from None
         finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
             if interrupted.is_set():
                 jobs.pause(job)
                 self.stderr.write("\npausing: in-flight pages finish ...")
-            if pool is not None:
+            if pool is not None:  # a second Ctrl-C or TERM must not orphan the workers
                 pool.stop(grace=setting("FETCH_DEADLINE_S", job) + 15)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
             scheduler.stop.set()
             thread.join(timeout=10)
         job.refresh_from_db()
@@ -246,7 +246,7 @@ class Command(BaseCommand):
             if pool is not None:
                 pool.replace_dead()
             job.refresh_from_db()
-            if time.monotonic() < next_count and job.state not in TERMINAL_STATES:
+            if time.monotonic() < next_count and job.state == JobState.RUNNING:
                 continue
             # Counting is a scan of the job's frontier: on a big one, count less often, so
             # that the progress line never costs more than about 5% of a database core.
