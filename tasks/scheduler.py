@@ -109,7 +109,6 @@ class _Flow:
     def __init__(self) -> None:
         self.last: dict[int, tuple[float, int]] = {}  # job -> (when, scheduled after release)
         self.rate: dict[int, float] = {}  # job -> messages taken per second (smoothed)
-        self.target: dict[int, int] = {}  # job -> the last ready target
 
     def ready_target(self, job: CrawlJob, outstanding: int, now: float) -> int:
         last = self.last.get(job.pk)
@@ -119,13 +118,7 @@ class _Flow:
             rate = self.rate.get(job.pk, 0.0)
             self.rate[job.pk] = rate + weight * (taken / (now - last[0]) - rate)
         wanted = math.ceil(self.rate.get(job.pk, 0.0) * setting("DISPATCH_LOOKAHEAD_S", job))
-        if last is not None and last[1] and not outstanding:
-            # Everything released was taken: the workers may want more than the rate shows,
-            # since it cannot exceed what was released. Grow until the broker is not drained.
-            wanted = max(wanted, 2 * self.target.get(job.pk, 0))
-        target = min(setting("READY_PER_JOB", job), max(setting("READY_MIN", job), wanted))
-        self.target[job.pk] = target
-        return target
+        return min(setting("READY_PER_JOB", job), max(setting("READY_MIN", job), wanted))
 
     def released(self, job_id: int, outstanding: int, now: float) -> None:
         self.last[job_id] = (now, outstanding)
