@@ -225,6 +225,7 @@ def record_page(
 
 
 _PAGE_FIELDS = [f for f in Page._meta.concrete_fields if not f.primary_key]
+# Data-modifying CTEs run to completion whether or not the final SELECT reads them.
 _RECORD_SQL = """
 WITH fin AS (
     UPDATE {frontier} SET state = %s, lease_until = NULL, http_status = %s, error_reason = %s,
@@ -232,7 +233,7 @@ WITH fin AS (
     WHERE id = %s AND state = %s AND attempts = %s
     RETURNING id
 ), page AS (
-    INSERT INTO {page} ({page_columns}) SELECT {page_values} FROM fin RETURNING 1
+    INSERT INTO {page} ({page_columns}) SELECT {page_values} FROM fin
 ), links AS (
     INSERT INTO {frontier} (job_id, url, host, depth, state, attempts, not_before, error_reason,
                             error_message, updated_at, discovered_from_id)
@@ -241,9 +242,8 @@ WITH fin AS (
     WHERE NOT EXISTS (SELECT 1 FROM {frontier} f WHERE f.job_id = %s AND f.url = t.url)
     ORDER BY t.url
     ON CONFLICT DO NOTHING
-    RETURNING 1
 )
-SELECT (SELECT count(*) FROM fin), (SELECT count(*) FROM page), (SELECT count(*) FROM links)
+SELECT count(*) FROM fin
 """.format(
     frontier=FrontierURL._meta.db_table,
     page=Page._meta.db_table,
@@ -262,7 +262,7 @@ def _record_page_statement(claim: Claim, page: Page, links: list[str], note: str
             claim.job.pk, claim.url.depth + 1, URLState.QUEUED, now, now,
             links, [host_of(u) for u in links], claim.job.pk,
         ])  # fmt: skip
-        finished, _, _ = cursor.fetchone()
+        (finished,) = cursor.fetchone()
     if not finished:
         raise LeaseLost(f"lease on URL {claim.url.pk} (attempt {claim.attempt}) ended")
 
