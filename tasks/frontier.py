@@ -109,8 +109,10 @@ def claim(url_id: int, job_id: int) -> Claim | None:
         return None
     url, depth, attempt, scheduled_at = row
     if scheduled_at is not None:
-        if isinstance(scheduled_at, str):  # SQLite hands raw timestamps back as text
-            scheduled_at = datetime.fromisoformat(scheduled_at).replace(tzinfo=UTC)
+        if isinstance(scheduled_at, str):
+            scheduled_at = datetime.fromisoformat(scheduled_at)
+        if timezone.is_naive(scheduled_at):  # SQLite keeps UTC without an offset
+            scheduled_at = scheduled_at.replace(tzinfo=UTC)
         metrics.DISPATCH_SECONDS.observe(max(0.0, (now - scheduled_at).total_seconds()))
     leased = FrontierURL(
         id=url_id, job_id=job_id, url=url, depth=depth, attempts=attempt, state=URLState.LEASED

@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from tasks import frontier, jobs, outcomes
+from tasks import frontier, jobs, metrics, outcomes
 from web.models import FrontierURL, JobState, Page, URLState
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -54,6 +54,24 @@ def test_only_one_claim_wins_and_a_done_url_is_not_claimed_again(job):
     assert frontier.claim(url.pk, job.pk) is None  # a redelivery after done
     assert FrontierURL.objects.get(pk=url.pk).state == URLState.DONE
     assert FrontierURL.objects.filter(job=job, depth=1, discovered_from=url).count() == 1
+
+
+def test_a_claim_counts_the_wait_since_its_release(job):
+    url = FrontierURL.objects.get(job=job)
+    released = timezone.now() - timedelta(seconds=0.3)
+    FrontierURL.objects.filter(pk=url.pk).update(state=URLState.SCHEDULED, scheduled_at=released)
+
+    def observed() -> tuple[float, float]:
+        samples = {s.name: s.value for s in metrics.DISPATCH_SECONDS.collect()[0].samples}
+        name = "crawlplatform_dispatch_seconds"
+        return samples[f"{name}_count"], samples[f"{name}_sum"]
+
+    count, total = observed()
+    assert frontier.claim(url.pk, job.pk) is not None
+    count_after, total_after = observed()
+    assert count_after == count + 1
+    waited = total_after - total
+    assert 0.3 <= waited < 5
 
 
 def test_claim_on_a_paused_job_puts_the_url_back(job):
