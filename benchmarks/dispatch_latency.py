@@ -76,7 +76,7 @@ def main() -> None:
            "LOG_LEVEL": "WARNING"}  # fmt: skip
     migrate(env)
     job_id = int(django_shell(env, (
-        "from tasks.jobs import create_job;"
+        "from tasks.frontier.jobs import create_job;"
         f"print(create_job(['{base}/p/0'], name='dispatch', max_depth=0).pk)"
     )))  # fmt: skip
     with tempfile.NamedTemporaryFile("w", suffix=".txt") as seeds:

@@ -28,7 +28,8 @@ django.setup()
 from django.db import connection  # noqa: E402
 from pyinstrument import Profiler  # noqa: E402
 
-from tasks import engine, jobs, scheduler  # noqa: E402
+from tasks import engine  # noqa: E402
+from tasks.frontier import jobs, scheduler  # noqa: E402
 from web.models import FrontierURL, URLState  # noqa: E402
 
 

@@ -66,7 +66,7 @@ def main() -> None:
         env.setdefault("REDIS_URL", "redis://127.0.0.1:6379/14")
         migrate(env)
         create = (
-            "from tasks.jobs import create_job;"
+            "from tasks.frontier.jobs import create_job;"
             "print(create_job(['https://host0.example.com/'], name='seed benchmark').pk)"
         )
         job_id = int(subprocess.run(

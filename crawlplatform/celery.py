@@ -14,7 +14,7 @@ app.autodiscover_tasks()
 
 
 def _add_heartbeat() -> None:
-    from tasks.heartbeat import Heartbeat
+    from tasks.worker.heartbeat import Heartbeat
 
     app.steps["consumer"].add(Heartbeat)
 

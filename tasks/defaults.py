@@ -35,7 +35,7 @@ MAX_URL_LENGTH = 2048  # longer URLs are not added to the frontier
 LINK_CACHE_SIZE = 20_000  # entries per link cache, per worker process and job (a few MB each)
 SEED_CHUNK = 50_000  # seed-file lines canonicalized and committed together (manage.py seed)
 
-# Politeness (per host, across every worker; see tasks/politeness.py and tasks/robots.py)
+# Politeness (per host, across every worker; see tasks/fetch/politeness.py and robots.py)
 HOST_DELAY_S = 0.0  # minimum gap between requests to one host (the CLI's --delay), seconds
 HOST_MAX_WAIT_S = 2.0  # a worker waits this long for its host's slot at most; else re-queued
 THROTTLE_MAX_DELAY_S = 60.0  # cap on a host's adaptive delay (429, 503, timeouts double it)

@@ -18,9 +18,11 @@ from urllib.parse import urljoin
 from django.db import DatabaseError, connection
 from redis.exceptions import RedisError
 
-from tasks import fetching, metrics, outcomes, parsing, politeness, robots, sitemaps
+from tasks.content import parsing, sitemaps
+from tasks.content.urls import Scope, canonicalize, host_of
 from tasks.defaults import setting
-from tasks.frontier import (
+from tasks.fetch import fetching, outcomes, politeness, robots
+from tasks.frontier.transitions import (
     Claim,
     LeaseLost,
     claim,
@@ -32,7 +34,7 @@ from tasks.frontier import (
     release_lease,
     with_retries,
 )
-from tasks.urls import Scope, canonicalize, host_of
+from tasks.worker import metrics
 from web.models import Page
 
 log = logging.getLogger(__name__)

@@ -9,8 +9,10 @@ retried after ``DB_RETRY_S`` (a short countdown, far below the visibility timeou
 from celery import shared_task
 from django.db import DatabaseError, close_old_connections, connection
 
-from tasks import engine, frontier, lifecycle
+from tasks import engine
 from tasks.defaults import setting
+from tasks.frontier import transitions
+from tasks.worker import lifecycle
 
 
 @shared_task(
@@ -29,7 +31,7 @@ def fetch_url(self, url_id: int, job_id: int) -> None:
         connection.close()
         raise self.retry(exc=exc, countdown=setting("DB_RETRY_S")) from None
     finally:
-        frontier.lend_connection_back()  # an idle pool thread must not keep a connection
+        transitions.lend_connection_back()  # an idle pool thread must not keep a connection
     lifecycle.touched_jobs.add(job_id)
 
 
@@ -40,8 +42,8 @@ def maintain() -> None:
     Safe to run in several places at once: the sweep is one conditional UPDATE, and a message
     published twice is harmless.
     """
-    from tasks import scheduler
+    from tasks.frontier import scheduler
 
     close_old_connections()
-    frontier.sweep_expired_leases()
+    transitions.sweep_expired_leases()
     scheduler.reconcile()

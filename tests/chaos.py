@@ -177,8 +177,8 @@ def run(
     """One scenario, in this process (Django must already point at the right database)."""
     from django.db import DatabaseError, connection
 
-    from tasks import jobs
-    from tasks.supervisor import WorkerPool
+    from tasks.frontier import jobs
+    from tasks.worker.supervisor import WorkerPool
     from tests.site import Site
     from web.models import PENDING_STATES, CrawlJob, FrontierURL, Page
 

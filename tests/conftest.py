@@ -11,9 +11,10 @@ from django.conf import settings
 from django.db import connection
 
 from crawlplatform.embedded import EmbeddedRedis
-from tasks import broker, engine, frontier
-from tasks.scheduler import Scheduler
-from tasks.supervisor import WorkerPool
+from tasks import broker, engine
+from tasks.frontier import transitions
+from tasks.frontier.scheduler import Scheduler
+from tasks.worker.supervisor import WorkerPool
 from tests.budgets import FAST
 from tests.polling import wait_until
 from tests.site import Site
@@ -30,7 +31,7 @@ def wait_for(predicate: Callable[[], object], timeout: float, what: str, every: 
 @pytest.fixture(autouse=True)
 def _forget_job_caches():
     """Job ids are reused after a test database flush: per-process job caches must not be."""
-    frontier._jobs.clear()
+    transitions._jobs.clear()
     engine._caches.clear()
 
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tasks import jobs
+from tasks.frontier import jobs
 from web.models import CrawlJob, JobState
 
 pytestmark = pytest.mark.django_db

@@ -13,7 +13,7 @@ import pytest
 from django.conf import settings
 from django.core.management import call_command
 
-from tasks import jobs
+from tasks.frontier import jobs
 from tests.conftest import wait_for
 from tests.site import Site
 from web.models import Checkpoint, CrawlJob, JobState, Page

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 import pytest
 from django.conf import settings
 
-from tasks import broker, jobs
-from tasks.scheduler import Scheduler
-from tasks.supervisor import WorkerPool
+from tasks import broker
+from tasks.frontier import jobs
+from tasks.frontier.scheduler import Scheduler
+from tasks.worker.supervisor import WorkerPool
 from tests.conftest import FAST, database_url, wait_for
 from tests.hostile import HostileSite
 from tests.site import Site

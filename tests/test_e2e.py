@@ -10,9 +10,10 @@ import urllib.request
 import psutil
 import pytest
 
-from tasks import broker, jobs
-from tasks.scheduler import publish
-from tasks.supervisor import WorkerPool
+from tasks import broker
+from tasks.frontier import jobs
+from tasks.frontier.scheduler import publish
+from tasks.worker.supervisor import WorkerPool
 from tests.conftest import wait_for
 from tests.site import Site
 from web.models import CrawlJob, FrontierURL, JobState, Page, URLState

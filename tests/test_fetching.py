@@ -14,8 +14,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import requests
 
-from tasks import outcomes
-from tasks.fetching import FetchLimits, fetch, parse_retry_after
+from tasks.fetch import outcomes
+from tasks.fetch.fetching import FetchLimits, fetch, parse_retry_after
 
 LIMITS = FetchLimits(
     connect_timeout=2, read_timeout=1, deadline=2, max_bytes=1 << 20, max_redirects=5

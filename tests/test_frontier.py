@@ -7,7 +7,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from tasks import frontier, jobs, metrics, outcomes
+from tasks.fetch import outcomes
+from tasks.frontier import jobs, transitions
+from tasks.worker import metrics
 from web.models import FrontierURL, JobState, Page, URLState
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -24,7 +26,7 @@ def schedule(url: FrontierURL) -> None:
     FrontierURL.objects.filter(pk=url.pk).update(state=URLState.SCHEDULED)
 
 
-def page_for(claim: frontier.Claim) -> Page:
+def page_for(claim: transitions.Claim) -> Page:
     return Page(
         job_id=claim.job.pk,
         url_id=claim.url.pk,
@@ -38,8 +40,8 @@ def page_for(claim: frontier.Claim) -> Page:
 
 
 def test_inserting_a_url_twice_keeps_one_row(job):
-    frontier.insert_urls(job.pk, ["http://127.0.0.1:9/a", "http://127.0.0.1:9/a"], depth=1)
-    frontier.insert_urls(job.pk, ["http://127.0.0.1:9/a"], depth=2)
+    transitions.insert_urls(job.pk, ["http://127.0.0.1:9/a", "http://127.0.0.1:9/a"], depth=1)
+    transitions.insert_urls(job.pk, ["http://127.0.0.1:9/a"], depth=2)
     rows = FrontierURL.objects.filter(job=job, url="http://127.0.0.1:9/a")
     assert [(r.depth, r.host) for r in rows] == [(1, "127.0.0.1:9")]
 
@@ -47,11 +49,11 @@ def test_inserting_a_url_twice_keeps_one_row(job):
 def test_only_one_claim_wins_and_a_done_url_is_not_claimed_again(job):
     url = FrontierURL.objects.get(job=job)
     schedule(url)
-    first = frontier.claim(url.pk, job.pk)
+    first = transitions.claim(url.pk, job.pk)
     assert first is not None and first.attempt == 1
-    assert frontier.claim(url.pk, job.pk) is None  # a duplicate message while leased
-    frontier.record_page(first, page_for(first), ["http://127.0.0.1:9/next"])
-    assert frontier.claim(url.pk, job.pk) is None  # a redelivery after done
+    assert transitions.claim(url.pk, job.pk) is None  # a duplicate message while leased
+    transitions.record_page(first, page_for(first), ["http://127.0.0.1:9/next"])
+    assert transitions.claim(url.pk, job.pk) is None  # a redelivery after done
     assert FrontierURL.objects.get(pk=url.pk).state == URLState.DONE
     assert FrontierURL.objects.filter(job=job, depth=1, discovered_from=url).count() == 1
 
@@ -67,7 +69,7 @@ def test_a_claim_counts_the_wait_since_its_release(job):
         return samples[f"{name}_count"], samples[f"{name}_sum"]
 
     count, total = observed()
-    assert frontier.claim(url.pk, job.pk) is not None
+    assert transitions.claim(url.pk, job.pk) is not None
     count_after, total_after = observed()
     assert count_after == count + 1
     waited = total_after - total
@@ -78,48 +80,52 @@ def test_claim_on_a_paused_job_puts_the_url_back(job):
     url = FrontierURL.objects.get(job=job)
     schedule(url)
     jobs.pause(job)
-    assert frontier.claim(url.pk, job.pk) is None
+    assert transitions.claim(url.pk, job.pk) is None
     assert FrontierURL.objects.get(pk=url.pk).state == URLState.QUEUED
 
 
 def test_a_swept_lease_cannot_be_committed_by_its_old_worker(job):
     url = FrontierURL.objects.get(job=job)
     schedule(url)
-    old = frontier.claim(url.pk, job.pk)
+    old = transitions.claim(url.pk, job.pk)
     FrontierURL.objects.filter(pk=url.pk).update(lease_until=timezone.now() - timedelta(seconds=1))
-    assert frontier.sweep_expired_leases() == 1
+    assert transitions.sweep_expired_leases() == 1
     schedule(url)
-    new = frontier.claim(url.pk, job.pk)
+    new = transitions.claim(url.pk, job.pk)
     assert new.attempt == 2
-    with pytest.raises(frontier.LeaseLost):
-        frontier.record_page(old, page_for(old), ["http://127.0.0.1:9/from-old"])
+    with pytest.raises(transitions.LeaseLost):
+        transitions.record_page(old, page_for(old), ["http://127.0.0.1:9/from-old"])
     assert not Page.objects.exists()
     assert not FrontierURL.objects.filter(url__endswith="from-old").exists()  # rolled back
-    frontier.record_page(new, page_for(new), [])
+    transitions.record_page(new, page_for(new), [])
     assert Page.objects.count() == 1
 
 
 def test_an_expired_lease_is_claimed_by_the_redelivered_message(job):
     url = FrontierURL.objects.get(job=job)
     schedule(url)
-    frontier.claim(url.pk, job.pk)
-    assert frontier.claim(url.pk, job.pk) is None  # lease still valid
+    transitions.claim(url.pk, job.pk)
+    assert transitions.claim(url.pk, job.pk) is None  # lease still valid
     FrontierURL.objects.filter(pk=url.pk).update(lease_until=timezone.now() - timedelta(seconds=1))
-    assert frontier.claim(url.pk, job.pk).attempt == 2
+    assert transitions.claim(url.pk, job.pk).attempt == 2
 
 
 def test_transient_failures_retry_with_backoff_then_fail(job, monkeypatch):
     monkeypatch.setenv("CRAWL_RETRY_MAX_ATTEMPTS", "2")
     url = FrontierURL.objects.get(job=job)
     schedule(url)
-    claim = frontier.claim(url.pk, job.pk)
+    claim = transitions.claim(url.pk, job.pk)
     before = timezone.now()
-    assert frontier.record_failure(claim, outcomes.ServerError("HTTP 503", status=503)) == "queued"
+    assert (
+        transitions.record_failure(claim, outcomes.ServerError("HTTP 503", status=503)) == "queued"
+    )
     row = FrontierURL.objects.get(pk=url.pk)
     assert row.not_before > before and row.error_reason == "http_5xx"
     schedule(url)
-    claim = frontier.claim(url.pk, job.pk)
-    assert frontier.record_failure(claim, outcomes.ServerError("HTTP 503", status=503)) == "failed"
+    claim = transitions.claim(url.pk, job.pk)
+    assert (
+        transitions.record_failure(claim, outcomes.ServerError("HTTP 503", status=503)) == "failed"
+    )
     row = FrontierURL.objects.get(pk=url.pk)
     assert (row.state, row.attempts, row.http_status) == ("failed", 2, 503)
 
@@ -127,8 +133,8 @@ def test_transient_failures_retry_with_backoff_then_fail(job, monkeypatch):
 def test_retry_after_is_honoured(job):
     url = FrontierURL.objects.get(job=job)
     schedule(url)
-    claim = frontier.claim(url.pk, job.pk)
-    frontier.record_failure(
+    claim = transitions.claim(url.pk, job.pk)
+    transitions.record_failure(
         claim, outcomes.TooManyRequests("HTTP 429", status=429, retry_after=120)
     )
     row = FrontierURL.objects.get(pk=url.pk)
@@ -138,12 +144,14 @@ def test_retry_after_is_honoured(job):
 def test_permanent_failures_are_not_retried(job):
     url = FrontierURL.objects.get(job=job)
     schedule(url)
-    claim = frontier.claim(url.pk, job.pk)
-    assert frontier.record_failure(claim, outcomes.ClientError("HTTP 404", status=404)) == "failed"
+    claim = transitions.claim(url.pk, job.pk)
+    assert (
+        transitions.record_failure(claim, outcomes.ClientError("HTTP 404", status=404)) == "failed"
+    )
 
 
 def test_backoff_grows_exponentially_with_jitter():
-    waits = [frontier.backoff_seconds(n) for n in (1, 2, 3, 4)]
+    waits = [transitions.backoff_seconds(n) for n in (1, 2, 3, 4)]
     for n, wait in enumerate(waits, start=1):
         step = 2.0 * 2 ** (n - 1)
         assert step / 2 <= wait <= step

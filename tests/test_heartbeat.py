@@ -10,15 +10,15 @@ import sys
 import pytest
 from django.conf import settings
 
-from tasks.supervisor import WorkerPool
+from tasks.worker.supervisor import WorkerPool
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def probe(kind: str, env: dict) -> int:
-    return subprocess.run([sys.executable, "-m", "tasks.heartbeat", kind], cwd=settings.BASE_DIR,
-                          env=env).returncode  # fmt: skip
+    return subprocess.run([sys.executable, "-m", "tasks.worker.heartbeat", kind],
+                          cwd=settings.BASE_DIR, env=env).returncode  # fmt: skip
 
 
 def test_heartbeat_goes_stale_when_the_loop_is_stuck_and_fresh_again(worker_env, tmp_path,

@@ -135,7 +135,7 @@ def test_alerts_cover_backlog_idle_workers_errors_and_checkpoints():
     assert set(rules) == {"CrawlBacklogNotDraining", "NoWorkersConsuming", "CrawlErrorRateSpike",
                           "CrawlCheckpointTooOld"}  # fmt: skip
     exported = (ROOT / "web" / "metrics.py").read_text() + (
-        ROOT / "tasks" / "metrics.py"
+        ROOT / "tasks" / "worker" / "metrics.py"
     ).read_text()
     for r in rules.values():
         assert r["for"] and r["labels"]["severity"] and r["annotations"]["summary"]

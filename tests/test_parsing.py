@@ -1,4 +1,4 @@
-from tasks.parsing import looks_binary, parse_html
+from tasks.content.parsing import looks_binary, parse_html
 
 
 def test_links_are_absolute_unique_and_skip_other_schemes():

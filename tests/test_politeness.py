@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tasks import politeness
+from tasks.fetch import politeness
 
 
 def test_slots_are_spaced_by_the_delay_and_each_caller_gets_its_own(redis):

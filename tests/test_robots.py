@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tasks import robots
+from tasks.fetch import robots
 from tests.hostile import HostileSite
 
 UA = "crawlplatform/1.0 (+https://example.com/bot)"

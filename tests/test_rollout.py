@@ -8,7 +8,7 @@ import signal
 
 import pytest
 
-from tasks.supervisor import WorkerPool
+from tasks.worker.supervisor import WorkerPool
 from tests.conftest import wait_for
 from tests.site import Site
 from tests.test_e2e import assert_exact_result, finished, start_job

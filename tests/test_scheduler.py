@@ -6,7 +6,8 @@ import time
 
 import pytest
 
-from tasks import broker, frontier, jobs, scheduler
+from tasks import broker
+from tasks.frontier import jobs, scheduler, transitions
 from web.models import FrontierURL, JobState, URLState
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -15,7 +16,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def make_job(urls: int, **fields):
     job = jobs.create_job(["http://127.0.0.1:9/"], **fields)
     jobs.start(job)
-    frontier.insert_urls(job.pk, [f"http://127.0.0.1:9/{i}" for i in range(urls)], depth=1)
+    transitions.insert_urls(job.pk, [f"http://127.0.0.1:9/{i}" for i in range(urls)], depth=1)
     return job
 
 
@@ -76,7 +77,7 @@ def test_a_url_back_from_an_expired_lease_is_released_after_max_pages(redis):
     url = FrontierURL.objects.filter(job=job, state=URLState.SCHEDULED).first()
     FrontierURL.objects.filter(pk=url.pk).update(state=URLState.LEASED, attempts=1)
     FrontierURL.objects.filter(pk=url.pk).update(lease_until="2000-01-01T00:00:00Z")
-    assert frontier.sweep_expired_leases() == 1  # its worker died: back to the queue
+    assert transitions.sweep_expired_leases() == 1  # its worker died: back to the queue
     assert scheduler.release(job) == 1  # a retry, not a sixth page: the job can finish
     assert FrontierURL.objects.get(pk=url.pk).state == URLState.SCHEDULED
     assert FrontierURL.objects.filter(job=job, state=URLState.SKIPPED).count() == 16
@@ -127,8 +128,8 @@ def test_a_busy_polite_host_cannot_starve_the_others(redis):
         ["http://busy.test/"], delay=1.0, allowed_domains=["busy.test", "calm.test"]
     )
     jobs.start(job)
-    frontier.insert_urls(job.pk, [f"http://busy.test/{i}" for i in range(2000)], depth=1)
-    frontier.insert_urls(job.pk, [f"http://calm.test/{i}" for i in range(3)], depth=1)
+    transitions.insert_urls(job.pk, [f"http://busy.test/{i}" for i in range(2000)], depth=1)
+    transitions.insert_urls(job.pk, [f"http://calm.test/{i}" for i in range(3)], depth=1)
     released = 0
     for _ in range(3):
         released += scheduler.release(job)

@@ -9,7 +9,7 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
-from tasks import jobs, seeding
+from tasks.frontier import jobs, seeding
 from web.models import CrawlJob, FrontierURL, JobState, URLState
 
 pytestmark = pytest.mark.django_db(transaction=True)

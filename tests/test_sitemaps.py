@@ -1,6 +1,6 @@
 import gzip
 
-from tasks.sitemaps import looks_like_sitemap, parse_sitemap
+from tasks.content.sitemaps import looks_like_sitemap, parse_sitemap
 
 URLSET = b"""<?xml version="1.0" encoding="UTF-8"?>
 <urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">

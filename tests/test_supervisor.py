@@ -2,7 +2,7 @@
 
 import pytest
 
-from tasks.supervisor import WorkerPool, WorkerStartupError
+from tasks.worker.supervisor import WorkerPool, WorkerStartupError
 from tests.conftest import wait_for
 
 

@@ -10,7 +10,8 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from tasks import broker, frontier, jobs
+from tasks import broker
+from tasks.frontier import jobs, transitions
 from tests.conftest import wait_for
 from web import health, metrics
 from web.models import FrontierURL
@@ -94,7 +95,7 @@ def test_due_backlog_counts_due_urls_and_hosts_of_paced_jobs():
     urls = [f"http://127.0.0.1:{port}/{i}" for port in (7, 9) for i in range(5)]
     for job in (fast, paced):
         jobs.start(job)
-        frontier.insert_urls(job.pk, urls, 1)
+        transitions.insert_urls(job.pk, urls, 1)
     FrontierURL.objects.filter(url__endswith="/4").update(not_before="2999-01-01T00:00:00Z")
     # fast: its seed + 8 due URLs; paced: one slot for each of its 3 hosts with due URLs
     assert metrics.due_backlog() == 9 + 3

@@ -8,7 +8,7 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from tasks import jobs
+from tasks.frontier import jobs
 from web.models import Checkpoint, CrawlJob, FrontierURL, JobState, Page
 
 

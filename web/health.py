@@ -20,8 +20,9 @@ from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
-from tasks import broker, fetching
+from tasks import broker
 from tasks.defaults import setting
+from tasks.fetch import fetching
 
 _started = time.monotonic()
 _rss_samples: list[tuple[float, int]] = []  # (monotonic, rss) of this process, last 10 min

@@ -6,7 +6,7 @@ waits), broker messages (ready over every
 priority list, and unacked: in flight), checkpoint age per running job, jobs by state and
 per-host adaptive throttle delays. Every web process computes the same values from the
 database and Redis, so gunicorn's several processes need no shared registry: a query for
-the backlog takes ``max`` over pods. Workers serve their own counters (``tasks/metrics.py``).
+the backlog takes ``max`` over pods. Workers serve their own counters (``tasks/worker/metrics.py``).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Jobs and URLs are state machines. Their states are ``TextChoices``; every transition is a
 compare-and-set ``UPDATE`` that returns whether this caller won, so two workers (or a worker
 and the sweep) never both act on one row. Job transitions are allowed by ``JOB_TRANSITIONS``;
-URL transitions all live in ``tasks/frontier.py``::
+URL transitions all live in ``tasks/frontier/transitions.py``::
 
     queued -> scheduled (scheduler) -> leased (worker claim) -> done | failed | skipped
     leased -> queued (retry later, or the lease expired) ; leased(expired) -> leased (redelivery)

@@ -22,10 +22,10 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from crawlplatform.embedded import EmbeddedRedis
-from tasks import frontier, jobs
 from tasks.defaults import setting
-from tasks.scheduler import Scheduler
-from tasks.supervisor import WorkerPool, WorkerStartupError
+from tasks.frontier import jobs, transitions
+from tasks.frontier.scheduler import Scheduler
+from tasks.worker.supervisor import WorkerPool, WorkerStartupError
 from web import export
 from web.models import TERMINAL_STATES, CrawlJob, JobState, URLState
 
@@ -141,7 +141,7 @@ class Command(BaseCommand):
                 raise CommandError(f"job {job.pk} is {job.state}; nothing to resume")
             if fresh_broker:
                 # The private broker starts empty and no other worker can hold a lease on it.
-                n = frontier.requeue_job(job.pk, [URLState.SCHEDULED, URLState.LEASED])
+                n = transitions.requeue_job(job.pk, [URLState.SCHEDULED, URLState.LEASED])
                 self.stderr.write(f"job {job.pk}: {n} URLs requeued from the last run")
             if job.state == JobState.PAUSED:
                 jobs.resume(job)
@@ -222,7 +222,7 @@ class Command(BaseCommand):
             scheduler.stop.set()
             thread.join(timeout=10)
         job.refresh_from_db()
-        counts = frontier.counts(job.pk)
+        counts = transitions.counts(job.pk)
         elapsed = time.monotonic() - started
         if interrupted.is_set():
             jobs.checkpoint(job, "interrupt")
@@ -251,7 +251,7 @@ class Command(BaseCommand):
             # Counting is a scan of the job's frontier: on a big one, count less often, so
             # that the progress line never costs more than about 5% of a database core.
             before = time.monotonic()
-            counts = frontier.counts(job.pk)
+            counts = transitions.counts(job.pk)
             now = time.monotonic()
             next_count = now + 20 * (now - before)
             done = counts["done"]

@@ -9,7 +9,7 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from tasks import frontier, jobs
+from tasks.frontier import jobs, transitions
 from web.models import CrawlJob
 
 ACTIONS = {"pause": jobs.pause, "resume": jobs.resume, "cancel": jobs.cancel}
@@ -33,7 +33,7 @@ class Command(BaseCommand):
                 self.stdout.write(f"job {job.pk}: {before} -> {job.state}")
             else:
                 self.stdout.write(f"job {job.pk} is {job.state}: nothing to {action}")
-        counts = frontier.counts(job.pk)
+        counts = transitions.counts(job.pk)
         self.stdout.write(f"job {job.pk} ({job.name}): {job.state}")
         self.stdout.write("  urls: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
         latest = job.checkpoints.order_by("-version").first()

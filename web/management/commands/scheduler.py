@@ -11,7 +11,7 @@ import signal
 
 from django.core.management.base import BaseCommand
 
-from tasks.scheduler import Scheduler
+from tasks.frontier.scheduler import Scheduler
 
 
 class Command(BaseCommand):

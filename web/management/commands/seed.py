@@ -12,7 +12,7 @@ import time
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from tasks import jobs, seeding
+from tasks.frontier import jobs, seeding
 from web.models import TERMINAL_STATES, CrawlJob, JobState
 
 

@@ -22,9 +22,10 @@ from django.db import DatabaseError, OperationalError, connection, transaction
 from django.db.models import Count, Q
 from django.utils import timezone
 
-from tasks import metrics, outcomes
+from tasks.content.urls import host_of
 from tasks.defaults import setting
-from tasks.urls import host_of
+from tasks.fetch import outcomes
+from tasks.worker import metrics
 from web.models import CrawlJob, FrontierURL, JobState, Page, URLState
 
 log = logging.getLogger(__name__)

@@ -23,7 +23,7 @@ import requests
 import urllib3
 from requests.adapters import HTTPAdapter
 
-from tasks import outcomes
+from tasks.fetch import outcomes
 
 _local = threading.local()
 _CHUNK = 64 << 10
@@ -104,7 +104,7 @@ def fetch(
     limits: FetchLimits,
     in_scope: Callable[[str], bool] = lambda u: True,
 ) -> Response:
-    """GET ``url`` and return the response; raise a :mod:`tasks.outcomes` type on failure."""
+    """GET ``url`` and return the response; raise a :mod:`tasks.fetch.outcomes` type on failure."""
     started = time.monotonic()
     headers = {"User-Agent": user_agent, "Accept-Encoding": "gzip, deflate"}
     current = url

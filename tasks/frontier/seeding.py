@@ -31,9 +31,9 @@ from typing import IO
 from django.db import connection, transaction
 from django.utils import timezone
 
-from tasks import frontier
+from tasks.content.urls import canonicalize, host_of
 from tasks.defaults import setting
-from tasks.urls import canonicalize, host_of
+from tasks.frontier import transitions
 from web.models import CrawlJob, FrontierURL, URLState
 
 _Chunk = list[tuple[str, str]]  # (canonical URL, host)
@@ -126,7 +126,7 @@ def _copy_insert(job_id: int, rows: _Chunk) -> int:
 def _orm_insert(job_id: int, rows: _Chunk) -> int:
     before = FrontierURL.objects.filter(job_id=job_id).count()
     with transaction.atomic():
-        frontier.insert_urls(job_id, [url for url, _ in rows], depth=0)
+        transitions.insert_urls(job_id, [url for url, _ in rows], depth=0)
     return FrontierURL.objects.filter(job_id=job_id).count() - before
 
 

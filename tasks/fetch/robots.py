@@ -18,9 +18,9 @@ from urllib.parse import urlsplit
 
 from protego import Protego
 
-from tasks import fetching, outcomes
 from tasks.broker import client
 from tasks.defaults import setting
+from tasks.fetch import fetching, outcomes
 
 _parsed: dict[str, tuple[float, dict, Protego | None]] = {}  # per process, a minute at most
 _LOCAL_S = 60.0

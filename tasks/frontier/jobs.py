@@ -13,9 +13,9 @@ from urllib.parse import urljoin
 from django.db import IntegrityError, transaction
 from django.db.models import Max
 
-from tasks import frontier
+from tasks.content.urls import canonicalize
 from tasks.defaults import names
-from tasks.urls import canonicalize
+from tasks.frontier import transitions
 from web.models import Checkpoint, CrawlJob, FrontierURL, JobState, URLState
 
 log = logging.getLogger(__name__)
@@ -43,10 +43,10 @@ def start(job: CrawlJob) -> bool:
     with transaction.atomic():
         if not job.transition(JobState.RUNNING):
             return False
-        frontier.insert_urls(job.pk, job.seeds, depth=0)
+        transitions.insert_urls(job.pk, job.seeds, depth=0)
         if job.use_sitemaps:
             roots = {canonicalize(urljoin(seed, "/sitemap.xml")) for seed in job.seeds}
-            frontier.insert_urls(job.pk, sorted(roots - set(job.seeds)), depth=0)
+            transitions.insert_urls(job.pk, sorted(roots - set(job.seeds)), depth=0)
     return True
 
 
@@ -76,7 +76,7 @@ def cancel(job: CrawlJob) -> bool:
 
 def checkpoint(job: CrawlJob, reason: str) -> Checkpoint:
     """Write the job's next checkpoint; concurrent writers get distinct versions."""
-    by_state = frontier.counts(job.pk)
+    by_state = transitions.counts(job.pk)
     counters = {
         "pages": job.pages.count(),
         "released": job.released,

@@ -37,8 +37,10 @@ from django.conf import settings
 from django.db import close_old_connections, connection, connections, transaction
 from django.utils import timezone
 
-from tasks import broker, frontier, jobs, politeness
+from tasks import broker
 from tasks.defaults import setting
+from tasks.fetch import politeness
+from tasks.frontier import jobs, transitions
 from web.models import PENDING_STATES, CrawlJob, FrontierURL, JobState, URLState
 
 log = logging.getLogger(__name__)
@@ -348,7 +350,7 @@ class Scheduler:
         now = time.monotonic()
         if now - self._last_sweep >= setting("SWEEP_INTERVAL_S"):
             self._last_sweep = now
-            swept = frontier.sweep_expired_leases()
+            swept = transitions.sweep_expired_leases()
             if swept:
                 log.warning("sweep: %d expired leases returned to the queue", swept)
             reconcile()

@@ -28,7 +28,7 @@ _tasks_run = 0
 
 @signals.worker_shutdown.connect
 def _checkpoint_on_shutdown(**kwargs) -> None:
-    from tasks import jobs
+    from tasks.frontier import jobs
     from web.models import CrawlJob
 
     for job in CrawlJob.objects.filter(pk__in=touched_jobs):

@@ -9,8 +9,8 @@ the file goes stale and the liveness probe fails; the web's ``/metrics`` shows e
 heartbeat and last-task ages, so a worker that stops consuming while work waits is visible.
 ``READY_FILE`` exists from ``worker_ready`` until shutdown.
 
-Probes (no ``celery inspect ping``): ``python -m tasks.heartbeat live`` and ``... ready``;
-``python -m tasks.heartbeat live FILE`` checks another heartbeat file (the scheduler's).
+Probes (no ``celery inspect ping``): ``python -m tasks.worker.heartbeat live`` and ``... ready``;
+``python -m tasks.worker.heartbeat live FILE`` checks another heartbeat file (the scheduler's).
 """
 
 from __future__ import annotations

@@ -1,0 +1,1 @@
+"""What a body means: HTML parsing, URLs and the job's scope, sitemaps."""

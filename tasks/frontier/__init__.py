@@ -1,0 +1,1 @@
+"""URL and job state: the transitions, seeding, job lifecycle and checkpoints, the scheduler."""

@@ -1,0 +1,1 @@
+"""The worker process: lifecycle, heartbeat, metrics, and the supervisor of worker processes."""
