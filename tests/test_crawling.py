@@ -71,7 +71,7 @@ def run_crawl(
 
             wait_for(done, timeout, "the crawl to finish")
         finally:
-            scheduler.stop.set()
+            scheduler.shutdown()
             thread.join(10)
             pool.stop(grace=15)
     return job
@@ -125,13 +125,13 @@ def test_flaky_503_recovers_on_retry(crawl):
     assert (row["state"], row["attempts"], row["page"]["status"]) == ("done", 3, 200)
 
 
-def test_503_slows_the_whole_host_down(crawl):
+def test_a_few_failing_urls_do_not_slow_the_host(crawl):
+    # Two 503s, a 429, 500s and timeouts among dozens of good answers: the host keeps its pace.
     first_503 = crawl.site.requests["/flaky"][0]
-    hops = ("/robots.txt", "/redirect/", "/landing", "/loop/")  # a redirect chain is one slot
-    after = sorted(t for path, ts in crawl.site.requests.items() if not path.startswith(hops)
-                   for t in ts if first_503 + 0.05 < t < first_503 + 0.8)  # fmt: skip
+    after = sorted(t for ts in crawl.site.requests.values() for t in ts
+                   if first_503 < t < first_503 + 1.0)  # fmt: skip
     gaps = [b - a for a, b in zip(after, after[1:], strict=False)]
-    assert gaps and min(gaps) >= 0.15  # the adaptive delay (0.25 s, x2 per 503, x0.9 per success)
+    assert len(after) >= 10 and sorted(gaps)[len(gaps) // 2] < 0.1, gaps
 
 
 def test_429_retry_after_is_honoured(crawl):
@@ -239,14 +239,11 @@ def test_excluded_pattern_is_never_added_or_fetched(crawl):
     assert crawl.site.hits("/excluded/page") == 0
 
 
-def test_refused_connection_is_retried_then_fails(crawl):
+def test_refused_connection_is_the_hosts_failure_and_ends_the_url(crawl):
     row = crawl.urls[crawl.job["refused"]]
-    # Its robots.txt cannot be fetched either: every attempt ends there, and the URL fails.
-    assert (row["state"], row["error_reason"], row["attempts"]) == (
-        "failed",
-        "robots_unavailable",
-        int(FAST["CRAWL_RETRY_MAX_ATTEMPTS"]),
-    )
+    # Its robots.txt cannot be fetched either: the refusal is the URL's outcome, with its cause.
+    assert (row["state"], row["error_reason"]) == ("failed", "connect_error")
+    assert "robots.txt" in row["error_message"] and row["attempts"] <= 3
 
 
 def test_off_site_and_non_http_links_are_not_fetched(crawl):
@@ -271,14 +268,16 @@ def test_crawl_delay_from_robots_spaces_requests(redis, tmp_path):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_robots_5xx_defers_the_host_until_robots_answers(redis, tmp_path):
+def test_robots_5xx_disallows_until_robots_answers_on_the_retry_schedule(redis, tmp_path):
     overrides = {"/robots.txt": lambda n: (503, {}, b"") if n == 1 else (404, {}, b"")}
     with HostileSite(overrides=overrides) as site:
-        job = run_crawl(site.url("/"), tmp_path, max_depth=0)
-        fetched = site.requests["/"]
-        assert site.requests["/robots.txt"][0] < fetched[0]
-        assert fetched[0] - site.requests["/robots.txt"][0] >= 1.5  # waited out the error TTL
-        assert FrontierURL.objects.get(job=job, url=site.url("/")).state == "done"
+        retry = {"RETRY_BACKOFF_BASE_S": 1.0, "ROBOTS_ERROR_TTL_S": 0.5}
+        job = run_crawl(site.url("/"), tmp_path, max_depth=0, settings=retry)
+        robots_at, fetched = site.requests["/robots.txt"], site.requests["/"]
+        assert len(robots_at) == 2 and len(fetched) == 1
+        assert robots_at[0] + 0.5 <= robots_at[1] <= fetched[0]  # nothing before robots answered
+        row = FrontierURL.objects.get(job=job, url=site.url("/"))
+        assert (row.state, row.attempts) == ("done", 2)
 
 
 @pytest.mark.django_db(transaction=True)

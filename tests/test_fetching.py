@@ -47,6 +47,8 @@ class Handler(BaseHTTPRequestHandler):
             self.reply(302, Location=f"/chain/{n - 1}") if n else self.reply(200)
         elif path in ("/loop/a", "/loop/b"):
             self.reply(301, Location="/loop/b" if path.endswith("a") else "/loop/a")
+        elif path == "/bad-location":
+            self.reply(302, Location="http://[x")
         elif path == "/offsite":
             self.reply(302, Location="http://external.invalid/")
         elif path == "/notfound":
@@ -157,10 +159,28 @@ def test_connection_refused_and_reset(server):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         free_port = s.getsockname()[1]
-    with pytest.raises(outcomes.ConnectFailed):
+    with pytest.raises(outcomes.ConnectFailed) as refused:
         get(f"http://127.0.0.1:{free_port}/")
-    with pytest.raises(outcomes.ConnectionReset):
+    assert refused.value.host_level and refused.value.summary == "connection refused"
+    with pytest.raises(outcomes.ConnectionReset) as reset:
         get(server + "/reset")
+    assert reset.value.overload and not reset.value.host_level
+
+
+def test_names_resolve_through_the_resolve_setting_and_never_query_for_invalid(server, monkeypatch):
+    port = server.rsplit(":", 1)[1]
+    monkeypatch.setenv("CRAWL_RESOLVE", "docs.example.test=127.0.0.1, gone.example.test=")
+    assert get(f"http://docs.example.test:{port}/ok").status == 200
+    for name in ("gone.example.test", "anything.invalid"):
+        with pytest.raises(outcomes.DNSFailure) as failure:
+            get(f"http://{name}:{port}/ok")
+        assert failure.value.host_level and "does not resolve" in str(failure.value)
+
+
+def test_a_redirect_to_something_that_is_not_a_url_fails_as_invalid(server):
+    with pytest.raises(outcomes.InvalidURL) as bad:
+        get(server + "/bad-location")
+    assert "redirect to 'http://[x' is not a valid URL" in str(bad.value)
 
 
 def test_retry_after_in_seconds_and_as_http_date():
@@ -187,7 +207,7 @@ def test_connect_timeout_when_the_server_accepts_nothing():
     try:
         with pytest.raises(outcomes.ConnectTimeout) as info:
             fetch(f"http://127.0.0.1:{port}/", user_agent="test", limits=limits)
-        assert info.value.retryable and info.value.slows_host
+        assert info.value.retryable and info.value.host_level
     finally:
         for c in held:
             c.close()

@@ -1,8 +1,21 @@
-"""Per-host politeness state in real Redis: slots, in-flight caps, adaptive delay, Retry-After."""
+"""Per-host politeness state in real Redis: slots, in-flight caps, the throttle, Retry-After."""
 
 from __future__ import annotations
 
+import time
+
 from tasks.fetch import politeness
+from tasks.fetch.politeness import NEUTRAL, OK, OVERLOAD
+
+
+def delay(host: str = "h") -> float:
+    return politeness.host_delays(1, [host], 0)[host][0]
+
+
+def report(signal: int, n: int = 1, host: str = "h", **kw) -> None:
+    for _ in range(n):
+        slot = politeness.acquire(1, host, 0, 0)
+        politeness.finish(1, host, slot, signal=signal, **kw)
 
 
 def test_slots_are_spaced_by_the_delay_and_each_caller_gets_its_own(redis):
@@ -26,36 +39,62 @@ def test_hosts_and_jobs_do_not_share_slots(redis):
 def test_in_flight_cap_per_host(redis):
     slots = [politeness.acquire(1, "h", 0, 2) for _ in range(3)]
     assert [s.granted for s in slots] == [True, True, False]
-    politeness.finish(1, "h", slots[0], delay_s=0, slows=False, retry_after=None)
+    politeness.finish(1, "h", slots[0], signal=OK)
     assert politeness.acquire(1, "h", 0, 2).granted
 
 
-def test_slow_down_doubles_the_delay_and_successes_shrink_it(redis):
-    slot = politeness.acquire(1, "h", 0, 0)
-    politeness.finish(1, "h", slot, delay_s=0, slows=True, retry_after=None)
-    assert politeness.host_delays(1, ["h"], 0)["h"][0] == 0.25
-    politeness.finish(1, "h", slot, delay_s=0, slows=True, retry_after=None)
-    assert politeness.host_delays(1, ["h"], 0)["h"][0] == 0.5
-    for _ in range(10):
-        politeness.finish(1, "h", slot, delay_s=0, slows=False, retry_after=None)
-    assert politeness.host_delays(1, ["h"], 0)["h"][0] < 0.2
-    assert politeness.acquire(1, "h", 0, 0).adaptive
+def test_a_few_broken_urls_among_good_ones_never_slow_the_host(redis):
+    report(OK, 20)
+    report(OVERLOAD, 4)  # four 503s or timeouts among twenty good answers
+    report(NEUTRAL, 5)  # refused connections are the circuit breaker's business
+    assert delay() == 0
+    assert not politeness.acquire(1, "h", 0, 0).wait
+
+
+def test_a_struggling_host_slows_down_doubling_from_the_start_delay(redis):
+    report(OVERLOAD, 2)
+    assert delay() == 0  # two signals: not yet a pattern
+    report(OVERLOAD)
+    assert 0.49 <= delay() <= 0.5  # THROTTLE_START_DELAY_S
+    report(OVERLOAD)
+    assert 0.98 <= delay() <= 1.0
+
+
+def test_the_adaptive_delay_halves_with_time_not_with_successes(redis, monkeypatch):
+    monkeypatch.setenv("CRAWL_THROTTLE_HALF_LIFE_S", "0.5")
+    report(OVERLOAD, 4)
+    before = delay()
+    time.sleep(0.5)
+    assert 0.4 * before <= delay() <= 0.55 * before
+    time.sleep(2.5)
+    assert delay() < 0.05 * before  # five half-lives later, whether or not anything was fetched
+
+
+def test_a_slow_struggling_host_waits_at_least_its_latency(redis):
+    report(OVERLOAD, 3, latency=8.0)  # responses past THROTTLE_SLOW_LATENCY_S
+    assert 7.9 <= delay() <= 8.0  # latency x THROTTLE_LATENCY_FACTOR (1.0)
 
 
 def test_adaptive_delay_is_capped(redis, monkeypatch):
     monkeypatch.setenv("CRAWL_THROTTLE_MAX_DELAY_S", "1")
-    slot = politeness.acquire(1, "h", 0, 0)
-    for _ in range(10):
-        politeness.finish(1, "h", slot, delay_s=0, slows=True, retry_after=None)
-    assert politeness.host_delays(1, ["h"], 0)["h"][0] == 1.0
+    report(OVERLOAD, 10)
+    assert 0.99 <= delay() <= 1.0
 
 
-def test_retry_after_pushes_the_hosts_next_slot(redis):
+def test_retry_after_holds_the_host_exactly_and_is_not_a_slowdown(redis):
     slot = politeness.acquire(1, "h", 0, 0)
-    politeness.finish(1, "h", slot, delay_s=0, slows=True, retry_after=30)
+    politeness.finish(1, "h", slot, signal=OK, retry_after=30)
     assert 29 <= politeness.host_delays(1, ["h"], 0)["h"][1] <= 30
     refused = politeness.acquire(1, "h", 0, 0)
     assert not refused.granted and refused.wait > 29
+    assert delay() == 0  # once the hold is over, the normal pace resumes
+
+
+def test_retry_after_is_capped(redis, monkeypatch):
+    monkeypatch.setenv("CRAWL_RETRY_BACKOFF_MAX_S", "5")
+    slot = politeness.acquire(1, "h", 0, 0)
+    politeness.finish(1, "h", slot, signal=OK, retry_after=86400)
+    assert politeness.host_delays(1, ["h"], 0)["h"][1] <= 5
 
 
 def test_crawl_delay_floor_applies(redis):

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import socket
 from types import SimpleNamespace
 
 import pytest
 
-from tasks.fetch import robots
+from tasks.fetch import circuit, outcomes, robots
 from tests.hostile import HostileSite
 
 UA = "crawlplatform/1.0 (+https://example.com/bot)"
@@ -47,15 +48,42 @@ def test_missing_robots_allows_everything():
         assert robots.check(job(), site.url("/private/x"), UA).allowed
 
 
-def test_unavailable_robots_defers_and_is_asked_again_later(monkeypatch):
+def test_unavailable_robots_disallows_for_now_and_is_asked_again_later(monkeypatch):
     monkeypatch.setenv("CRAWL_ROBOTS_ERROR_TTL_S", "30")
     overrides = {"/robots.txt": lambda n: (503, {}, b"")}
     with HostileSite(overrides=overrides) as site:
         decision = robots.check(job(), site.url("/a"), UA)
         again = robots.check(job(), site.url("/b"), UA)
-        assert site.hits("/robots.txt") == 1
+        assert site.hits("/robots.txt") == 1  # the 5xx is remembered for ROBOTS_ERROR_TTL_S
     assert not decision.allowed and decision.reason == "robots_unavailable"
-    assert 25 <= decision.retry_in <= 30 and again.retry_in > 0
+    assert decision.failure.retryable and not decision.failure.host_level
+    assert again.reason == "robots_unavailable"
+
+
+def test_an_unreachable_host_is_the_hosts_failure_and_counts_toward_its_circuit(redis):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens once closed
+    decision = robots.check(job(), f"http://127.0.0.1:{port}/a", UA)
+    assert not decision.allowed and decision.reason == "connect_error"
+    assert decision.failure.host_level and decision.failure.summary == "connection refused"
+    assert redis.hget(circuit.key(1, f"127.0.0.1:{port}"), "fails") == b"1"
+
+
+def test_an_open_circuit_fails_without_fetching_robots(redis):
+    overrides = {"/robots.txt": lambda n: (200, {}, b"User-agent: *\nAllow: /\n")}
+    with HostileSite(overrides=overrides) as site:
+        host = site.base.split("//", 1)[1]
+        redis.hset(circuit.key(1, host), mapping={"open_until": 2**62, "reason": "dns"})
+        decision = robots.check(job(), site.url("/a"), UA)
+        assert site.hits("/robots.txt") == 0
+    assert isinstance(decision.failure, outcomes.HostUnreachable)
+
+
+def test_robots_that_cannot_be_followed_restricts_nothing():
+    overrides = {"/robots.txt": lambda n: (302, {"Location": "http://[x"}, b"")}
+    with HostileSite(overrides=overrides) as site:
+        assert robots.check(job(), site.url("/private/x"), UA).allowed
 
 
 def test_a_worker_waits_while_another_fetches_robots(redis):

@@ -23,8 +23,8 @@ def make_job(urls: int, **fields):
 def test_release_is_bounded_by_the_ready_budget_and_publishes_after_commit(redis, monkeypatch):
     monkeypatch.setenv("CRAWL_READY_MIN", "10")
     job = make_job(30)
-    assert scheduler.release(job) == 10
-    assert scheduler.release(job) == 0  # ten messages already wait
+    assert scheduler.release(job)[0] == 10
+    assert scheduler.release(job)[0] == 0  # ten messages already wait
     assert broker.depth() == {"ready": 10, "unacked": 0}
     scheduled = FrontierURL.objects.filter(job=job, state=URLState.SCHEDULED)
     assert list(scheduled.values_list("depth", flat=True)) == [0] + [1] * 9  # seeds first
@@ -60,25 +60,25 @@ def test_the_broker_holds_what_workers_take_in_the_lookahead_within_bounds(monke
 def test_urls_waiting_for_not_before_are_not_released(redis):
     job = make_job(0)
     FrontierURL.objects.filter(job=job).update(not_before="2999-01-01T00:00:00Z")
-    assert scheduler.release(job) == 0
+    assert scheduler.release(job)[0] == 0
 
 
 def test_max_pages_skips_the_rest(redis):
     job = make_job(20, max_pages=5)
-    assert scheduler.release(job) == 5
-    assert scheduler.release(job) == 0
+    assert scheduler.release(job)[0] == 5
+    assert scheduler.release(job)[0] == 0
     assert FrontierURL.objects.filter(job=job, state=URLState.SKIPPED).count() == 16
     assert FrontierURL.objects.get(job=job, depth=0).state == URLState.SCHEDULED
 
 
 def test_a_url_back_from_an_expired_lease_is_released_after_max_pages(redis):
     job = make_job(20, max_pages=5)
-    assert scheduler.release(job) == 5
+    assert scheduler.release(job)[0] == 5
     url = FrontierURL.objects.filter(job=job, state=URLState.SCHEDULED).first()
     FrontierURL.objects.filter(pk=url.pk).update(state=URLState.LEASED, attempts=1)
     FrontierURL.objects.filter(pk=url.pk).update(lease_until="2000-01-01T00:00:00Z")
-    assert transitions.sweep_expired_leases() == 1  # its worker died: back to the queue
-    assert scheduler.release(job) == 1  # a retry, not a sixth page: the job can finish
+    assert transitions.reclaim_expired() == 1  # its worker died: back to the queue
+    assert scheduler.release(job)[0] == 1  # a retry, not a sixth page: the job can finish
     assert FrontierURL.objects.get(pk=url.pk).state == URLState.SCHEDULED
     assert FrontierURL.objects.filter(job=job, state=URLState.SKIPPED).count() == 16
 
@@ -95,7 +95,7 @@ def test_job_finishes_only_when_no_url_is_pending(redis):
 
 def test_reconcile_republishes_what_the_broker_lost(redis):
     job = make_job(4)
-    assert scheduler.release(job) == 5
+    assert scheduler.release(job)[0] == 5
     assert scheduler.reconcile() == 0
     redis.flushdb()  # Redis restarted without persistence
     assert scheduler.reconcile() == 5
@@ -105,8 +105,8 @@ def test_reconcile_republishes_what_the_broker_lost(redis):
 
 def test_per_host_delay_releases_one_url_per_host_per_slot(redis):
     job = make_job(5, delay=30)
-    assert scheduler.release(job) == 1
-    assert scheduler.release(job) == 0
+    assert scheduler.release(job)[0] == 1
+    assert scheduler.release(job)[0] == 0
 
 
 def test_only_one_scheduler_leads(redis):
@@ -119,7 +119,7 @@ def test_only_one_scheduler_leads(redis):
 def test_priority_lists_are_named_as_the_transport_names_them(redis):
     job = make_job(0)
     FrontierURL.objects.filter(job=job).update(depth=5)
-    scheduler.release(job)
+    scheduler.release(job)[0]
     assert redis.llen(broker.priority_lists("crawl")[1]) == 1  # priority 5 -> step 3
 
 
@@ -132,7 +132,7 @@ def test_a_busy_polite_host_cannot_starve_the_others(redis):
     transitions.insert_urls(job.pk, [f"http://calm.test/{i}" for i in range(3)], depth=1)
     released = 0
     for _ in range(3):
-        released += scheduler.release(job)
+        released += scheduler.release(job)[0]
     hosts = list(
         FrontierURL.objects.filter(job=job, state=URLState.SCHEDULED).values_list("host", flat=True)
     )
@@ -143,7 +143,7 @@ def test_a_busy_polite_host_cannot_starve_the_others(redis):
 
 def test_host_cap_skips_first_attempts_beyond_it(redis):
     job = make_job(10, max_pages_per_host=4)
-    assert scheduler.release(job) == 4
+    assert scheduler.release(job)[0] == 4
     assert FrontierURL.objects.filter(job=job, error_reason="host_cap").count() == 7
 
 

@@ -6,15 +6,28 @@ and the sweep) never both act on one row. Job transitions are allowed by ``JOB_T
 URL transitions all live in ``tasks/frontier/transitions.py``::
 
     queued -> scheduled (scheduler) -> leased (worker claim) -> done | failed | skipped
-    leased -> queued (retry later, or the lease expired) ; leased(expired) -> leased (redelivery)
-    scheduled -> queued (job paused) ; queued | scheduled -> skipped (cancel, max_pages)
+    leased -> queued (retry later, deferred, or the lease expired)
+    leased(expired) -> leased (redelivery) ; scheduled -> queued (job paused)
+    queued | scheduled -> skipped (cancel, max_pages, caps) ; queued -> failed (host circuit open)
+
+A job validates itself (:meth:`CrawlJob.clean`): the admin, the API and ``tasks.frontier.jobs``
+refuse a configuration the crawl could not apply, with a message naming the field.
 """
 
 from __future__ import annotations
 
+import re
+
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
+
+from tasks import defaults
+from tasks.content.urls import seed_problem
+
+MAX_DEPTH_LIMIT = 32767  # depths are stored as small integers
 
 
 class JobState(models.TextChoices):
@@ -71,7 +84,11 @@ class CrawlJob(models.Model):
     exclude_patterns = models.JSONField(
         default=list, blank=True, help_text="Regexes; a URL matching any is not followed."
     )
-    max_depth = models.PositiveIntegerField(default=5, help_text="Links followed from a seed.")
+    max_depth = models.PositiveIntegerField(
+        default=5,
+        validators=[MaxValueValidator(MAX_DEPTH_LIMIT)],
+        help_text="Links followed from a seed.",
+    )
     max_pages = models.PositiveIntegerField(
         null=True, blank=True, help_text="URLs fetched at most; empty for no limit."
     )
@@ -112,6 +129,9 @@ class CrawlJob(models.Model):
         help_text="URLs handed to workers for a first attempt (counts against max_pages).",
     )
     stats = models.JSONField(default=dict, blank=True, help_text="Counters at the last finish.")
+    error = models.TextField(
+        blank=True, help_text="Why the job failed: a configuration the crawl could not apply."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -121,6 +141,48 @@ class CrawlJob(models.Model):
 
     def __str__(self) -> str:
         return f"#{self.pk} {self.name}"
+
+    def problems(self, seeds: bool = True) -> dict[str, list[str]]:
+        """What in this job's configuration the crawl could not apply, by field (``seeds``:
+        check the seeds too; a running job's are in its frontier already)."""
+        found: dict[str, list[str]] = {}
+
+        def add(name: str, message: str) -> None:
+            found.setdefault(name, []).append(message)
+
+        if seeds:
+            if not isinstance(self.seeds, list) or not self.seeds:
+                add("seeds", "give at least one start URL")
+            for seed in self.seeds if isinstance(self.seeds, list) else []:
+                if problem := seed_problem(seed):
+                    add("seeds", problem)
+        for name in ("allowed_domains", "include_patterns", "exclude_patterns"):
+            value = getattr(self, name)
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                add(name, "must be a list of strings")
+        for name in ("include_patterns", "exclude_patterns"):
+            for pattern in getattr(self, name) if isinstance(getattr(self, name), list) else []:
+                if problem := _regex_problem(pattern):
+                    add(name, problem)
+        caps = self.path_caps
+        if not isinstance(caps, dict):
+            add("path_caps", 'must be an object of REGEX: count, e.g. {"/calendar/": 50}')
+        else:
+            for pattern, limit in caps.items():
+                if problem := _regex_problem(pattern):
+                    add("path_caps", problem)
+                if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
+                    add("path_caps", f"{pattern!r}: {limit!r} is not a whole number >= 0")
+        for problem in defaults.problems(self.settings):
+            add("settings", problem)
+        if self.delay is not None and (self.delay < 0 or self.delay > 86400):
+            add("delay", "must be between 0 and 86400 seconds")
+        return found
+
+    def clean(self) -> None:
+        problems = self.problems()
+        if problems:
+            raise ValidationError(problems)
 
     def transition(self, to: str) -> bool:
         """Move to state ``to`` if this caller is the one who does it; False if another did."""
@@ -138,6 +200,16 @@ class CrawlJob(models.Model):
         return won
 
 
+def _regex_problem(pattern) -> str:
+    if not isinstance(pattern, str):
+        return f"{pattern!r} is not a string"
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        return f"{pattern!r} is not a valid regular expression: {exc}"
+    return ""
+
+
 class FrontierURL(models.Model):
     job = models.ForeignKey(CrawlJob, on_delete=models.CASCADE, related_name="urls")
     url = models.CharField(max_length=2048, help_text="Canonical URL (w3lib).")
@@ -145,6 +217,11 @@ class FrontierURL(models.Model):
     depth = models.PositiveSmallIntegerField(default=0)
     state = models.CharField(max_length=16, choices=URLState.choices, default=URLState.QUEUED)
     attempts = models.PositiveSmallIntegerField(default=0, help_text="Fetch attempts started.")
+    released = models.BooleanField(
+        default=False,
+        db_default=False,
+        help_text="Handed to a worker at least once: counts against max_pages and caps once.",
+    )
     not_before = models.DateTimeField(
         default=timezone.now, help_text="Not released to workers before this time."
     )
@@ -222,6 +299,21 @@ class Checkpoint(models.Model):
 
     def __str__(self) -> str:
         return f"job {self.job_id} v{self.version} ({self.reason})"
+
+
+class SchedulerFence(models.Model):
+    """The fencing token of scheduler leadership: the newest leader's epoch.
+
+    A scheduler that becomes leader raises the epoch; every release it makes checks, in the
+    same transaction as its writes, that the epoch is still its own. A leader that lost its
+    lease during a slow pass finds a newer epoch and writes nothing.
+    """
+
+    name = models.CharField(max_length=40, unique=True)
+    epoch = models.BigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"{self.name} epoch {self.epoch}"
 
 
 class HealthProbe(models.Model):

@@ -2,7 +2,8 @@
 
 Reads ``MAX_URL_LENGTH``. Canonical form (w3lib): sorted query, no fragment, normalized
 percent-encoding, lower-case host; default ports are dropped here. Only http and https URLs
-are crawled; mailto, javascript, tel, data and the like are ignored.
+are crawled; mailto, javascript, tel, data and the like are ignored, and so are URLs that no
+server could be asked for (a host longer than DNS allows, an impossible port).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from w3lib.url import canonicalize_url
 from tasks.defaults import setting
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+MAX_HOST_LENGTH = 255  # host[:port] as stored in the frontier (DNS names stop at 253)
 
 
 def canonicalize(url: str) -> str | None:
@@ -31,11 +33,24 @@ def canonicalize(url: str) -> str | None:
         port = parts.port
     except ValueError:
         return None
-    if not parts.hostname:
+    if not parts.hostname or len(parts.hostname) > 253 or port == 0:
         return None
     if port is not None and port == _DEFAULT_PORTS.get(parts.scheme):
         canonical = urlunsplit(parts._replace(netloc=parts.netloc.rsplit(":", 1)[0]))
+    if len(host_of(canonical)) > MAX_HOST_LENGTH:
+        return None
     return canonical
+
+
+def seed_problem(url: str, max_length: int | None = None) -> str:
+    """Why ``url`` cannot be a seed ('' if it can)."""
+    canonical = canonicalize(url) if isinstance(url, str) else None
+    if canonical is None:
+        return f"{str(url)[:200]!r} is not an absolute http(s) URL"
+    limit = max_length or setting("MAX_URL_LENGTH")
+    if len(canonical) > limit:
+        return f"{url[:100]!r}... is longer than {limit} characters"
+    return ""
 
 
 def host_of(url: str) -> str:

@@ -1,7 +1,8 @@
-"""Fetch one URL with requests, bounded in every dimension.
+"""Fetch one URL through the transport, bounded in every dimension, and classify the result.
 
 Reads ``FETCH_CONNECT_TIMEOUT_S``, ``FETCH_READ_TIMEOUT_S``, ``FETCH_DEADLINE_S``,
-``FETCH_MAX_BYTES`` and ``FETCH_MAX_REDIRECTS`` (see ``tasks/defaults.py``).
+``FETCH_MAX_BYTES`` and ``FETCH_MAX_REDIRECTS`` (see ``tasks/defaults.py``); how requests
+leave (pool, name resolution) is ``tasks/fetch/transport.py``.
 
 Redirects are followed here, not by requests, so that the deadline covers every hop, each hop
 is checked against the job's scope, and a loop is told apart from a long chain. Bodies are
@@ -11,9 +12,7 @@ read in chunks after gzip/deflate decoding, so the size cap bounds decompressed 
 from __future__ import annotations
 
 import email.utils
-import threading
 import time
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC
@@ -21,11 +20,10 @@ from urllib.parse import urljoin
 
 import requests
 import urllib3
-from requests.adapters import HTTPAdapter
 
 from tasks.fetch import outcomes
+from tasks.fetch.transport import session
 
-_local = threading.local()
 _CHUNK = 64 << 10
 
 
@@ -49,20 +47,6 @@ class Response:
     truncated: bool
     elapsed: float  # seconds, all hops
     redirects: list[str] = field(default_factory=list)
-
-
-def session() -> requests.Session:
-    """This thread's pooled session (requests sessions are not thread-safe)."""
-    s = getattr(_local, "session", None)
-    if s is None:
-        s = requests.Session()
-        # With no proxy in the environment, skip requests' per-request environment scan.
-        s.trust_env = bool(urllib.request.getproxies())
-        adapter = HTTPAdapter(pool_connections=64, pool_maxsize=16, max_retries=0)
-        s.mount("http://", adapter)
-        s.mount("https://", adapter)
-        _local.session = s
-    return s
 
 
 def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
@@ -97,6 +81,18 @@ def _read_body(resp: requests.Response, limits: FetchLimits, started: float) -> 
     return b"".join(chunks), False
 
 
+def _redirect_target(current: str, location: str) -> str:
+    try:
+        target = urljoin(current, location.strip())
+    except ValueError as exc:  # e.g. "http://[x": not a URL at all
+        raise outcomes.InvalidURL(
+            f"redirect to {location[:200]!r} is not a valid URL: {exc}"
+        ) from None
+    if not target.lower().startswith(("http://", "https://")):
+        raise outcomes.InvalidURL(f"redirect to a non-HTTP URL {target[:200]!r}")
+    return target
+
+
 def fetch(
     url: str,
     *,
@@ -121,10 +117,15 @@ def fetch(
                 current, headers=headers, timeout=timeout, allow_redirects=False, stream=True
             )
         except requests.RequestException as exc:
-            raise outcomes.from_requests(exc) from None
+            failure = outcomes.from_requests(exc)
+            failure.url = current  # a redirect hop may have failed on another host
+            raise failure from None
+        except (ValueError, UnicodeError) as exc:  # a URL urllib3 cannot even split
+            where = f"redirect to {current[:200]!r}" if redirects else f"{current[:200]!r}"
+            raise outcomes.InvalidURL(f"{where} is not a valid URL: {exc}"[:500]) from None
         with resp:
             if resp.is_redirect and "location" in resp.headers:
-                target = urljoin(current, resp.headers["location"])
+                target = _redirect_target(current, resp.headers["location"])
                 if target in seen:
                     raise outcomes.RedirectLoop(f"{current} redirects back to {target}")
                 if len(redirects) >= limits.max_redirects:

@@ -2,28 +2,42 @@
 
 ::
 
-    CrawlOutcome                      reason, retryable, slows_host
-    ├── Retryable                     back to the frontier with backoff, up to RETRY_MAX_ATTEMPTS
-    │   ├── ConnectTimeout            connect_timeout   slows host
-    │   ├── ReadTimeout               read_timeout      slows host
-    │   ├── DeadlineExceeded          deadline          slows host
-    │   ├── ConnectionReset           connection_reset  slows host
-    │   ├── ConnectFailed             connect_error     slows host
-    │   ├── DNSFailure                dns
-    │   ├── RobotsUnavailable         robots_unavailable (robots.txt 5xx or unreachable)
-    │   ├── ServerError               http_5xx          slows host if 503/504, honours Retry-After
-    │   └── TooManyRequests           http_429          slows host, honours Retry-After
-    ├── Permanent                     the URL fails with its reason
-    │   ├── ClientError               http_4xx
-    │   ├── TLSError                  tls
-    │   ├── TooManyRedirects          too_many_redirects
-    │   ├── RedirectLoop              redirect_loop
-    │   ├── InvalidURL                invalid_url
-    │   ├── ProtocolError             protocol_error
-    │   └── ParseError                parse_error (the page could not be parsed at all)
-    └── Skip                          the URL is skipped, never fetched (or not followed)
-        ├── OutOfScope                out_of_scope (a redirect left the job's scope)
-        └── RobotsDisallowed          robots
+    CrawlOutcome                  reason              policy
+    ├── Retryable                 back to the frontier with backoff, up to RETRY_MAX_ATTEMPTS
+    │   ├── Timeout               (timeouts end a URL from RETRY_TIMEOUT_ATTEMPTS on)
+    │   │   ├── ConnectTimeout    connect_timeout     host-level
+    │   │   ├── ReadTimeout       read_timeout        overload signal
+    │   │   └── DeadlineExceeded  deadline            overload signal
+    │   ├── ConnectionReset       connection_reset    overload signal
+    │   ├── ConnectFailed         connect_error       host-level (refused, unreachable)
+    │   ├── DNSFailure            dns                 host-level
+    │   ├── RobotsUnavailable     robots_unavailable  (robots.txt answered 5xx)
+    │   ├── ServerError           http_5xx            overload signal if 503/504 without Retry-After
+    │   ├── TooManyRequests       http_429            overload signal without Retry-After
+    │   ├── TaskTimeout           task_timeout        (the page ran past the task's time limit)
+    │   ├── DatabaseUnavailable   database_error      (the page could not be committed)
+    │   └── InternalError         internal_error      (an unexpected exception; see the worker log)
+    ├── Permanent                 the URL fails with its reason
+    │   ├── ClientError           http_4xx
+    │   ├── TLSError              tls                 host-level
+    │   ├── HostUnreachable       host_unreachable    (its host's circuit is open: no request made)
+    │   ├── TooManyRedirects      too_many_redirects
+    │   ├── RedirectLoop          redirect_loop
+    │   ├── InvalidURL            invalid_url         (the URL or a redirect's Location)
+    │   ├── ProtocolError         protocol_error
+    │   ├── ParseError            parse_error
+    │   ├── StoreRefused          store_error         (the database refused the page's values)
+    │   └── AttemptsExhausted     attempts_exhausted  (claimed after its last attempt)
+    └── Skip                      the URL is skipped, never fetched (or not followed)
+        ├── OutOfScope            out_of_scope        (a redirect left the job's scope)
+        ├── RobotsDisallowed      robots
+        └── DuplicateRedirect     duplicate_redirect  (redirects to a URL fetched as itself)
+
+*Overload signals* tell the host's throttle that the server may be struggling
+(``tasks/fetch/politeness.py``); one signal slows nothing, most recent outcomes being signals
+does. *Host-level* failures say the host cannot be reached at all; a few in a row open its
+circuit (``tasks/fetch/circuit.py``). A ``Retry-After`` holds the host for that long instead
+of counting as a signal.
 
 :func:`from_requests` maps a ``requests`` or ``urllib3`` exception into the tree; it is the only
 place that knows their exception types.
@@ -31,6 +45,7 @@ place that knows their exception types.
 
 from __future__ import annotations
 
+import errno
 import socket
 
 import requests
@@ -40,7 +55,9 @@ import urllib3
 class CrawlOutcome(Exception):
     reason = "error"
     retryable = False
-    slows_host = False
+    host_level = False  # the host cannot be reached at all: counts toward its circuit breaker
+    signals_overload = False  # the server may be struggling: counts toward its throttle
+    summary = ""  # a few words for people, e.g. "connection refused"
 
     def __init__(
         self, message: str = "", *, status: int | None = None, retry_after: float | None = None
@@ -48,42 +65,52 @@ class CrawlOutcome(Exception):
         super().__init__(message or self.reason)
         self.status = status
         self.retry_after = retry_after  # seconds the server asked us to wait, if it did
+        self.url: str | None = None  # the URL that failed, when it is not the one asked for
+
+    @property
+    def overload(self) -> bool:
+        """An overload signal for the host's throttle (a Retry-After says exactly instead)."""
+        return self.signals_overload and self.retry_after is None
 
 
 class Retryable(CrawlOutcome):
     retryable = True
 
 
-class ConnectTimeout(Retryable):
-    reason, slows_host = "connect_timeout", True
+class Timeout(Retryable):
+    pass
 
 
-class ReadTimeout(Retryable):
-    reason, slows_host = "read_timeout", True
+class ConnectTimeout(Timeout):
+    reason, host_level, summary = "connect_timeout", True, "connect timeout"
 
 
-class DeadlineExceeded(Retryable):
-    reason, slows_host = "deadline", True
+class ReadTimeout(Timeout):
+    reason, signals_overload = "read_timeout", True
+
+
+class DeadlineExceeded(Timeout):
+    reason, signals_overload = "deadline", True
 
 
 class ConnectionReset(Retryable):
-    reason, slows_host = "connection_reset", True
+    reason, signals_overload = "connection_reset", True
 
 
 class ConnectFailed(Retryable):
-    reason, slows_host = "connect_error", True
+    reason, host_level, summary = "connect_error", True, "connection failed"
 
 
 class DNSFailure(Retryable):
-    reason = "dns"
+    reason, host_level, summary = "dns", True, "name does not resolve"
 
 
 class ServerError(Retryable):
     reason = "http_5xx"
 
     @property
-    def slows_host(self) -> bool:
-        """503 and 504 say "overloaded": slow down. A 500 on one URL says nothing of the host."""
+    def signals_overload(self) -> bool:
+        """503 and 504 say "overloaded". A 500 on one URL says nothing of the host."""
         return self.status in (503, 504)
 
 
@@ -92,7 +119,19 @@ class RobotsUnavailable(Retryable):
 
 
 class TooManyRequests(Retryable):
-    reason, slows_host = "http_429", True
+    reason, signals_overload = "http_429", True
+
+
+class TaskTimeout(Retryable):
+    reason = "task_timeout"
+
+
+class DatabaseUnavailable(Retryable):
+    reason = "database_error"
+
+
+class InternalError(Retryable):
+    reason = "internal_error"
 
 
 class Permanent(CrawlOutcome):
@@ -104,7 +143,11 @@ class ClientError(Permanent):
 
 
 class TLSError(Permanent):
-    reason = "tls"
+    reason, host_level, summary = "tls", True, "TLS handshake failed"
+
+
+class HostUnreachable(Permanent):
+    reason = "host_unreachable"
 
 
 class TooManyRedirects(Permanent):
@@ -127,6 +170,14 @@ class ParseError(Permanent):
     reason = "parse_error"
 
 
+class StoreRefused(Permanent):
+    reason = "store_error"
+
+
+class AttemptsExhausted(Permanent):
+    reason = "attempts_exhausted"
+
+
 class Skip(CrawlOutcome):
     reason = "skipped"
 
@@ -139,14 +190,42 @@ class RobotsDisallowed(Skip):
     reason = "robots"
 
 
-def _is_dns(exc: BaseException) -> bool:
-    while exc is not None:
-        if isinstance(exc, socket.gaierror):
-            return True
-        if "Name or service not known" in str(exc) or "NameResolutionError" in type(exc).__name__:
-            return True
+class DuplicateRedirect(Skip):
+    reason = "duplicate_redirect"
+
+
+def _chain(exc: BaseException | None):
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
         exc = exc.__cause__ or exc.__context__
-    return False
+
+
+def _is_dns(exc: BaseException) -> bool:
+    return any(
+        isinstance(e, socket.gaierror)
+        or "Name or service not known" in str(e)
+        or "NameResolutionError" in type(e).__name__
+        for e in _chain(exc)
+    )
+
+
+_CONNECT_ERRNOS = {
+    errno.ECONNREFUSED: "connection refused",
+    errno.EHOSTUNREACH: "no route to host",
+    errno.ENETUNREACH: "network unreachable",
+    errno.EADDRNOTAVAIL: "address not available",
+}
+
+
+def _connect_failure(exc: BaseException, message: str) -> ConnectFailed:
+    failed = ConnectFailed(message)
+    for e in _chain(exc):
+        if isinstance(e, OSError) and e.errno in _CONNECT_ERRNOS:
+            failed.summary = _CONNECT_ERRNOS[e.errno]
+            break
+    return failed
 
 
 def from_requests(exc: Exception) -> CrawlOutcome:
@@ -166,9 +245,13 @@ def from_requests(exc: Exception) -> CrawlOutcome:
         text = str(exc)
         if "Read timed out" in text:
             return ReadTimeout(message)
+        if isinstance(exc.args[0] if exc.args else None, urllib3.exceptions.MaxRetryError):
+            reason = exc.args[0].reason
+            if isinstance(reason, urllib3.exceptions.NewConnectionError):
+                return _connect_failure(exc, message)
         if "reset" in text.lower() or "aborted" in text.lower() or "RemoteDisconnected" in text:
             return ConnectionReset(message)
-        return ConnectFailed(message)
+        return _connect_failure(exc, message)
     if isinstance(exc, requests.exceptions.ChunkedEncodingError):
         return ConnectionReset(message)
     if isinstance(
@@ -177,6 +260,7 @@ def from_requests(exc: Exception) -> CrawlOutcome:
             requests.exceptions.InvalidURL,
             requests.exceptions.MissingSchema,
             requests.exceptions.InvalidSchema,
+            requests.exceptions.InvalidHeader,
         ),
     ):
         return InvalidURL(message)

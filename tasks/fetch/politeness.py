@@ -1,78 +1,132 @@
 """Per-host politeness held across every worker on every machine: the state lives in Redis.
 
-Reads ``HOST_MAX_WAIT_S``, ``THROTTLE_MAX_DELAY_S``, ``THROTTLE_DECAY`` and
-``THROTTLE_SLOW_LATENCY_S``.
+Reads ``HOST_MAX_WAIT_S``, ``FETCH_DEADLINE_S``, ``RETRY_BACKOFF_MAX_S`` and the
+``THROTTLE_*`` settings.
 
 Per (job, host) Redis keeps: the time of the next free request slot, the requests in flight
-(a sorted set of tokens scored by expiry), an adaptive delay, and the ``Crawl-delay`` floor
-from robots.txt. Every change is one Lua call on Redis server time, so worker clocks do not
-matter and two workers never take the same slot.
+(a sorted set of tokens scored by expiry), the ``Crawl-delay`` floor from robots.txt, an
+adaptive delay with the time it was set, and the host's recent outcome counts. Every change
+is one Lua call on Redis server time, so worker clocks do not matter and two workers never
+take the same slot.
 
-* :func:`acquire` reserves the host's next slot (delay = max(job delay, Crawl-delay, adaptive
-  delay)) and an in-flight place, or says how long to wait when that is longer than
-  ``HOST_MAX_WAIT_S``: the URL then goes back to the frontier with a ``not_before`` instead of
-  a worker sleeping on it.
-* :func:`finish` frees the in-flight place and adapts the delay: 429, 503, timeouts and slow
-  responses double it (capped); successes shrink it back toward the floor; ``Retry-After``
-  pushes the host's next slot out.
+A host's pace is ``max(job delay, Crawl-delay, adaptive delay)``; the adaptive delay models
+what servers mean, apart from what happens to single URLs (those retry on their own backoff,
+``tasks/frontier/transitions.py``):
+
+* **Retry-After** on a 429 or 503 holds the host's next slot exactly that long (capped at
+  ``RETRY_BACKOFF_MAX_S``); then the normal pace resumes. It is not counted as a signal.
+* **Overload signals** (429/503/504 without Retry-After, read timeouts, deadlines, resets,
+  responses slower than ``THROTTLE_SLOW_LATENCY_S``) and requests are counted per host with a
+  half-life of ``THROTTLE_WINDOW_S``. A host is *struggling* when at least
+  ``THROTTLE_MIN_SIGNALS`` recent requests ended in a signal and they are at least
+  ``THROTTLE_SIGNAL_RATIO`` of its recent requests. A few broken URLs among many good ones
+  never make a host struggle.
+* Each signal from a struggling host doubles its adaptive delay, starting at
+  ``THROTTLE_START_DELAY_S`` and never below its latency x ``THROTTLE_LATENCY_FACTOR``
+  (Heritrix's delay factor; AutoThrottle's latency target), capped at
+  ``THROTTLE_MAX_DELAY_S``.
+* The adaptive delay decays with time: it halves every ``THROTTLE_HALF_LIFE_S``, whatever the
+  number of requests (a slowed host gets few, so decaying per success would take ages).
+
+Host-level failures (refused, DNS, TLS) are neither: the circuit breaker handles those
+(``tasks/fetch/circuit.py``).
+
+* :func:`acquire` reserves the host's next slot and an in-flight place, or says how long to
+  wait when that is longer than ``HOST_MAX_WAIT_S``: the URL then goes back to the frontier
+  with a ``not_before`` instead of a worker sleeping on it.
+* :func:`finish` frees the in-flight place and reports an overload signal or a Retry-After;
+  an ordinary answer needs no call (requests are counted by :func:`acquire`).
 """
 
 from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 from tasks.broker import client
 from tasks.defaults import setting
+from tasks.fetch import circuit
 
-_ACQUIRE = """
+OK, OVERLOAD, NEUTRAL = 0, 1, 2  # what one outcome tells the host's throttle
+
+_DECAYED = """
+local function decayed(raw, now, half)
+  if not raw then return 0 end
+  local sp = string.find(raw, ' ')
+  if not sp then return tonumber(raw) or 0 end
+  local d, t = tonumber(string.sub(raw, 1, sp - 1)), tonumber(string.sub(raw, sp + 1))
+  return d * math.pow(2, -math.max(0, now - t) / half)
+end
+local function counts(key, now, window)
+  local h = redis.call('HMGET', key, 'req', 'bad', 't')
+  if not h[3] then return 0, 0 end
+  local f = math.pow(2, -math.max(0, now - tonumber(h[3])) / window)
+  return tonumber(h[1]) * f, tonumber(h[2]) * f
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+"""
+
+_ACQUIRE = (
+    _DECAYED
+    + """
 local floor = tonumber(ARGV[1])
 local conc = tonumber(ARGV[2])
 local max_wait = tonumber(ARGV[3])
 local lease = tonumber(ARGV[4])
-local adaptive = tonumber(redis.call('GET', KEYS[3]) or '0')
+local adaptive = decayed(redis.call('GET', KEYS[3]), now, tonumber(ARGV[6]))
+local circuit = redis.call('EXISTS', KEYS[6])
 local delay = math.max(floor, adaptive, tonumber(redis.call('GET', KEYS[4]) or '0'))
 if conc > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
   if redis.call('ZCARD', KEYS[2]) >= conc then
-    return {0, math.max(delay, 250), adaptive}
+    return {0, math.max(delay, 250), circuit}
   end
 end
 local slot = math.max(now, tonumber(redis.call('GET', KEYS[1]) or '0'))
 local wait = slot - now
 if wait > max_wait then
-  return {0, wait, adaptive}
+  return {0, wait, circuit}
 end
+local window = tonumber(ARGV[7])
+local req, bad = counts(KEYS[5], now, window)
+redis.call('HSET', KEYS[5], 'req', tostring(req + 1), 'bad', tostring(bad), 't', now)
+redis.call('PEXPIRE', KEYS[5], math.floor(window * 10))
 if delay > 0 then
-  redis.call('SET', KEYS[1], slot + delay, 'PX', wait + delay + 60000)
+  redis.call('SET', KEYS[1], math.floor(slot + delay), 'PX', math.floor(wait + delay + 60000))
 end
 if conc > 0 then
   redis.call('ZADD', KEYS[2], slot + lease, ARGV[5])
   redis.call('PEXPIRE', KEYS[2], wait + lease + 60000)
 end
-return {1, wait, adaptive}
+return {1, wait, circuit}
 """
+)
 
-_FINISH = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+_FINISH = (
+    _DECAYED
+    + """
 redis.call('ZREM', KEYS[2], ARGV[1])
-local adaptive = tonumber(redis.call('GET', KEYS[3]) or '0')
-local slows = tonumber(ARGV[2])
+local signal = tonumber(ARGV[2])
 local retry_after = tonumber(ARGV[3])
-local floor = tonumber(ARGV[4])
-if slows == 1 then
-  adaptive = math.min(math.max(adaptive * 2, floor * 2, 250), tonumber(ARGV[5]))
-  redis.call('SET', KEYS[3], adaptive, 'PX', 3600000)
-elseif adaptive > 0 then
-  adaptive = adaptive * tonumber(ARGV[6])
-  if adaptive <= floor or adaptive < 10 then
-    redis.call('DEL', KEYS[3])
-  else
-    redis.call('SET', KEYS[3], math.floor(adaptive), 'PX', 3600000)
+local latency = tonumber(ARGV[4])
+local half, window = tonumber(ARGV[5]), tonumber(ARGV[6])
+local adaptive = decayed(redis.call('GET', KEYS[3]), now, half)
+if signal == 1 then
+  local req, bad = counts(KEYS[5], now, window)
+  bad = bad + 1
+  redis.call('HSET', KEYS[5], 'req', tostring(math.max(req, bad)), 'bad', tostring(bad), 't', now)
+  redis.call('PEXPIRE', KEYS[5], math.floor(window * 10))
+  if bad + 0.01 >= tonumber(ARGV[7]) and bad >= tonumber(ARGV[8]) * math.max(req, bad) then
+    adaptive = math.max(adaptive * 2, tonumber(ARGV[9]), latency * tonumber(ARGV[11]))
   end
+end
+adaptive = math.min(adaptive, tonumber(ARGV[10]))
+if adaptive < 10 then
+  redis.call('DEL', KEYS[3])
+else
+  redis.call('SET', KEYS[3], math.floor(adaptive) .. ' ' .. now, 'PX', math.floor(half * 12))
 end
 if retry_after > 0 then
   local nxt = tonumber(redis.call('GET', KEYS[1]) or '0')
@@ -80,10 +134,11 @@ if retry_after > 0 then
     redis.call('SET', KEYS[1], now + retry_after, 'PX', retry_after + 60000)
   end
 end
-return adaptive
+return math.floor(adaptive)
 """
+)
 
-_scripts: dict[str, object] = {}
+_scripts: dict[str, Any] = {}
 
 
 def _script(source: str):
@@ -94,9 +149,19 @@ def _script(source: str):
 
 
 def keys(job_id: int, host: str) -> list[str]:
-    """next-slot, in-flight, adaptive delay, Crawl-delay floor."""
+    """next-slot, in-flight, adaptive delay, Crawl-delay floor, recent outcome counts."""
     base = f"crawl:host:{job_id}:{host}"
-    return [f"{base}:next", f"{base}:inflight", f"{base}:delay", f"{base}:floor"]
+    return [f"{base}:next", f"{base}:inflight", f"{base}:delay", f"{base}:floor", f"{base}:health"]
+
+
+def decayed_delay(raw: bytes | str | None, now_ms: int, half_life_s: float) -> float:
+    """Seconds of adaptive delay in force now, from the stored "milliseconds set-at" value."""
+    if not raw:
+        return 0.0
+    text = raw.decode() if isinstance(raw, bytes) else raw
+    value, _, at = text.partition(" ")
+    age = max(0, now_ms - int(at or now_ms))
+    return float(value) * 2 ** (-age / (half_life_s * 1000)) / 1000
 
 
 @dataclass
@@ -104,23 +169,25 @@ class Slot:
     granted: bool
     wait: float  # seconds until the slot (granted) or until it is worth asking again
     token: str
-    adaptive: bool  # an adaptive delay is in force: report the outcome with finish()
+    circuit: bool  # the host has circuit-breaker state: ask tasks/fetch/circuit.py first
 
 
 def acquire(job_id: int, host: str, delay_s: float, concurrency: int, job=None) -> Slot:
     """Reserve the host's next request slot for this worker, or say how long to wait."""
     token = uuid.uuid4().hex
-    granted, wait_ms, adaptive = _script(_ACQUIRE)(
-        keys=keys(job_id, host),
+    granted, wait_ms, circuit_state = _script(_ACQUIRE)(
+        keys=[*keys(job_id, host), circuit.key(job_id, host)],
         args=[
             int(delay_s * 1000),
             concurrency,
             int(setting("HOST_MAX_WAIT_S", job) * 1000),
             int(setting("FETCH_DEADLINE_S", job) * 1000) + 5000,
             token,
+            int(setting("THROTTLE_HALF_LIFE_S", job) * 1000),
+            int(setting("THROTTLE_WINDOW_S", job) * 1000),
         ],
     )
-    return Slot(bool(granted), int(wait_ms) / 1000.0, token, int(adaptive) > 0)
+    return Slot(bool(granted), int(wait_ms) / 1000.0, token, bool(circuit_state))
 
 
 def finish(
@@ -128,23 +195,30 @@ def finish(
     host: str,
     slot: Slot,
     *,
-    delay_s: float,
-    slows: bool,
-    retry_after: float | None,
+    signal: int,
+    retry_after: float | None = None,
+    latency: float = 0.0,
     job=None,
-) -> None:
-    """Free the slot's in-flight place and adapt the host's delay to the outcome."""
-    _script(_FINISH)(
+) -> float:
+    """Free the slot's in-flight place and report the outcome; returns the adaptive delay."""
+    hold = min(retry_after or 0.0, setting("RETRY_BACKOFF_MAX_S", job))
+    adaptive_ms = _script(_FINISH)(
         keys=keys(job_id, host),
         args=[
             slot.token,
-            1 if slows else 0,
-            int((retry_after or 0) * 1000),
-            int(delay_s * 1000),
+            signal,
+            int(hold * 1000),
+            int(latency * 1000),
+            int(setting("THROTTLE_HALF_LIFE_S", job) * 1000),
+            int(setting("THROTTLE_WINDOW_S", job) * 1000),
+            setting("THROTTLE_MIN_SIGNALS", job),
+            setting("THROTTLE_SIGNAL_RATIO", job),
+            int(setting("THROTTLE_START_DELAY_S", job) * 1000),
             int(setting("THROTTLE_MAX_DELAY_S", job) * 1000),
-            setting("THROTTLE_DECAY", job),
+            setting("THROTTLE_LATENCY_FACTOR", job),
         ],
     )
+    return int(adaptive_ms) / 1000.0
 
 
 def set_floor(job_id: int, host: str, crawl_delay_s: float | None) -> None:
@@ -156,18 +230,24 @@ def set_floor(job_id: int, host: str, crawl_delay_s: float | None) -> None:
         client().delete(key)
 
 
-def host_delays(job_id: int, hosts: list[str], delay_s: float) -> dict[str, tuple[float, float]]:
+def host_delays(
+    job_id: int, hosts: list[str], delay_s: float, job=None
+) -> dict[str, tuple[float, float]]:
     """For the scheduler: each host's (effective delay, seconds until its next free slot)."""
     if not hosts:
         return {}
     redis = client()
     now_s, now_us = redis.time()
     now_ms = now_s * 1000 + now_us // 1000
-    names = [k for h in hosts for k in (keys(job_id, h)[0], keys(job_id, h)[2], keys(job_id, h)[3])]
+    half_life = setting("THROTTLE_HALF_LIFE_S", job)
+    names = []
+    for h in hosts:
+        k = keys(job_id, h)
+        names += [k[0], k[2], k[3]]
     values = redis.mget(names)
     out = {}
     for i, host in enumerate(hosts):
-        nxt, adaptive, floor = (int(v or 0) for v in values[3 * i : 3 * i + 3])
-        delay = max(delay_s * 1000, adaptive, floor) / 1000.0
-        out[host] = (delay, max(0, nxt - now_ms) / 1000.0)
+        nxt, adaptive, floor = values[3 * i : 3 * i + 3]
+        delay = max(delay_s, decayed_delay(adaptive, now_ms, half_life), int(floor or 0) / 1000)
+        out[host] = (delay, max(0, int(nxt or 0) - now_ms) / 1000.0)
     return out

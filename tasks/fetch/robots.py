@@ -2,16 +2,22 @@
 
 Reads ``ROBOTS_TTL_S``, ``ROBOTS_ERROR_TTL_S`` and ``ROBOTS_MAX_BYTES``.
 
-RFC 9309: a 2xx body is parsed (protego); 4xx means no restrictions; 5xx or an unreachable
-server means "disallow everything for a while": the URL waits in the frontier and robots.txt
-is asked for again after ``ROBOTS_ERROR_TTL_S``. The job's user agent is matched, and
-``Crawl-delay`` for it becomes the host's politeness floor. One worker fetches a host's
-robots.txt (a Redis lock); the others wait for its result in the frontier, not in a loop.
+RFC 9309: a 2xx body is parsed (protego); 4xx, and a robots.txt that cannot be followed
+(invalid or looping redirects, too many of them, a broken response), means no restrictions;
+5xx or a server that stops answering means "disallow everything for now": the URL is retried
+on its own backoff (``robots_unavailable``) and robots.txt is asked for again after
+``ROBOTS_ERROR_TTL_S``. A host that cannot be reached at all (refused, DNS, TLS) is the
+host's failure, not robots.txt's: the URL gets that outcome and it counts toward the host's
+circuit breaker, which is asked before robots.txt is fetched. The job's user agent is
+matched, and ``Crawl-delay`` for it becomes the host's politeness floor. One worker fetches a
+host's robots.txt (a Redis lock); the others wait for its result in the frontier, not in a
+loop.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import time
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
@@ -19,20 +25,24 @@ from urllib.parse import urlsplit
 from protego import Protego
 
 from tasks.broker import client
+from tasks.content.urls import host_of
 from tasks.defaults import setting
-from tasks.fetch import fetching, outcomes
+from tasks.fetch import circuit, fetching, outcomes
 
-_parsed: dict[str, tuple[float, dict, Protego | None]] = {}  # per process, a minute at most
+log = logging.getLogger(__name__)
+_parsed: dict[str, tuple[float, dict, Protego | None]] = {}  # per process, at most _LOCAL_S old
 _LOCAL_S = 60.0
+_LOCAL_MAX = 10_000  # parsed robots.txt kept per process
 
 
 @dataclass
 class Decision:
     allowed: bool = True
-    retry_in: float | None = None  # robots.txt not known yet or unavailable: wait this long
+    retry_in: float | None = None  # robots.txt is being fetched by another worker: wait this
     crawl_delay: float | None = None
     sitemaps: list[str] = field(default_factory=list)
     reason: str = ""
+    failure: outcomes.CrawlOutcome | None = None  # robots.txt could not be had: the URL's outcome
 
 
 def robots_url(url: str) -> str:
@@ -53,8 +63,30 @@ def _fetch(url: str, user_agent: str, job) -> dict:
     except outcomes.ClientError as exc:
         return {"status": exc.status or 404, "body": ""}
     except outcomes.CrawlOutcome as exc:
-        return {"status": exc.status or 0, "body": "", "error": exc.reason}
+        entry = {"status": exc.status or 0, "body": "", "error": exc.reason}
+        if exc.host_level:
+            entry.update(unreachable=True, summary=exc.summary, message=str(exc)[:500])
+        elif isinstance(exc, outcomes.Permanent):  # cannot be followed: no restrictions
+            entry["status"] = 404
+        return entry
     return {"status": resp.status, "body": resp.body.decode("utf-8", "replace")}
+
+
+def _fetch_through_circuit(url: str, user_agent: str, job) -> dict | None:
+    """Fetch robots.txt unless the host's circuit says no; None: a probe runs, wait."""
+    host = host_of(url)
+    state = circuit.check(job.pk, host, job)
+    if state.state == circuit.OPEN:
+        return {"status": 0, "body": "", "unreachable": True, "open": True,
+                "summary": state.reason, "message": f"circuit open: {state.reason}"}  # fmt: skip
+    if state.state == circuit.WAIT:
+        return None
+    entry = _fetch(url, user_agent, job)
+    if entry.get("unreachable"):
+        circuit.record(job.pk, host, failed=True, reason=entry["summary"], job=job)
+    else:  # the host answered: any failures in a row are over (robots.txt is fetched rarely)
+        circuit.record(job.pk, host, failed=False, job=job)
+    return entry
 
 
 def _entry(key: str, url: str, user_agent: str, job) -> dict | None:
@@ -66,14 +98,41 @@ def _entry(key: str, url: str, user_agent: str, job) -> dict | None:
     if not redis.set(key + ":lock", "1", nx=True, ex=60):
         return None
     try:
-        entry = _fetch(url, user_agent, job)
-        ok = entry["status"] < 500 and entry["status"] != 0
+        entry = _fetch_through_circuit(url, user_agent, job)
+        if entry is None:
+            return None
+        ok = 0 < entry["status"] < 500
         ttl = setting("ROBOTS_TTL_S", job) if ok else setting("ROBOTS_ERROR_TTL_S", job)
         entry["until"] = time.time() + ttl
-        redis.set(key, json.dumps(entry), ex=int(ttl))
+        redis.set(key, json.dumps(entry), px=max(1, int(ttl * 1000)))
         return entry
     finally:
         redis.delete(key + ":lock")
+
+
+def _parse(body: str, url: str) -> Protego:
+    try:
+        return Protego.parse(body)
+    except Exception:  # a robots.txt that breaks the parser restricts nothing
+        log.warning("robots.txt at %s could not be parsed; no restrictions applied", url)
+        return Protego.parse("")
+
+
+def _failure(entry: dict) -> outcomes.CrawlOutcome:
+    if entry.get("open"):
+        return outcomes.HostUnreachable(entry["summary"] or "host unreachable")
+    if entry.get("unreachable"):
+        kind = {
+            "dns": outcomes.DNSFailure,
+            "tls": outcomes.TLSError,
+            "connect_timeout": outcomes.ConnectTimeout,
+        }.get(entry.get("error", ""), outcomes.ConnectFailed)
+        failure = kind(f"robots.txt: {entry.get('message', '')}")
+        failure.summary = entry.get("summary") or failure.summary
+        return failure
+    return outcomes.RobotsUnavailable(
+        f"robots.txt unavailable ({entry.get('error') or 'HTTP ' + str(entry['status'])})"
+    )
 
 
 def check(job, url: str, user_agent: str) -> Decision:
@@ -86,13 +145,16 @@ def check(job, url: str, user_agent: str) -> Decision:
         entry = _entry(key, rurl, user_agent, job)
         if entry is None:
             return Decision(allowed=False, retry_in=1.0, reason="robots_pending")
-        parser = Protego.parse(entry["body"]) if 200 <= entry["status"] < 300 else None
+        ok = 200 <= entry["status"] < 300
+        parser = _parse(entry["body"], rurl) if ok else None
+        if len(_parsed) >= _LOCAL_MAX:
+            _parsed.clear()
         hit = _parsed[key] = (now, entry, parser)
     _, entry, parser = hit
     status = entry["status"]
     if status >= 500 or status == 0:
-        wait = max(1.0, entry.get("until", 0) - time.time())
-        return Decision(allowed=False, retry_in=wait, reason="robots_unavailable")
+        failure = _failure(entry)
+        return Decision(allowed=False, reason=failure.reason, failure=failure)
     if parser is None:  # 3xx left over after redirects, 4xx: no restrictions
         return Decision()
     return Decision(

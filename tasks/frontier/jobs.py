@@ -1,7 +1,9 @@
-"""Job-level operations: create, start, pause, resume, cancel, checkpoint.
+"""Job-level operations: create, start, pause, resume, cancel, fail, checkpoint.
 
 Each is safe to repeat and safe while workers come and go: the job's state moves by
-compare-and-set, and workers read it when they claim a URL.
+compare-and-set, and workers read it when they claim a URL. A job is validated when it is
+created (``CrawlJob.clean``): a configuration the crawl could not apply is refused with a
+message naming the field, never discovered by a worker later.
 """
 
 from __future__ import annotations
@@ -10,13 +12,13 @@ import logging
 from typing import Any
 from urllib.parse import urljoin
 
+from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import Max
 
 from tasks.content.urls import canonicalize
-from tasks.defaults import names
-from tasks.frontier import transitions
-from web.models import Checkpoint, CrawlJob, FrontierURL, JobState, URLState
+from tasks.frontier import transitions, wakeup
+from web.models import Checkpoint, CrawlJob, FrontierURL, JobState
 
 log = logging.getLogger(__name__)
 
@@ -24,18 +26,24 @@ log = logging.getLogger(__name__)
 class JobError(ValueError):
     """A job request that cannot be carried out, with a message for people."""
 
+    def __init__(self, message: str, fields: dict[str, list[str]] | None = None) -> None:
+        super().__init__(message)
+        self.fields = fields or {}
+
 
 def create_job(seeds: list[str], **fields: Any) -> CrawlJob:
-    """Validate and save a draft job; raises JobError with a readable reason."""
-    canonical = [canonicalize(s) for s in seeds]
-    bad = [s for s, c in zip(seeds, canonical, strict=True) if c is None]
-    if bad:
-        raise JobError(f"not an http(s) URL: {', '.join(bad)}")
-    unknown = set(fields.get("settings") or {}) - set(names())
-    if unknown:
-        raise JobError(f"unknown crawl settings: {', '.join(sorted(unknown))}")
-    fields.setdefault("name", canonical[0])
-    return CrawlJob.objects.create(seeds=canonical, **fields)
+    """Validate and save a draft job; raises JobError naming each field that is wrong."""
+    canonical = [canonicalize(s) or s for s in seeds] if isinstance(seeds, list) else seeds
+    fields.setdefault("name", (canonical[0] if canonical else "") or "crawl")
+    job = CrawlJob(seeds=canonical, **fields)
+    try:
+        job.full_clean()
+    except ValidationError as exc:
+        by_field = exc.message_dict
+        text = "; ".join(f"{name}: {' '.join(msgs)}" for name, msgs in by_field.items())
+        raise JobError(text, by_field) from None
+    job.save()
+    return job
 
 
 def start(job: CrawlJob) -> bool:
@@ -46,7 +54,8 @@ def start(job: CrawlJob) -> bool:
         transitions.insert_urls(job.pk, job.seeds, depth=0)
         if job.use_sitemaps:
             roots = {canonicalize(urljoin(seed, "/sitemap.xml")) for seed in job.seeds}
-            transitions.insert_urls(job.pk, sorted(roots - set(job.seeds)), depth=0)
+            transitions.insert_urls(job.pk, sorted(roots - set(job.seeds) - {None}), depth=0)
+    wakeup.nudge()
     return True
 
 
@@ -59,7 +68,10 @@ def pause(job: CrawlJob) -> bool:
 
 
 def resume(job: CrawlJob) -> bool:
-    return job.transition(JobState.RUNNING)
+    won = job.transition(JobState.RUNNING)
+    if won:
+        wakeup.nudge()
+    return won
 
 
 def cancel(job: CrawlJob) -> bool:
@@ -67,10 +79,21 @@ def cancel(job: CrawlJob) -> bool:
     with transaction.atomic():
         if not job.transition(JobState.CANCELLED):
             return False
-        FrontierURL.objects.filter(
-            job_id=job.pk, state__in=[URLState.QUEUED, URLState.SCHEDULED]
-        ).update(state=URLState.SKIPPED, error_reason="cancelled")
+        transitions.skip(FrontierURL.objects.filter(job_id=job.pk), "cancelled")
     checkpoint(job, "cancel")
+    return True
+
+
+def fail(job: CrawlJob, error: str) -> bool:
+    """End a running ``job`` that cannot go on (its configuration cannot be applied)."""
+    with transaction.atomic():
+        if not job.transition(JobState.FAILED):
+            return False
+        CrawlJob.objects.filter(pk=job.pk).update(error=error[:5000])
+        job.error = error[:5000]
+        transitions.skip(FrontierURL.objects.filter(job_id=job.pk), "job_failed")
+    log.error("job=%s failed: %s", job.pk, error)
+    checkpoint(job, "failed")
     return True
 
 

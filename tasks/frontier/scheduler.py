@@ -1,7 +1,8 @@
 """The scheduler: releases due URLs from the frontier into the broker, and keeps the books.
 
-Reads ``SCHEDULER_TICK_S``, ``SCHEDULER_BATCH``, ``READY_PER_JOB``, ``READY_MIN``,
-``DISPATCH_LOOKAHEAD_S``, ``SWEEP_INTERVAL_S`` and ``CHECKPOINT_INTERVAL_S``.
+Reads ``SCHEDULER_TICK_S``, ``SCHEDULER_IDLE_S``, ``SCHEDULER_BATCH``, ``READY_PER_JOB``,
+``READY_MIN``, ``DISPATCH_LOOKAHEAD_S``, ``SCHEDULER_HORIZON_S``, ``SWEEP_INTERVAL_S``,
+``SCHEDULED_STALE_S`` and ``CHECKPOINT_INTERVAL_S``.
 
 Each pass, for every running job: move up to a batch of due QUEUED URLs (``not_before`` past,
 shallowest first) to SCHEDULED in one transaction, then publish one message each, after the
@@ -12,15 +13,25 @@ A message thus waits tens of milliseconds in the broker, not the time the worker
 drain a deep queue; URLs that must wait, or that no worker is free for, stay in the
 frontier, where pause, cancel and priorities still apply to them (and where the autoscaler
 counts them: ``crawlplatform_frontier_due_urls``). A job with no queued, scheduled or leased
-URL left is finished (decided by the database, never by an empty list in Redis).
+URL left is finished (decided by the database, never by an empty list in Redis). Queued URLs
+of a host whose circuit is open fail there, in bulk, without a message.
+
+Between passes it sleeps as long as nothing can be due: ``SCHEDULER_TICK_S`` while workers
+take messages, else until the next URL's ``not_before`` or a polite host's next slot, at most
+``SCHEDULER_IDLE_S``; a worker that adds work wakes it at once (``tasks/frontier/wakeup.py``).
+An idle platform costs a pass every few seconds; a polite crawl about a pass per release.
 
 Every ``SWEEP_INTERVAL_S`` it also returns expired leases to the queue and re-publishes
-scheduled URLs whose messages the broker no longer holds (Redis flushed or restarted).
+scheduled URLs whose messages are gone (Redis flushed) or stuck (reserved by a worker that
+died) once they have waited ``SCHEDULED_STALE_S``.
 
 One scheduler is active at a time: leadership is a Redis key with a short expiry that the
-leader renews each pass; if the leader dies, another scheduler takes over within
-``LEADER_TTL_S``. Several may run (the ``crawl`` command, ``manage.py scheduler``); the others
-stand by.
+leader renews each pass; if the leader dies, another takes over within ``LEADER_TTL_S``. A
+new leader also raises the fencing epoch in the database (``SchedulerFence``), and every
+release checks, in its own transaction, that the epoch is still its leader's: a leader whose
+lease ran out during a slow pass writes nothing. Standbys loop too (touching the heartbeat
+file their probes read), ready to take over. A database or Redis outage is ridden out: the
+loop logs one line, waits with a bounded backoff and carries on.
 """
 
 from __future__ import annotations
@@ -34,26 +45,36 @@ import uuid
 from pathlib import Path
 
 from django.conf import settings
-from django.db import close_old_connections, connection, connections, transaction
+from django.db import DatabaseError, close_old_connections, connection, connections, transaction
+from django.db.models import F, Min
 from django.utils import timezone
+from redis.exceptions import RedisError
 
 from tasks import broker
 from tasks.defaults import setting
-from tasks.fetch import politeness
-from tasks.frontier import jobs, transitions
-from web.models import PENDING_STATES, CrawlJob, FrontierURL, JobState, URLState
+from tasks.fetch import circuit, outcomes, politeness
+from tasks.frontier import jobs, transitions, wakeup
+from web.models import PENDING_STATES, CrawlJob, FrontierURL, JobState, SchedulerFence, URLState
 
 log = logging.getLogger(__name__)
 
 LEADER_KEY = "crawl:scheduler:leader"
 LEADER_TTL_S = 5.0
+FENCE = "scheduler"
+OUTAGE_BACKOFF_MAX_S = 10.0  # longest wait between two tries while the database or Redis is away
 
 _RENEW = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
 end
-return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) and 1 or 0
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 2 end
+return 0
 """
+
+
+class NotLeader(Exception):
+    """A newer leader raised the fencing epoch: this scheduler must write nothing more."""
 
 
 def publish(rows: list[tuple[int, int, int]]) -> None:
@@ -82,6 +103,11 @@ class _Pace:
 
     def blocked(self, job_id: int, now: float, horizon: float) -> list[str]:
         return [h for (j, h), t in self.released_until.items() if j == job_id and t > now + horizon]
+
+    def next_opening(self, job_id: int, now: float, horizon: float) -> float | None:
+        """Seconds until the first blocked host of the job may be released again."""
+        times = [t for (j, _), t in self.released_until.items() if j == job_id]
+        return max(0.0, min(times) - now - horizon) if times else None
 
     def take(
         self, job_id: int, host: str, delay: float, wait: float, now: float, horizon: float
@@ -132,16 +158,17 @@ class _Flow:
             for job_id, rate in self.rate.items()
         )
 
+    def drains_in(self, job_id: int) -> float | None:
+        """Seconds until the job's messages in the broker are taken at its current rate."""
+        rate = self.rate.get(job_id, 0.0)
+        outstanding = self.last.get(job_id, (0.0, 0))[1]
+        return outstanding / rate if rate > 0.1 and outstanding else None
+
 
 _flow = _Flow()
 
 
-Row = tuple[int, int, str, int, str, str]  # id, depth, host, attempts, url, error_reason
-
-
-def first_release(row: Row) -> bool:
-    """Never released before: no attempt, and no deferral (a deferral leaves its reason)."""
-    return row[3] == 0 and not row[5]
+Row = tuple[int, int, str, bool, str]  # id, depth, host, released before, url
 
 
 def _candidates(job: CrawlJob, limit: int, blocked: list[str]) -> list[Row]:
@@ -153,11 +180,11 @@ def _candidates(job: CrawlJob, limit: int, blocked: list[str]) -> list[Row]:
     qs = qs.order_by("depth", "id")
     if connection.features.has_select_for_update_skip_locked:
         qs = qs.select_for_update(skip_locked=True)
-    return list(qs.values_list("id", "depth", "host", "attempts", "url", "error_reason")[:limit])
+    return list(qs.values_list("id", "depth", "host", "released", "url")[:limit])
 
 
 class _Caps:
-    """Per-host and per-pattern caps on first attempts, counted in Redis per job."""
+    """Per-host and per-pattern caps on first releases, counted in Redis per job."""
 
     def __init__(self, job: CrawlJob) -> None:
         self.key = f"crawl:caps:{job.pk}"
@@ -174,7 +201,7 @@ class _Caps:
         self.counts = {f: int(v or 0) for f, v in zip(fields, values, strict=True)}
 
     def admit(self, host: str, url: str) -> str:
-        """'' if one more first attempt fits (and count it), else the reason it does not."""
+        """'' if one more first release fits (and count it), else the reason it does not."""
         host_field = f"h:{host}"
         if self.per_host is not None and self.counts.get(host_field, 0) >= self.per_host:
             return "host_cap"
@@ -202,42 +229,89 @@ def _max_pages_left(job: CrawlJob) -> int | None:
         return None
     left = job.max_pages - job.released
     if left <= 0:
-        skipped = FrontierURL.objects.filter(
-            job_id=job.pk, state=URLState.QUEUED, attempts=0, error_reason=""
-        ).update(state=URLState.SKIPPED, error_reason="max_pages")
+        never = FrontierURL.objects.filter(job_id=job.pk, state=URLState.QUEUED, released=False)
+        skipped = transitions.skip(never, "max_pages")
         if skipped:
             log.info("job=%s max_pages reached: %d URLs skipped", job.pk, skipped)
     return left
 
 
-def release(job: CrawlJob) -> int:
+def _check_fence(epoch: int | None) -> None:
+    """Inside a release's transaction: the epoch is still ours (and stays so until commit)."""
+    if epoch is None:
+        return
+    if not SchedulerFence.objects.filter(name=FENCE, epoch=epoch).update(epoch=F("epoch")):
+        raise NotLeader(f"a newer scheduler leads (this one had epoch {epoch})")
+
+
+def _fail_open_hosts(job: CrawlJob, by_host: dict[str, list[Row]]) -> None:
+    for host, reason in circuit.open_hosts(job.pk, list(by_host)).items():
+        unreachable = outcomes.HostUnreachable(f"{reason or 'unreachable'} (circuit open)")
+        failed = transitions.fail_host(job.pk, host, unreachable)
+        log.warning("job=%s host=%s circuit open (%s): %d queued URLs failed", job.pk, host,
+                    reason, failed)  # fmt: skip
+        del by_host[host]
+
+
+def _next_due(job: CrawlJob) -> float | None:
+    """Seconds until the job's next waiting URL is due (None: none waits)."""
+    now = timezone.now()
+    waiting = FrontierURL.objects.filter(job_id=job.pk, state=URLState.QUEUED, not_before__gt=now)
+    first = waiting.aggregate(t=Min("not_before"))["t"]
+    return None if first is None else (first - now).total_seconds()
+
+
+def _hint(
+    job: CrawlJob, now: float, horizon: float, *, more: bool = False, held_back: bool = False
+) -> float | None:
+    """Seconds until the job may have something to release; None: not before new work.
+
+    ``more``: the budget ran out with URLs still due; ``held_back``: due URLs wait for a free
+    in-flight place of their host (freed by a finishing page, which does not wake us)."""
+    if more:
+        return 0.0
+    hints = [t for t in (_pace.next_opening(job.pk, now, horizon), _next_due(job)) if t is not None]
+    if held_back:
+        hints.append(setting("SCHEDULER_TICK_S"))
+    drain = _flow.drains_in(job.pk)
+    if drain is not None:
+        hints.append(drain / 2)
+    return min(hints, default=None)
+
+
+def release(job: CrawlJob, epoch: int | None = None) -> tuple[int, float | None]:
     """Move due URLs of ``job`` to SCHEDULED, host-fair and paced, and publish them.
 
     Hosts take turns (round-robin over the shallowest due URLs), a polite host gets no more
     URLs than it can be sent within ``SCHEDULER_HORIZON_S``, and hosts that are paced out are
-    left out of the query so that they cannot crowd the others out. Returns how many.
+    left out of the query so that they cannot crowd the others out. Returns how many, and in
+    how many seconds the job may have more to release (None: not before new work arrives).
     """
     outstanding = FrontierURL.objects.filter(job_id=job.pk, state=URLState.SCHEDULED).count()
     now, horizon = time.monotonic(), setting("SCHEDULER_HORIZON_S", job)
     target = _flow.ready_target(job, outstanding, now)
     _flow.released(job.pk, outstanding, now)
     budget = min(target - outstanding, setting("SCHEDULER_BATCH", job))
-    left = _max_pages_left(job)  # first releases still allowed; retries are not counted
     if budget <= 0:
-        return 0
+        drain = _flow.drains_in(job.pk)
+        return 0, setting("SCHEDULER_TICK_S") if drain is None else drain / 2
     caps = _Caps(job)
     # Pacing and caps turn some candidates down: look further ahead when they may apply.
     window = budget * 4 if job.delay > 0 or job.host_concurrency or caps.active else budget
     with transaction.atomic():
+        _check_fence(epoch)
+        left = _max_pages_left(job)  # first releases still allowed; retries are not counted
         rows = _candidates(job, window, _pace.blocked(job.pk, now, horizon))
         if not rows:
-            return 0
+            return 0, _hint(job, now, horizon, more=False)
         by_host: dict[str, list[Row]] = {}
         for row in rows:
             by_host.setdefault(row[2], []).append(row)
-        delays = politeness.host_delays(job.pk, list(by_host), job.delay)
+        _fail_open_hosts(job, by_host)
+        delays = politeness.host_delays(job.pk, list(by_host), job.delay, job)
         caps.load(set(by_host))
         chosen, capped, taken = [], {}, dict.fromkeys(by_host, 0)
+        held_back = len(rows) >= window  # more due rows than were looked at
         while len(chosen) < budget and by_host:
             for host in list(by_host):
                 queue = by_host[host]
@@ -247,12 +321,14 @@ def release(job: CrawlJob) -> int:
                 delay, wait = delays[host]
                 if job.host_concurrency and taken[host] >= job.host_concurrency:
                     by_host.pop(host, None)
+                    held_back = True  # due, but the host's in-flight places are taken
                     continue
-                if left is not None and first_release(row):
+                first = not row[3]
+                if left is not None and first:
                     if left <= 0:
                         continue  # max_pages reached: skipped above, or on the next pass
                     left -= 1
-                if caps.active and first_release(row):
+                if caps.active and first:
                     reason = caps.admit(host, row[4])
                     if reason:
                         capped.setdefault(reason, []).append(row[0])
@@ -265,23 +341,19 @@ def release(job: CrawlJob) -> int:
                 if len(chosen) >= budget:
                     break
         for reason, ids in capped.items():
-            FrontierURL.objects.filter(pk__in=ids, state=URLState.QUEUED).update(
-                state=URLState.SKIPPED, error_reason=reason
-            )
+            transitions.skip(FrontierURL.objects.filter(pk__in=ids), reason)
         if not chosen:
-            return 0
-        FrontierURL.objects.filter(pk__in=[r[0] for r in chosen], state=URLState.QUEUED).update(
-            state=URLState.SCHEDULED, scheduled_at=timezone.now()
-        )
-        first = [r for r in chosen if first_release(r)]
+            return 0, _hint(job, now, horizon, held_back=held_back)
+        transitions.schedule([r[0] for r in chosen])
+        first = [r for r in chosen if not r[3]]
         if first:
-            CrawlJob.objects.filter(pk=job.pk).update(released=job.released + len(first))
+            CrawlJob.objects.filter(pk=job.pk).update(released=F("released") + len(first))
             job.released += len(first)
         messages = [(r[0], job.pk, priority(r[1], job.priority)) for r in chosen]
         transaction.on_commit(lambda: publish(messages))
     _flow.released(job.pk, outstanding + len(chosen), now)
     caps.save([(r[2], r[4]) for r in first])
-    return len(chosen)
+    return len(chosen), _hint(job, now, horizon, more=len(chosen) >= budget, held_back=held_back)
 
 
 def finish_if_done(job: CrawlJob) -> bool:
@@ -295,99 +367,200 @@ def finish_if_done(job: CrawlJob) -> bool:
 
 
 def reconcile() -> int:
-    """Re-publish scheduled URLs whose messages are gone; returns how many were re-published.
+    """Re-publish scheduled URLs whose messages are gone or stuck; returns how many.
 
-    Every SCHEDULED row has a message, ready or unacked, unless the broker lost it. When the
-    broker holds fewer messages than there are scheduled rows, the oldest rows are published
-    again; a duplicate message is harmless (the claim is a compare-and-set).
+    Every SCHEDULED row has a message. When the broker's ready lists hold fewer messages than
+    there are scheduled rows, some messages are lost (Redis flushed) or reserved by a worker
+    that died (they come back only after the visibility timeout); the oldest rows that have
+    waited ``SCHEDULED_STALE_S`` are published again. A duplicate message is harmless (the
+    claim is a compare-and-set), and a flushed broker holds no reserved ones at all, so after a
+    flush every scheduled row is published again at once.
     """
     scheduled = FrontierURL.objects.filter(state=URLState.SCHEDULED)
     expected = scheduled.count()
     if not expected:
         return 0
     held = broker.depth()
-    missing = expected - held["ready"] - held["unacked"]
+    missing = expected - held["ready"]
     if missing <= 0:
         return 0
+    if held["unacked"]:  # some are reserved by workers: only the ones that waited too long
+        stale = timezone.now() - timezone.timedelta(seconds=setting("SCHEDULED_STALE_S"))
+        scheduled = scheduled.filter(scheduled_at__lt=stale)
     rows = list(scheduled.order_by("scheduled_at").values_list("id", "job_id", "depth")[:missing])
+    if not rows:
+        return 0
     FrontierURL.objects.filter(pk__in=[r[0] for r in rows]).update(scheduled_at=timezone.now())
     publish(rows)
-    log.warning("reconcile: re-published %d scheduled URLs the broker had lost", len(rows))
+    log.warning("reconcile: re-published %d scheduled URLs whose messages were lost or stuck",
+                len(rows))  # fmt: skip
     return len(rows)
 
 
+def sweep() -> int:
+    """Expired leases back to the queue, lost messages published again (also run by beat)."""
+    swept = transitions.reclaim_expired()
+    if swept:
+        log.warning("sweep: %d expired leases returned to the queue (or failed)", swept)
+    return swept + reconcile()
+
+
 class Scheduler:
-    """The scheduling loop; ``run`` until ``stop`` is set."""
+    """The scheduling loop; ``run`` until ``stop`` is set (or :meth:`shutdown` is called)."""
 
     def __init__(self, job_ids: list[int] | None = None) -> None:
         self.job_ids = job_ids
         self.identity = uuid.uuid4().hex
         self.stop = threading.Event()
-        self._renew = broker.client().register_script(_RENEW)
+        self.epoch: int | None = None
+        self._renew = None
         self._last_sweep = 0.0
         self._last_checkpoint = time.monotonic()
+        self._listening = False
+        self._checked: dict[int, str] = {}  # job -> the configuration last found applicable
+
+    def shutdown(self) -> None:
+        self.stop.set()
+        try:
+            wakeup.interrupt()
+        except RedisError:
+            pass
 
     def is_leader(self) -> bool:
+        if self._renew is None:
+            self._renew = broker.client().register_script(_RENEW)
         ttl_ms = int(LEADER_TTL_S * 1000)
-        return bool(self._renew(keys=[LEADER_KEY], args=[self.identity, ttl_ms]))
+        won = int(self._renew(keys=[LEADER_KEY], args=[self.identity, ttl_ms]))
+        if won == 2 or (won and self.epoch is None):
+            self.epoch = self._advance_epoch()
+            log.info("scheduler %s leads (epoch %d)", self.identity[:8], self.epoch)
+        elif not won:
+            self.epoch = None
+        return bool(won)
+
+    @staticmethod
+    def _advance_epoch() -> int:
+        with transaction.atomic():
+            SchedulerFence.objects.get_or_create(name=FENCE)
+            SchedulerFence.objects.filter(name=FENCE).update(epoch=F("epoch") + 1)
+            return SchedulerFence.objects.get(name=FENCE).epoch
 
     def resign(self) -> None:
         client = broker.client()
         if client.get(LEADER_KEY) == self.identity.encode():
             client.delete(LEADER_KEY)
+        self.epoch = None
 
-    def tick(self) -> int:
-        """One pass over the running jobs; returns URLs released."""
+    def _running(self):
         running = CrawlJob.objects.filter(state=JobState.RUNNING)
         if self.job_ids is not None:
             running = running.filter(pk__in=self.job_ids)
-        released = 0
+        return list(running)
+
+    def _pass_job(self, job: CrawlJob) -> tuple[int, float | None]:
+        """Release one job's due URLs; a job whose configuration cannot be applied fails, and
+        a job whose pass breaks is logged and skipped: neither holds up the other jobs."""
+        signature = repr((job.include_patterns, job.exclude_patterns, job.path_caps,
+                          job.settings, job.delay))  # fmt: skip
+        problems = {} if self._checked.get(job.pk) == signature else job.problems(seeds=False)
+        if not problems:
+            self._checked[job.pk] = signature
+        else:
+            text = "; ".join(f"{name}: {' '.join(msgs)}" for name, msgs in problems.items())
+            jobs.fail(job, f"configuration cannot be applied: {text}")
+            return 0, None
+        try:
+            released, hint = release(job, self.epoch)
+        except (NotLeader, DatabaseError, RedisError):
+            raise
+        except Exception:
+            log.exception("job=%s: release failed; other jobs go on", job.pk)
+            return 0, 1.0
+        if released == 0 and hint is None:
+            finish_if_done(job)
+        return released, hint
+
+    def tick(self) -> tuple[int, float]:
+        """One pass over the running jobs; returns (URLs released, seconds to the next pass)."""
+        running = self._running()
+        released, hints = 0, []
         for job in running:
-            n = release(job)
+            n, hint = self._pass_job(job)
             released += n
-            if n == 0:
-                finish_if_done(job)
+            if hint is not None:
+                hints.append(hint)
         now = time.monotonic()
-        if now - self._last_sweep >= setting("SWEEP_INTERVAL_S"):
+        sweep_every = setting("SWEEP_INTERVAL_S")
+        if now - self._last_sweep >= sweep_every:
             self._last_sweep = now
-            swept = transitions.sweep_expired_leases()
-            if swept:
-                log.warning("sweep: %d expired leases returned to the queue", swept)
-            reconcile()
+            sweep()
             _pace.forget_before(now)
         if now - self._last_checkpoint >= setting("CHECKPOINT_INTERVAL_S"):
             self._last_checkpoint = now
             for job in running:
                 jobs.checkpoint(job, "periodic")
-        return released
+        pause = min([setting("SCHEDULER_IDLE_S"), *hints])
+        if running:
+            pause = min(pause, max(0.0, self._last_sweep + sweep_every - now))
+        return released, pause
 
-    @staticmethod
-    def pause() -> float:
-        """Seconds until the next pass: half the lookahead while workers take messages (the
-        broker holds about a lookahead of them), ``SCHEDULER_TICK_S`` when idle."""
-        tick = setting("SCHEDULER_TICK_S")
-        if _flow.busy(time.monotonic()):
-            tick = min(tick, setting("DISPATCH_LOOKAHEAD_S") / 2)
-        return tick
+    def _sleep(self, seconds: float) -> None:
+        """Sleep until due, or until a worker adds work (after one more pass, see wakeup)."""
+        if seconds <= setting("SCHEDULER_TICK_S"):
+            self._listening = False
+            self.stop.wait(seconds)
+            return
+        if not self._listening:
+            # Work added from now on wakes us; a pass first sees anything added before.
+            wakeup.listen(seconds + 1)
+            self._listening = True
+            return
+        self._listening = False
+        wakeup.wait(seconds)
 
     def run(self) -> None:
         log.info("scheduler %s started", self.identity[:8])
+        outage_since, backoff = None, 0.5
         try:
             while not self.stop.is_set():
+                Path(setting("SCHEDULER_HEARTBEAT_FILE")).touch()
                 close_old_connections()
                 try:
                     if not self.is_leader():
                         self.stop.wait(LEADER_TTL_S / 2)
                         continue
-                    released = self.tick()
+                    released, pause = self.tick()
+                except NotLeader as exc:
+                    log.warning("scheduler %s steps down: %s", self.identity[:8], exc)
+                    self.epoch = None
+                    self.stop.wait(LEADER_TTL_S)
+                    continue
+                except (DatabaseError, RedisError) as exc:
+                    if outage_since is None:  # one line per outage, not a traceback per try
+                        outage_since = time.monotonic()
+                        log.warning("scheduler: database or Redis unavailable (%s); retrying",
+                                    exc)  # fmt: skip
+                    connections.close_all()
+                    self.stop.wait(backoff)
+                    backoff = min(backoff * 2, OUTAGE_BACKOFF_MAX_S)
+                    continue
                 except Exception:
                     log.exception("scheduler pass failed; retrying")
                     self.stop.wait(1.0)
                     continue
-                Path(setting("SCHEDULER_HEARTBEAT_FILE")).touch()
-                if released < setting("SCHEDULER_BATCH"):  # else more is due right now
-                    self.stop.wait(self.pause())
+                if outage_since is not None:
+                    log.warning("scheduler: back after %.0f s", time.monotonic() - outage_since)
+                    outage_since, backoff = None, 0.5
+                if released >= setting("SCHEDULER_BATCH"):
+                    continue  # more is due right now
+                try:
+                    self._sleep(pause)
+                except RedisError:
+                    self.stop.wait(min(pause, 1.0))
         finally:
-            self.resign()
+            try:
+                self.resign()
+            except RedisError:
+                pass
             connections.close_all()
             log.info("scheduler %s stopped", self.identity[:8])

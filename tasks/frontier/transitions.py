@@ -1,12 +1,22 @@
-"""The frontier: every URL of a job, its state, and the moves between states.
+"""The frontier: every URL of a job, its state, and the moves between states, one function each.
 
-Reads ``LEASE_S``, ``RETRY_MAX_ATTEMPTS``, ``RETRY_BACKOFF_BASE_S`` and ``RETRY_BACKOFF_MAX_S``.
+Reads ``LEASE_S``, ``RETRY_MAX_ATTEMPTS``, ``RETRY_TIMEOUT_ATTEMPTS``, ``RETRY_BACKOFF_BASE_S``
+and ``RETRY_BACKOFF_MAX_S``.
 
 A URL is inserted once per job (``ON CONFLICT DO NOTHING`` on the unique (job, url) index:
-dedup is exact). A worker *claims* a scheduled URL with a compare-and-set that also starts
-its lease and counts the attempt; the attempt number is the lease token, so a worker whose
-lease was swept and re-granted to another cannot commit over it. Everything a page produces
-(its row, its links, the URL's new state) commits in one transaction.
+dedup is exact). The scheduler *schedules* it (one message in the broker). A worker *claims*
+a scheduled URL with a compare-and-set that also starts its lease and counts the attempt; the
+attempt number is the lease token, so a worker whose lease was swept and re-granted to another
+cannot commit over it. Everything a page produces (its row, its links, the URL's new state)
+commits in one transaction.
+
+Every way back to the queue goes through one move, :func:`_requeue` (state, lease, schedule
+and wait reset together), called by the named moves: :func:`defer` (politeness or robots says
+later; the attempt is given back), :func:`record_failure` (a transient outcome: retry after
+backoff), :func:`reclaim_expired` (the lease sweep), :func:`requeue_if_stopped` (the job was
+paused) and :func:`requeue_job` (a fresh private broker). The attempt cap holds wherever an
+attempt can start or end: a claim past the last attempt fails the URL, a retry after the last
+fails it, a swept lease on the last attempt fails it.
 """
 
 from __future__ import annotations
@@ -18,8 +28,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from django.db import DatabaseError, OperationalError, connection, transaction
-from django.db.models import Count, Q
+from django.db import IntegrityError, OperationalError, connection, transaction
+from django.db.models import Count, F, Q, QuerySet
 from django.utils import timezone
 
 from tasks.content.urls import host_of
@@ -30,6 +40,7 @@ from web.models import CrawlJob, FrontierURL, JobState, Page, URLState
 
 log = logging.getLogger(__name__)
 _TRANSIENT_SQLSTATES = {"40P01", "40001", "55P03"}  # deadlock, serialization, lock timeout
+FETCHED_VIA_REDIRECT = "fetched_via_redirect"
 
 
 class LeaseLost(Exception):
@@ -42,6 +53,8 @@ class Claim:
     job: CrawlJob
     attempt: int  # the lease token
     reason: str = ""  # why it ended or went back to wait, once it did
+    previous: str = ""  # the reason its previous attempt ended with, if any
+    new_links: bool = False  # its page added URLs to the frontier
 
 
 def insert_urls(job_id: int, urls: Iterable[str], depth: int, parent_id: int | None = None) -> None:
@@ -62,12 +75,19 @@ def insert_urls(job_id: int, urls: Iterable[str], depth: int, parent_id: int | N
         FrontierURL.objects.bulk_create(rows, ignore_conflicts=True, batch_size=1000)
 
 
+def schedule(ids: list[int]) -> int:
+    """Queued -> scheduled: the scheduler is about to publish one message for each."""
+    return FrontierURL.objects.filter(pk__in=ids, state=URLState.QUEUED).update(
+        state=URLState.SCHEDULED, scheduled_at=timezone.now(), released=True
+    )
+
+
 _CLAIM_SQL = """
 UPDATE {frontier} SET state = %s, lease_until = %s, updated_at = %s, attempts = attempts + 1
 WHERE id = %s AND job_id = %s
   AND (state = %s OR (state = %s AND lease_until < %s))
   AND EXISTS (SELECT 1 FROM {job} WHERE id = %s AND state = %s)
-RETURNING url, depth, attempts, scheduled_at
+RETURNING url, depth, attempts, scheduled_at, error_reason, error_message
 """
 _jobs: dict[int, tuple[float, CrawlJob]] = {}
 JOB_CACHE_S = 10.0  # a worker reads a job's configuration at most this often
@@ -106,9 +126,9 @@ def claim(url_id: int, job_id: int) -> Claim | None:
         ])  # fmt: skip
         row = cursor.fetchone()
     if row is None:
-        _requeue_if_stopped(url_id, job_id, now)
+        requeue_if_stopped(url_id, job_id, now)
         return None
-    url, depth, attempt, scheduled_at = row
+    url, depth, attempt, scheduled_at, reason, message = row
     if scheduled_at is not None:
         if isinstance(scheduled_at, str):
             scheduled_at = datetime.fromisoformat(scheduled_at)
@@ -118,7 +138,13 @@ def claim(url_id: int, job_id: int) -> Claim | None:
     leased = FrontierURL(
         id=url_id, job_id=job_id, url=url, depth=depth, attempts=attempt, state=URLState.LEASED
     )
-    return Claim(url=leased, job=job, attempt=attempt)
+    previous = f"{reason}: {message}".strip(": ") if reason else ""
+    return Claim(url=leased, job=job, attempt=attempt, previous=previous)
+
+
+def past_last_attempt(claim: Claim) -> bool:
+    """The claim started an attempt beyond the cap (a redelivery after its last one)."""
+    return claim.attempt > setting("RETRY_MAX_ATTEMPTS", claim.job)
 
 
 def lend_connection_back() -> None:
@@ -128,29 +154,57 @@ def lend_connection_back() -> None:
         connection.close()
 
 
-def _requeue_if_stopped(url_id: int, job_id: int, now) -> None:
-    """After a failed claim: if the job is paused, the URL waits in the frontier for resume."""
+def _requeue(
+    rows: QuerySet, *, wait: float = 0.0, reason: str | None = None, refund: bool = False, **also
+) -> int:
+    """The one move back to the queue: no lease, no message, due after ``wait`` seconds;
+    ``refund`` gives the attempt back (nothing was tried)."""
+    changes = {
+        "state": URLState.QUEUED,
+        "lease_until": None,
+        "scheduled_at": None,
+        "not_before": timezone.now() + timedelta(seconds=wait),
+        **also,
+    }
+    if reason is not None:
+        changes["error_reason"] = reason
+    if refund:
+        changes["attempts"] = F("attempts") - 1
+    return rows.update(**changes)
+
+
+def _leased(claim: Claim) -> QuerySet:
+    return FrontierURL.objects.filter(
+        pk=claim.url.pk, state=URLState.LEASED, attempts=claim.attempt
+    )
+
+
+def requeue_if_stopped(url_id: int, job_id: int, now: datetime) -> int:
+    """After a failed claim: if the job is not running, its URL waits in the frontier."""
     if CrawlJob.objects.filter(pk=job_id, state=JobState.RUNNING).exists():
-        return  # the URL was not claimable: a duplicate or late message
-    FrontierURL.objects.filter(
+        return 0  # the URL was not claimable: a duplicate or late message
+    rows = FrontierURL.objects.filter(
         Q(state=URLState.SCHEDULED) | Q(state=URLState.LEASED, lease_until__lt=now), pk=url_id
-    ).update(state=URLState.QUEUED, scheduled_at=None, lease_until=None, not_before=now)
+    )
+    return _requeue(rows)
+
+
+def requeue_job(job_id: int, states: Iterable[str]) -> int:
+    """Put a job's URLs in ``states`` back to the queue (a private broker that started empty)."""
+    return _requeue(FrontierURL.objects.filter(job_id=job_id, state__in=list(states)))
 
 
 def _finish(claim: Claim, to: str, **changes) -> None:
-    won = FrontierURL.objects.filter(
-        pk=claim.url.pk, state=URLState.LEASED, attempts=claim.attempt
-    ).update(state=to, lease_until=None, **changes)
+    won = _leased(claim).update(state=to, lease_until=None, **changes)
     if not won:
         raise LeaseLost(f"lease on URL {claim.url.pk} (attempt {claim.attempt}) ended")
 
 
-def with_retries(commit: Callable[[], None], attempts: int = 3) -> None:
+def with_retries(commit: Callable[[], object], attempts: int = 3):
     """Run a transaction again if the database aborted it as a deadlock or a lock timeout."""
     for attempt in range(1, attempts + 1):
         try:
-            commit()
-            return
+            return commit()
         except OperationalError as exc:
             transient = getattr(exc.__cause__, "sqlstate", None) in _TRANSIENT_SQLSTATES or (
                 "database is locked" in str(exc)
@@ -158,45 +212,31 @@ def with_retries(commit: Callable[[], None], attempts: int = 3) -> None:
             if not transient or attempt == attempts:
                 raise
             time.sleep(random.uniform(0.01, 0.1) * attempt)
+    return None
 
 
 def defer(claim: Claim, seconds: float, reason: str) -> str:
     """Put a leased URL back to wait ``seconds`` (politeness, robots pending); no attempt used."""
     log.info("job=%s url=%s deferred %.2f s: %s", claim.job.pk, claim.url.url, seconds, reason)
     claim.reason = reason
-    _finish(
-        claim, URLState.QUEUED, attempts=claim.attempt - 1, scheduled_at=None,
-        not_before=timezone.now() + timedelta(seconds=seconds), error_reason=reason,
-    )  # fmt: skip
+    if not _requeue(_leased(claim), wait=seconds, reason=reason, refund=True):
+        raise LeaseLost(f"lease on URL {claim.url.pk} (attempt {claim.attempt}) ended")
     return URLState.QUEUED
-
-
-def release_lease(claim: Claim) -> bool:
-    """Give a leased URL back to the queue without counting the attempt; best effort."""
-    try:
-        return bool(
-            FrontierURL.objects.filter(
-                pk=claim.url.pk, state=URLState.LEASED, attempts=claim.attempt
-            ).update(
-                state=URLState.QUEUED,
-                lease_until=None,
-                scheduled_at=None,
-                not_before=timezone.now(),
-                attempts=claim.attempt - 1,
-            )
-        )
-    except DatabaseError:
-        return False
 
 
 def record_page(
     claim: Claim, page: Page, links: list[str], note: str = "", redirect_target: str | None = None
-) -> None:
+) -> str:
     """Commit a fetched page, its new links and the URL's DONE state as one transaction.
 
-    ``note`` is an informational reason kept on a DONE URL (not_html, binary, truncated,
-    sitemap). A redirect's in-scope target is marked fetched too, so that a link to it later
-    does not fetch the same page again.
+    Returns the URL's new state. ``note`` is an informational reason kept on a DONE URL
+    (not_html, binary, truncated, sitemap).
+
+    A page reached through a redirect is stored once: this URL stores it only if it takes its
+    in-scope target too (a new row, or a queued one, marked ``fetched_via_redirect`` so that
+    a later link to it fetches nothing, or one that ended without a page). If the target is
+    fetched as its own URL (scheduled, leased, done) or another redirect already took it, this
+    URL is skipped as ``duplicate_redirect`` and stores nothing.
 
     Links the frontier already holds are left out by a plain read that never waits: an insert
     that meets an existing row which another transaction is updating (a page being stored, a
@@ -209,22 +249,27 @@ def record_page(
     check is a CTE that the page and link inserts are joined to, so a lost lease writes
     nothing. Elsewhere, and for redirects, the same steps run through the ORM.
     """
-    if connection.vendor == "postgresql" and not (
-        redirect_target and redirect_target != claim.url.url
-    ):
+    redirected = bool(redirect_target) and redirect_target != claim.url.url
+    if connection.vendor == "postgresql" and not redirected:
         _record_page_statement(claim, page, sorted(links), note)
-        return
+        return URLState.DONE
     if links:
         known = FrontierURL.objects.filter(job_id=claim.job.pk, url__in=links)
         seen = set(known.values_list("url", flat=True))
         links = [u for u in links if u not in seen]
     with transaction.atomic():
+        if redirected and not _take_redirect_target(claim, redirect_target):
+            duplicate = outcomes.DuplicateRedirect(
+                f"redirects to {redirect_target[:1900]}, which is fetched as its own URL",
+                status=page.status,
+            )
+            record_failure(claim, duplicate)
+            return URLState.SKIPPED
         _finish(claim, URLState.DONE, http_status=page.status, error_reason=note, error_message="")
         page.save(force_insert=True)
-        if redirect_target and redirect_target != claim.url.url:
-            _mark_redirect_target(claim, redirect_target)
         if links:
             insert_urls(claim.job.pk, sorted(links), claim.url.depth + 1, claim.url.pk)
+    return URLState.DONE
 
 
 _PAGE_FIELDS = [f for f in Page._meta.concrete_fields if not f.primary_key]
@@ -270,20 +315,30 @@ def _record_page_statement(claim: Claim, page: Page, links: list[str], note: str
         raise LeaseLost(f"lease on URL {claim.url.pk} (attempt {claim.attempt}) ended")
 
 
-def _mark_redirect_target(claim: Claim, target: str) -> None:
-    reason = "fetched_via_redirect"
-    FrontierURL.objects.filter(job_id=claim.job.pk, url=target, state=URLState.QUEUED).update(
-        state=URLState.SKIPPED, error_reason=reason
-    )
-    now = timezone.now()
-    FrontierURL.objects.bulk_create(
-        [FrontierURL(
-            job_id=claim.job.pk, url=target, host=host_of(target), depth=claim.url.depth,
-            state=URLState.SKIPPED, error_reason=reason, discovered_from_id=claim.url.pk,
-            not_before=now,
-        )],
-        ignore_conflicts=True,
-    )  # fmt: skip
+def _take_redirect_target(claim: Claim, target: str) -> bool:
+    """Inside the page's transaction: may this URL store the page its redirect reached?"""
+    rows = FrontierURL.objects.filter(job_id=claim.job.pk, url=target)
+    if rows.filter(state=URLState.QUEUED).update(
+        state=URLState.SKIPPED, error_reason=FETCHED_VIA_REDIRECT, error_message=claim.url.url
+    ):
+        return True
+    state = rows.values_list("state", "error_reason").first()
+    if state is None:
+        try:
+            with transaction.atomic():  # a savepoint: a concurrent insert wins the race
+                FrontierURL.objects.create(
+                    job_id=claim.job.pk, url=target, host=host_of(target), depth=claim.url.depth,
+                    state=URLState.SKIPPED, error_reason=FETCHED_VIA_REDIRECT,
+                    error_message=claim.url.url, discovered_from_id=claim.url.pk,
+                    not_before=timezone.now(), released=True,
+                )  # fmt: skip
+            return True
+        except IntegrityError:
+            state = rows.values_list("state", "error_reason").first()
+            if state is None:
+                return False
+    fetched_as_itself = state[0] in (URLState.SCHEDULED, URLState.LEASED, URLState.DONE)
+    return not (fetched_as_itself or state[1] == FETCHED_VIA_REDIRECT)
 
 
 def backoff_seconds(attempt: int, job: CrawlJob | None = None) -> float:
@@ -295,46 +350,78 @@ def backoff_seconds(attempt: int, job: CrawlJob | None = None) -> float:
     return step / 2 + random.uniform(0, step / 2)
 
 
+def _retries_left(claim: Claim, outcome: outcomes.CrawlOutcome) -> bool:
+    if not outcome.retryable:
+        return False
+    last = setting("RETRY_MAX_ATTEMPTS", claim.job)
+    if isinstance(outcome, outcomes.Timeout):
+        last = min(last, setting("RETRY_TIMEOUT_ATTEMPTS", claim.job))
+    return claim.attempt < last
+
+
 def record_failure(claim: Claim, outcome: outcomes.CrawlOutcome) -> str:
     """Retry later, fail or skip the URL according to the outcome's class; returns the new state."""
+    claim.reason = outcome.reason
     fields = {
         "error_reason": outcome.reason,
         "error_message": str(outcome)[:2000],
         "http_status": outcome.status,
     }
     job = claim.job
-    if outcome.retryable and claim.attempt < setting("RETRY_MAX_ATTEMPTS", job):
+    if _retries_left(claim, outcome):
         wait = backoff_seconds(claim.attempt, job)
         if outcome.retry_after is not None:
             wait = max(wait, min(outcome.retry_after, setting("RETRY_BACKOFF_MAX_S", job)))
-        to = URLState.QUEUED
-        fields["not_before"] = timezone.now() + timedelta(seconds=wait)
-        fields["scheduled_at"] = None
-    elif isinstance(outcome, outcomes.Skip):
-        to = URLState.SKIPPED
-    else:
-        to = URLState.FAILED
+        if not _requeue(_leased(claim), wait=wait, **fields):
+            raise LeaseLost(f"lease on URL {claim.url.pk} (attempt {claim.attempt}) ended")
+        return URLState.QUEUED
+    to = URLState.SKIPPED if isinstance(outcome, outcomes.Skip) else URLState.FAILED
     _finish(claim, to, **fields)
-    claim.reason = outcome.reason
     return to
 
 
-def sweep_expired_leases() -> int:
-    """Return URLs whose lease expired (their worker died) to the queue; their attempt counts."""
-    now = timezone.now()
-    return FrontierURL.objects.filter(state=URLState.LEASED, lease_until__lt=now).update(
-        state=URLState.QUEUED,
-        lease_until=None,
-        scheduled_at=None,
-        not_before=now,
-        error_reason="lease_expired",
+def give_up(claim: Claim) -> str:
+    """A claim past the last attempt (its worker died on the last one): the URL fails."""
+    cap = setting("RETRY_MAX_ATTEMPTS", claim.job)
+    last = claim.previous or "no outcome recorded"
+    return record_failure(
+        claim, outcomes.AttemptsExhausted(f"{cap} attempts made; the last ended with {last}")
     )
 
 
-def requeue_job(job_id: int, states: Iterable[str]) -> int:
-    """Put a job's URLs in ``states`` back to QUEUED (a private broker that started empty)."""
-    return FrontierURL.objects.filter(job_id=job_id, state__in=list(states)).update(
-        state=URLState.QUEUED, lease_until=None, scheduled_at=None, not_before=timezone.now()
+def reclaim_expired() -> int:
+    """The lease sweep: URLs whose lease expired (their worker died) go back to the queue;
+    on their last attempt they fail. Returns how many moved."""
+    now = timezone.now()
+    expired = FrontierURL.objects.filter(state=URLState.LEASED, lease_until__lt=now)
+    moved = 0
+    for job in CrawlJob.objects.filter(pk__in=expired.values("job_id")):
+        rows = expired.filter(job_id=job.pk)
+        cap = setting("RETRY_MAX_ATTEMPTS", job)
+        moved += rows.filter(attempts__gte=cap).update(
+            state=URLState.FAILED, lease_until=None, scheduled_at=None,
+            error_reason=outcomes.AttemptsExhausted.reason,
+            error_message=f"{cap} attempts made; its worker was lost during the last one",
+        )  # fmt: skip
+        moved += _requeue(rows.filter(attempts__lt=cap), reason="lease_expired")
+    return moved
+
+
+def fail_host(job_id: int, host: str, outcome: outcomes.CrawlOutcome) -> int:
+    """Every queued URL of ``host`` fails with ``outcome`` (its circuit is open)."""
+    return FrontierURL.objects.filter(job_id=job_id, host=host, state=URLState.QUEUED).update(
+        state=URLState.FAILED,
+        error_reason=outcome.reason,
+        error_message=str(outcome)[:2000],
+        scheduled_at=None,
+    )
+
+
+def skip(rows: QuerySet, reason: str) -> int:
+    """URLs that will not be fetched (caps, max_pages, cancel) end as skipped; ``rows`` are
+    queued or scheduled ones (their messages find them done)."""
+    return rows.filter(state__in=[URLState.QUEUED, URLState.SCHEDULED]).update(
+        state=URLState.SKIPPED, error_reason=reason, scheduled_at=None
     )
 
 

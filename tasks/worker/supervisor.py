@@ -2,7 +2,9 @@
 
 Each worker is ``celery -A crawlplatform worker`` in its own session, so a Ctrl-C in the
 terminal reaches only the command that supervises them; that command then asks them for a
-warm shutdown (SIGTERM: stop consuming, finish in-flight pages, exit 0).
+warm shutdown (SIGTERM: stop consuming, finish in-flight pages, exit 0). If the supervisor
+dies without asking (SIGKILL, a crash), the kernel sends them SIGTERM all the same
+(``crawlplatform/orphans.py``): no worker outlives its supervisor.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import time
 from pathlib import Path
 
 from django.conf import settings
+
+from crawlplatform.orphans import guarded
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +73,7 @@ class WorkerPool:
             self.log_dir.mkdir(parents=True, exist_ok=True)
             log = (self.log_dir / f"{name}.log").open("ab")
         self.procs[name] = subprocess.Popen(
-            worker_command(name, self.concurrency, self.pool),
+            guarded(worker_command(name, self.concurrency, self.pool)),
             cwd=settings.BASE_DIR,
             env=self.env,
             stdin=subprocess.DEVNULL,

@@ -5,21 +5,29 @@ private redis-server in ``CRAWL_DATA_DIR``). It starts its own workers (``--work
 scheduler, shows a live progress line, writes ``--output`` and prints a summary. Ctrl-C pauses
 the job (in-flight pages finish, a checkpoint is written); ``--resume JOB_ID`` continues it.
 ``--workers 0`` leaves the fetching to external workers (``celery -A crawlplatform worker``).
+
+It rides out a database or Redis outage (a failover, a restart): the progress loop, the
+scheduler and the final summary wait with a bounded backoff, say so once, and carry on. The
+workers and the private redis-server it starts end with it, however it ends.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import DatabaseError, connection
 
 from crawlplatform.embedded import EmbeddedRedis
 from tasks.defaults import setting
@@ -28,6 +36,46 @@ from tasks.frontier.scheduler import Scheduler
 from tasks.worker.supervisor import WorkerPool, WorkerStartupError
 from web import export
 from web.models import TERMINAL_STATES, CrawlJob, JobState, URLState
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+OUTAGE_BACKOFF_MAX_S = 10.0
+OUTAGE_PATIENCE_S = 600.0  # a database away longer than this ends the command (exit 1)
+# The job fields as the command line names them, for error messages.
+OPTION_OF = {
+    "seeds": "SEED",
+    "allowed_domains": "--allow-domain",
+    "include_patterns": "--include",
+    "exclude_patterns": "--exclude",
+    "max_depth": "--max-depth",
+    "max_pages": "--max-pages",
+    "max_pages_per_host": "--max-pages-per-host",
+    "delay": "--delay",
+    "host_concurrency": "--host-concurrency",
+    "name": "--name",
+}
+
+
+def with_database(call: Callable[[], T], what: str, patience: float = OUTAGE_PATIENCE_S) -> T:
+    """Run ``call``, waiting out a database outage with a bounded backoff (one line for it);
+    after ``patience`` seconds of outage the error is raised."""
+    wait, since = 0.5, None
+    while True:
+        try:
+            result = call()
+        except DatabaseError as exc:
+            connection.close()
+            if since is None:
+                since = time.monotonic()
+                log.warning("database unavailable while %s (%s); waiting for it", what, exc)
+            elif time.monotonic() - since > patience:
+                raise
+            time.sleep(wait)
+            wait = min(wait * 2, OUTAGE_BACKOFF_MAX_S)
+            continue
+        if since is not None:
+            log.warning("database back after %.0f s", time.monotonic() - since)
+        return result
 
 
 class Command(BaseCommand):
@@ -166,7 +214,12 @@ class Command(BaseCommand):
                 obey_robots=not opts["ignore_robots"],
             )
         except jobs.JobError as exc:
-            raise CommandError(str(exc)) from None
+            lines = [
+                f"{OPTION_OF.get(field, field)}: {message}"
+                for field, messages in exc.fields.items()
+                for message in messages
+            ]
+            raise CommandError("; ".join(lines) or str(exc)) from None
         jobs.start(job)
         self.stderr.write(f"job {job.pk} started: {', '.join(job.seeds)}")
         return job
@@ -213,25 +266,27 @@ class Command(BaseCommand):
             ) from None
         finally:
             if interrupted.is_set():
-                jobs.pause(job)
+                with_database(lambda: jobs.pause(job), "pausing the job", patience=60)
                 self.stderr.write("\npausing: in-flight pages finish ...")
             if pool is not None:  # a second Ctrl-C or TERM must not orphan the workers
                 pool.stop(grace=setting("FETCH_DEADLINE_S", job) + 15)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-            scheduler.stop.set()
+            scheduler.shutdown()
             thread.join(timeout=10)
-        job.refresh_from_db()
-        counts = transitions.counts(job.pk)
+        with_database(job.refresh_from_db, "reading the job")
+        counts = with_database(lambda: transitions.counts(job.pk), "counting URLs")
         elapsed = time.monotonic() - started
         if interrupted.is_set():
-            jobs.checkpoint(job, "interrupt")
+            with_database(lambda: jobs.checkpoint(job, "interrupt"), "writing a checkpoint")
             self.stderr.write(
                 f"job {job.pk} paused with {counts['done']} pages done. "
                 f"Continue with: python manage.py crawl --resume {job.pk}"
             )
             return 130
-        self._summary(job, counts, elapsed, opts["output"])
+        with_database(
+            lambda: self._summary(job, counts, elapsed, opts["output"]), "writing the results"
+        )
         return 0 if job.state == JobState.FINISHED else 1
 
     def _wait(
@@ -242,16 +297,27 @@ class Command(BaseCommand):
         last_done, last_t = None, started
         rate = 0.0
         next_count = 0.0
+        outage_since = None
         while not interrupted.wait(1.0):
             if pool is not None:
                 pool.replace_dead()
-            job.refresh_from_db()
-            if time.monotonic() < next_count and job.state == JobState.RUNNING:
+            try:
+                job.refresh_from_db()
+                if time.monotonic() < next_count and job.state == JobState.RUNNING:
+                    continue
+                # Counting is a scan of the job's frontier: on a big one, count less often, so
+                # that the progress line never costs more than about 5% of a database core.
+                before = time.monotonic()
+                counts = transitions.counts(job.pk)
+            except DatabaseError as exc:
+                connection.close()  # the next try gets a fresh connection
+                if outage_since is None:
+                    outage_since = time.monotonic()
+                    self.stderr.write(f"\ndatabase unavailable ({exc}); waiting for it")
                 continue
-            # Counting is a scan of the job's frontier: on a big one, count less often, so
-            # that the progress line never costs more than about 5% of a database core.
-            before = time.monotonic()
-            counts = transitions.counts(job.pk)
+            if outage_since is not None:
+                self.stderr.write(f"database back after {time.monotonic() - outage_since:.0f} s")
+                outage_since = None
             now = time.monotonic()
             next_count = now + 20 * (now - before)
             done = counts["done"]

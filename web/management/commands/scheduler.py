@@ -20,6 +20,6 @@ class Command(BaseCommand):
     def handle(self, *args, **opts) -> None:
         scheduler = Scheduler()
         for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: scheduler.stop.set())
+            signal.signal(sig, lambda *_: scheduler.shutdown())
         self.stderr.write(f"scheduler {scheduler.identity[:8]} running; SIGTERM stops it")
         scheduler.run()

@@ -1,0 +1,137 @@
+"""A circuit breaker per (job, host): a dead host fails its URLs fast instead of retrying each.
+
+Reads ``CIRCUIT_FAILURES``, ``CIRCUIT_MIN_SPAN_S`` and ``CIRCUIT_COOLDOWN_S``.
+
+Host-level failures (connection refused or unreachable, DNS failure, TLS handshake failure,
+connect timeout: see ``tasks/fetch/outcomes.py``) say nothing about one URL and everything
+about its host. ``CIRCUIT_FAILURES`` of them in a row, spread over at least
+``CIRCUIT_MIN_SPAN_S`` (a server restarting for a second does not count as dead), open the
+host's circuit: its URLs then fail at once as ``host_unreachable`` with the last failure's
+summary (``connection refused``), without a request. The scheduler fails the queued ones in
+bulk; a worker that claims one fails it before fetching. After ``CIRCUIT_COOLDOWN_S`` the
+circuit is half-open: one URL goes through as a probe while the others wait a moment; the
+probe's success closes the circuit, a host-level failure opens it again. Any answer from the
+server (even a 404 or a 503) is a success here: the host is reachable.
+
+State lives in Redis (``crawl:host:{job}:{host}:circuit``), changed by one Lua call on Redis
+server time, shared by every worker and the scheduler.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tasks.broker import client
+from tasks.defaults import setting
+
+CLOSED, OPEN, PROBE, WAIT = "closed", "open", "probe", "wait"
+
+_NOW = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+"""
+
+_CHECK = (
+    _NOW
+    + """
+local until_ = tonumber(redis.call('HGET', KEYS[1], 'open_until') or '0')
+if until_ == 0 then return {'closed', '', 0} end
+local reason = redis.call('HGET', KEYS[1], 'reason') or ''
+if now < until_ then return {'open', reason, until_ - now} end
+local probe = tonumber(redis.call('HGET', KEYS[1], 'probe_until') or '0')
+if ARGV[2] == '0' or now < probe then return {'wait', reason, 0} end
+redis.call('HSET', KEYS[1], 'probe_until', now + tonumber(ARGV[1]))
+return {'probe', reason, 0}
+"""
+)
+
+_RECORD = (
+    _NOW
+    + """
+if ARGV[1] == '0' then
+  redis.call('DEL', KEYS[1])
+  return 0
+end
+local h = redis.call('HMGET', KEYS[1], 'fails', 'first', 'open_until')
+local fails = tonumber(h[1] or '0') + 1
+local first = tonumber(h[2] or now)
+if fails == 1 then first = now end
+local opened = 0
+local cooldown = tonumber(ARGV[5])
+if tonumber(h[3] or '0') > 0 then
+  opened = 1  -- the half-open probe failed, or a late failure: open again
+elseif fails >= tonumber(ARGV[3]) and now - first >= tonumber(ARGV[4]) then
+  opened = 1
+end
+redis.call('HSET', KEYS[1], 'fails', fails, 'first', first, 'reason', ARGV[2])
+if opened == 1 then
+  redis.call('HSET', KEYS[1], 'open_until', now + cooldown, 'probe_until', 0)
+end
+redis.call('PEXPIRE', KEYS[1], cooldown * 20 + 3600000)
+return opened
+"""
+)
+
+_scripts: dict[str, Any] = {}
+
+
+def _script(source: str):
+    found = _scripts.get(source)
+    if found is None:
+        found = _scripts[source] = client().register_script(source)
+    return found
+
+
+def key(job_id: int, host: str) -> str:
+    return f"crawl:host:{job_id}:{host}:circuit"
+
+
+@dataclass
+class State:
+    state: str  # closed, open (fail the URL), probe (this caller probes), wait (a probe runs)
+    reason: str = ""  # the last host-level failure, e.g. "connection refused"
+    retry_in: float = 0.0  # seconds until an open circuit lets a probe through
+
+
+def check(job_id: int, host: str, job=None, *, probe: bool = True) -> State:
+    """May a request go to ``host`` now? ``probe=False`` only looks (the scheduler)."""
+    lease_ms = int((setting("FETCH_DEADLINE_S", job) + 5) * 1000)
+    state, reason, retry_ms = _script(_CHECK)(
+        keys=[key(job_id, host)], args=[lease_ms, "1" if probe else "0"]
+    )
+    text = reason.decode() if isinstance(reason, bytes) else reason
+    return State(state.decode() if isinstance(state, bytes) else state, text, int(retry_ms) / 1000)
+
+
+def record(job_id: int, host: str, *, failed: bool, reason: str = "", job=None) -> bool:
+    """Report a request's result for the host; True if this failure opened its circuit."""
+    return bool(
+        _script(_RECORD)(
+            keys=[key(job_id, host)],
+            args=[
+                "1" if failed else "0",
+                reason[:200],
+                setting("CIRCUIT_FAILURES", job),
+                int(setting("CIRCUIT_MIN_SPAN_S", job) * 1000),
+                int(setting("CIRCUIT_COOLDOWN_S", job) * 1000),
+            ],
+        )
+    )
+
+
+def open_hosts(job_id: int, hosts: list[str]) -> dict[str, str]:
+    """Of ``hosts``, those whose circuit is open now, with the failure that opened it."""
+    if not hosts:
+        return {}
+    redis = client()
+    now_s, now_us = redis.time()
+    now_ms = now_s * 1000 + now_us // 1000
+    pipe = redis.pipeline(transaction=False)
+    for host in hosts:
+        pipe.hmget(key(job_id, host), "open_until", "reason")
+    out = {}
+    for host, (until, reason) in zip(hosts, pipe.execute(), strict=True):
+        if until is not None and int(until) > now_ms:
+            out[host] = (reason or b"").decode()
+    return out

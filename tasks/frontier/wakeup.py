@@ -1,0 +1,58 @@
+"""Wake the scheduler when work appears, so that an idle scheduler can sleep instead of poll.
+
+Before a pass that may end in a sleep, the scheduler sets ``SLEEPING``; whoever adds work (a
+page with new links, a retry, a job started or resumed) calls :func:`nudge`, which pushes to
+``WAKE`` only if that flag is set (one Redis call, nothing else when the scheduler is busy).
+The scheduler sleeps in a ``BLPOP`` on ``WAKE`` until a nudge or its next due time. A nudge
+that finds Redis away is dropped: the scheduler's own timer still comes round.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from redis.exceptions import RedisError
+
+from tasks.broker import client
+
+log = logging.getLogger(__name__)
+
+SLEEPING = "crawl:scheduler:sleeping"
+WAKE = "crawl:scheduler:wake"
+_NUDGE = """
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  redis.call('DEL', KEYS[1])
+  redis.call('LPUSH', KEYS[2], '1')
+  redis.call('LTRIM', KEYS[2], 0, 0)
+end
+return 0
+"""
+_script = None
+
+
+def nudge() -> None:
+    """Wake a sleeping scheduler (cheap when it is awake)."""
+    global _script
+    try:
+        if _script is None:
+            _script = client().register_script(_NUDGE)
+        _script(keys=[SLEEPING, WAKE])
+    except RedisError as exc:
+        log.debug("scheduler nudge dropped: %s", exc)
+
+
+def listen(seconds: float) -> None:
+    """Ask to be nudged for work added from now on (before the pass that may end in sleep)."""
+    client().set(SLEEPING, "1", px=max(1, int(seconds * 1000)))
+
+
+def wait(seconds: float) -> bool:
+    """Sleep until a nudge or ``seconds``; True if nudged."""
+    if seconds <= 0:
+        return False
+    return client().blpop([WAKE], timeout=seconds) is not None
+
+
+def interrupt() -> None:
+    """End a sleep now (shutdown)."""
+    client().lpush(WAKE, "1")

@@ -1,0 +1,135 @@
+"""An ordinary site on one host with a handful of broken pages mixed in, as real sites have.
+
+``/`` links to ``pages`` ordinary pages (``/p/0`` .. ``/p/{n-1}``, which link on to each
+other) and to the trouble:
+
+* ``/flaky/K`` answer 503 twice, then 200; ``/limited/K`` answer 429 with ``Retry-After: 2``
+  once, then 200; ``/broken/K`` always answer 500;
+* ``/hang`` sends its headers and then nothing for ``hang_s``; ``/slow`` takes 3 s;
+* ``/bad-links`` links to ``http://[x`` (not a URL) among good links; ``/bad-redirect``
+  redirects to it; a link goes to a host name longer than DNS allows;
+* ``extra_links``: absolute links to other hosts (a refused port, a name that does not
+  resolve, ...), added by the test.
+
+Every request is logged with its time, per path.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
+
+HTML = {"Content-Type": "text/html; charset=utf-8"}
+
+
+def page(title: str, links: list[str] = ()) -> bytes:
+    anchors = "".join(f'<a href="{href}">{href}</a> ' for href in links)
+    return f"<html><head><title>{title}</title></head><body>{anchors}</body></html>".encode()
+
+
+class MessySite:
+    FLAKY, LIMITED, BROKEN = 3, 3, 2
+
+    def __init__(self, pages: int = 120, hang_s: float = 60.0) -> None:
+        self.pages = pages
+        self.hang_s = hang_s
+        self.extra_links: list[str] = []
+        self.requests: dict[str, list[float]] = defaultdict(list)
+        self.lock = threading.Lock()
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.server.daemon_threads = True
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def url(self, path: str) -> str:
+        return self.base + path
+
+    def __enter__(self) -> MessySite:
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def trouble(self) -> list[str]:
+        return (
+            [f"/flaky/{k}" for k in range(self.FLAKY)]
+            + [f"/limited/{k}" for k in range(self.LIMITED)]
+            + [f"/broken/{k}" for k in range(self.BROKEN)]
+            + ["/hang", "/slow", "/bad-links", "/bad-redirect"]
+        )
+
+    def expected_done(self) -> set[str]:
+        ordinary = ["/", *(f"/p/{i}" for i in range(self.pages)), "/from-bad-links"]
+        fine = [f"/flaky/{k}" for k in range(self.FLAKY)]
+        fine += [f"/limited/{k}" for k in range(self.LIMITED)]
+        return {self.url(p) for p in [*ordinary, *fine, "/slow", "/bad-links"]}
+
+    def respond(self, path: str, count: int) -> tuple[int, dict[str, str], bytes]:
+        if path == "/":
+            links = [f"/p/{i}" for i in range(0, self.pages, 10)]
+            return 200, HTML, page("Home", [*links, *self.trouble(), *self.extra_links])
+        if path == "/robots.txt":
+            return 404, HTML, b""
+        if path.startswith("/p/") and path[3:].isdigit() and int(path[3:]) < self.pages:
+            i = int(path[3:])
+            nxt = [f"/p/{j}" for j in range(i + 1, min(i + 10, self.pages))]
+            return 200, HTML, page(f"Page {i}", [*nxt, "/"])
+        if path.startswith("/flaky/"):
+            return (503, HTML, page("Busy")) if count <= 2 else (200, HTML, page("Flaky"))
+        if path.startswith("/limited/"):
+            if count == 1:
+                return 429, {**HTML, "Retry-After": "2"}, page("Slow down")
+            return 200, HTML, page("Limited")
+        if path.startswith("/broken/"):
+            return 500, HTML, page("Broken")
+        if path == "/slow":
+            time.sleep(3)
+            return 200, HTML, page("Slow")
+        if path == "/bad-links":
+            long_host = "http://" + "a" * 250 + ".example.test/"
+            return 200, HTML, page("Bad links", ["http://[x", long_host, "/from-bad-links"])
+        if path == "/from-bad-links":
+            return 200, HTML, page("After bad links")
+        if path == "/bad-redirect":
+            return 302, {"Location": "http://[x"}, b""
+        return 404, HTML, page("Not found")
+
+    def _handler(self):
+        site = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                path = urlsplit(self.path).path
+                with site.lock:
+                    site.requests[path].append(time.monotonic())
+                    count = len(site.requests[path])
+                if path == "/hang":
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/html")
+                    self.send_header("Content-Length", "1000")
+                    self.end_headers()
+                    self.wfile.flush()
+                    time.sleep(site.hang_s)
+                    self.close_connection = True
+                    return
+                status, headers, body = site.respond(path, count)
+                self.send_response(status)
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        return Handler
