@@ -65,6 +65,7 @@ ROBOTS_MAX_BYTES = 500 << 10  # robots.txt beyond this is ignored (RFC 9309 asks
 # Scheduler, leases and the broker
 SCHEDULER_TICK_S = 0.05  # pause between two passes while workers take messages, seconds
 SCHEDULER_IDLE_S = 5.0  # longest sleep of an idle scheduler (a wake-up or due work ends it)
+SCHEDULER_WAKE_S = 1.0  # sleeps longer than this end early when a worker adds work, seconds
 SCHEDULER_BATCH = 500  # URLs released per job per pass at most
 READY_PER_JOB = 256  # messages of one job waiting in the broker at most
 READY_MIN = 8  # messages of one job the broker may hold whatever its consumption rate

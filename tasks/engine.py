@@ -44,7 +44,7 @@ from tasks.frontier.transitions import (
     record_page,
     with_retries,
 )
-from tasks.worker import metrics
+from tasks.worker import loop, metrics
 from web.models import Page
 
 log = logging.getLogger(__name__)
@@ -300,7 +300,7 @@ def _process_claimed(claimed: Claim) -> str:
         if state is not None:
             return state
     if slot.wait > 0:
-        time.sleep(slot.wait)
+        loop.wait(slot.wait)  # for the host's slot: not work, the worker's loop may rest
     outcome: outcomes.CrawlOutcome | None = None
     started = time.monotonic()
     metrics.IN_FLIGHT.inc()

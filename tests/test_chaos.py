@@ -12,9 +12,11 @@ from tests.chaos import PG_BIN, scenario, table
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.mark.parametrize("name", ["kill", "term", "redis", "postgres", "pause"])
+@pytest.mark.parametrize(
+    "name", ["kill", "term", "redis", "postgres", "pause", "redis-cli", "postgres-cli"]
+)
 def test_crawl_survives(name, worker_env):
-    if name == "postgres" and not (PG_BIN / "initdb").exists():
+    if name.startswith("postgres") and not (PG_BIN / "initdb").exists():
         pytest.skip(f"no PostgreSQL server binaries in {PG_BIN}")
     result = scenario(name, pages=300, site_delay=0.5, env=worker_env)
     print("\n" + table([result]))

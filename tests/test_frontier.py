@@ -173,3 +173,74 @@ def test_bad_seeds_and_unknown_settings_are_refused():
         jobs.create_job(["ftp://example.com/"])
     with pytest.raises(jobs.JobError, match="settings: NOPE: no such setting"):
         jobs.create_job(["http://example.com/"], settings={"NOPE": 1})
+
+
+def redirected_claim(job, target_state: str | None):
+    """A claim on /x whose fetch ended at /x/ (in ``target_state``, or not in the frontier)."""
+    transitions.insert_urls(job.pk, ["http://127.0.0.1:9/x"], depth=1)
+    if target_state is not None:
+        transitions.insert_urls(job.pk, ["http://127.0.0.1:9/x/"], depth=1)
+        FrontierURL.objects.filter(url="http://127.0.0.1:9/x/").update(state=target_state)
+    url = FrontierURL.objects.get(job=job, url="http://127.0.0.1:9/x")
+    schedule(url)
+    claim = transitions.claim(url.pk, job.pk)
+    page = page_for(claim)
+    page.final_url = "http://127.0.0.1:9/x/"
+    return claim, page
+
+
+@pytest.mark.parametrize("target_state", [None, URLState.QUEUED])
+def test_a_redirect_stores_its_page_once_and_marks_its_target(job, target_state):
+    claim, page = redirected_claim(job, target_state)
+    assert transitions.record_page(claim, page, [], redirect_target="http://127.0.0.1:9/x/") == (
+        "done"
+    )
+    target = FrontierURL.objects.get(job=job, url="http://127.0.0.1:9/x/")
+    assert (target.state, target.error_reason) == ("skipped", "fetched_via_redirect")
+    assert Page.objects.filter(job=job).count() == 1
+
+
+@pytest.mark.parametrize("target_state", [URLState.SCHEDULED, URLState.LEASED, URLState.DONE])
+def test_a_redirect_to_a_url_fetched_as_itself_stores_nothing(job, target_state):
+    claim, page = redirected_claim(job, target_state)
+    state = transitions.record_page(claim, page, [], redirect_target="http://127.0.0.1:9/x/")
+    row = FrontierURL.objects.get(pk=claim.url.pk)
+    assert (state, row.state, row.error_reason) == ("skipped", "skipped", "duplicate_redirect")
+    assert not Page.objects.filter(job=job).exists()
+    assert FrontierURL.objects.get(url="http://127.0.0.1:9/x/").state == target_state
+
+
+def test_a_swept_lease_on_the_last_attempt_fails_the_url(job, monkeypatch):
+    monkeypatch.setenv("CRAWL_RETRY_MAX_ATTEMPTS", "2")
+    url = FrontierURL.objects.get(job=job)
+    expired = timezone.now() - timedelta(seconds=1)
+    FrontierURL.objects.filter(pk=url.pk).update(
+        state=URLState.LEASED, attempts=1, lease_until=expired
+    )
+    assert transitions.reclaim_expired() == 1
+    assert FrontierURL.objects.get(pk=url.pk).state == URLState.QUEUED  # one attempt left
+    FrontierURL.objects.filter(pk=url.pk).update(
+        state=URLState.LEASED, attempts=2, lease_until=expired
+    )
+    assert transitions.reclaim_expired() == 1
+    row = FrontierURL.objects.get(pk=url.pk)
+    assert (row.state, row.error_reason) == ("failed", "attempts_exhausted")
+
+
+def test_a_timeout_ends_the_url_from_the_timeout_attempt_on(job):
+    url = FrontierURL.objects.get(job=job)
+    for expected in ("queued", "failed"):  # RETRY_TIMEOUT_ATTEMPTS = 2 of 4 attempts
+        schedule(url)
+        claim = transitions.claim(url.pk, job.pk)
+        timeout = outcomes.ReadTimeout("read timed out")
+        assert transitions.record_failure(claim, timeout) == expected
+
+
+def test_a_deferral_gives_the_attempt_back(job):
+    url = FrontierURL.objects.get(job=job)
+    schedule(url)
+    claim = transitions.claim(url.pk, job.pk)
+    transitions.defer(claim, 5, "throttled")
+    row = FrontierURL.objects.get(pk=url.pk)
+    assert (row.state, row.attempts, row.error_reason) == ("queued", 0, "throttled")
+    assert row.not_before > timezone.now() + timedelta(seconds=4)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -176,3 +177,55 @@ def test_periodic_checkpoints_and_beat_maintenance(redis, monkeypatch):
     )
     maintain.apply()  # what Celery beat runs: sweep, then reconcile
     assert FrontierURL.objects.filter(job=job, error_reason="lease_expired").count() == 3
+
+
+def test_a_leader_whose_lease_ran_out_mid_pass_writes_nothing(redis):
+    job = make_job(5)
+    old, new = scheduler.Scheduler(), scheduler.Scheduler()
+    assert old.is_leader()
+    redis.delete(scheduler.LEADER_KEY)  # its lease ran out during a slow pass
+    assert new.is_leader() and new.epoch > old.epoch
+    with pytest.raises(scheduler.NotLeader):
+        scheduler.release(job, old.epoch)
+    assert not FrontierURL.objects.filter(job=job, state=URLState.SCHEDULED).exists()
+    assert broker.depth()["ready"] == 0
+    assert scheduler.release(job, new.epoch)[0] == 6
+
+
+def test_a_standby_touches_its_heartbeat_so_its_probes_pass(redis, monkeypatch, tmp_path):
+    beat = tmp_path / "heartbeat"
+    monkeypatch.setenv("CRAWL_SCHEDULER_HEARTBEAT_FILE", str(beat))
+    leader, standby = scheduler.Scheduler(), scheduler.Scheduler()
+    assert leader.is_leader()
+    thread = threading.Thread(target=standby.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 5
+        while not beat.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert beat.exists() and standby.epoch is None  # alive, ready, not leading
+    finally:
+        standby.shutdown()
+        thread.join(10)
+
+
+def test_an_idle_scheduler_sleeps_until_a_job_needs_it(redis, monkeypatch):
+    monkeypatch.setenv("CRAWL_SCHEDULER_IDLE_S", "5")
+    sched = scheduler.Scheduler()
+    passes = []
+    tick = sched.tick
+    monkeypatch.setattr(sched, "tick", lambda: passes.append(time.monotonic()) or tick())
+    thread = threading.Thread(target=sched.run, daemon=True)
+    thread.start()
+    try:
+        time.sleep(2.5)
+        idle_passes = len(passes)
+        started = time.monotonic()
+        job = make_job(3)  # jobs.start nudges the scheduler
+        while not FrontierURL.objects.filter(job=job, state=URLState.SCHEDULED).exists():
+            assert time.monotonic() - started < 1.0, "the scheduler did not wake up"
+            time.sleep(0.01)
+    finally:
+        sched.shutdown()
+        thread.join(10)
+    assert idle_passes <= 3  # two to fall asleep, then one per SCHEDULER_IDLE_S at most

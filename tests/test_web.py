@@ -11,6 +11,7 @@ from django.conf import settings
 from django.db import connection
 
 from tasks import broker
+from tasks.fetch import circuit, politeness
 from tasks.frontier import jobs, transitions
 from tests.conftest import wait_for
 from web import health, metrics
@@ -86,6 +87,18 @@ def test_metrics_show_frontier_broker_and_checkpoints(client, redis):
     assert f'crawlplatform_checkpoint_age_seconds{{job="{job.pk}"}}' in text
     assert 'crawlplatform_jobs{state="running"} 1.0' in text
     assert "crawlplatform_frontier_due_urls 1.0" in text  # the seed: due, not yet released
+
+
+def test_metrics_show_throttled_hosts_and_open_circuits(client, redis, monkeypatch):
+    monkeypatch.setenv("CRAWL_CIRCUIT_MIN_SPAN_S", "0")
+    for _ in range(3):
+        slot = politeness.acquire(7, "slow.test", 0, 0)
+        politeness.finish(7, "slow.test", slot, signal=politeness.OVERLOAD)
+        circuit.record(7, "dead.test:8080", failed=True, reason="connection refused")
+    text = client.get("/metrics").content.decode()
+    line = next(ln for ln in text.splitlines() if ln.startswith("crawlplatform_host_throttle"))
+    assert 'host="slow.test",job="7"' in line and 0.45 < float(line.split()[-1]) <= 0.5
+    assert 'crawlplatform_host_circuit_open{host="dead.test:8080",job="7"} 1.0' in text
 
 
 @pytest.mark.django_db

@@ -2,11 +2,11 @@
 
 Frontier URLs by job and state (running and paused jobs), the due backlog (work that more
 workers could start now: the scheduler keeps the broker short, so this is where a backlog
-waits), broker messages (ready over every
-priority list, and unacked: in flight), checkpoint age per running job, jobs by state and
-per-host adaptive throttle delays. Every web process computes the same values from the
-database and Redis, so gunicorn's several processes need no shared registry: a query for
-the backlog takes ``max`` over pods. Workers serve their own counters (``tasks/worker/metrics.py``).
+waits), broker messages (ready over every priority list, and unacked: in flight), checkpoint
+age per running job, jobs by state, per-host adaptive throttle delays and open circuit
+breakers. Every web process computes the same values from the database and Redis, so
+gunicorn's several processes need no shared registry: a query for the backlog takes ``max``
+over pods. Workers serve their own counters (``tasks/worker/metrics.py``).
 """
 
 from __future__ import annotations
@@ -19,10 +19,27 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
 from tasks import broker
+from tasks.defaults import setting
+from tasks.fetch.politeness import decayed_delay
 from web.models import CrawlJob, FrontierURL, JobState, URLState
 
 _THROTTLE_SCAN_MAX = 1000  # host delay keys reported at most
 DUE_COUNT_MAX = 10_000  # due URLs counted per job at most: plenty to size any worker fleet
+
+
+def _scan(client, pattern: str) -> list[bytes]:
+    keys = []
+    for key in client.scan_iter(match=pattern, count=500):
+        keys.append(key)
+        if len(keys) >= _THROTTLE_SCAN_MAX:
+            break
+    return keys
+
+
+def _job_host(key: bytes, suffix: str) -> tuple[str, str]:
+    """(job, host[:port]) of a ``crawl:host:{job}:{host[:port]}{suffix}`` key."""
+    job_id, host = key.decode()[len("crawl:host:") : -len(suffix)].split(":", 1)
+    return job_id, host
 
 
 def due_backlog() -> int:
@@ -102,17 +119,29 @@ class PlatformCollector:
             labels=["job", "host"],
         )
         client = broker.client()
-        keys = []
-        for key in client.scan_iter(match="crawl:host:*:delay", count=500):
-            keys.append(key)
-            if len(keys) >= _THROTTLE_SCAN_MAX:
-                break
+        now_s, now_us = client.time()
+        now_ms = now_s * 1000 + now_us // 1000
+        half_life = setting("THROTTLE_HALF_LIFE_S")
+        keys = _scan(client, "crawl:host:*:delay")
         for key, value in zip(keys, client.mget(keys) if keys else [], strict=True):
-            # crawl:host:{job}:{host[:port]}:delay
-            job_id, host = key.decode()[len("crawl:host:") : -len(":delay")].split(":", 1)
+            job_id, host = _job_host(key, ":delay")
             if value is not None:
-                throttle.add_metric([job_id, host], int(value) / 1000)
+                throttle.add_metric([job_id, host], decayed_delay(value, now_ms, half_life))
         yield throttle
+
+        circuits = GaugeMetricFamily(
+            "crawlplatform_host_circuit_open",
+            "Hosts whose circuit breaker is open (1): their URLs fail as host_unreachable",
+            labels=["job", "host"],
+        )
+        keys = _scan(client, "crawl:host:*:circuit")
+        pipe = client.pipeline(transaction=False)
+        for key in keys:
+            pipe.hget(key, "open_until")
+        for key, until in zip(keys, pipe.execute() if keys else [], strict=True):
+            if until is not None and int(until) > now_ms:
+                circuits.add_metric(list(_job_host(key, ":circuit")), 1)
+        yield circuits
 
         heartbeat = GaugeMetricFamily(
             "crawlplatform_worker_heartbeat_age_seconds",

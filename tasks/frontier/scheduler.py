@@ -105,9 +105,9 @@ class _Pace:
         return [h for (j, h), t in self.released_until.items() if j == job_id and t > now + horizon]
 
     def next_opening(self, job_id: int, now: float, horizon: float) -> float | None:
-        """Seconds until the first blocked host of the job may be released again."""
+        """Seconds until the first paced-out host of the job may be released again."""
         times = [t for (j, _), t in self.released_until.items() if j == job_id]
-        return max(0.0, min(times) - now - horizon) if times else None
+        return min((t - now - horizon for t in times if t > now + horizon), default=None)
 
     def take(
         self, job_id: int, host: str, delay: float, wait: float, now: float, horizon: float
@@ -253,12 +253,22 @@ def _fail_open_hosts(job: CrawlJob, by_host: dict[str, list[Row]]) -> None:
         del by_host[host]
 
 
+_due: dict[int, tuple[float, float | None]] = {}  # job -> (when read, seconds to its next due)
+DUE_CACHE_S = 1.0  # the next due time is read at most this often per job (a wake-up rereads)
+
+
 def _next_due(job: CrawlJob) -> float | None:
     """Seconds until the job's next waiting URL is due (None: none waits)."""
-    now = timezone.now()
-    waiting = FrontierURL.objects.filter(job_id=job.pk, state=URLState.QUEUED, not_before__gt=now)
+    now = time.monotonic()
+    cached = _due.get(job.pk)
+    if cached is not None and now - cached[0] < DUE_CACHE_S:
+        return None if cached[1] is None else max(0.0, cached[1] - (now - cached[0]))
+    at = timezone.now()
+    waiting = FrontierURL.objects.filter(job_id=job.pk, state=URLState.QUEUED, not_before__gt=at)
     first = waiting.aggregate(t=Min("not_before"))["t"]
-    return None if first is None else (first - now).total_seconds()
+    seconds = None if first is None else (first - at).total_seconds()
+    _due[job.pk] = (now, seconds)
+    return seconds
 
 
 def _hint(
@@ -284,8 +294,9 @@ def release(job: CrawlJob, epoch: int | None = None) -> tuple[int, float | None]
 
     Hosts take turns (round-robin over the shallowest due URLs), a polite host gets no more
     URLs than it can be sent within ``SCHEDULER_HORIZON_S``, and hosts that are paced out are
-    left out of the query so that they cannot crowd the others out. Returns how many, and in
-    how many seconds the job may have more to release (None: not before new work arrives).
+    left out of the query so that they cannot crowd the others out (if a look at the due URLs
+    ends with every host in it paced out, the pass looks again past them). Returns how many,
+    and in how many seconds the job may have more to release (None: not before new work).
     """
     outstanding = FrontierURL.objects.filter(job_id=job.pk, state=URLState.SCHEDULED).count()
     now, horizon = time.monotonic(), setting("SCHEDULER_HORIZON_S", job)
@@ -295,56 +306,24 @@ def release(job: CrawlJob, epoch: int | None = None) -> tuple[int, float | None]
     if budget <= 0:
         drain = _flow.drains_in(job.pk)
         return 0, setting("SCHEDULER_TICK_S") if drain is None else drain / 2
-    caps = _Caps(job)
+    selection = _Selection(job, budget, now, horizon)
     # Pacing and caps turn some candidates down: look further ahead when they may apply.
-    window = budget * 4 if job.delay > 0 or job.host_concurrency or caps.active else budget
+    window = (
+        budget * 4 if job.delay > 0 or job.host_concurrency or selection.caps.active else budget
+    )
     with transaction.atomic():
         _check_fence(epoch)
-        left = _max_pages_left(job)  # first releases still allowed; retries are not counted
-        rows = _candidates(job, window, _pace.blocked(job.pk, now, horizon))
-        if not rows:
-            return 0, _hint(job, now, horizon, more=False)
-        by_host: dict[str, list[Row]] = {}
-        for row in rows:
-            by_host.setdefault(row[2], []).append(row)
-        _fail_open_hosts(job, by_host)
-        delays = politeness.host_delays(job.pk, list(by_host), job.delay, job)
-        caps.load(set(by_host))
-        chosen, capped, taken = [], {}, dict.fromkeys(by_host, 0)
-        held_back = len(rows) >= window  # more due rows than were looked at
-        while len(chosen) < budget and by_host:
-            for host in list(by_host):
-                queue = by_host[host]
-                row = queue.pop(0)
-                if not queue:
-                    del by_host[host]
-                delay, wait = delays[host]
-                if job.host_concurrency and taken[host] >= job.host_concurrency:
-                    by_host.pop(host, None)
-                    held_back = True  # due, but the host's in-flight places are taken
-                    continue
-                first = not row[3]
-                if left is not None and first:
-                    if left <= 0:
-                        continue  # max_pages reached: skipped above, or on the next pass
-                    left -= 1
-                if caps.active and first:
-                    reason = caps.admit(host, row[4])
-                    if reason:
-                        capped.setdefault(reason, []).append(row[0])
-                        continue
-                if not _pace.take(job.pk, host, delay, wait, now, horizon):
-                    by_host.pop(host, None)
-                    continue
-                taken[host] += 1
-                chosen.append(row)
-                if len(chosen) >= budget:
-                    break
-        for reason, ids in capped.items():
-            transitions.skip(FrontierURL.objects.filter(pk__in=ids), reason)
-        if not chosen:
-            return 0, _hint(job, now, horizon, held_back=held_back)
-        transitions.schedule([r[0] for r in chosen])
+        selection.left = _max_pages_left(job)  # first releases allowed; retries not counted
+        for _ in range(3):
+            rows = _candidates(job, window, sorted(selection.excluded))
+            selection.look(rows)
+            if len(rows) < window or selection.full:
+                break
+        else:
+            selection.held_back = True  # more due rows than three looks took in
+        if not selection.chosen:
+            return 0, _hint(job, now, horizon, held_back=selection.held_back)
+        chosen = selection.chosen
         first = [r for r in chosen if not r[3]]
         if first:
             CrawlJob.objects.filter(pk=job.pk).update(released=F("released") + len(first))
@@ -352,8 +331,71 @@ def release(job: CrawlJob, epoch: int | None = None) -> tuple[int, float | None]
         messages = [(r[0], job.pk, priority(r[1], job.priority)) for r in chosen]
         transaction.on_commit(lambda: publish(messages))
     _flow.released(job.pk, outstanding + len(chosen), now)
-    caps.save([(r[2], r[4]) for r in first])
-    return len(chosen), _hint(job, now, horizon, more=len(chosen) >= budget, held_back=held_back)
+    selection.caps.save([(r[2], r[4]) for r in first])
+    more = selection.full
+    return len(chosen), _hint(job, now, horizon, more=more, held_back=selection.held_back)
+
+
+class _Selection:
+    """The URLs one release picks, look after look at the due URLs (inside its transaction)."""
+
+    def __init__(self, job: CrawlJob, budget: int, now: float, horizon: float) -> None:
+        self.job, self.budget, self.now, self.horizon = job, budget, now, horizon
+        self.caps = _Caps(job)
+        self.left: int | None = None
+        self.chosen: list[Row] = []
+        self.excluded = set(_pace.blocked(job.pk, now, horizon))  # hosts not to look at again
+        self.taken: dict[str, int] = {}
+        self.held_back = False  # due URLs wait for a free in-flight place of their host
+
+    @property
+    def full(self) -> bool:
+        return len(self.chosen) >= self.budget
+
+    def look(self, rows: list[Row]) -> None:
+        """Choose among ``rows`` round-robin by host; schedule the chosen ones."""
+        job, before = self.job, len(self.chosen)
+        by_host: dict[str, list[Row]] = {}
+        for row in rows:
+            by_host.setdefault(row[2], []).append(row)
+        _fail_open_hosts(job, by_host)
+        self.excluded.update(h for h in {r[2] for r in rows} if h not in by_host)
+        delays = politeness.host_delays(job.pk, list(by_host), job.delay, job)
+        self.caps.load(set(by_host))
+        capped: dict[str, list[int]] = {}
+        while not self.full and by_host:
+            for host in list(by_host):
+                queue = by_host[host]
+                row = queue.pop(0)
+                if not queue:
+                    del by_host[host]
+                if job.host_concurrency and self.taken.get(host, 0) >= job.host_concurrency:
+                    by_host.pop(host, None)
+                    self.excluded.add(host)
+                    self.held_back = True  # due, but the host's in-flight places are taken
+                    continue
+                first = not row[3]
+                if self.left is not None and first:
+                    if self.left <= 0:
+                        continue  # max_pages reached: skipped above, or on the next pass
+                    self.left -= 1
+                if self.caps.active and first:
+                    reason = self.caps.admit(host, row[4])
+                    if reason:
+                        capped.setdefault(reason, []).append(row[0])
+                        continue
+                delay, wait = delays[host]
+                if not _pace.take(job.pk, host, delay, wait, self.now, self.horizon):
+                    by_host.pop(host, None)
+                    self.excluded.add(host)
+                    continue
+                self.taken[host] = self.taken.get(host, 0) + 1
+                self.chosen.append(row)
+                if self.full:
+                    break
+        for reason, ids in capped.items():
+            transitions.skip(FrontierURL.objects.filter(pk__in=ids), reason)
+        transitions.schedule([r[0] for r in self.chosen[before:]])
 
 
 def finish_if_done(job: CrawlJob) -> bool:
@@ -505,18 +547,21 @@ class Scheduler:
         return released, pause
 
     def _sleep(self, seconds: float) -> None:
-        """Sleep until due, or until a worker adds work (after one more pass, see wakeup)."""
-        if seconds <= setting("SCHEDULER_TICK_S"):
+        """Sleep until due, or until a worker adds work.
+
+        Work added during a pass is seen by a worker's nudge only if the pass asked for nudges
+        before it began (``_listening``): a pass that ends in a sleep without having asked is
+        followed by one more pass that asks. While the scheduler keeps sleeping, every pass
+        asks. A sleep shorter than ``SCHEDULER_WAKE_S`` is not cut short at all: a polite
+        crawl, whose every page adds links, would pay a pass per page for nothing."""
+        if seconds <= setting("SCHEDULER_WAKE_S"):
             self._listening = False
             self.stop.wait(seconds)
             return
-        if not self._listening:
-            # Work added from now on wakes us; a pass first sees anything added before.
-            wakeup.listen(seconds + 1)
-            self._listening = True
-            return
-        self._listening = False
-        wakeup.wait(seconds)
+        asked, self._listening = self._listening, True
+        if asked and wakeup.wait(seconds):
+            _due.clear()  # new work: what is due next may have changed
+        wakeup.listen(setting("SCHEDULER_IDLE_S") + 1)  # for the next pass
 
     def run(self) -> None:
         log.info("scheduler %s started", self.identity[:8])

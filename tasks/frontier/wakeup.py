@@ -43,7 +43,10 @@ def nudge() -> None:
 
 def listen(seconds: float) -> None:
     """Ask to be nudged for work added from now on (before the pass that may end in sleep)."""
-    client().set(SLEEPING, "1", px=max(1, int(seconds * 1000)))
+    pipe = client().pipeline(transaction=False)
+    pipe.delete(WAKE)  # nudges from before are for work the coming pass sees anyway
+    pipe.set(SLEEPING, "1", px=max(1, int(seconds * 1000)))
+    pipe.execute()
 
 
 def wait(seconds: float) -> bool:

@@ -1,0 +1,101 @@
+"""The pipeline of one URL in-process, against a real local site, database and Redis: every
+way processing can go wrong ends in a recorded outcome, and nothing is retried forever."""
+
+from __future__ import annotations
+
+import pytest
+from django.utils import timezone
+
+from tasks import engine
+from tasks.frontier import jobs, leases, transitions
+from tests.hostile import HostileSite, page
+from web.models import FrontierURL, URLState
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+HTML = {"Content-Type": "text/html"}
+
+
+def run_url(job, url: str) -> FrontierURL:
+    """Release ``url`` and process it the way a worker's task does, until it ends."""
+    row = FrontierURL.objects.get(job=job, url=url)
+    for _ in range(10):
+        FrontierURL.objects.filter(pk=row.pk).update(
+            state=URLState.SCHEDULED, not_before=timezone.now()
+        )
+        engine.process(row.pk, job.pk)
+        row.refresh_from_db()
+        if row.state != URLState.QUEUED:
+            return row
+    raise AssertionError(f"{url} still queued after 10 attempts: {row.error_reason}")
+
+
+@pytest.fixture
+def fast_retries(monkeypatch):
+    monkeypatch.setenv("CRAWL_RETRY_BACKOFF_BASE_S", "0.01")
+
+
+def start(site: HostileSite, **fields):
+    job = jobs.create_job([site.url("/")], obey_robots=False, **fields)
+    jobs.start(job)
+    return job
+
+
+def test_a_link_that_is_not_a_url_is_dropped_and_the_page_stored(redis):
+    body = page("Links", ["http://[x", "/next", "http://" + "h" * 300 + ".test/"])
+    with HostileSite(overrides={"/": lambda n: (200, HTML, body)}) as site:
+        job = start(site)
+        row = run_url(job, site.url("/"))
+    assert (row.state, row.attempts) == ("done", 1)
+    assert list(FrontierURL.objects.filter(job=job, depth=1).values_list("url", flat=True)) == [
+        site.url("/next")
+    ]
+
+
+def test_a_redirect_to_something_that_is_not_a_url_fails_once(redis):
+    with HostileSite(overrides={"/": lambda n: (302, {"Location": "http://[x"}, b"")}) as site:
+        job = start(site)
+        row = run_url(job, site.url("/"))
+        assert site.hits("/") == 1
+    assert (row.state, row.error_reason, row.attempts) == ("failed", "invalid_url", 1)
+
+
+def test_an_unexpected_error_is_recorded_and_retried_only_to_the_cap(
+    redis, fast_retries, monkeypatch
+):
+    def broken(*args, **kwargs):
+        raise KeyError("something nobody foresaw")
+
+    monkeypatch.setattr(engine, "_store", broken)
+    with HostileSite() as site:
+        job = start(site)
+        row = run_url(job, site.url("/"))
+    assert (row.state, row.error_reason, row.attempts) == ("failed", "internal_error", 4)
+    assert "KeyError" in row.error_message
+
+
+def test_a_claim_after_the_last_attempt_fails_the_url_without_a_fetch(redis):
+    with HostileSite() as site:
+        job = start(site)
+        FrontierURL.objects.filter(job=job).update(
+            attempts=4, error_reason="lease_expired", error_message="its worker died"
+        )
+        row = run_url(job, site.url("/"))
+        assert site.hits("/") == 0
+    assert (row.state, row.error_reason) == ("failed", "attempts_exhausted")
+    assert "lease_expired" in row.error_message
+
+
+def test_a_page_being_worked_on_keeps_its_lease_until_it_ends(redis, monkeypatch):
+    monkeypatch.setenv("CRAWL_LEASE_S", "2")
+    with HostileSite() as site:
+        job = start(site)
+        url = FrontierURL.objects.get(job=job)
+        FrontierURL.objects.filter(pk=url.pk).update(state=URLState.SCHEDULED)
+        claim = transitions.claim(url.pk, job.pk)
+        first = FrontierURL.objects.get(pk=url.pk).lease_until
+        leases.hold(url.pk, claim.attempt)
+        assert leases.renew() == 1
+        assert FrontierURL.objects.get(pk=url.pk).lease_until > first
+        leases.let_go(url.pk)
+        assert leases.renew() == 0
