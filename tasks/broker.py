@@ -1,4 +1,5 @@
-"""What the broker holds: ready messages in every priority list of a queue, and unacked ones.
+"""The Redis client, its Lua scripts, and what the broker holds: ready messages in every
+priority list of a queue, and unacked ones.
 
 Celery's Redis transport keeps one list per priority step (``crawl``, ``crawl\\x06\\x163``,
 ``crawl\\x06\\x166``, ``crawl\\x06\\x169`` for the steps in ``CELERY_BROKER_TRANSPORT_OPTIONS``)
@@ -20,6 +21,12 @@ PRIORITY_SEP = "\x06\x16"
 def client() -> redis.Redis:
     """A Redis client for the configured ``REDIS_URL`` (embedded socket or server)."""
     return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=10, socket_connect_timeout=5)
+
+
+@lru_cache(maxsize=64)
+def script(source: str):
+    """A Lua script registered once per process (run by its SHA; reloaded if Redis lost it)."""
+    return client().register_script(source)
 
 
 def priority_lists(queue: str) -> list[str]:

@@ -209,7 +209,7 @@ def run(
     logs = workdir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     output = workdir / "results.jsonl"
-    name = f"chaos {scenario}"
+    name = f"chaos {scenario} {workdir.name}"  # unique: the database may hold earlier runs
     started = time.monotonic()
     with Site(pages=pages, delay=site_delay) as site:
         pool = WorkerPool(3, 4, env=env, log_dir=logs)

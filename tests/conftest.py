@@ -4,6 +4,7 @@ worker processes, a real scheduler thread and a real local web site."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -12,12 +13,13 @@ from django.db import connection
 
 from crawlplatform.embedded import EmbeddedRedis
 from tasks import broker, engine
-from tasks.frontier import transitions
+from tasks.frontier import jobs, transitions
 from tasks.frontier.scheduler import Scheduler
 from tasks.worker.supervisor import WorkerPool
 from tests.budgets import FAST
 from tests.polling import wait_until
 from tests.site import Site
+from web.models import CrawlJob, JobState
 
 
 def wait_for(predicate: Callable[[], object], timeout: float, what: str, every: float = 0.1):
@@ -110,6 +112,55 @@ def scheduler(transactional_db, redis, fast) -> Iterator[Scheduler]:
     yield sched
     sched.shutdown()
     thread.join(timeout=10)
+
+
+def crawl_to_end(
+    seed: str,
+    tmp_path,
+    env: dict[str, str],
+    *,
+    processes: int = 2,
+    concurrency: int = 4,
+    timeout: float = 120,
+    warm_up: float = 0.0,
+    **fields,
+) -> tuple[CrawlJob, float]:
+    """Crawl from ``seed`` with real worker processes (``env`` on top of the test database and
+    Redis) and a scheduler thread, to the job's end; returns the job and the seconds from its
+    start (workers get ``warm_up`` seconds to start before the clock does)."""
+    broker.client().flushdb()
+    worker_env = {
+        **env,
+        "DATABASE_URL": database_url(),
+        "REDIS_URL": settings.REDIS_URL,
+        "CRAWL_DATA_DIR": str(settings.DATA_DIR),
+        "DJANGO_SETTINGS_MODULE": "crawlplatform.settings",
+    }
+    pool = WorkerPool(processes, concurrency, env=worker_env, log_dir=tmp_path / "logs")
+    sched = Scheduler()
+    thread = threading.Thread(target=sched.run, daemon=True)
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in env.items():
+            mp.setenv(key, value)
+        pool.start()
+        time.sleep(warm_up)
+        job = jobs.create_job([seed], **fields)
+        started = time.monotonic()
+        jobs.start(job)
+        thread.start()
+        try:
+
+            def done() -> bool:
+                job.refresh_from_db()
+                return job.state == JobState.FINISHED
+
+            wait_for(done, timeout, "the crawl to finish", every=0.2)
+            elapsed = time.monotonic() - started
+        finally:
+            sched.shutdown()
+            thread.join(10)
+            pool.stop(grace=15)
+    return job, elapsed
 
 
 @pytest.fixture

@@ -167,7 +167,7 @@ class HostileSite:
                     site.requests[key].append(time.monotonic())
                     count = len(site.requests[key])
                 if key == "/hang":
-                    return self._drip()
+                    return site.hang(self)
                 status, headers, body = site.respond(urlsplit(self.path).path, count)
                 self.send_response(status)
                 for name, value in headers.items():
@@ -176,20 +176,20 @@ class HostileSite:
                 self.end_headers()
                 self.wfile.write(body)
 
-            def _drip(self) -> None:
-                """A page that never finishes: a byte every half second, past any deadline."""
-                self.send_response(200)
-                self.send_header("Content-Type", "text/html")
-                self.send_header("Content-Length", "100000")
-                self.end_headers()
-                end = time.monotonic() + site.hang_s
-                try:
-                    while time.monotonic() < end:
-                        self.wfile.write(b"x")
-                        self.wfile.flush()
-                        time.sleep(0.5)
-                except OSError:
-                    pass
-                self.close_connection = True
-
         return Handler
+
+    def hang(self, handler: BaseHTTPRequestHandler) -> None:
+        """A page that never finishes: a byte every half second, past any deadline."""
+        handler.send_response(200)
+        handler.send_header("Content-Type", "text/html")
+        handler.send_header("Content-Length", "100000")
+        handler.end_headers()
+        end = time.monotonic() + self.hang_s
+        try:
+            while time.monotonic() < end:
+                handler.wfile.write(b"x")
+                handler.wfile.flush()
+                time.sleep(0.5)
+        except OSError:
+            pass
+        handler.close_connection = True

@@ -11,53 +11,30 @@ other) and to the trouble:
 * ``extra_links``: absolute links to other hosts (a refused port, a name that does not
   resolve, ...), added by the test.
 
-Every request is logged with its time, per path.
+Every request is logged with its time, per path (``tests/hostile.py``, which this builds on).
 """
 
 from __future__ import annotations
 
-import threading
 import time
-from collections import defaultdict
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import urlsplit
+from http.server import BaseHTTPRequestHandler
+
+from tests.hostile import HostileSite, page
 
 HTML = {"Content-Type": "text/html; charset=utf-8"}
 
 
-def page(title: str, links: list[str] = ()) -> bytes:
-    anchors = "".join(f'<a href="{href}">{href}</a> ' for href in links)
-    return f"<html><head><title>{title}</title></head><body>{anchors}</body></html>".encode()
-
-
-class MessySite:
+class MessySite(HostileSite):
     FLAKY, LIMITED, BROKEN = 3, 3, 2
 
     def __init__(self, pages: int = 120, hang_s: float = 60.0) -> None:
+        super().__init__(hang_s=hang_s)
         self.pages = pages
-        self.hang_s = hang_s
-        self.extra_links: list[str] = []
-        self.requests: dict[str, list[float]] = defaultdict(list)
-        self.lock = threading.Lock()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.server.daemon_threads = True
-
-    @property
-    def base(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def url(self, path: str) -> str:
-        return self.base + path
-
-    def __enter__(self) -> MessySite:
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.with_trouble = True
 
     def trouble(self) -> list[str]:
+        if not self.with_trouble:
+            return []
         return (
             [f"/flaky/{k}" for k in range(self.FLAKY)]
             + [f"/limited/{k}" for k in range(self.LIMITED)]
@@ -101,35 +78,12 @@ class MessySite:
             return 302, {"Location": "http://[x"}, b""
         return 404, HTML, page("Not found")
 
-    def _handler(self):
-        site = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args) -> None:
-                pass
-
-            def do_GET(self) -> None:
-                path = urlsplit(self.path).path
-                with site.lock:
-                    site.requests[path].append(time.monotonic())
-                    count = len(site.requests[path])
-                if path == "/hang":
-                    self.send_response(200)
-                    self.send_header("Content-Type", "text/html")
-                    self.send_header("Content-Length", "1000")
-                    self.end_headers()
-                    self.wfile.flush()
-                    time.sleep(site.hang_s)
-                    self.close_connection = True
-                    return
-                status, headers, body = site.respond(path, count)
-                self.send_response(status)
-                for name, value in headers.items():
-                    self.send_header(name, value)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-        return Handler
+    def hang(self, handler: BaseHTTPRequestHandler) -> None:
+        """Headers, then silence: a read timeout, not a deadline."""
+        handler.send_response(200)
+        handler.send_header("Content-Type", "text/html")
+        handler.send_header("Content-Length", "1000")
+        handler.end_headers()
+        handler.wfile.flush()
+        time.sleep(self.hang_s)
+        handler.close_connection = True

@@ -8,17 +8,11 @@ with crawls of their own.
 from __future__ import annotations
 
 import socket
-import threading
 from dataclasses import dataclass
 
 import pytest
-from django.conf import settings
 
-from tasks import broker
-from tasks.frontier import jobs
-from tasks.frontier.scheduler import Scheduler
-from tasks.worker.supervisor import WorkerPool
-from tests.conftest import FAST, database_url, wait_for
+from tests.conftest import FAST, crawl_to_end
 from tests.hostile import HostileSite
 from tests.site import Site
 from web.models import CrawlJob, FrontierURL, JobState, Page
@@ -45,35 +39,8 @@ def run_crawl(
     seed: str, tmp_path, processes: int = 2, concurrency: int = 4, timeout: float = 120, **fields
 ) -> CrawlJob:
     """Crawl from ``seed`` with real workers and a scheduler thread, to the end."""
-    broker.client().flushdb()
-    env = {
-        **TEST_ENV,
-        "DATABASE_URL": database_url(),
-        "REDIS_URL": settings.REDIS_URL,
-        "CRAWL_DATA_DIR": str(settings.DATA_DIR),
-        "DJANGO_SETTINGS_MODULE": "crawlplatform.settings",
-    }
-    pool = WorkerPool(processes, concurrency, env=env, log_dir=tmp_path / "logs")
-    scheduler = Scheduler()
-    thread = threading.Thread(target=scheduler.run, daemon=True)
-    with pytest.MonkeyPatch.context() as mp:
-        for key, value in TEST_ENV.items():
-            mp.setenv(key, value)
-        job = jobs.create_job([seed], **fields)
-        jobs.start(job)
-        pool.start()
-        thread.start()
-        try:
-
-            def done() -> bool:
-                job.refresh_from_db()
-                return job.state == JobState.FINISHED
-
-            wait_for(done, timeout, "the crawl to finish")
-        finally:
-            scheduler.shutdown()
-            thread.join(10)
-            pool.stop(grace=15)
+    job, _ = crawl_to_end(seed, tmp_path, TEST_ENV, processes=processes,
+                          concurrency=concurrency, timeout=timeout, **fields)  # fmt: skip
     return job
 
 

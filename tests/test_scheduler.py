@@ -229,3 +229,24 @@ def test_an_idle_scheduler_sleeps_until_a_job_needs_it(redis, monkeypatch):
         sched.shutdown()
         thread.join(10)
     assert idle_passes <= 3  # two to fall asleep, then one per SCHEDULER_IDLE_S at most
+
+
+def test_beat_maintenance_rides_out_a_database_outage(redis, caplog):
+    from django.db import connection
+
+    from tasks.tasks import maintain
+
+    saved = dict(connection.settings_dict)
+    connection.close()
+    if connection.vendor == "sqlite":
+        connection.settings_dict["NAME"] = "/nonexistent/dir/db.sqlite3"
+    else:
+        connection.settings_dict.update(HOST="127.0.0.1", PORT="1")
+    try:
+        result = maintain.apply()
+    finally:
+        connection.close()
+        connection.settings_dict.clear()
+        connection.settings_dict.update(saved)
+    assert result.successful()
+    assert [r for r in caplog.records if "maintain: database or Redis unavailable" in r.message]

@@ -20,9 +20,8 @@ server time, shared by every worker and the scheduler.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-from tasks.broker import client
+from tasks.broker import client, script
 from tasks.defaults import setting
 
 CLOSED, OPEN, PROBE, WAIT = "closed", "open", "probe", "wait"
@@ -73,15 +72,6 @@ return opened
 """
 )
 
-_scripts: dict[str, Any] = {}
-
-
-def _script(source: str):
-    found = _scripts.get(source)
-    if found is None:
-        found = _scripts[source] = client().register_script(source)
-    return found
-
 
 def key(job_id: int, host: str) -> str:
     return f"crawl:host:{job_id}:{host}:circuit"
@@ -97,7 +87,7 @@ class State:
 def check(job_id: int, host: str, job=None, *, probe: bool = True) -> State:
     """May a request go to ``host`` now? ``probe=False`` only looks (the scheduler)."""
     lease_ms = int((setting("FETCH_DEADLINE_S", job) + 5) * 1000)
-    state, reason, retry_ms = _script(_CHECK)(
+    state, reason, retry_ms = script(_CHECK)(
         keys=[key(job_id, host)], args=[lease_ms, "1" if probe else "0"]
     )
     text = reason.decode() if isinstance(reason, bytes) else reason
@@ -107,7 +97,7 @@ def check(job_id: int, host: str, job=None, *, probe: bool = True) -> State:
 def record(job_id: int, host: str, *, failed: bool, reason: str = "", job=None) -> bool:
     """Report a request's result for the host; True if this failure opened its circuit."""
     return bool(
-        _script(_RECORD)(
+        script(_RECORD)(
             keys=[key(job_id, host)],
             args=[
                 "1" if failed else "0",

@@ -42,9 +42,8 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from typing import Any
 
-from tasks.broker import client
+from tasks.broker import client, script
 from tasks.defaults import setting
 from tasks.fetch import circuit
 
@@ -138,15 +137,6 @@ return math.floor(adaptive)
 """
 )
 
-_scripts: dict[str, Any] = {}
-
-
-def _script(source: str):
-    found = _scripts.get(source)
-    if found is None:
-        found = _scripts[source] = client().register_script(source)
-    return found
-
 
 def keys(job_id: int, host: str) -> list[str]:
     """next-slot, in-flight, adaptive delay, Crawl-delay floor, recent outcome counts."""
@@ -175,7 +165,7 @@ class Slot:
 def acquire(job_id: int, host: str, delay_s: float, concurrency: int, job=None) -> Slot:
     """Reserve the host's next request slot for this worker, or say how long to wait."""
     token = uuid.uuid4().hex
-    granted, wait_ms, circuit_state = _script(_ACQUIRE)(
+    granted, wait_ms, circuit_state = script(_ACQUIRE)(
         keys=[*keys(job_id, host), circuit.key(job_id, host)],
         args=[
             int(delay_s * 1000),
@@ -202,7 +192,7 @@ def finish(
 ) -> float:
     """Free the slot's in-flight place and report the outcome; returns the adaptive delay."""
     hold = min(retry_after or 0.0, setting("RETRY_BACKOFF_MAX_S", job))
-    adaptive_ms = _script(_FINISH)(
+    adaptive_ms = script(_FINISH)(
         keys=keys(job_id, host),
         args=[
             slot.token,

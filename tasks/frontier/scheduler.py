@@ -455,7 +455,6 @@ class Scheduler:
         self.identity = uuid.uuid4().hex
         self.stop = threading.Event()
         self.epoch: int | None = None
-        self._renew = None
         self._last_sweep = 0.0
         self._last_checkpoint = time.monotonic()
         self._listening = False
@@ -469,10 +468,8 @@ class Scheduler:
             pass
 
     def is_leader(self) -> bool:
-        if self._renew is None:
-            self._renew = broker.client().register_script(_RENEW)
         ttl_ms = int(LEADER_TTL_S * 1000)
-        won = int(self._renew(keys=[LEADER_KEY], args=[self.identity, ttl_ms]))
+        won = int(broker.script(_RENEW)(keys=[LEADER_KEY], args=[self.identity, ttl_ms]))
         if won == 2 or (won and self.epoch is None):
             self.epoch = self._advance_epoch()
             log.info("scheduler %s leads (epoch %d)", self.identity[:8], self.epoch)

@@ -13,7 +13,7 @@ import logging
 
 from redis.exceptions import RedisError
 
-from tasks.broker import client
+from tasks.broker import client, script
 
 log = logging.getLogger(__name__)
 
@@ -27,16 +27,12 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
 end
 return 0
 """
-_script = None
 
 
 def nudge() -> None:
     """Wake a sleeping scheduler (cheap when it is awake)."""
-    global _script
     try:
-        if _script is None:
-            _script = client().register_script(_NUDGE)
-        _script(keys=[SLEEPING, WAKE])
+        script(_NUDGE)(keys=[SLEEPING, WAKE])
     except RedisError as exc:
         log.debug("scheduler nudge dropped: %s", exc)
 
