@@ -21,7 +21,7 @@ LINKS = [
     "/private/secret", "/flaky", "/ratelimited", "/gone", "/broken", "/slow", "/hang",
     "/redirect/3", "/deeper", "/loop/a", "/huge", "/binary.html", "/latin1", "/malformed",
     "/calendar/2026-01", "/q?b=2&a=1", "/q?a=1&b=2#frag", "/doc.pdf", "/redirect/12",
-    "/bomb", "/ratelimited-date", "/excluded/page",
+    "/bomb", "/ratelimited-date", "/excluded/page", "/long",
     "http://external.invalid/page", "mailto:someone@example.com", "javascript:alert(1)",
     "tel:+1555", "data:text/html,hi",
 ]  # fmt: skip
@@ -168,6 +168,8 @@ class HostileSite:
                     count = len(site.requests[key])
                 if key == "/hang":
                     return site.hang(self)
+                if key == "/long":  # longer than the suite's lease (3 s), within its deadline
+                    return site.trickle(self, page("Long"), seconds=4.5)
                 status, headers, body = site.respond(urlsplit(self.path).path, count)
                 self.send_response(status)
                 for name, value in headers.items():
@@ -177,6 +179,18 @@ class HostileSite:
                 self.wfile.write(body)
 
         return Handler
+
+    def trickle(self, handler: BaseHTTPRequestHandler, body: bytes, seconds: float) -> None:
+        """A complete page sent in ten parts over ``seconds``: slow, never silent for long."""
+        handler.send_response(200)
+        handler.send_header("Content-Type", "text/html")
+        handler.send_header("Content-Length", str(len(body)))
+        handler.end_headers()
+        step = -(-len(body) // 10)
+        for start in range(0, len(body), step):
+            handler.wfile.write(body[start : start + step])
+            handler.wfile.flush()
+            time.sleep(seconds / 10)
 
     def hang(self, handler: BaseHTTPRequestHandler) -> None:
         """A page that never finishes: a byte every half second, past any deadline."""
