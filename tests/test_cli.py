@@ -130,9 +130,10 @@ def test_sigkill_of_the_crawl_command_leaves_no_process_behind(worker_env, tmp_p
     env = {k: v for k, v in worker_env.items() if k not in ("REDIS_URL",)}
     env["CRAWL_DATA_DIR"] = str(tmp_path / "data")
     with Site(pages=200, delay=0.1) as site:
-        proc = crawl(env, site.url("/p/0"), "--max-depth", "200", "--concurrency", "4")
-        wait_for(lambda: Page.objects.filter(job__seeds__contains=[site.url("/p/0")]).count() >= 5,
-                 60, "pages to be fetched")  # fmt: skip
+        proc = crawl(env, site.url("/p/0"), "--max-depth", "200", "--concurrency", "4",
+                     "--name", "killed")  # fmt: skip
+        wait_for(lambda: Page.objects.filter(job__name="killed").count() >= 5, 60,
+                 "pages to be fetched")  # fmt: skip
         children = psutil.Process(proc.pid).children(recursive=True)
         names = " ".join(" ".join(c.cmdline()) for c in children)
         assert "worker" in names and "redis-server" in names
