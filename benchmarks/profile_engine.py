@@ -20,6 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "crawlplatform.settings")
+os.environ.setdefault("CRAWL_ALLOWED_NETWORKS", "127.0.0.0/8")  # the local site
 
 import django  # noqa: E402
 

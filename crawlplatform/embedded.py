@@ -30,7 +30,7 @@ def socket_path(data_dir: Path) -> Path:
     path = data_dir / "redis.sock"
     if len(str(path)) <= _MAX_SOCKET_PATH:
         return path
-    digest = hashlib.sha1(str(data_dir).encode()).hexdigest()[:12]
+    digest = hashlib.sha1(str(data_dir).encode(), usedforsecurity=False).hexdigest()[:12]
     return Path(tempfile.gettempdir()) / f"crawlplatform-{digest}.sock"
 
 
@@ -73,7 +73,7 @@ class EmbeddedRedis:
             return
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.socket.unlink(missing_ok=True)
-        self.process = subprocess.Popen(
+        self.process = subprocess.Popen(  # noqa: S603 (our own binary, fixed arguments)
             guarded(
                 [
                     redis_binary(),

@@ -3,7 +3,8 @@
     gunicorn -c crawlplatform/gunicorn_config.py crawlplatform.wsgi
 
 Every value can be overridden from the environment (``GUNICORN_*``). ``kill -HUP`` reloads
-the workers gracefully (new code, same socket).
+the workers gracefully (new code, same socket). Before it serves anything it refuses unsafe
+settings: a missing or weak ``SECRET_KEY``, ``ALLOWED_HOSTS=*`` (``crawlplatform/security.py``).
 """
 
 import os
@@ -17,6 +18,17 @@ graceful_timeout = int(os.environ.get("GUNICORN_GRACEFUL_TIMEOUT", "25"))
 keepalive = 5
 max_requests = int(os.environ.get("GUNICORN_MAX_REQUESTS", "2000"))
 max_requests_jitter = int(os.environ.get("GUNICORN_MAX_REQUESTS_JITTER", "200"))
-worker_tmp_dir = "/dev/shm" if os.path.isdir("/dev/shm") else None
+# Heartbeat files of gunicorn's workers: in memory, so a slow disk cannot stall them.
+worker_tmp_dir = "/dev/shm" if os.path.isdir("/dev/shm") else None  # noqa: S108
 accesslog = "-"
 access_log_format = '%(h)s "%(r)s" %(s)s %(b)s %(M)sms "%(a)s"'
+
+
+def on_starting(server) -> None:
+    import django
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "crawlplatform.settings")
+    django.setup()
+    from crawlplatform.security import refuse_unsafe
+
+    refuse_unsafe()

@@ -8,16 +8,27 @@
 ``CRAWL_DATA_DIR``
     default ``.crawldata`` beside ``manage.py``: SQLite file, private Redis, worker logs
 
-| variable | default | meaning |
-| --- | --- | --- |
-| ``CRAWL_QUEUE`` | ``crawl`` | the Celery queue crawl tasks go to (one per release channel) |
-| ``SECRET_KEY`` | a development key | set it in every deployment |
-| ``DEBUG`` | ``false`` | Django debug pages |
-| ``ALLOWED_HOSTS`` | ``localhost,127.0.0.1,[::1]`` | comma-separated |
-| ``LOG_LEVEL`` | ``INFO`` | root log level |
-| ``HEALTH_TOKEN`` | unset | bearer token for ``/healthz/details`` (staff users need none) |
-| ``DB_POOL_MAX_SIZE`` | ``0`` | >0: a pool of at most this many connections per process |
-| ``DB_CONN_MAX_AGE`` | ``300`` | without a pool: one connection per thread, kept this long |
+Other variables (default in brackets):
+
+- ``CRAWL_QUEUE`` [``crawl``]: the Celery queue crawl tasks go to (one per release channel)
+- ``SECRET_KEY`` [a random key made once and kept in ``CRAWL_DATA_DIR``]: set it in every
+  deployment; the web process refuses to start without a strong one
+- ``DEBUG`` [``false``]: Django debug pages
+- ``ALLOWED_HOSTS`` [``localhost,127.0.0.1,[::1]``]: comma-separated; the web process
+  refuses ``*``
+- ``CSRF_TRUSTED_ORIGINS`` [none]: e.g. ``https://crawl.example.com``, the admin's origin
+  behind a TLS proxy
+- ``SECURE_PROXY_SSL_HEADER`` [unset]: ``HTTP_X_FORWARDED_PROTO,https`` trusts the TLS
+  proxy's header
+- ``SECURE_COOKIES`` [``false``]: session and CSRF cookies only over HTTPS
+- ``SECURE_SSL_REDIRECT`` [``false``]: redirect HTTP to HTTPS (probes and ``/metrics`` exempt)
+- ``SECURE_HSTS_SECONDS`` [``0``]: ``Strict-Transport-Security`` max-age, subdomains included
+- ``LOG_LEVEL`` [``INFO``]: root log level
+- ``HEALTH_TOKEN`` [unset]: bearer token for ``/healthz/details`` (staff users need none)
+- ``METRICS_TOKEN`` [unset]: bearer token for ``/metrics``; unset, only loopback clients
+  are served
+- ``DB_POOL_MAX_SIZE`` [``0``]: >0, a pool of at most this many connections per process
+- ``DB_CONN_MAX_AGE`` [``300``]: without a pool, one connection per thread, kept this long
 
 Crawl knobs (timeouts, retries, leases, ...) live in ``tasks/defaults.py``.
 """
@@ -30,15 +41,27 @@ from pathlib import Path
 import environ
 
 from crawlplatform.embedded import socket_path
+from crawlplatform.security import local_secret_key
 from tasks import defaults as crawl
 
 env = environ.Env()
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(env.str("CRAWL_DATA_DIR", default=str(BASE_DIR / ".crawldata"))).resolve()
 
-SECRET_KEY = env.str("SECRET_KEY", default="insecure-development-key-set-SECRET_KEY-in-production")
+SECRET_KEY = env.str("SECRET_KEY", default="") or local_secret_key(DATA_DIR)
 DEBUG = env.bool("DEBUG", default=False)
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+if proxy_header := env.list("SECURE_PROXY_SSL_HEADER", default=[]):
+    SECURE_PROXY_SSL_HEADER = tuple(proxy_header[:2])
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env.bool("SECURE_COOKIES", default=False)
+SESSION_COOKIE_HTTPONLY = True
+SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=False)
+SECURE_REDIRECT_EXEMPT = [r"^livez$", r"^readyz$", r"^startupz$", r"^metrics$"]  # in-cluster
+SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = SECURE_HSTS_PRELOAD = SECURE_HSTS_SECONDS > 0
+SECURE_CONTENT_TYPE_NOSNIFF = True
+X_FRAME_OPTIONS = "DENY"
 
 INSTALLED_APPS = [
     "django.contrib.admin",

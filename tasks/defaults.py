@@ -27,6 +27,7 @@ FETCH_MAX_REDIRECTS = 10  # hops followed before the URL fails as too_many_redir
 USER_AGENT = "crawlplatform/1.0 (+https://github.com/crawlplatform)"  # default job user agent
 
 RESOLVE = ""  # host=address overrides of name resolution, comma-separated ("host=": no address)
+ALLOWED_NETWORKS = ""  # CIDRs that may be fetched besides public addresses, comma-separated
 
 # Retries of one URL (transient outcomes: timeouts, resets, 5xx, 429); see tasks/frontier/
 RETRY_MAX_ATTEMPTS = 4  # total attempts, not retries; checked at every claim, sweep and retry
@@ -70,7 +71,8 @@ SCHEDULER_BATCH = 500  # URLs released per job per pass at most
 READY_PER_JOB = 256  # messages of one job waiting in the broker at most
 READY_MIN = 8  # messages of one job the broker may hold whatever its consumption rate
 DISPATCH_LOOKAHEAD_S = 0.03  # ready messages per job = its consumption rate x this, seconds
-SCHEDULER_HEARTBEAT_FILE = "/tmp/crawl-scheduler-heartbeat"  # touched on every pass
+# Probe files live in the container's own /tmp (an emptyDir in k8s): only it writes there.
+SCHEDULER_HEARTBEAT_FILE = "/tmp/crawl-scheduler-heartbeat"  # noqa: S108 touched every turn
 SCHEDULER_HORIZON_S = 2.0  # a polite host gets URLs released this far ahead of its slots
 LEASE_S = 10.0  # a worker's claim on a URL, renewed while it works; expired: back to the queue
 LEASE_RENEW_S = 3.0  # how often a worker renews the leases of the pages it works on, seconds
@@ -84,8 +86,8 @@ UNACKED_RESTORE_INTERVAL_S = 10  # how often a worker looks for unacked messages
 # Worker process
 WORKER_MAX_RSS_MB = 1024  # a worker above this resident memory restarts itself between tasks
 MEMORY_CHECK_EVERY = 50  # tasks between two memory checks
-HEARTBEAT_FILE = "/tmp/crawl-worker-heartbeat"  # touched by the worker's event loop
-READY_FILE = "/tmp/crawl-worker-ready"  # exists while the worker consumes
+HEARTBEAT_FILE = "/tmp/crawl-worker-heartbeat"  # noqa: S108 touched by the worker's loop
+READY_FILE = "/tmp/crawl-worker-ready"  # noqa: S108 exists while the worker consumes
 HEARTBEAT_INTERVAL_S = 5.0  # how often the heartbeat is written
 HEARTBEAT_STALE_S = 30.0  # an older heartbeat fails the liveness probe
 WORKER_METRICS_PORT = 0  # a worker serves Prometheus metrics on this port (0: off)

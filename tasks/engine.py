@@ -29,7 +29,7 @@ from redis.exceptions import RedisError
 from tasks.content import parsing, sitemaps
 from tasks.content.urls import Scope, canonicalize, host_of
 from tasks.defaults import setting
-from tasks.fetch import circuit, fetching, outcomes, politeness, robots
+from tasks.fetch import circuit, fetching, guard, outcomes, politeness, robots
 from tasks.frontier import leases, wakeup
 from tasks.frontier.transitions import (
     Claim,
@@ -309,6 +309,7 @@ def _process_claimed(claimed: Claim) -> str:
             claimed.url.url,
             user_agent=user_agent,
             limits=_limits(claimed),
+            allow=guard.allowed(job),
             in_scope=lambda u: bool(_in_scope(cache, u)),
         )
     except outcomes.CrawlOutcome as exc:

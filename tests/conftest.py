@@ -16,7 +16,7 @@ from tasks import broker, engine
 from tasks.frontier import jobs, transitions
 from tasks.frontier.scheduler import Scheduler
 from tasks.worker.supervisor import WorkerPool
-from tests.budgets import FAST
+from tests.budgets import FAST, LOCAL
 from tests.polling import wait_until
 from tests.site import Site
 from web.models import CrawlJob, JobState
@@ -130,6 +130,7 @@ def crawl_to_end(
     start (workers get ``warm_up`` seconds to start before the clock does)."""
     broker.client().flushdb()
     worker_env = {
+        **LOCAL,
         **env,
         "DATABASE_URL": database_url(),
         "REDIS_URL": settings.REDIS_URL,

@@ -7,6 +7,7 @@ the machine's PostgreSQL and Redis); without them the suite runs on the embedded
 import os
 import tempfile
 
+os.environ.setdefault("CRAWL_ALLOWED_NETWORKS", "127.0.0.0/8")  # the test sites are local
 os.environ.setdefault(
     "CRAWL_DATA_DIR", os.path.join(tempfile.gettempdir(), f"crawlplatform-tests-{os.getuid()}")
 )

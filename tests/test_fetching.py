@@ -14,13 +14,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import requests
 
-from tasks.fetch import outcomes
+from tasks.fetch import guard, outcomes
 from tasks.fetch.fetching import FetchLimits, fetch, parse_retry_after
 
 LIMITS = FetchLimits(
     connect_timeout=2, read_timeout=1, deadline=2, max_bytes=1 << 20, max_redirects=5
 )
 BOMB = gzip.compress(b"\0" * (20 << 20))
+LOOPBACK = guard.networks("127.0.0.0/8")  # the test server's network, allowed past the guard
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -88,7 +89,7 @@ def server():
 
 
 def get(url: str, **kw):
-    return fetch(url, user_agent="test", limits=LIMITS, **kw)
+    return fetch(url, user_agent="test", limits=LIMITS, allow=LOOPBACK, **kw)
 
 
 def test_ok(server):
@@ -206,7 +207,7 @@ def test_connect_timeout_when_the_server_accepts_nothing():
     )
     try:
         with pytest.raises(outcomes.ConnectTimeout) as info:
-            fetch(f"http://127.0.0.1:{port}/", user_agent="test", limits=limits)
+            fetch(f"http://127.0.0.1:{port}/", user_agent="test", limits=limits, allow=LOOPBACK)
         assert info.value.retryable and info.value.host_level
     finally:
         for c in held:

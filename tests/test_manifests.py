@@ -73,6 +73,26 @@ def test_keda_scaled_object_validates_against_the_crd():
     jsonschema.validate(scaled, crd_schema("keda.sh_scaledobjects.yaml"))
 
 
+def test_keda_logs_in_to_redis_with_the_platforms_secret():
+    auth = by_kind("TriggerAuthentication", "redis-auth")
+    jsonschema.validate(auth, crd_schema("keda.sh_triggerauthentications.yaml"))
+    ref = auth["spec"]["secretTargetRef"][0]
+    assert (ref["name"], ref["key"]) == ("crawlplatform-secrets", "REDIS_PASSWORD")
+    scaled = by_kind("ScaledObject", "worker")
+    redis_triggers = [t for t in scaled["spec"]["triggers"] if t["type"] == "redis"]
+    assert all(t["authenticationRef"]["name"] == "redis-auth" for t in redis_triggers)
+
+
+def test_the_secret_comes_from_an_uncommitted_file_that_names_every_key():
+    generator = documents(K8S / "platform" / "kustomization.yaml")[0]["secretGenerator"][0]
+    assert generator["name"] == "crawlplatform-secrets" and generator["envs"] == ["secrets.env"]
+    assert "k8s/platform/secrets.env" in (ROOT / ".gitignore").read_text().split()
+    example = (K8S / "platform" / "secrets.env.example").read_text()
+    keys = {line.split("=", 1)[0] for line in example.splitlines() if "=" in line}
+    used = set(re.findall(r"key: (\w+)", "".join(f.read_text() for f in K8S.rglob("*.yaml"))))
+    assert used <= keys, used - keys
+
+
 def test_compose_file_validates_against_the_compose_spec():
     schema = json.loads((SCHEMAS / "compose" / "compose-spec.json").read_text())
     validator = jsonschema.Draft7Validator(schema)  # the Compose spec is draft-07

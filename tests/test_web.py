@@ -29,7 +29,7 @@ def test_livez_answers_even_for_a_host_django_would_refuse(client):
 def test_readyz_and_startupz(client, redis):
     ready = client.get("/readyz", HTTP_HOST="10.1.2.3")
     assert ready.status_code == 200, ready.json()
-    assert {c["name"] for c in ready.json()["checks"]} == {"database", "redis", "migrations"}
+    assert ready.json()["checks"] == {"database": True, "redis": True, "migrations": True}
     assert client.get("/startupz").status_code == 200
 
 
@@ -48,8 +48,8 @@ def test_readyz_fails_while_redis_is_down_and_recovers(client, redis, monkeypatc
         server.wait()
         down = client.get("/readyz")
         assert down.status_code == 503
-        failed = [c for c in down.json()["checks"] if not c["ok"]]
-        assert [c["name"] for c in failed] == ["redis"] and failed[0]["reason"]
+        failed = [name for name, ok in down.json()["checks"].items() if not ok]
+        assert failed == ["redis"]
         server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
         wait_for(lambda: client.get("/readyz").status_code == 200, 10, "ready again")
     finally:
@@ -140,7 +140,7 @@ def test_readyz_fails_while_the_database_is_unreachable_and_recovers(client, red
     try:
         down = client.get("/readyz")
         assert down.status_code == 503
-        assert not next(c for c in down.json()["checks"] if c["name"] == "database")["ok"]
+        assert down.json()["checks"]["database"] is False
     finally:
         connection.close()
         connection.settings_dict.clear()

@@ -92,7 +92,11 @@ class FrontierURLAdmin(admin.ModelAdmin):
     search_fields = ["url"]
     list_select_related = ["job"]
     raw_id_fields = ["job", "discovered_from"]
-    readonly_fields = ["updated_at"]
+    # States move through the state machine (tasks/frontier/transitions.py), never by hand.
+    readonly_fields = [f.name for f in FrontierURL._meta.fields]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
 
 
 @admin.register(Page)
@@ -102,3 +106,7 @@ class PageAdmin(admin.ModelAdmin):
     search_fields = ["final_url", "title"]
     list_select_related = ["job"]
     raw_id_fields = ["job", "url"]
+    readonly_fields = [f.name for f in Page._meta.fields]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # pages are what a crawl fetched, nothing else

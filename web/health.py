@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from tasks import broker
 from tasks.defaults import setting
-from tasks.fetch import fetching
+from tasks.fetch import fetching, guard, transport
 
 _started = time.monotonic()
 _rss_samples: list[tuple[float, int]] = []  # (monotonic, rss) of this process, last 10 min
@@ -107,7 +107,7 @@ def dns() -> str:
 
 
 def http_pool() -> str:
-    adapter = fetching.session().get_adapter("http://")
+    adapter = transport.session(guard.allowed()).get_adapter("http://")
     pools = len(adapter.poolmanager.pools)
     return f"{pools} host pools open (max {adapter._pool_connections})"
 
@@ -124,7 +124,8 @@ def canary() -> str:
     if not url:
         return "not configured (HEALTH_CANARY_URL)"
     limits = fetching.FetchLimits(5, 5, 10, 1 << 20, 5)
-    resp = fetching.fetch(url, user_agent=setting("USER_AGENT"), limits=limits)
+    resp = fetching.fetch(url, user_agent=setting("USER_AGENT"), limits=limits,
+                          allow=guard.allowed())  # fmt: skip
     return f"{resp.status} in {resp.elapsed * 1000:.0f} ms"
 
 

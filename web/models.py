@@ -26,6 +26,7 @@ from django.utils import timezone
 
 from tasks import defaults
 from tasks.content.urls import seed_problem
+from tasks.fetch import guard
 
 MAX_DEPTH_LIMIT = 32767  # depths are stored as small integers
 
@@ -175,6 +176,13 @@ class CrawlJob(models.Model):
                     add("path_caps", f"{pattern!r}: {limit!r} is not a whole number >= 0")
         for problem in defaults.problems(self.settings):
             add("settings", problem)
+        if isinstance(self.settings, dict) and isinstance(
+            self.settings.get("ALLOWED_NETWORKS"), str
+        ):
+            try:
+                guard.networks(self.settings["ALLOWED_NETWORKS"])
+            except ValueError as exc:
+                add("settings", f"ALLOWED_NETWORKS: {exc}")
         if self.delay is not None and (self.delay < 0 or self.delay > 86400):
             add("delay", "must be between 0 and 86400 seconds")
         return found

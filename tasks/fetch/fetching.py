@@ -6,13 +6,16 @@ leave (pool, name resolution) is ``tasks/fetch/transport.py``.
 
 Redirects are followed here, not by requests, so that the deadline covers every hop, each hop
 is checked against the job's scope, and a loop is told apart from a long chain. Bodies are
-read in chunks after gzip/deflate decoding, so the size cap bounds decompressed bytes too.
+read in raw chunks and decoded here (gzip, deflate) with the size cap inside the
+decompressor, so the cap bounds decompressed bytes whatever the library versions. Response
+headers are bounded by http.client (100 headers, 64 KiB a line: ``headers_too_large``).
 """
 
 from __future__ import annotations
 
 import email.utils
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC
@@ -21,7 +24,7 @@ from urllib.parse import urljoin
 import requests
 import urllib3
 
-from tasks.fetch import outcomes
+from tasks.fetch import guard, outcomes
 from tasks.fetch.transport import session
 
 _CHUNK = 64 << 10
@@ -66,14 +69,73 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
     return max(0.0, when.timestamp() - now_ts)
 
 
+class _Decoder:
+    """The body's Content-Encoding undone by the platform, never past ``limit`` decoded bytes.
+
+    A 20 KiB gzip can hold 20 MiB of zeros: the cap must hold inside the decompressor, whatever
+    the urllib3 version, so each step may produce at most what is still allowed (zlib's
+    ``max_length``). gzip (several members too) and deflate (zlib-wrapped or raw, as servers
+    send both) are accepted; anything else was not asked for and fails the fetch.
+    """
+
+    def __init__(self, encoding: str, limit: int) -> None:
+        codings = [c.strip().lower() for c in encoding.split(",")]
+        codings = [c for c in codings if c and c != "identity"]
+        if len(codings) > 1 or (codings and codings[0] not in _CODINGS):
+            raise outcomes.ProtocolError(f"unsupported Content-Encoding {encoding[:100]!r}")
+        self.kind = _CODINGS[codings[0]] if codings else ""
+        self.limit = limit
+        self.size = 0
+        self.raw_deflate = False
+        self.zlib = self._start()
+
+    def _start(self):
+        if self.kind == "gzip":
+            return zlib.decompressobj(16 + zlib.MAX_WBITS)
+        if self.kind == "deflate":
+            return zlib.decompressobj(-zlib.MAX_WBITS if self.raw_deflate else zlib.MAX_WBITS)
+        return None
+
+    def feed(self, data: bytes) -> bytes:
+        """Decoded bytes of ``data``: at most one byte past the limit (which marks the cut)."""
+        room = self.limit - self.size + 1
+        if self.zlib is None:
+            out = data[:room]
+        else:
+            out = b""
+            while data and len(out) < room:
+                try:
+                    out += self.zlib.decompress(data, room - len(out))
+                except zlib.error as exc:
+                    if self.kind == "deflate" and not self.raw_deflate and not self.size + len(out):
+                        self.raw_deflate = True  # no zlib header: raw deflate
+                        self.zlib = self._start()
+                        continue
+                    failure = outcomes.ProtocolError(f"{self.kind} body cannot be decoded: {exc}")
+                    raise failure from None
+                if self.zlib.eof:  # another gzip member may follow
+                    data = self.zlib.unused_data
+                    if data:
+                        self.zlib = self._start()
+                else:
+                    data = self.zlib.unconsumed_tail
+        self.size += len(out)
+        return out
+
+
+_CODINGS = {"gzip": "gzip", "x-gzip": "gzip", "deflate": "deflate"}
+
+
 def _read_body(resp: requests.Response, limits: FetchLimits, started: float) -> tuple[bytes, bool]:
-    # read1 returns what one socket read brings (decoded), so the deadline is checked between
-    # reads: a fetch ends at most one read timeout after its deadline.
+    # read1 returns what one socket read brings, so the deadline is checked between reads: a
+    # fetch ends at most one read timeout after its deadline, however slowly bytes trickle in.
+    decoder = _Decoder(resp.headers.get("content-encoding", ""), limits.max_bytes)
     chunks: list[bytes] = []
     size = 0
-    while chunk := resp.raw.read1(_CHUNK, decode_content=True):
+    while raw := resp.raw.read1(_CHUNK, decode_content=False):
         if time.monotonic() - started > limits.deadline:
             raise outcomes.DeadlineExceeded(f"body not complete after {limits.deadline:g} s")
+        chunk = decoder.feed(raw)
         chunks.append(chunk)
         size += len(chunk)
         if size > limits.max_bytes:
@@ -98,15 +160,18 @@ def fetch(
     *,
     user_agent: str,
     limits: FetchLimits,
+    allow: tuple[guard.Network, ...] = (),
     in_scope: Callable[[str], bool] = lambda u: True,
 ) -> Response:
-    """GET ``url`` and return the response; raise a :mod:`tasks.fetch.outcomes` type on failure."""
+    """GET ``url`` and return the response; raise a :mod:`tasks.fetch.outcomes` type on failure.
+
+    ``allow``: networks that may be connected to besides public addresses (the guard)."""
     started = time.monotonic()
     headers = {"User-Agent": user_agent, "Accept-Encoding": "gzip, deflate"}
     current = url
     seen = {url}
     redirects: list[str] = []
-    s = session()
+    s = session(allow)
     while True:
         remaining = limits.deadline - (time.monotonic() - started)
         if remaining <= 0:
@@ -119,6 +184,10 @@ def fetch(
         except requests.RequestException as exc:
             failure = outcomes.from_requests(exc)
             failure.url = current  # a redirect hop may have failed on another host
+            raise failure from None
+        except guard.BlockedAddress as exc:  # refused before any connection was tried
+            failure = outcomes.BlockedAddress(str(exc))
+            failure.url = current
             raise failure from None
         except (ValueError, UnicodeError) as exc:  # a URL urllib3 cannot even split
             where = f"redirect to {current[:200]!r}" if redirects else f"{current[:200]!r}"

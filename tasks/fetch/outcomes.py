@@ -24,7 +24,9 @@
     │   ├── TooManyRedirects      too_many_redirects
     │   ├── RedirectLoop          redirect_loop
     │   ├── InvalidURL            invalid_url         (the URL or a redirect's Location)
+    │   ├── BlockedAddress        blocked_address     (not a public address, and not allowed)
     │   ├── ProtocolError         protocol_error
+    │   ├── HeadersTooLarge       headers_too_large   (more than 100 headers, or a 64 KiB line)
     │   ├── ParseError            parse_error
     │   ├── StoreRefused          store_error         (the database refused the page's values)
     │   └── AttemptsExhausted     attempts_exhausted  (claimed after its last attempt)
@@ -46,6 +48,7 @@ place that knows their exception types.
 from __future__ import annotations
 
 import errno
+import http.client
 import socket
 
 import requests
@@ -162,8 +165,16 @@ class InvalidURL(Permanent):
     reason = "invalid_url"
 
 
+class BlockedAddress(Permanent):
+    reason = "blocked_address"
+
+
 class ProtocolError(Permanent):
     reason = "protocol_error"
+
+
+class HeadersTooLarge(Permanent):
+    reason = "headers_too_large"
 
 
 class ParseError(Permanent):
@@ -195,11 +206,18 @@ class DuplicateRedirect(Skip):
 
 
 def _chain(exc: BaseException | None):
-    seen = set()
-    while exc is not None and id(exc) not in seen:
+    """``exc`` and what caused it: its cause and context, and exceptions it wraps (urllib3
+    and requests pass the original along in ``args`` and ``reason``)."""
+    todo, seen = [exc], set()
+    while todo:
+        exc = todo.pop(0)
+        if exc is None or id(exc) in seen:
+            continue
         seen.add(id(exc))
         yield exc
-        exc = exc.__cause__ or exc.__context__
+        wrapped = [*getattr(exc, "args", ()), getattr(exc, "reason", None)]
+        todo += [exc.__cause__, exc.__context__]
+        todo += [e for e in wrapped if isinstance(e, BaseException)]
 
 
 def _is_dns(exc: BaseException) -> bool:
@@ -231,6 +249,9 @@ def _connect_failure(exc: BaseException, message: str) -> ConnectFailed:
 def from_requests(exc: Exception) -> CrawlOutcome:
     """Map a requests (or, while reading a body, urllib3) exception onto the outcome tree."""
     message = f"{type(exc).__name__}: {exc}"[:500]
+    for cause in _chain(exc):
+        if isinstance(cause, http.client.LineTooLong) or "got more than 100 headers" in str(cause):
+            return HeadersTooLarge(f"response headers too large: {cause}"[:500])
     if isinstance(exc, requests.exceptions.ConnectTimeout):
         return ConnectTimeout(message)
     if isinstance(exc, (requests.exceptions.ReadTimeout, urllib3.exceptions.ReadTimeoutError)):

@@ -8,7 +8,9 @@ RFC 9309: a 2xx body is parsed (protego); 4xx, and a robots.txt that cannot be f
 on its own backoff (``robots_unavailable``) and robots.txt is asked for again after
 ``ROBOTS_ERROR_TTL_S``. A host that cannot be reached at all (refused, DNS, TLS) is the
 host's failure, not robots.txt's: the URL gets that outcome and it counts toward the host's
-circuit breaker, which is asked before robots.txt is fetched. The job's user agent is
+circuit breaker, which is asked before robots.txt is fetched; a host whose address the
+guard refuses fails its URLs as ``blocked_address`` (``tasks/fetch/guard.py``; a redirect of
+robots.txt to a refused address only makes robots.txt unfollowable). The job's user agent is
 matched, and ``Crawl-delay`` for it becomes the host's politeness floor. One worker fetches a
 host's robots.txt (a Redis lock); the others wait for its result in the frontier, not in a
 loop.
@@ -27,7 +29,7 @@ from protego import Protego
 from tasks.broker import client
 from tasks.content.urls import host_of
 from tasks.defaults import setting
-from tasks.fetch import circuit, fetching, outcomes
+from tasks.fetch import circuit, fetching, guard, outcomes
 
 log = logging.getLogger(__name__)
 _parsed: dict[str, tuple[float, dict, Protego | None]] = {}  # per process, at most _LOCAL_S old
@@ -59,13 +61,15 @@ def _fetch(url: str, user_agent: str, job) -> dict:
         max_redirects=5,
     )
     try:
-        resp = fetching.fetch(url, user_agent=user_agent, limits=limits)
+        resp = fetching.fetch(url, user_agent=user_agent, limits=limits, allow=guard.allowed(job))
     except outcomes.ClientError as exc:
         return {"status": exc.status or 404, "body": ""}
     except outcomes.CrawlOutcome as exc:
         entry = {"status": exc.status or 0, "body": "", "error": exc.reason}
         if exc.host_level:
             entry.update(unreachable=True, summary=exc.summary, message=str(exc)[:500])
+        elif isinstance(exc, outcomes.BlockedAddress) and exc.url in (None, url):
+            entry.update(blocked=True, message=str(exc)[:500])  # the host itself is refused
         elif isinstance(exc, outcomes.Permanent):  # cannot be followed: no restrictions
             entry["status"] = 404
         return entry
@@ -119,6 +123,8 @@ def _parse(body: str, url: str) -> Protego:
 
 
 def _failure(entry: dict) -> outcomes.CrawlOutcome:
+    if entry.get("blocked"):
+        return outcomes.BlockedAddress(f"robots.txt: {entry['message']}")
     if entry.get("open"):
         return outcomes.HostUnreachable(entry["summary"] or "host unreachable")
     if entry.get("unreachable"):

@@ -7,8 +7,9 @@ Names under ``.invalid`` never resolve (RFC 6761 reserves them), without asking 
 Everything else goes to the system resolver (``getaddrinfo``).
 
 Resolution happens here, in the connection, rather than inside urllib3, so that there is one
-place where an address is chosen for a request: the address guard and per-identity routes
-build on it.
+place where an address is chosen for a request: the address guard (``tasks/fetch/guard.py``)
+checks every resolved address before a connection is tried, and the connection goes to the
+address that was checked. Per-identity routes build on the same place.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import socket
 import sys
 import threading
-import urllib.request
+from functools import lru_cache
 
 import requests
 from requests.adapters import HTTPAdapter
@@ -26,6 +27,7 @@ from urllib3.exceptions import ConnectTimeoutError, NameResolutionError, NewConn
 from urllib3.util.timeout import _DEFAULT_TIMEOUT
 
 from tasks.defaults import setting
+from tasks.fetch import guard
 
 _local = threading.local()
 _overrides_cache: tuple[str, dict[str, str]] = ("", {})
@@ -57,10 +59,28 @@ def resolve(host: str, port: int) -> list[tuple]:
     return socket.getaddrinfo(name, port, socket.AF_UNSPEC, socket.SOCK_STREAM)
 
 
-def connect(host: str, port: int, timeout, source_address=None, socket_options=None):
-    """A connected socket to the first address of ``host`` that answers."""
-    error: OSError | None = None
-    for family, kind, proto, _, address in resolve(host, port):
+def connect(
+    host: str,
+    port: int,
+    timeout,
+    allow: tuple[guard.Network, ...],
+    source_address=None,
+    socket_options=None,
+) -> socket.socket:
+    """A connected socket to the first address of ``host`` that the guard lets through and
+    that answers; BlockedAddress if the guard lets none through (no connection is tried)."""
+    error: Exception | None = None
+    candidates = []
+    for entry in resolve(host, port):
+        try:
+            guard.check(host, entry[4][0], allow)
+            candidates.append(entry)
+        except guard.BlockedAddress as exc:
+            error = error or exc
+    if not candidates:
+        raise error or OSError(f"no address for {host}")
+    error = None
+    for family, kind, proto, _, address in candidates:
         sock = socket.socket(family, kind, proto)
         try:
             for option in socket_options or ():
@@ -74,15 +94,18 @@ def connect(host: str, port: int, timeout, source_address=None, socket_options=N
         except OSError as exc:
             error = exc
             sock.close()
-    raise error or OSError(f"no address for {host}")
+    raise error
 
 
 class _Connection(HTTPConnection):
+    allow: tuple[guard.Network, ...] = ()  # set on the per-policy subclasses below
+
     def _new_conn(self) -> socket.socket:
         try:
             sock = connect(
-                self._dns_host, self.port, self.timeout, self.source_address, self.socket_options
-            )
+                self._dns_host, self.port, self.timeout, self.allow, self.source_address,
+                self.socket_options,
+            )  # fmt: skip
         except socket.gaierror as exc:
             raise NameResolutionError(self.host, self, exc) from exc
         except TimeoutError as exc:
@@ -99,20 +122,27 @@ class _TLSConnection(_Connection, HTTPSConnection):
     pass
 
 
-class _Pool(HTTPConnectionPool):
-    ConnectionCls = _Connection
-
-
-class _TLSPool(HTTPSConnectionPool):
-    ConnectionCls = _TLSConnection
+@lru_cache(maxsize=32)
+def _pools(allow: tuple[guard.Network, ...]) -> dict[str, type]:
+    """Connection pool classes whose connections apply the guard with ``allow``."""
+    plain = type("Connection", (_Connection,), {"allow": allow})
+    tls = type("TLSConnection", (_TLSConnection,), {"allow": allow})
+    return {
+        "http": type("Pool", (HTTPConnectionPool,), {"ConnectionCls": plain}),
+        "https": type("TLSPool", (HTTPSConnectionPool,), {"ConnectionCls": tls}),
+    }
 
 
 class Adapter(HTTPAdapter):
-    """requests' adapter with connection pools whose connections resolve through us."""
+    """requests' adapter whose connections resolve through us and pass the address guard."""
+
+    def __init__(self, allow: tuple[guard.Network, ...], **kwargs) -> None:
+        self.allow = allow
+        super().__init__(**kwargs)
 
     def init_poolmanager(self, *args, **kwargs) -> None:
         super().init_poolmanager(*args, **kwargs)
-        self.poolmanager.pool_classes_by_scheme = {"http": _Pool, "https": _TLSPool}
+        self.poolmanager.pool_classes_by_scheme = _pools(self.allow)
 
 
 class _Session(requests.Session):
@@ -123,15 +153,22 @@ class _Session(requests.Session):
         return iter(())
 
 
-def session() -> requests.Session:
-    """This thread's pooled session (requests sessions are not thread-safe)."""
-    s = getattr(_local, "session", None)
+def session(allow: tuple[guard.Network, ...] = ()) -> requests.Session:
+    """This thread's pooled session for one guard policy (requests sessions are not
+    thread-safe; a pooled connection is reused only under the policy that checked it).
+
+    Proxies from the environment are not used: a request goes to the address the guard
+    checked, or nowhere."""
+    sessions = _local.__dict__.setdefault("sessions", {})
+    s = sessions.get(allow)
     if s is None:
-        s = _Session()
-        # With no proxy in the environment, skip requests' per-request environment scan.
-        s.trust_env = bool(urllib.request.getproxies())
-        adapter = Adapter(pool_connections=64, pool_maxsize=16, max_retries=0)
+        if len(sessions) >= 16:
+            for old in sessions.values():
+                old.close()
+            sessions.clear()
+        s = sessions[allow] = _Session()
+        s.trust_env = False
+        adapter = Adapter(allow, pool_connections=64, pool_maxsize=16, max_retries=0)
         s.mount("http://", adapter)
         s.mount("https://", adapter)
-        _local.session = s
     return s

@@ -117,7 +117,7 @@ def _copy_insert(job_id: int, rows: _Chunk) -> int:
                                  error_reason, error_message, updated_at)
             SELECT %s, url, host, 0, %s, 0, %s, '', '', %s FROM seed_chunk
             ON CONFLICT DO NOTHING
-            """,
+            """,  # noqa: S608 (the table name is the model's; values are bound)
             [job_id, URLState.QUEUED, now, now],
         )
         return cursor.rowcount

@@ -211,7 +211,7 @@ def with_retries(commit: Callable[[], object], attempts: int = 3):
             )
             if not transient or attempt == attempts:
                 raise
-            time.sleep(random.uniform(0.01, 0.1) * attempt)
+            time.sleep(random.uniform(0.01, 0.1) * attempt)  # noqa: S311 (jitter)
     return None
 
 
@@ -274,6 +274,7 @@ def record_page(
 
 _PAGE_FIELDS = [f for f in Page._meta.concrete_fields if not f.primary_key]
 # Data-modifying CTEs run to completion whether or not the final SELECT reads them.
+# Table and column names come from the models; every value is a bound parameter.
 _RECORD_SQL = """
 WITH fin AS (
     UPDATE {frontier} SET state = %s, lease_until = NULL, http_status = %s, error_reason = %s,
@@ -292,7 +293,7 @@ WITH fin AS (
     ON CONFLICT DO NOTHING
 )
 SELECT count(*) FROM fin
-""".format(
+""".format(  # noqa: S608
     frontier=FrontierURL._meta.db_table,
     page=Page._meta.db_table,
     page_columns=", ".join(f.column for f in _PAGE_FIELDS),
@@ -347,7 +348,7 @@ def backoff_seconds(attempt: int, job: CrawlJob | None = None) -> float:
         setting("RETRY_BACKOFF_MAX_S", job),
         setting("RETRY_BACKOFF_BASE_S", job) * 2 ** (attempt - 1),
     )
-    return step / 2 + random.uniform(0, step / 2)
+    return step / 2 + random.uniform(0, step / 2)  # noqa: S311 (jitter, not a secret)
 
 
 def _retries_left(claim: Claim, outcome: outcomes.CrawlOutcome) -> bool:

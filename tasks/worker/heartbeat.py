@@ -15,6 +15,7 @@ Probes (no ``celery inspect ping``): ``python -m tasks.worker.heartbeat live`` a
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import time
@@ -24,6 +25,7 @@ from celery import bootsteps, signals
 
 from tasks.defaults import setting
 
+log = logging.getLogger(__name__)
 _last_task = 0.0
 
 
@@ -57,8 +59,8 @@ class Heartbeat(bootsteps.StartStopStep):
                 mapping={"heartbeat": time.time(), "last_task": _last_task},
             )
             client().expire(f"crawl:worker:{self.name_}", stale * 4)
-        except Exception:  # the heartbeat file is what probes read; Redis may be restarting
-            pass
+        except Exception as exc:  # the heartbeat file is what probes read; Redis may be away
+            log.debug("heartbeat not written to Redis: %s", exc)
 
     def stop(self, consumer) -> None:
         if self.timer_ref is not None:

@@ -72,7 +72,7 @@ class WorkerPool:
         if self.log_dir is not None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
             log = (self.log_dir / f"{name}.log").open("ab")
-        self.procs[name] = subprocess.Popen(
+        self.procs[name] = subprocess.Popen(  # noqa: S603 (our own command, fixed arguments)
             guarded(worker_command(name, self.concurrency, self.pool)),
             cwd=settings.BASE_DIR,
             env=self.env,

@@ -53,7 +53,16 @@ OPTION_OF = {
     "delay": "--delay",
     "host_concurrency": "--host-concurrency",
     "name": "--name",
+    "settings": "--allow-network",
 }
+
+
+def _allowed_networks(cidrs: list[str]) -> dict:
+    """The job's ALLOWED_NETWORKS setting from ``--allow-network`` (and the environment's)."""
+    if not cidrs:
+        return {}
+    from_env = os.environ.get("CRAWL_ALLOWED_NETWORKS", "")
+    return {"ALLOWED_NETWORKS": ",".join(c for c in [from_env, *cidrs] if c)}
 
 
 def with_database(call: Callable[[], T], what: str, patience: float = OUTAGE_PATIENCE_S) -> T:
@@ -139,6 +148,14 @@ class Command(BaseCommand):
         parser.add_argument(
             "--ignore-robots", action="store_true", help="do not fetch or obey robots.txt"
         )
+        parser.add_argument(
+            "--allow-network",
+            action="append",
+            default=[],
+            metavar="CIDR",
+            help="a non-public network the crawl may fetch from, e.g. 10.0.0.0/8 or "
+            "127.0.0.0/8 (repeatable; public addresses need none)",
+        )
         parser.add_argument("--output", type=Path, default=None, metavar="FILE",
                             help="results file, .jsonl or .csv")  # fmt: skip
         parser.add_argument("--name", default=None)
@@ -212,6 +229,7 @@ class Command(BaseCommand):
                 include_subdomains=not opts["no_subdomains"],
                 use_sitemaps=opts["sitemaps"],
                 obey_robots=not opts["ignore_robots"],
+                settings=_allowed_networks(opts["allow_network"]),
             )
         except jobs.JobError as exc:
             lines = [
