@@ -149,6 +149,7 @@ STATIC_ROOT = env.str("STATIC_ROOT", default=str(DATA_DIR / "static"))
 # (acks_late), a worker killed mid-task puts it back (reject_on_worker_lost), each process
 # holds one message beyond those it runs (prefetch 1), results are never stored.
 CRAWL_QUEUE = env.str("CRAWL_QUEUE", default="crawl")
+RENDER_QUEUE = env.str("RENDER_QUEUE", default="render")  # pages for headless Chromium
 CELERY_BROKER_URL = REDIS_URL.replace("unix://", "redis+socket://", 1)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_TRANSPORT_OPTIONS = {

@@ -25,6 +25,7 @@ FETCH_DEADLINE_S = 60.0  # whole fetch, all redirects included, seconds
 FETCH_MAX_BYTES = 10 << 20  # decoded bodies above this are cut off, stored and marked truncated
 FETCH_MAX_REDIRECTS = 10  # hops followed before the URL fails as too_many_redirects
 USER_AGENT = "crawlplatform/1.0 (+https://github.com/crawlplatform)"  # default job user agent
+ROBOTS_AGENT = "crawlplatform"  # robots.txt groups match this token, whatever UA is presented
 
 RESOLVE = ""  # host=address overrides of name resolution, comma-separated ("host=": no address)
 ALLOWED_NETWORKS = ""  # CIDRs that may be fetched besides public addresses, comma-separated
@@ -56,6 +57,25 @@ THROTTLE_LATENCY_FACTOR = (
 )
 ROBOTS_TTL_S = 86400  # robots.txt is fetched again after this, seconds
 ROBOTS_ERROR_TTL_S = 2.0  # a 5xx or unreachable robots.txt is asked for again after this, seconds
+
+# Anti-bot: identities, ban detection and the ladder (see tasks/fetch/ladder.py)
+PROXY_REST_S = 300.0  # a banned or failing proxy gets no requests this long (doubling), seconds
+IDENTITY_BURN_S = 3600.0  # a host does not go back to an identity it rotated away from, seconds
+PROXY_FAILURES = 3  # bans or connection errors in a row (any host) that send a proxy to rest
+BAN_MARKERS = (  # body markers of a CAPTCHA or challenge page (comma-separated, any case)
+    "g-recaptcha,grecaptcha,h-captcha,hcaptcha.com,cf-turnstile,challenges.cloudflare.com,"
+    "cf-chl-,cf_chl_,verify you are human,are you a robot,unusual traffic from your"
+)
+BAN_URL_MARKERS = "/captcha,/challenge,cdn-cgi/challenge-platform,/blocked"  # in a final URL
+BAN_WORDS = "access denied,blocked,forbidden,not allowed,robot,captcha"  # of a tiny block page
+BAN_TINY_RATIO = 0.1  # a 200 below this share of the host's usual size may be a block page
+LADDER_CLIMB_BANS = 3  # ban signals in a row from a host that move it one level up
+LADDER_DESCEND_SUCCESSES = 20  # successes in a row, after LADDER_QUIET_S, for one level down
+LADDER_QUIET_S = 300.0  # no ban for this long before a host steps down, seconds
+LADDER_BACKOFF_DELAY_S = 5.0  # level 1 and up: the host's pace is at least this slow, seconds
+LADDER_MAX_LEVEL = 4  # 0 normal, 1 back off, 2 rotate identity, 3 render, 4 park for review
+CHROMIUM_PATH = "/usr/bin/chromium"  # the browser render workers drive (Debian's package)
+RENDER_CONCURRENCY = 2  # pages a render worker (manage.py crawl starts one) renders at once
 
 # Circuit breaker (per job and host; see tasks/fetch/circuit.py)
 CIRCUIT_FAILURES = 3  # consecutive host-level failures (refused, DNS, TLS, connect timeout) ...

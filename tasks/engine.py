@@ -23,15 +23,29 @@ from datetime import UTC, datetime
 from urllib.parse import urljoin
 
 from celery.exceptions import SoftTimeLimitExceeded
-from django.db import DatabaseError, InterfaceError, OperationalError, connection
+from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
 from redis.exceptions import RedisError
 
 from tasks.content import parsing, sitemaps
 from tasks.content.urls import Scope, canonicalize, host_of
 from tasks.defaults import setting
-from tasks.fetch import circuit, fetching, guard, outcomes, politeness, robots
+from tasks.fetch import (
+    bans,
+    circuit,
+    fetching,
+    guard,
+    identity,
+    ladder,
+    outcomes,
+    politeness,
+    proxies,
+    render,
+    robots,
+    sessions,
+)
 from tasks.frontier import leases, wakeup
 from tasks.frontier.transitions import (
+    RENDER_QUEUED,
     Claim,
     LeaseLost,
     claim,
@@ -39,13 +53,16 @@ from tasks.frontier.transitions import (
     give_up,
     insert_urls,
     lend_connection_back,
+    park,
     past_last_attempt,
     record_failure,
     record_page,
+    retry_banned,
+    to_render,
     with_retries,
 )
 from tasks.worker import loop, metrics
-from web.models import Page
+from web.models import Page, URLState
 
 log = logging.getLogger(__name__)
 
@@ -143,15 +160,16 @@ def _limits(claimed: Claim) -> fetching.FetchLimits:
     )
 
 
-def process(url_id: int, job_id: int) -> str | None:
-    """Fetch and store URL ``url_id`` if it is ours to do; returns the URL's new state."""
+def process(url_id: int, job_id: int, rendering: bool = False) -> str | None:
+    """Fetch and store URL ``url_id`` if it is ours to do; returns the URL's new state.
+    ``rendering``: a render worker's task (headless Chromium instead of a plain fetch)."""
     claimed = claim(url_id, job_id)
     if claimed is None:
         return None
     leases.hold(claimed.url.pk, claimed.attempt)
     try:
         lend_connection_back()  # a fetch takes long: the pool serves other threads meanwhile
-        state = _process_safely(claimed)
+        state = _process_safely(claimed, rendering)
     finally:
         leases.let_go(claimed.url.pk)
     if state is not None:
@@ -161,13 +179,13 @@ def process(url_id: int, job_id: int) -> str | None:
     return state
 
 
-def _process_safely(claimed: Claim) -> str | None:
+def _process_safely(claimed: Claim, rendering: bool = False) -> str | None:
     """The pipeline, with every way it can go wrong turned into the URL's outcome."""
     job, url = claimed.job, claimed.url.url
     try:
         if past_last_attempt(claimed):
             return give_up(claimed)
-        return _process_claimed(claimed)
+        return _process_claimed(claimed, rendering)
     except LeaseLost as exc:
         log.warning("discarded work: %s", exc)
         return None
@@ -283,34 +301,138 @@ def _host_failure(claimed: Claim, outcome: outcomes.CrawlOutcome) -> outcomes.Cr
     return outcome
 
 
-def _process_claimed(claimed: Claim) -> str:
+def _wants_render(job, level: int, rendering: bool) -> bool:
+    """Should this URL go to a render worker instead of a plain fetch?"""
+    if rendering or job.render == "never":
+        return False
+    return job.render == "always" or level >= ladder.RENDER
+
+
+def _visitor(
+    job, host: str, who: identity.Identity, jar_exists: bool
+) -> tuple[fetching.Visitor, sessions.Jar]:
+    jar = sessions.load(job.pk, host, who.key) if jar_exists else sessions.Jar()
+    visitor = fetching.Visitor(proxy=who.proxy, headers=dict(job.headers or {}),
+                               cookies=jar.for_requests())  # fmt: skip
+    return visitor, jar
+
+
+def _warm_up(claimed: Claim, cache: _JobCache, who: identity.Identity, visitor) -> bool:
+    """A new session of a host: fetch the job's warm-up page first (the home page that sets
+    the cookie a site wants back) in this URL's slot; what it answers is not stored, its
+    cookies are. False if the URL is the warm-up page itself (then it is fetched as usual)."""
+    job = claimed.job
+    url = urljoin(claimed.url.url, job.warmup_path)
+    if canonicalize(url) == claimed.url.url:
+        return False
+    kind, started = "ok", time.monotonic()
+    try:
+        fetching.fetch(url, user_agent=who.user_agent, limits=_limits(claimed),
+                       allow=guard.allowed(job), visitor=visitor,
+                       in_scope=lambda u: bool(_in_scope(cache, u)))  # fmt: skip
+    except outcomes.CrawlOutcome as exc:
+        log.info("job=%s warm-up %s: %s", job.pk, url, exc.reason)
+        kind = "errors" if isinstance(exc, outcomes.ProxyFailed) else ""
+    if who.proxy_id and kind:
+        proxies.record(job.pk, who.proxy_id, kind, time.monotonic() - started, job)
+    return True
+
+
+def _ban(job, host: str, resp, outcome) -> outcomes.Banned | None:
+    """A block page, as an outcome carrying the answer (for review); None if not one."""
+    if resp is not None:
+        reason = bans.detect(job, host, resp.status, resp.final_url, resp.body)
+        evidence = (resp.status, resp.headers, resp.body)
+    elif outcome is not None and outcome.status:
+        reason = bans.detect(job, host, outcome.status, outcome.url or "", outcome.body)
+        evidence = (outcome.status, outcome.headers, outcome.body)
+    else:
+        return None
+    if not reason:
+        return None
+    banned = outcomes.Banned(reason, status=evidence[0])
+    banned.headers, banned.body = evidence[1], evidence[2]
+    banned.screenshot = resp.screenshot if resp is not None else outcome.screenshot
+    return banned
+
+
+def _after_ban(claimed: Claim, host: str, who: identity.Identity, banned: outcomes.Banned) -> bool:
+    """A ban: the host's ladder counts it and acts on the level it is at. Returns whether the
+    ban was the host's rather than the URL's (the URL keeps its attempt): its identity had
+    been replaced, or the host had climbed, while it was in flight (stale news, not counted),
+    or the host refuses everything lately (bans in a row). A URL blocked again the same way as
+    its last attempt was is not counted either: that block follows the page, not the
+    identity."""
+    job = claimed.job
+    if claimed.previous == f"{banned.reason}: {banned}":
+        return False  # the same block as its last attempt's, after the host moved on: the page's
+    if who.proxy_id:
+        proxies.record(job.pk, who.proxy_id, "bans", job=job)
+    if identity.replaced(job, host, who):
+        return True
+    step = ladder.signal(job, host, banned=True, ran_at=claimed.level)
+    if step.run < 0:
+        return True  # the host climbed while it was in flight: news already acted on
+    if step.after != step.before:
+        log.warning("job=%s host=%s ladder %d -> %d", job.pk, host, step.before, step.after)
+    claimed.level = max(claimed.level, step.after)
+    if step.after >= ladder.BACK_OFF:
+        politeness.slow_down(job.pk, host, setting("LADDER_BACKOFF_DELAY_S", job), job)
+    if step.after >= ladder.ROTATE and step.run >= 2:  # one ban among successes: the page's
+        identity.rotate(job, host, who)
+    return step.run >= 2
+
+
+def _process_claimed(claimed: Claim, rendering: bool = False) -> str:
     job = claimed.job
     cache = _cache_for(claimed)
-    user_agent = job.user_agent or setting("USER_AGENT", job)
     host = host_of(claimed.url.url)
     if job.obey_robots:
-        state = _robots(claimed, cache, user_agent)
+        state = _robots(claimed, cache, setting("USER_AGENT", job))
         if state is not None:
             return state
-    slot = politeness.acquire(job.pk, host, job.delay, job.host_concurrency, job)
+    who = identity.current(job, host)  # no round trip unless the job has pools
+    jar_key = sessions.key(job.pk, host, who.key)
+    slot = politeness.acquire(job.pk, host, job.delay, job.host_concurrency, job, jar_key)
+    claimed.level = slot.ladder
     if not slot.granted:
         return defer(claimed, slot.wait, "throttled")
     if slot.circuit:
         state = _through_circuit(claimed, host, slot)
         if state is not None:
             return state
+    if _wants_render(job, slot.ladder, rendering):
+        _report(claimed, host, slot, politeness.NEUTRAL)
+        return hand_to_render(claimed)
+    if rendering and render.unavailable():
+        _report(claimed, host, slot, politeness.NEUTRAL)
+        log.warning("job=%s url=%s: render step skipped: %s", job.pk, claimed.url.url,
+                    render.unavailable())  # fmt: skip
+        return park(claimed, outcomes.Banned(f"render step skipped: {render.unavailable()}"))
     if slot.wait > 0:
         loop.wait(slot.wait)  # for the host's slot: not work, the worker's loop may rest
+        now = identity.current(job, host)  # another request may have rotated it meanwhile
+        if now != who:
+            who, slot.jar = now, True
+    visitor, jar = _visitor(job, host, who, slot.jar)
+    if job.warmup_path and not jar.version and _warm_up(claimed, cache, who, visitor):
+        sessions.save(job.pk, host, who.key, jar, visitor.set_cookies, mark=True)
+        _report(claimed, host, slot, politeness.NEUTRAL)
+        # the warm-up took this slot; the URL keeps the reason its last fetch ended with
+        return defer(claimed, 0.0, claimed.previous_reason or "warming_up")
     outcome: outcomes.CrawlOutcome | None = None
+    resp = None
     started = time.monotonic()
     metrics.IN_FLIGHT.inc()
     try:
-        resp = fetching.fetch(
+        get = render.fetch if rendering else fetching.fetch
+        resp = get(
             claimed.url.url,
-            user_agent=user_agent,
+            user_agent=who.user_agent,
             limits=_limits(claimed),
             allow=guard.allowed(job),
             in_scope=lambda u: bool(_in_scope(cache, u)),
+            visitor=visitor,
         )
     except outcomes.CrawlOutcome as exc:
         outcome = exc
@@ -318,12 +440,30 @@ def _process_claimed(claimed: Claim) -> str:
         metrics.IN_FLIGHT.dec()
         elapsed = time.monotonic() - started
         metrics.FETCH_SECONDS.observe(elapsed)
+    banned = _ban(job, host, resp, outcome)
     retry_after = outcome.retry_after if outcome is not None else None
-    _report(claimed, host, slot, _signal(outcome, elapsed, job), retry_after, elapsed)
+    signal = politeness.OK if banned else _signal(outcome, elapsed, job)
+    _report(claimed, host, slot, signal, retry_after, elapsed)
     if outcome is not None and outcome.host_level:
         outcome = _host_failure(claimed, outcome)
     elif slot.circuit:
         circuit.record(job.pk, host, failed=False, job=job)  # the host answered
+    sessions.save(job.pk, host, who.key, jar, visitor.set_cookies)
+    if banned is not None:
+        hosts_fault = _after_ban(claimed, host, who, banned)
+        if claimed.level >= ladder.PARK:
+            return park(claimed, banned)  # the top of the ladder: a person decides
+        if hosts_fault:
+            log.info("job=%s url=%s banned (%s): the host's, tried again", job.pk,
+                     claimed.url.url, banned.reason)  # fmt: skip
+            return retry_banned(claimed, banned)
+        outcome = banned
+    else:
+        if slot.ladder or slot.ban_streak:
+            ladder.signal(job, host, banned=False)
+        if who.proxy_id:
+            failed = isinstance(outcome, outcomes.ProxyFailed)
+            proxies.record(job.pk, who.proxy_id, "errors" if failed else "ok", elapsed, job)
     if outcome is not None:
         state = record_failure(claimed, outcome)
         log.info(
@@ -331,10 +471,23 @@ def _process_claimed(claimed: Claim) -> str:
         )
         return state
     metrics.FETCHED_BYTES.inc(len(resp.body))
-    return _store(claimed, cache, resp)
+    return _store(claimed, cache, resp, rendering)
 
 
-def _store(claimed: Claim, cache: _JobCache, resp: fetching.Response) -> str:
+def hand_to_render(claimed: Claim) -> str:
+    """The URL goes to a render worker (its own queue); this attempt did not fetch it."""
+    from tasks.frontier import scheduler
+
+    to_render(claimed)
+    url_id, job_id, depth = claimed.url.pk, claimed.job.pk, claimed.url.depth
+    transaction.on_commit(lambda: scheduler.publish([(url_id, job_id, depth)], queue="render"))
+    claimed.reason = RENDER_QUEUED
+    return URLState.SCHEDULED
+
+
+def _store(
+    claimed: Claim, cache: _JobCache, resp: fetching.Response, rendering: bool = False
+) -> str:
     job = claimed.job
     title, links, note = "", [], ""
     is_html = resp.content_type in parsing.HTML_TYPES
@@ -348,7 +501,10 @@ def _store(claimed: Claim, cache: _JobCache, resp: fetching.Response) -> str:
         except Exception as exc:  # a page must never crash the worker, whatever it holds
             log.exception("job=%s url=%s: parser failed", job.pk, claimed.url.url)
             return record_failure(claimed, outcomes.ParseError(f"{type(exc).__name__}: {exc}"))
+        if job.render == "auto" and not rendering and parsing.needs_javascript(parsed, resp.body):
+            return hand_to_render(claimed)  # its content and links come from JavaScript
         title = parsed.title
+        bans.learn_size(job.pk, host_of(claimed.url.url), len(resp.body))
         if claimed.url.depth < job.max_depth:
             links = new_links(cache, parsed.base, parsed.hrefs)
     elif job.use_sitemaps and sitemaps.looks_like_sitemap(resp.final_url, resp.content_type):

@@ -19,6 +19,18 @@ from tasks.worker import lifecycle
 log = logging.getLogger(__name__)
 
 
+def _run(task, url_id: int, job_id: int, rendering: bool) -> None:
+    close_old_connections()  # drop a connection that broke (database restart) or aged out
+    try:
+        engine.process(url_id, job_id, rendering)
+    except DatabaseError as exc:  # before the claim: the database is unreachable
+        connection.close()
+        raise task.retry(exc=exc, countdown=setting("DB_RETRY_S")) from None
+    finally:
+        transitions.lend_connection_back()  # an idle pool thread must not keep a connection
+    lifecycle.touched_jobs.add(job_id)
+
+
 @shared_task(
     bind=True,
     name="tasks.fetch_url",
@@ -28,15 +40,21 @@ log = logging.getLogger(__name__)
     max_retries=None,
 )
 def fetch_url(self, url_id: int, job_id: int) -> None:
-    close_old_connections()  # drop a connection that broke (database restart) or aged out
-    try:
-        engine.process(url_id, job_id)
-    except DatabaseError as exc:  # before the claim: the database is unreachable
-        connection.close()
-        raise self.retry(exc=exc, countdown=setting("DB_RETRY_S")) from None
-    finally:
-        transitions.lend_connection_back()  # an idle pool thread must not keep a connection
-    lifecycle.touched_jobs.add(job_id)
+    _run(self, url_id, job_id, rendering=False)
+
+
+@shared_task(
+    bind=True,
+    name="tasks.render_url",
+    acks_late=True,
+    reject_on_worker_lost=True,
+    ignore_result=True,
+    max_retries=None,
+)
+def render_url(self, url_id: int, job_id: int) -> None:
+    """The same pipeline with headless Chromium for the fetch (render workers, ``render``
+    queue: ``celery -A crawlplatform worker --queues render --pool prefork --concurrency 2``)."""
+    _run(self, url_id, job_id, rendering=True)
 
 
 @shared_task(name="tasks.maintain", ignore_result=True)

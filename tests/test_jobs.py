@@ -27,6 +27,11 @@ SEED = "http://127.0.0.1:9/"
         ({"settings": {"NOPE": 1}}, "settings", "no such setting"),
         ({"max_depth": 100_000}, "max_depth", "less than or equal to 32767"),
         ({"delay": -1.0}, "delay", "between 0 and"),
+        ({"proxies": ["ftp://127.0.0.1:21"]}, "proxies", "must be a list of http, https"),
+        ({"proxies": ["http://"]}, "proxies", "must be a list of http, https"),
+        ({"user_agents": ["Bot/1\r\nX-Injected: 1"]}, "user_agents", "one-line"),
+        ({"headers": {"X-A": "1\nX-B: 2"}}, "headers", "one-line"),
+        ({"render": "sometimes"}, "render", "not a valid choice"),
     ],
 )
 def test_a_configuration_the_crawl_cannot_apply_is_refused_naming_its_field(fields, field, words):
@@ -48,6 +53,14 @@ def test_seeds_no_server_could_be_asked_for_are_refused(seed):
 def test_the_command_line_names_the_option(redis):
     with pytest.raises(CommandError, match=r"--include: 'a\(' is not a valid regular expression"):
         call_command("crawl", SEED, "--include", "a(", "--workers", "0")
+    assert not CrawlJob.objects.exists()
+
+
+def test_the_command_line_names_the_identity_options(redis):
+    with pytest.raises(CommandError, match=r"--proxy: must be a list of http"):
+        call_command("crawl", SEED, "--proxy", "gopher://127.0.0.1:70", "--workers", "0")
+    with pytest.raises(CommandError, match=r'--header: .* is not "Name: value"'):
+        call_command("crawl", SEED, "--header", "no-colon", "--workers", "0")
     assert not CrawlJob.objects.exists()
 
 

@@ -113,6 +113,28 @@ def test_keda_counts_the_lists_celery_creates_plus_in_flight_plus_due():
     assert "crawlplatform_frontier_due_urls" in due["metadata"]["query"]
 
 
+def test_render_workers_consume_their_queue_and_scale_on_it():
+    scaled = by_kind("ScaledObject", "render")
+    jsonschema.validate(scaled, crd_schema("keda.sh_scaledobjects.yaml"))
+    redis_lists = [t["metadata"]["listName"] for t in scaled["spec"]["triggers"]]
+    assert redis_lists == broker.priority_lists(settings.RENDER_QUEUE)
+    assert all(t["authenticationRef"]["name"] == "redis-auth" for t in scaled["spec"]["triggers"])
+    pod = by_kind("Deployment", "render")["spec"]["template"]
+    container = pod["spec"]["containers"][0]
+    command = " ".join(container["command"])
+    assert "--queues render" in command and container["image"] == "crawlplatform-render"
+    assert pod["metadata"]["labels"]["egress"] == "fetch"  # the workers' egress policy
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]["render"]
+    assert "render" in compose["command"] and compose["build"]["target"] == "render"
+    assert "FROM base AS render" in (ROOT / "Dockerfile").read_text()
+    budget = app.conf.worker_soft_shutdown_timeout
+    for grace in (
+        pod["spec"]["terminationGracePeriodSeconds"],
+        seconds(compose["stop_grace_period"]),
+    ):
+        assert grace > budget
+
+
 def seconds(value: str) -> float:
     return float(value.rstrip("s"))
 
@@ -153,7 +175,7 @@ def test_alerts_cover_backlog_idle_workers_errors_and_checkpoints():
     rule = by_kind("PrometheusRule", "crawlplatform")
     rules = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
     assert set(rules) == {"CrawlBacklogNotDraining", "NoWorkersConsuming", "CrawlErrorRateSpike",
-                          "CrawlCheckpointTooOld"}  # fmt: skip
+                          "CrawlCheckpointTooOld", "CrawlReviewQueueGrowing"}  # fmt: skip
     exported = (ROOT / "web" / "metrics.py").read_text() + (
         ROOT / "tasks" / "worker" / "metrics.py"
     ).read_text()

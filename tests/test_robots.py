@@ -29,17 +29,20 @@ def job():
     return SimpleNamespace(settings={}, pk=1)
 
 
-def test_the_jobs_user_agent_group_applies_and_robots_is_fetched_once(tmp_path):
+def test_the_product_tokens_group_applies_and_robots_is_fetched_once(tmp_path):
     with HostileSite(robots=ROBOTS) as site:
         private = robots.check(job(), site.url("/private/x"), UA)
         public = robots.check(job(), site.url("/public"), UA)
         robots.forget()  # another worker process: reads the copy in Redis
-        other = robots.check(job(), site.url("/public"), "SomeOtherBot/2.0")
+        browser = robots.check(job(), site.url("/private/x"), "Mozilla/5.0 (X11; Linux) Chrome/130")
+        renamed = SimpleNamespace(settings={"ROBOTS_AGENT": "otherbot"}, pk=1)
+        other = robots.check(renamed, site.url("/public"), UA)
         assert site.hits("/robots.txt") == 1
     assert (private.allowed, private.reason) == (False, "robots")
     assert public.allowed and public.crawl_delay == 1.5
     assert public.sitemaps == ["http://127.0.0.1/sitemap.xml"]
-    assert not other.allowed  # the * group disallows everything for other agents
+    assert not browser.allowed  # a presented browser user agent does not escape the group
+    assert not other.allowed  # another token: the * group disallows everything
 
 
 def test_missing_robots_allows_everything():

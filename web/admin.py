@@ -1,15 +1,21 @@
-"""The admin: jobs with start/pause/resume/cancel actions, URLs and pages to inspect."""
+"""The admin: jobs with start/pause/resume/cancel actions, URLs and pages to inspect, and the
+review queue of URLs a site kept blocking."""
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Callable
 
+from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.utils.html import format_html, format_html_join
+from redis.exceptions import RedisError
 
-from tasks.frontier import jobs
-from web.models import Checkpoint, CrawlJob, FrontierURL, JobState, Page
+from tasks.fetch import ladder, proxies
+from tasks.frontier import jobs, review
+from web.models import Checkpoint, CrawlJob, FrontierURL, JobState, Page, Review
 
 
 def _job_action(
@@ -48,7 +54,8 @@ class CrawlJobAdmin(admin.ModelAdmin):
     list_display = ["id", "name", "state", "released", "max_pages", "created_at", "finished_at"]
     list_filter = ["state", "created_at"]
     search_fields = ["name"]
-    readonly_fields = ["state", "released", "stats", "created_at", "started_at", "finished_at"]
+    readonly_fields = ["state", "released", "stats", "created_at", "started_at", "finished_at",
+                       "error", "anti_bot"]  # fmt: skip
     fieldsets = [
         (None, {"fields": ["name", "seeds", "state"]}),
         (
@@ -63,10 +70,31 @@ class CrawlJobAdmin(admin.ModelAdmin):
                 ]
             },
         ),
-        ("Politeness", {"fields": ["delay", "host_concurrency", "obey_robots", "user_agent"]}),
+        ("Politeness", {"fields": ["delay", "host_concurrency", "obey_robots"]}),
+        (
+            "Identities and anti-bot",
+            {"fields": ["user_agents", "proxies", "headers", "warmup_path", "render", "anti_bot"]},
+        ),
         ("Advanced", {"fields": ["settings"], "classes": ["collapse"]}),
-        ("Progress", {"fields": ["released", "stats", "created_at", "started_at", "finished_at"]}),
+        (
+            "Progress",
+            {"fields": ["released", "stats", "error", "created_at", "started_at", "finished_at"]},
+        ),
     ]
+
+    @admin.display(description="ladder and proxies now")
+    def anti_bot(self, job: CrawlJob) -> str:
+        try:
+            hosts = ladder.levels(job.pk)
+            pids = {proxies.proxy_id(t): proxies.label(t) for t in job.proxies or []}
+            health = proxies.health(job.pk, list(pids))
+        except RedisError as exc:
+            return f"Redis unavailable: {exc}"
+        lines = [(f"{host}: level {level}",) for host, level in sorted(hosts.items())]
+        lines += [(f"{pids[pid]}: {int(h.get('ok', 0))} ok, {int(h.get('bans', 0))} bans, "
+                   f"{int(h.get('errors', 0))} errors",) for pid, h in health.items()]  # fmt: skip
+        return format_html_join("", "<div>{}</div>", lines) or "every host at level 0"
+
     inlines = [CheckpointInline]
     actions = [
         _job_action("started", jobs.start, {JobState.DRAFT}),
@@ -110,3 +138,59 @@ class PageAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # pages are what a crawl fetched, nothing else
+
+
+class ReviewForm(forms.ModelForm):
+    cookies = forms.CharField(
+        required=False,
+        help_text="After solving the site's challenge in a browser: its cookies for this host "
+        "(name=value; name2=value2). They go into the host's jar; then requeue.",
+    )
+
+    class Meta:
+        model = Review
+        fields: list[str] = []
+
+
+@admin.register(Review)
+class ReviewAdmin(admin.ModelAdmin):
+    """Parked URLs: what the site answered, and a person's decision."""
+
+    form = ReviewForm
+    list_display = ["url", "job", "host", "reason", "level", "status", "parked_at"]
+    list_filter = ["host", "level", "job"]
+    search_fields = ["url__url", "reason"]
+    list_select_related = ["url", "job"]
+    readonly_fields = ["url", "job", "host", "reason", "level", "status", "headers", "preview",
+                       "picture", "parked_at"]  # fmt: skip
+    fields = [*readonly_fields, "cookies"]
+    actions = ["requeue", "give_up"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    @admin.display(description="body (start)")
+    def preview(self, item: Review) -> str:
+        return format_html("<pre style='white-space:pre-wrap'>{}</pre>", item.body[:20000])
+
+    @admin.display(description="screenshot")
+    def picture(self, item: Review) -> str:
+        if not item.screenshot:
+            return "not rendered"
+        data = base64.b64encode(bytes(item.screenshot)).decode()
+        return format_html('<img style="max-width:800px" src="data:image/png;base64,{}">', data)
+
+    def save_model(self, request, item: Review, form, change) -> None:
+        if form.cleaned_data.get("cookies"):
+            version = review.put_cookies(item.job, item.host, form.cleaned_data["cookies"])
+            self.message_user(request, f"cookies put into {item.host}'s jar (v{version})")
+
+    @admin.action(description="Requeue: try the selected URLs again")
+    def requeue(self, request: HttpRequest, queryset: QuerySet) -> None:
+        n = review.requeue(FrontierURL.objects.filter(review__in=queryset))
+        self.message_user(request, f"{n} URLs requeued", messages.SUCCESS)
+
+    @admin.action(description="Give up: fail the selected URLs with their reason")
+    def give_up(self, request: HttpRequest, queryset: QuerySet) -> None:
+        n = review.drop(FrontierURL.objects.filter(review__in=queryset))
+        self.message_user(request, f"{n} URLs failed", messages.SUCCESS)

@@ -29,12 +29,15 @@ FIELDS = [
 
 
 def rows(job_id: int):
-    """One dict per fetched or failed URL of the job, in frontier order."""
+    """One dict per fetched, failed or parked URL of the job, in frontier order (a parked
+    URL's error reads ``needs_review: <what the ban detector saw>``)."""
+    ended = [URLState.DONE, URLState.FAILED, URLState.NEEDS_REVIEW]
     qs = (
-        FrontierURL.objects.filter(job_id=job_id, state__in=[URLState.DONE, URLState.FAILED])
+        FrontierURL.objects.filter(job_id=job_id, state__in=ended)
         .order_by("id")
         .values_list(
             "url",
+            "state",
             "depth",
             "http_status",
             "error_reason",
@@ -49,6 +52,7 @@ def rows(job_id: int):
     )
     for (
         url,
+        state,
         depth,
         status,
         reason,
@@ -69,8 +73,14 @@ def rows(job_id: int):
             "content_type": ctype,
             "size": size,
             "fetched_at": when.isoformat() if when else None,
-            "error": None if final is not None else f"{reason}: {message}".strip(": "),
+            "error": None if final is not None else _error(state, reason, message),
         }
+
+
+def _error(state: str, reason: str, message: str) -> str:
+    if state == URLState.NEEDS_REVIEW:
+        return f"needs_review: {message or reason}"
+    return f"{reason}: {message}".strip(": ")
 
 
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")

@@ -21,7 +21,7 @@ from prometheus_client.core import GaugeMetricFamily
 from tasks import broker
 from tasks.defaults import setting
 from tasks.fetch.politeness import decayed_delay
-from web.models import CrawlJob, FrontierURL, JobState, URLState
+from web.models import CrawlJob, FrontierURL, JobState, Review, URLState
 
 _THROTTLE_SCAN_MAX = 1000  # host delay keys reported at most
 DUE_COUNT_MAX = 10_000  # due URLs counted per job at most: plenty to size any worker fleet
@@ -142,6 +142,29 @@ class PlatformCollector:
             if until is not None and int(until) > now_ms:
                 circuits.add_metric(list(_job_host(key, ":circuit")), 1)
         yield circuits
+
+        ladders = GaugeMetricFamily(
+            "crawlplatform_host_ladder_level",
+            "Anti-bot ladder level per job and host (1 back off, 2 rotate, 3 render, 4 park)",
+            labels=["job", "host"],
+        )
+        keys = _scan(client, "crawl:ladder:*")
+        pipe = client.pipeline(transaction=False)
+        for key in keys:
+            pipe.hget(key, "level")
+        for key, level in zip(keys, pipe.execute() if keys else [], strict=True):
+            if level is not None and int(level) > 0:
+                job_id, host = key.decode()[len("crawl:ladder:") :].split(":", 1)
+                ladders.add_metric([job_id, host], int(level))
+        yield ladders
+
+        review = GaugeMetricFamily(
+            "crawlplatform_review_queue", "URLs parked for human review, per job", labels=["job"]
+        )
+        parked = Review.objects.values_list("job_id").annotate(n=Count("id"))  # small table
+        for job_id, n in parked:
+            review.add_metric([str(job_id)], n)
+        yield review
 
         heartbeat = GaugeMetricFamily(
             "crawlplatform_worker_heartbeat_age_seconds",

@@ -17,6 +17,7 @@ refuse a configuration the crawl could not apply, with a message naming the fiel
 from __future__ import annotations
 
 import re
+from urllib.parse import urlsplit
 
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator
@@ -29,6 +30,16 @@ from tasks.content.urls import seed_problem
 from tasks.fetch import guard
 
 MAX_DEPTH_LIMIT = 32767  # depths are stored as small integers
+PROXY_SCHEMES = ("http", "https", "socks5", "socks5h")
+
+
+def _proxy_url_ok(url: str) -> bool:
+    """A proxy URL template the transport can use: a known scheme and a host."""
+    try:
+        parts = urlsplit(url)
+        return parts.scheme in PROXY_SCHEMES and bool(parts.hostname) and parts.port != 0
+    except ValueError:
+        return False
 
 
 class JobState(models.TextChoices):
@@ -57,6 +68,7 @@ class URLState(models.TextChoices):
     DONE = "done"
     FAILED = "failed"
     SKIPPED = "skipped"
+    NEEDS_REVIEW = "needs_review", "needs review (parked: blocked whatever the ladder tried)"
 
 
 # URLs in these states still owe work: a job with none of them left is finished.
@@ -114,8 +126,36 @@ class CrawlJob(models.Model):
     host_concurrency = models.PositiveIntegerField(
         default=0, help_text="Requests in flight to one host at most; 0 for no limit."
     )
-    obey_robots = models.BooleanField(default=True, help_text="Honour robots.txt.")
-    user_agent = models.CharField(max_length=300, blank=True, help_text="Empty: the default.")
+    obey_robots = models.BooleanField(
+        default=True, help_text="Honour robots.txt (matched by the crawler's product token)."
+    )
+    user_agents = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="User-Agent headers to present; one: fixed; several: rotated per host when "
+        "a site blocks. Empty: the platform's own.",
+    )
+    proxies = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Proxy URLs (http, https, socks5); ${VAR} is read from the workers' "
+        "environment, so credentials stay in a Secret. Empty: direct.",
+    )
+    headers = models.JSONField(
+        default=dict, blank=True, help_text='Extra request headers, e.g. {"Accept-Language": "de"}.'
+    )
+    warmup_path = models.CharField(
+        max_length=500,
+        blank=True,
+        help_text="Fetched first on each new session of a host (e.g. / that sets a cookie).",
+    )
+    render = models.CharField(
+        max_length=8,
+        choices=[("never", "never"), ("auto", "auto"), ("always", "always")],
+        default="never",
+        help_text="Render pages in headless Chromium: never, when the ladder or a page that "
+        "needs JavaScript asks (auto), or always.",
+    )
     settings = models.JSONField(
         default=dict,
         blank=True,
@@ -176,6 +216,19 @@ class CrawlJob(models.Model):
                     add("path_caps", f"{pattern!r}: {limit!r} is not a whole number >= 0")
         for problem in defaults.problems(self.settings):
             add("settings", problem)
+        if not isinstance(self.user_agents, list) or not all(
+            isinstance(u, str) and u.strip() and "\n" not in u for u in self.user_agents
+        ):
+            add("user_agents", "must be a list of one-line user agents")
+        if not isinstance(self.proxies, list) or not all(
+            isinstance(p, str) and _proxy_url_ok(p) for p in self.proxies
+        ):
+            add("proxies", f"must be a list of {', '.join(PROXY_SCHEMES)} URLs")
+        if not isinstance(self.headers, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) and "\n" not in k + v
+            for k, v in self.headers.items()
+        ):
+            add("headers", "must be an object of one-line header names and values")
         if isinstance(self.settings, dict) and isinstance(
             self.settings.get("ALLOWED_NETWORKS"), str
         ):
@@ -229,6 +282,11 @@ class FrontierURL(models.Model):
         default=False,
         db_default=False,
         help_text="Handed to a worker at least once: counts against max_pages and caps once.",
+    )
+    ladder_level = models.PositiveSmallIntegerField(
+        default=0,
+        db_default=0,
+        help_text="Its host's anti-bot ladder level when its last attempt ran (0: normal).",
     )
     not_before = models.DateTimeField(
         default=timezone.now, help_text="Not released to workers before this time."
@@ -298,6 +356,9 @@ class Checkpoint(models.Model):
     reason = models.CharField(max_length=40, help_text="pause, shutdown, periodic, finish, ...")
     counters = models.JSONField(default=dict)
     frontier = models.JSONField(default=dict, help_text="URL count by state.")
+    sessions = models.JSONField(
+        default=dict, blank=True, help_text="The job's cookie jars, restored on resume."
+    )
 
     class Meta:
         constraints = [
@@ -307,6 +368,27 @@ class Checkpoint(models.Model):
 
     def __str__(self) -> str:
         return f"job {self.job_id} v{self.version} ({self.reason})"
+
+
+class Review(models.Model):
+    """What a person needs to decide about a parked URL: why, and what the site answered."""
+
+    url = models.OneToOneField(FrontierURL, on_delete=models.CASCADE, related_name="review")
+    job = models.ForeignKey(CrawlJob, on_delete=models.CASCADE, related_name="reviews")
+    host = models.CharField(max_length=255)
+    reason = models.CharField(max_length=200, help_text="What the ban detector saw.")
+    level = models.PositiveSmallIntegerField(help_text="The ladder level it was parked at.")
+    status = models.PositiveSmallIntegerField(null=True, blank=True, help_text="Last HTTP status.")
+    headers = models.JSONField(default=dict, blank=True, help_text="Last response headers.")
+    body = models.TextField(blank=True, help_text="Last response body (first 256 KiB).")
+    screenshot = models.BinaryField(null=True, blank=True, help_text="PNG, when rendered.")
+    parked_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["job", "host"], name="review_job_host")]
+
+    def __str__(self) -> str:
+        return f"{self.url_id} ({self.reason})"
 
 
 class SchedulerFence(models.Model):

@@ -34,6 +34,15 @@ class Parsed:
         return list(dict.fromkeys(urljoin(self.base, h) for h in self.hrefs))
 
 
+def needs_javascript(parsed: Parsed, body: bytes) -> bool:
+    """A page whose links only JavaScript would make: none in the HTML, and scripts that
+    stand in for them (or a ``<noscript>`` that says so)."""
+    if parsed.hrefs:
+        return False
+    head = body[: 64 << 10].lower()
+    return b"<noscript" in head or b"<script" in head
+
+
 def looks_binary(body: bytes) -> bool:
     """True for bodies that are not text whatever their Content-Type says."""
     return b"\x00" in body[:2048]

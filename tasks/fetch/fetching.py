@@ -25,7 +25,7 @@ import requests
 import urllib3
 
 from tasks.fetch import guard, outcomes
-from tasks.fetch.transport import session
+from tasks.fetch.transport import check_target, session
 
 _CHUNK = 64 << 10
 
@@ -50,6 +50,8 @@ class Response:
     truncated: bool
     elapsed: float  # seconds, all hops
     redirects: list[str] = field(default_factory=list)
+    headers: dict[str, str] = field(default_factory=dict)  # of the final answer
+    screenshot: bytes | None = None  # a rendered page's picture (PNG)
 
 
 def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
@@ -155,6 +157,37 @@ def _redirect_target(current: str, location: str) -> str:
     return target
 
 
+@dataclass
+class Visitor:
+    """Who asks, beyond the user agent: through which proxy, with which extra headers and
+    cookies. The cookies the answers set (every hop) are collected in ``set_cookies``."""
+
+    proxy: str | None = None  # URL with credentials (never logged)
+    headers: dict[str, str] = field(default_factory=dict)
+    cookies: requests.cookies.RequestsCookieJar = field(
+        default_factory=requests.cookies.RequestsCookieJar
+    )
+    set_cookies: requests.cookies.RequestsCookieJar = field(
+        default_factory=requests.cookies.RequestsCookieJar
+    )
+
+
+_EVIDENCE_BYTES = 64 << 10  # of an error answer's body, kept for ban detection and review
+
+
+def _evidence(failure: outcomes.CrawlOutcome, resp: requests.Response, limits: FetchLimits,
+              started: float) -> outcomes.CrawlOutcome:  # fmt: skip
+    """Attach what the server answered (headers, the start of the body) to an HTTP failure."""
+    failure.headers = dict(resp.headers)
+    try:
+        small = FetchLimits(limits.connect_timeout, limits.read_timeout, limits.deadline,
+                            _EVIDENCE_BYTES, limits.max_redirects)  # fmt: skip
+        failure.body, _ = _read_body(resp, small, started)
+    except (outcomes.CrawlOutcome, requests.RequestException, urllib3.exceptions.HTTPError):
+        failure.body = b""
+    return failure
+
+
 def fetch(
     url: str,
     *,
@@ -162,12 +195,18 @@ def fetch(
     limits: FetchLimits,
     allow: tuple[guard.Network, ...] = (),
     in_scope: Callable[[str], bool] = lambda u: True,
+    visitor: Visitor | None = None,
 ) -> Response:
     """GET ``url`` and return the response; raise a :mod:`tasks.fetch.outcomes` type on failure.
 
-    ``allow``: networks that may be connected to besides public addresses (the guard)."""
+    ``allow``: networks that may be connected to besides public addresses (the guard).
+    ``visitor``: proxy, extra headers and cookies (none by default). Through a proxy, the
+    proxy resolves and connects; the guard then checks our own resolution of each hop's host
+    first (a proxy is the operator's choice, trusted with its own network)."""
+    visitor = visitor or Visitor()
     started = time.monotonic()
-    headers = {"User-Agent": user_agent, "Accept-Encoding": "gzip, deflate"}
+    headers = {**visitor.headers, "User-Agent": user_agent, "Accept-Encoding": "gzip, deflate"}
+    proxies = {"http": visitor.proxy, "https": visitor.proxy} if visitor.proxy else None
     current = url
     seen = {url}
     redirects: list[str] = []
@@ -178,11 +217,16 @@ def fetch(
             raise outcomes.DeadlineExceeded(f"no response after {limits.deadline:g} s")
         timeout = (min(limits.connect_timeout, remaining), min(limits.read_timeout, remaining))
         try:
+            if proxies:
+                check_target(current, allow)
             resp = s.get(
-                current, headers=headers, timeout=timeout, allow_redirects=False, stream=True
-            )
+                current, headers=headers, timeout=timeout, allow_redirects=False, stream=True,
+                cookies=visitor.cookies, proxies=proxies,
+            )  # fmt: skip
         except requests.RequestException as exc:
             failure = outcomes.from_requests(exc)
+            if proxies:
+                failure = outcomes.through_proxy(failure, exc)
             failure.url = current  # a redirect hop may have failed on another host
             raise failure from None
         except guard.BlockedAddress as exc:  # refused before any connection was tried
@@ -193,6 +237,8 @@ def fetch(
             where = f"redirect to {current[:200]!r}" if redirects else f"{current[:200]!r}"
             raise outcomes.InvalidURL(f"{where} is not a valid URL: {exc}"[:500]) from None
         with resp:
+            visitor.cookies.update(resp.cookies)
+            visitor.set_cookies.update(resp.cookies)
             if resp.is_redirect and "location" in resp.headers:
                 target = _redirect_target(current, resp.headers["location"])
                 if target in seen:
@@ -208,8 +254,11 @@ def fetch(
             failure = outcomes.from_status(
                 resp.status_code, parse_retry_after(resp.headers.get("retry-after"))
             )
+            if proxies and resp.status_code == 407:
+                failure = outcomes.ProxyFailed("the proxy refused its credentials (HTTP 407)")
             if failure is not None:
-                raise failure
+                failure.url = current
+                raise _evidence(failure, resp, limits, started)
             try:
                 body, truncated = _read_body(resp, limits, started)
             except (requests.RequestException, urllib3.exceptions.HTTPError) as exc:
@@ -225,4 +274,5 @@ def fetch(
                 truncated=truncated,
                 elapsed=time.monotonic() - started,
                 redirects=redirects,
+                headers=dict(resp.headers),
             )

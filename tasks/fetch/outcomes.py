@@ -14,6 +14,8 @@
     │   ├── RobotsUnavailable     robots_unavailable  (robots.txt answered 5xx)
     │   ├── ServerError           http_5xx            overload signal if 503/504 without Retry-After
     │   ├── TooManyRequests       http_429            overload signal without Retry-After
+    │   ├── Banned                banned              (a block page: the host's ladder decides)
+    │   ├── ProxyFailed           proxy_error         (the job's proxy, not the site: its health)
     │   ├── TaskTimeout           task_timeout        (the page ran past the task's time limit)
     │   ├── DatabaseUnavailable   database_error      (the page could not be committed)
     │   └── InternalError         internal_error      (an unexpected exception; see the worker log)
@@ -41,8 +43,9 @@ does. *Host-level* failures say the host cannot be reached at all; a few in a ro
 circuit (``tasks/fetch/circuit.py``). A ``Retry-After`` holds the host for that long instead
 of counting as a signal.
 
-:func:`from_requests` maps a ``requests`` or ``urllib3`` exception into the tree; it is the only
-place that knows their exception types.
+:func:`from_requests` maps a ``requests`` or ``urllib3`` exception into the tree (and
+:func:`through_proxy` decides whose fault it was behind a proxy); they are the only place
+that knows those exception types.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ import http.client
 import socket
 
 import requests
+import socks
 import urllib3
 
 
@@ -69,6 +73,9 @@ class CrawlOutcome(Exception):
         self.status = status
         self.retry_after = retry_after  # seconds the server asked us to wait, if it did
         self.url: str | None = None  # the URL that failed, when it is not the one asked for
+        self.headers: dict[str, str] = {}  # an HTTP failure's answer: headers, start of body
+        self.body = b""
+        self.screenshot: bytes | None = None  # a rendered answer's picture (PNG), for review
 
     @property
     def overload(self) -> bool:
@@ -123,6 +130,34 @@ class RobotsUnavailable(Retryable):
 
 class TooManyRequests(Retryable):
     reason, signals_overload = "http_429", True
+
+
+class Banned(Retryable):
+    """A block page (CAPTCHA, challenge, "access denied"): never stored; the host's ladder
+    climbs, and after its last attempt the URL is parked for review instead of failing."""
+
+    reason = "banned"
+
+
+class ProxyFailed(Retryable):
+    """The proxy could not be reached, or refused us (407): counts against the proxy's health
+    (``tasks/fetch/proxies.py``), not against the site's host."""
+
+    reason = "proxy_error"
+
+
+def through_proxy(failure: CrawlOutcome, exc: Exception) -> CrawlOutcome:
+    """A failure of a request sent through a proxy: the proxy's when the proxy itself could not
+    be reached; a SOCKS proxy's report that the site could not be reached stays the site's."""
+    chain = list(_chain(exc))
+    if any(isinstance(e, socks.SOCKS5Error) for e in chain):
+        return failure
+    proxy_side = isinstance(exc, requests.exceptions.ProxyError) or any(
+        isinstance(e, socks.ProxyConnectionError) for e in chain
+    )
+    if proxy_side or failure.host_level:
+        return ProxyFailed(f"proxy unreachable: {failure}"[:500])
+    return failure
 
 
 class TaskTimeout(Retryable):

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 
 from tasks.broker import client, script
 from tasks.defaults import setting
-from tasks.fetch import circuit
+from tasks.fetch import circuit, ladder
 
 OK, OVERLOAD, NEUTRAL = 0, 1, 2  # what one outcome tells the host's throttle
 
@@ -76,17 +76,21 @@ local max_wait = tonumber(ARGV[3])
 local lease = tonumber(ARGV[4])
 local adaptive = decayed(redis.call('GET', KEYS[3]), now, tonumber(ARGV[6]))
 local circuit = redis.call('EXISTS', KEYS[6])
+local ladder = redis.call('HMGET', KEYS[7], 'level', 'streak')
+local level, streak = tonumber(ladder[1] or '0'), tonumber(ladder[2] or '0')
+local jar = 0
+if KEYS[8] then jar = redis.call('EXISTS', KEYS[8]) end
 local delay = math.max(floor, adaptive, tonumber(redis.call('GET', KEYS[4]) or '0'))
 if conc > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
   if redis.call('ZCARD', KEYS[2]) >= conc then
-    return {0, math.max(delay, 250), circuit}
+    return {0, math.max(delay, 250), circuit, level, streak, jar}
   end
 end
 local slot = math.max(now, tonumber(redis.call('GET', KEYS[1]) or '0'))
 local wait = slot - now
 if wait > max_wait then
-  return {0, wait, circuit}
+  return {0, wait, circuit, level, streak, jar}
 end
 local window = tonumber(ARGV[7])
 local req, bad = counts(KEYS[5], now, window)
@@ -99,7 +103,7 @@ if conc > 0 then
   redis.call('ZADD', KEYS[2], slot + lease, ARGV[5])
   redis.call('PEXPIRE', KEYS[2], wait + lease + 60000)
 end
-return {1, wait, circuit}
+return {1, wait, circuit, level, streak, jar}
 """
 )
 
@@ -160,13 +164,25 @@ class Slot:
     wait: float  # seconds until the slot (granted) or until it is worth asking again
     token: str
     circuit: bool  # the host has circuit-breaker state: ask tasks/fetch/circuit.py first
+    ladder: int = 0  # the host's anti-bot ladder level (tasks/fetch/ladder.py)
+    ban_streak: bool = False  # bans counted toward its next level: report successes too
+    jar: bool = True  # the cookie jar named to acquire() exists (False: no need to read it)
 
 
-def acquire(job_id: int, host: str, delay_s: float, concurrency: int, job=None) -> Slot:
-    """Reserve the host's next request slot for this worker, or say how long to wait."""
+def acquire(
+    job_id: int, host: str, delay_s: float, concurrency: int, job=None, jar_key: str = ""
+) -> Slot:
+    """Reserve the host's next request slot for this worker, or say how long to wait.
+    ``jar_key``: a cookie jar (``tasks/fetch/sessions.py``) whose existence the same round
+    trip reports, so that a host that never set a cookie costs no read of its jar."""
     token = uuid.uuid4().hex
-    granted, wait_ms, circuit_state = script(_ACQUIRE)(
-        keys=[*keys(job_id, host), circuit.key(job_id, host)],
+    granted, wait_ms, circuit_state, level, streak, jar = script(_ACQUIRE)(
+        keys=[
+            *keys(job_id, host),
+            circuit.key(job_id, host),
+            ladder.key(job_id, host),
+            *([jar_key] if jar_key else []),
+        ],  # fmt: skip
         args=[
             int(delay_s * 1000),
             concurrency,
@@ -177,7 +193,8 @@ def acquire(job_id: int, host: str, delay_s: float, concurrency: int, job=None) 
             int(setting("THROTTLE_WINDOW_S", job) * 1000),
         ],
     )
-    return Slot(bool(granted), int(wait_ms) / 1000.0, token, bool(circuit_state))
+    return Slot(bool(granted), int(wait_ms) / 1000.0, token, bool(circuit_state), int(level),
+                int(streak) > 0, bool(jar) or not jar_key)  # fmt: skip
 
 
 def finish(
@@ -209,6 +226,26 @@ def finish(
         ],
     )
     return int(adaptive_ms) / 1000.0
+
+
+_SLOW_DOWN = (
+    _DECAYED
+    + """
+local adaptive = decayed(redis.call('GET', KEYS[1]), now, tonumber(ARGV[2]))
+if adaptive < tonumber(ARGV[1]) then
+  redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. now, 'PX', math.floor(tonumber(ARGV[2]) * 12))
+end
+return 1
+"""
+)
+
+
+def slow_down(job_id: int, host: str, seconds: float, job=None) -> None:
+    """Make the host's adaptive delay at least ``seconds`` now (it decays from there)."""
+    script(_SLOW_DOWN)(
+        keys=[keys(job_id, host)[2]],
+        args=[int(seconds * 1000), int(setting("THROTTLE_HALF_LIFE_S", job) * 1000)],
+    )
 
 
 def set_floor(job_id: int, host: str, crawl_delay_s: float | None) -> None:

@@ -10,8 +10,10 @@ on its own backoff (``robots_unavailable``) and robots.txt is asked for again af
 host's failure, not robots.txt's: the URL gets that outcome and it counts toward the host's
 circuit breaker, which is asked before robots.txt is fetched; a host whose address the
 guard refuses fails its URLs as ``blocked_address`` (``tasks/fetch/guard.py``; a redirect of
-robots.txt to a refused address only makes robots.txt unfollowable). The job's user agent is
-matched, and ``Crawl-delay`` for it becomes the host's politeness floor. One worker fetches a
+robots.txt to a refused address only makes robots.txt unfollowable). robots.txt is fetched
+with the platform's ``USER_AGENT`` and its groups are matched against the product token
+``ROBOTS_AGENT``, whatever user agents a job presents to pages (``tasks/fetch/identity.py``);
+``Crawl-delay`` for that token becomes the host's politeness floor. One worker fetches a
 host's robots.txt (a Redis lock); the others wait for its result in the frontier, not in a
 loop.
 """
@@ -142,7 +144,8 @@ def _failure(entry: dict) -> outcomes.CrawlOutcome:
 
 
 def check(job, url: str, user_agent: str) -> Decision:
-    """May ``url`` be fetched under its host's robots.txt for this user agent?"""
+    """May ``url`` be fetched under its host's robots.txt? (fetched as ``user_agent``, matched
+    for the job's product token ``ROBOTS_AGENT``)"""
     rurl = robots_url(url)
     key = f"crawl:robots:{rurl}"
     now = time.monotonic()
@@ -163,9 +166,10 @@ def check(job, url: str, user_agent: str) -> Decision:
         return Decision(allowed=False, reason=failure.reason, failure=failure)
     if parser is None:  # 3xx left over after redirects, 4xx: no restrictions
         return Decision()
+    token = setting("ROBOTS_AGENT", job)
     return Decision(
-        allowed=parser.can_fetch(url, user_agent),
-        crawl_delay=parser.crawl_delay(user_agent),
+        allowed=parser.can_fetch(url, token),
+        crawl_delay=parser.crawl_delay(token),
         sitemaps=list(parser.sitemaps),
         reason="robots",
     )

@@ -18,6 +18,7 @@ import socket
 import sys
 import threading
 from functools import lru_cache
+from urllib.parse import urlsplit
 
 import requests
 from requests.adapters import HTTPAdapter
@@ -95,6 +96,26 @@ def connect(
             error = exc
             sock.close()
     raise error
+
+
+def check_target(url: str, allow: tuple[guard.Network, ...]) -> None:
+    """For a request through a proxy: the guard on our own resolution of the URL's host
+    (BlockedAddress if every address is refused); the proxy resolves again to connect."""
+    parts = urlsplit(url)
+    host, port = parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        entries = resolve(host, port)
+    except socket.gaierror:
+        return  # the proxy may know names we do not (a private zone of its own network)
+    error = None
+    for entry in entries:
+        try:
+            guard.check(host, entry[4][0], allow)
+            return
+        except guard.BlockedAddress as exc:
+            error = error or exc
+    if error is not None:
+        raise error
 
 
 class _Connection(HTTPConnection):

@@ -15,8 +15,10 @@ from urllib.parse import urljoin
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import Max
+from redis.exceptions import RedisError
 
 from tasks.content.urls import canonicalize
+from tasks.fetch import sessions
 from tasks.frontier import transitions, wakeup
 from web.models import Checkpoint, CrawlJob, FrontierURL, JobState
 
@@ -68,8 +70,12 @@ def pause(job: CrawlJob) -> bool:
 
 
 def resume(job: CrawlJob) -> bool:
+    """Paused -> running; cookie jars the broker's Redis lost come back from the checkpoint."""
     won = job.transition(JobState.RUNNING)
     if won:
+        latest = job.checkpoints.order_by("-version").first()
+        if latest is not None and latest.sessions:
+            sessions.restore(job.pk, latest.sessions)
         wakeup.nudge()
     return won
 
@@ -105,13 +111,18 @@ def checkpoint(job: CrawlJob, reason: str) -> Checkpoint:
         "released": job.released,
         "state": job.state,
     }
+    try:
+        jars = sessions.snapshot(job.pk)
+    except RedisError:  # a checkpoint must not wait for Redis; the jars keep the last one's
+        jars = {}
     for _ in range(5):
         version = (job.checkpoints.aggregate(v=Max("version"))["v"] or 0) + 1
         try:
             with transaction.atomic():
                 return Checkpoint.objects.create(
-                    job=job, version=version, reason=reason, counters=counters, frontier=by_state
-                )
+                    job=job, version=version, reason=reason, counters=counters,
+                    frontier=by_state, sessions=jars,
+                )  # fmt: skip
         except IntegrityError:
             continue  # another writer took this version; read again
     raise RuntimeError(f"could not write a checkpoint for job {job.pk}")

@@ -77,17 +77,18 @@ class NotLeader(Exception):
     """A newer leader raised the fencing epoch: this scheduler must write nothing more."""
 
 
-def publish(rows: list[tuple[int, int, int]]) -> None:
-    """One crawl message per (url id, job id, broker priority 0-9, 0 first)."""
-    from tasks.tasks import fetch_url
+def publish(rows: list[tuple[int, int, int]], queue: str = "") -> None:
+    """One crawl message per (url id, job id, broker priority 0-9, 0 first); ``queue``
+    ``render``: render tasks on the render queue (``RENDER_QUEUE``)."""
+    from tasks.tasks import fetch_url, render_url
 
     if not rows:
         return
-    with fetch_url.app.producer_or_acquire() as producer:
+    task = render_url if queue == "render" else fetch_url
+    name = settings.RENDER_QUEUE if queue == "render" else settings.CRAWL_QUEUE
+    with task.app.producer_or_acquire() as producer:
         for url_id, job_id, prio in rows:
-            fetch_url.apply_async(
-                (url_id, job_id), queue=settings.CRAWL_QUEUE, priority=prio, producer=producer
-            )
+            task.apply_async((url_id, job_id), queue=name, priority=prio, producer=producer)
 
 
 def priority(depth: int, job_priority: int) -> int:
@@ -423,17 +424,23 @@ def reconcile() -> int:
     if not expected:
         return 0
     held = broker.depth()
-    missing = expected - held["ready"]
+    ready = held["ready"] + broker.depth(settings.RENDER_QUEUE)["ready"]
+    missing = expected - ready
     if missing <= 0:
         return 0
     if held["unacked"]:  # some are reserved by workers: only the ones that waited too long
         stale = timezone.now() - timezone.timedelta(seconds=setting("SCHEDULED_STALE_S"))
         scheduled = scheduled.filter(scheduled_at__lt=stale)
-    rows = list(scheduled.order_by("scheduled_at").values_list("id", "job_id", "depth")[:missing])
+    rows = list(
+        scheduled.order_by("scheduled_at").values_list("id", "job_id", "depth", "error_reason")[
+            :missing
+        ]
+    )
     if not rows:
         return 0
     FrontierURL.objects.filter(pk__in=[r[0] for r in rows]).update(scheduled_at=timezone.now())
-    publish(rows)
+    publish([r[:3] for r in rows if r[3] != transitions.RENDER_QUEUED])
+    publish([r[:3] for r in rows if r[3] == transitions.RENDER_QUEUED], queue="render")
     log.warning("reconcile: re-published %d scheduled URLs whose messages were lost or stuck",
                 len(rows))  # fmt: skip
     return len(rows)

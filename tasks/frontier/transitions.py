@@ -29,14 +29,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from django.db import IntegrityError, OperationalError, connection, transaction
-from django.db.models import Count, F, Q, QuerySet
+from django.db.models import Count, F, Q, QuerySet, Value
+from django.db.models.functions import Concat
 from django.utils import timezone
 
 from tasks.content.urls import host_of
 from tasks.defaults import setting
 from tasks.fetch import outcomes
 from tasks.worker import metrics
-from web.models import CrawlJob, FrontierURL, JobState, Page, URLState
+from web.models import CrawlJob, FrontierURL, JobState, Page, Review, URLState
 
 log = logging.getLogger(__name__)
 _TRANSIENT_SQLSTATES = {"40P01", "40001", "55P03"}  # deadlock, serialization, lock timeout
@@ -53,8 +54,10 @@ class Claim:
     job: CrawlJob
     attempt: int  # the lease token
     reason: str = ""  # why it ended or went back to wait, once it did
-    previous: str = ""  # the reason its previous attempt ended with, if any
+    previous: str = ""  # the reason its previous attempt ended with, if any, and its message
+    previous_reason: str = ""  # that reason alone
     new_links: bool = False  # its page added URLs to the frontier
+    level: int = 0  # its host's anti-bot ladder level during this attempt
 
 
 def insert_urls(job_id: int, urls: Iterable[str], depth: int, parent_id: int | None = None) -> None:
@@ -139,7 +142,8 @@ def claim(url_id: int, job_id: int) -> Claim | None:
         id=url_id, job_id=job_id, url=url, depth=depth, attempts=attempt, state=URLState.LEASED
     )
     previous = f"{reason}: {message}".strip(": ") if reason else ""
-    return Claim(url=leased, job=job, attempt=attempt, previous=previous)
+    return Claim(url=leased, job=job, attempt=attempt, previous=previous,
+                 previous_reason=reason or "")  # fmt: skip
 
 
 def past_last_attempt(claim: Claim) -> bool:
@@ -195,7 +199,7 @@ def requeue_job(job_id: int, states: Iterable[str]) -> int:
 
 
 def _finish(claim: Claim, to: str, **changes) -> None:
-    won = _leased(claim).update(state=to, lease_until=None, **changes)
+    won = _leased(claim).update(state=to, lease_until=None, ladder_level=claim.level, **changes)
     if not won:
         raise LeaseLost(f"lease on URL {claim.url.pk} (attempt {claim.attempt}) ended")
 
@@ -278,7 +282,7 @@ _PAGE_FIELDS = [f for f in Page._meta.concrete_fields if not f.primary_key]
 _RECORD_SQL = """
 WITH fin AS (
     UPDATE {frontier} SET state = %s, lease_until = NULL, http_status = %s, error_reason = %s,
-                          error_message = '', updated_at = %s
+                          error_message = '', updated_at = %s, ladder_level = %s
     WHERE id = %s AND state = %s AND attempts = %s
     RETURNING id
 ), page AS (
@@ -306,7 +310,8 @@ def _record_page_statement(claim: Claim, page: Page, links: list[str], note: str
     page_values = [f.get_db_prep_save(getattr(page, f.attname), connection) for f in _PAGE_FIELDS]
     with connection.cursor() as cursor:
         cursor.execute(_RECORD_SQL, [
-            URLState.DONE, page.status, note, now, claim.url.pk, URLState.LEASED, claim.attempt,
+            URLState.DONE, page.status, note, now, claim.level, claim.url.pk, URLState.LEASED,
+            claim.attempt,
             *page_values,
             claim.job.pk, claim.url.depth + 1, URLState.QUEUED, now, now,
             links, [host_of(u) for u in links], claim.job.pk,
@@ -376,9 +381,79 @@ def record_failure(claim: Claim, outcome: outcomes.CrawlOutcome) -> str:
         if not _requeue(_leased(claim), wait=wait, **fields):
             raise LeaseLost(f"lease on URL {claim.url.pk} (attempt {claim.attempt}) ended")
         return URLState.QUEUED
+    if isinstance(outcome, outcomes.Banned):
+        return park(claim, outcome)  # blocked whatever was tried: a person decides
     to = URLState.SKIPPED if isinstance(outcome, outcomes.Skip) else URLState.FAILED
     _finish(claim, to, **fields)
     return to
+
+
+IDENTITY_BANNED = "identity_banned"  # a waiting URL's reason: its host's identity was refused
+
+
+def retry_banned(claim: Claim, outcome: outcomes.Banned) -> str:
+    """A ban that was its host's, not the URL's (its identity was refused while it asked, or
+    the host refuses everything lately): the URL waits for the ladder's next step with its
+    attempt given back. The ladder bounds how often: refusals in a row climb it to parking."""
+    claim.reason = IDENTITY_BANNED
+    wait = backoff_seconds(claim.attempt, claim.job)
+    fields = {"error_reason": IDENTITY_BANNED, "error_message": str(outcome)[:2000],
+              "http_status": outcome.status, "ladder_level": claim.level}  # fmt: skip
+    if not _requeue(_leased(claim), wait=wait, refund=True, **fields):
+        raise LeaseLost(f"lease on URL {claim.url.pk} (attempt {claim.attempt}) ended")
+    return URLState.QUEUED
+
+
+REVIEW_BODY_CHARS = 256 << 10
+
+
+def park(claim: Claim, outcome: outcomes.CrawlOutcome) -> str:
+    """Leased -> needs_review, with what a person needs to decide (the site's last answer)."""
+    claim.reason = outcome.reason
+    with transaction.atomic():
+        _finish(claim, URLState.NEEDS_REVIEW, error_reason=outcome.reason,
+                error_message=str(outcome)[:2000], http_status=outcome.status)  # fmt: skip
+        Review.objects.update_or_create(
+            url_id=claim.url.pk,
+            defaults={
+                "job_id": claim.job.pk, "host": host_of(claim.url.url),
+                "reason": str(outcome)[:200], "level": claim.level, "status": outcome.status,
+                "headers": outcome.headers,
+                "body": outcome.body[:REVIEW_BODY_CHARS].decode("utf-8", "replace"),
+                "screenshot": outcome.screenshot,
+            },
+        )  # fmt: skip
+    return URLState.NEEDS_REVIEW
+
+
+def to_render(claim: Claim) -> None:
+    """Leased -> scheduled for a render worker (the attempt is given back: nothing was
+    fetched); its message goes to the ``render`` queue after the commit."""
+    won = _leased(claim).update(
+        state=URLState.SCHEDULED, lease_until=None, scheduled_at=timezone.now(),
+        attempts=F("attempts") - 1, error_reason=RENDER_QUEUED, ladder_level=claim.level,
+    )  # fmt: skip
+    if not won:
+        raise LeaseLost(f"lease on URL {claim.url.pk} (attempt {claim.attempt}) ended")
+
+
+RENDER_QUEUED = "render_queued"
+
+
+def requeue_reviewed(rows: QuerySet) -> int:
+    """A person's decision: parked URLs go back to the queue for a new set of attempts."""
+    ids = list(rows.filter(state=URLState.NEEDS_REVIEW).values_list("id", flat=True))
+    Review.objects.filter(url_id__in=ids).delete()
+    return _requeue(FrontierURL.objects.filter(pk__in=ids), reason="", attempts=0)
+
+
+def drop_reviewed(rows: QuerySet, why: str = "given up after review") -> int:
+    """A person's decision: parked URLs fail with the reason they were parked for."""
+    ids = list(rows.filter(state=URLState.NEEDS_REVIEW).values_list("id", flat=True))
+    Review.objects.filter(url_id__in=ids).delete()
+    return FrontierURL.objects.filter(pk__in=ids, state=URLState.NEEDS_REVIEW).update(
+        state=URLState.FAILED, error_message=Concat(Value(f"{why}: "), F("error_message"))
+    )
 
 
 def give_up(claim: Claim) -> str:

@@ -31,12 +31,12 @@ class WorkerStartupError(RuntimeError):
     """Workers die as soon as they start (a missing module, a wrong setting, ...)."""
 
 
-def worker_command(name: str, concurrency: int, pool: str) -> list[str]:
+def worker_command(name: str, concurrency: int, pool: str, queue: str = "") -> list[str]:
     return [
         sys.executable, "-m", "celery", "-A", "crawlplatform", "worker",
         "--pool", pool,
         "--concurrency", str(concurrency),
-        "--queues", settings.CRAWL_QUEUE,
+        "--queues", queue or settings.CRAWL_QUEUE,
         "--hostname", f"{name}@%h",
         "--without-gossip", "--without-mingle", "--without-heartbeat",
         "--loglevel", "INFO",
@@ -53,10 +53,14 @@ class WorkerPool:
         pool: str = "threads",
         env: dict[str, str] | None = None,
         log_dir: Path | None = None,
+        queue: str = "",
+        prefix: str = "worker",
     ) -> None:
         self.processes = processes
         self.concurrency = concurrency
         self.pool = pool
+        self.queue = queue  # default: the crawl queue
+        self.prefix = prefix
         self.env = {**os.environ, **(env or {})}
         self.log_dir = log_dir
         self.procs: dict[str, subprocess.Popen] = {}
@@ -67,13 +71,13 @@ class WorkerPool:
 
     def spawn(self) -> str:
         self._serial += 1
-        name = f"worker{self._serial}"
+        name = f"{self.prefix}{self._serial}"
         log = None
         if self.log_dir is not None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
             log = (self.log_dir / f"{name}.log").open("ab")
         self.procs[name] = subprocess.Popen(  # noqa: S603 (our own command, fixed arguments)
-            guarded(worker_command(name, self.concurrency, self.pool)),
+            guarded(worker_command(name, self.concurrency, self.pool, self.queue)),
             cwd=settings.BASE_DIR,
             env=self.env,
             stdin=subprocess.DEVNULL,

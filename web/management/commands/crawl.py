@@ -54,7 +54,22 @@ OPTION_OF = {
     "host_concurrency": "--host-concurrency",
     "name": "--name",
     "settings": "--allow-network",
+    "user_agents": "--user-agent",
+    "proxies": "--proxy",
+    "headers": "--header",
+    "warmup_path": "--warmup",
+    "render": "--render",
 }
+
+
+def _headers(given: list[str]) -> dict[str, str]:
+    headers = {}
+    for item in given:
+        name, sep, value = item.partition(":")
+        if not sep or not name.strip():
+            raise CommandError(f'--header: {item!r} is not "Name: value"')
+        headers[name.strip()] = value.strip()
+    return headers
 
 
 def _allowed_networks(cidrs: list[str]) -> dict:
@@ -149,6 +164,41 @@ class Command(BaseCommand):
             "--ignore-robots", action="store_true", help="do not fetch or obey robots.txt"
         )
         parser.add_argument(
+            "--user-agent",
+            action="append",
+            default=[],
+            metavar="UA",
+            help="a User-Agent to present (repeatable: a pool, rotated per host when a site "
+            "blocks; default: the platform's own)",
+        )
+        parser.add_argument(
+            "--proxy",
+            action="append",
+            default=[],
+            metavar="URL",
+            help="a proxy (http, https or socks5 URL; ${VAR} is read from the workers' "
+            "environment, e.g. http://${PROXY_USER}:${PROXY_PASSWORD}@proxy:3128; repeatable)",
+        )
+        parser.add_argument(
+            "--header",
+            action="append",
+            default=[],
+            metavar='"NAME: VALUE"',
+            help="an extra request header (repeatable)",
+        )
+        parser.add_argument(
+            "--warmup", default="", metavar="PATH",
+            help="fetched first on each new session of a host (e.g. / that sets a cookie)",
+        )  # fmt: skip
+        parser.add_argument(
+            "--render",
+            default="never",
+            choices=["never", "auto", "always"],
+            help="render pages in headless Chromium: never, when the anti-bot ladder or a page "
+            "that needs JavaScript asks (auto), or always (needs requirements-render.txt and "
+            "Debian's chromium)",
+        )
+        parser.add_argument(
             "--allow-network",
             action="append",
             default=[],
@@ -230,6 +280,11 @@ class Command(BaseCommand):
                 use_sitemaps=opts["sitemaps"],
                 obey_robots=not opts["ignore_robots"],
                 settings=_allowed_networks(opts["allow_network"]),
+                user_agents=opts["user_agent"],
+                proxies=opts["proxy"],
+                headers=_headers(opts["header"]),
+                warmup_path=opts["warmup"],
+                render=opts["render"],
             )
         except jobs.JobError as exc:
             lines = [
@@ -248,6 +303,7 @@ class Command(BaseCommand):
         if processes is None:
             processes = min(os.cpu_count() or 1, concurrency)
         pool = None
+        pools: list[WorkerPool] = []
         if processes > 0:
             pool = WorkerPool(
                 processes,
@@ -257,10 +313,19 @@ class Command(BaseCommand):
                 log_dir=settings.DATA_DIR / "logs" / f"job{job.pk}",
             )
             pool.start()
+            pools.append(pool)
             self.stderr.write(
                 f"{processes} worker(s) x {pool.concurrency} ({opts['pool']}); "
                 f"logs in {pool.log_dir}"
             )
+            if job.render != "never":
+                renderers = WorkerPool(
+                    1, setting("RENDER_CONCURRENCY", job), pool="prefork",
+                    env=pool.env, log_dir=pool.log_dir, queue=settings.RENDER_QUEUE,
+                    prefix="render",
+                )  # fmt: skip
+                renderers.start()
+                pools.append(renderers)
         else:
             self.stderr.write("waiting for external workers on queue " + settings.CRAWL_QUEUE)
         scheduler = Scheduler()
@@ -275,7 +340,7 @@ class Command(BaseCommand):
         }
         started = time.monotonic()
         try:
-            self._wait(job, pool, interrupted, started)
+            self._wait(job, pools, interrupted, started)
         except WorkerStartupError as exc:
             jobs.pause(job)
             raise CommandError(
@@ -286,8 +351,8 @@ class Command(BaseCommand):
             if interrupted.is_set():
                 with_database(lambda: jobs.pause(job), "pausing the job", patience=60)
                 self.stderr.write("\npausing: in-flight pages finish ...")
-            if pool is not None:  # a second Ctrl-C or TERM must not orphan the workers
-                pool.stop(grace=setting("FETCH_DEADLINE_S", job) + 15)
+            for each in pools:  # a second Ctrl-C or TERM must not orphan the workers
+                each.stop(grace=setting("FETCH_DEADLINE_S", job) + 15)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             scheduler.shutdown()
@@ -308,7 +373,7 @@ class Command(BaseCommand):
         return 0 if job.state == JobState.FINISHED else 1
 
     def _wait(
-        self, job: CrawlJob, pool: WorkerPool | None, interrupted: threading.Event, started: float
+        self, job: CrawlJob, pools: list[WorkerPool], interrupted: threading.Event, started: float
     ) -> None:
         tty = sys.stderr.isatty()
         last_line = 0.0
@@ -317,8 +382,8 @@ class Command(BaseCommand):
         next_count = 0.0
         outage_since = None
         while not interrupted.wait(1.0):
-            if pool is not None:
-                pool.replace_dead()
+            for each in pools:
+                each.replace_dead()
             try:
                 job.refresh_from_db()
                 if time.monotonic() < next_count and job.state == JobState.RUNNING:

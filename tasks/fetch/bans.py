@@ -1,0 +1,67 @@
+"""Is this answer a block page? Ban detection on what a fetch brought back.
+
+Reads ``BAN_MARKERS``, ``BAN_URL_MARKERS``, ``BAN_WORDS`` and ``BAN_TINY_RATIO``.
+
+A site that refuses a crawler rarely says so with a clean status code. Signs, in order:
+
+* a 403, or a 429/503 that carries a challenge (a 429 or 503 with nothing else is the
+  throttle's business: overload, or a Retry-After);
+* CAPTCHA and challenge markers in the body, whatever the status: reCAPTCHA, hCaptcha,
+  Cloudflare Turnstile and challenge pages, "verify you are human", and the job's own list
+  (``BAN_MARKERS``, comma-separated, case-insensitive);
+* a redirect that ended on a challenge page (``BAN_URL_MARKERS`` in the final URL);
+* a 200 whose body is under ``BAN_TINY_RATIO`` of the host's usual page size and speaks of
+  being blocked (``BAN_WORDS``).
+
+A ban is an outcome (``tasks/fetch/outcomes.py``: ``Banned``): the block page is never stored
+as a page, the host's ladder counts it (``tasks/fetch/ladder.py``), and the URL is tried again
+as the ladder decides, or parked for review. The host's usual page size is learnt by each
+worker process from the pages it stores (no shared state needed for a ratio).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from tasks.defaults import setting
+
+_SCAN = 256 << 10  # markers are looked for in the first 256 KiB of a body
+_sizes: dict[tuple[int, str], float] = {}  # (job, host) -> average stored page size, bytes
+
+
+@lru_cache(maxsize=32)
+def _terms(raw: str) -> tuple[bytes, ...]:
+    return tuple(t.strip().lower().encode() for t in raw.split(",") if t.strip())
+
+
+def usual_size(job_id: int, host: str) -> float | None:
+    return _sizes.get((job_id, host))
+
+
+def learn_size(job_id: int, host: str, size: int) -> None:
+    """A stored page of ``host``: its size moves the host's usual size."""
+    if len(_sizes) > 50_000:
+        _sizes.clear()
+    old = _sizes.get((job_id, host))
+    _sizes[(job_id, host)] = size if old is None else old + 0.1 * (size - old)
+
+
+def detect(job, host: str, status: int, final_url: str, body: bytes) -> str:
+    """Why this answer is a block page ('' if it is not)."""
+    head = body[:_SCAN].lower()
+    for marker in _terms(setting("BAN_MARKERS", job)):
+        if marker in head:
+            return f"challenge: {marker.decode()}"
+    url = final_url.lower()
+    for marker in _terms(setting("BAN_URL_MARKERS", job)):
+        if marker.decode() in url:
+            return f"redirected to a challenge ({marker.decode()})"
+    if status == 403:
+        return "http_403"
+    usual = usual_size(job.pk, host)
+    tiny = usual is not None and len(body) < setting("BAN_TINY_RATIO", job) * usual
+    if tiny and status == 200:
+        for word in _terms(setting("BAN_WORDS", job)):
+            if word in head:
+                return f"block page ({word.decode()!r} in {len(body)} bytes)"
+    return ""

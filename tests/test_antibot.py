@@ -1,0 +1,111 @@
+"""The anti-bot ladder end to end: a site that bans identities, gates a section behind a
+cookie, answers some URLs with a CAPTCHA, and builds a section with JavaScript
+(``tests/antibot.py``), crawled through real workers with pools of user agents and proxies.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from tasks.fetch import render
+from tests.antibot import AntiBotSite, ForwardProxy
+from tests.conftest import crawl_to_end
+from tests.test_cli import crawl as run_cli
+from web.models import FrontierURL, Page, Review
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+AGENTS = ["Mozilla/5.0 (X11; Linux x86_64) Firefox/140.0", "Mozilla/5.0 (Macintosh) Safari/19"]
+PASSWORD = "pr0xy-s3cret-8f2a"  # noqa: S105 (a test proxy's password; must appear in no log)
+SECRET_ENV = {"CRAWL_TEST_PROXY_PASSWORD": PASSWORD}
+SETTINGS = {"LADDER_BACKOFF_DELAY_S": 0.2, "PROXY_REST_S": 1.0}
+
+
+def paths(urls, base: str) -> set[str]:
+    return {u[len(base) :] for u in urls}
+
+
+def check_outcome(site: AntiBotSite, job, expected: set[str], logs) -> None:
+    stored = list(Page.objects.filter(url__job=job).values_list("url__url", "title"))
+    stored_paths = paths([u for u, _ in stored], site.base)
+    assert len(stored) == len(stored_paths)
+    missing = FrontierURL.objects.filter(
+        job=job, url__in=[site.url(p) for p in expected - stored_paths]
+    ).values_list("url", "state", "error_reason", "error_message", "attempts")
+    assert stored_paths == expected, (list(missing), stored_paths - expected)
+    titles = {t for _, t in stored}
+    assert not titles & {"Just a moment"}  # no CAPTCHA page stored as a page
+    assert all(site.answered(p, 200) >= 1 for p in expected)
+    parked = FrontierURL.objects.filter(job=job, state="needs_review")
+    assert paths(parked.values_list("url", flat=True), site.base) == site.offer_paths()
+    reviews = list(Review.objects.filter(job=job))
+    assert len(reviews) == len(site.offer_paths())
+    # the site's last answer, for a person: the CAPTCHA (or, had that attempt's identity just
+    # been banned, the 403 that says so)
+    for review in reviews:
+        seen = (review.url.url, review.status, review.reason, review.level)
+        assert review.status in (200, 403) and review.body, seen
+        assert review.reason.startswith(("challenge", "http_403")), seen
+    assert any("g-recaptcha" in review.body for review in reviews)
+    others = FrontierURL.objects.filter(job=job).exclude(state__in=["done", "needs_review"])
+    assert not others.exclude(url__contains="/private/").exists(), list(
+        others.values_list("url", "state", "error_reason")
+    )
+    # rotation happened: the site saw several identities, and banned some of them
+    assert len(site.identities()) >= 3 and site.banned
+    text = "".join(p.read_text(errors="replace") for p in logs.glob("*.log"))
+    assert PASSWORD not in text
+    messages = FrontierURL.objects.filter(job=job).values_list("error_message", flat=True)
+    assert not any(PASSWORD in m for m in messages)
+
+
+def test_a_defended_site_is_crawled_through_rotating_identities(redis, tmp_path):
+    with (
+        AntiBotSite(pages=40, members=8, offers=3, limit=20) as site,
+        ForwardProxy("127.0.0.2", credentials=f"crawler:{PASSWORD}") as authed,
+        ForwardProxy("127.0.0.3", kind="socks5") as socks,
+        ForwardProxy("127.0.0.4") as plain,
+    ):
+        pool = [authed.url("crawler:${CRAWL_TEST_PROXY_PASSWORD}"), socks.url(), plain.url()]
+        job, _ = crawl_to_end(
+            site.url("/"), tmp_path, SECRET_ENV, timeout=150, max_depth=5,
+            user_agents=AGENTS, proxies=pool, warmup_path="/", settings=SETTINGS,
+            headers={"Accept-Language": "en"},
+        )  # fmt: skip
+        (tmp_path / "site.log").write_text("\n".join(map(str, site.log)))
+        check_outcome(site, job, site.content_paths() - {f"/app/item/{i}" for i in range(5)},
+                      tmp_path / "logs")  # fmt: skip
+        assert authed.requests and socks.requests and plain.requests
+        assert site.answered("/", 200) >= 2  # warm-ups: each new session fetched the home page
+    member_pages = {u.ladder_level for u in FrontierURL.objects.filter(url__contains="/members/")}
+    assert member_pages  # the cookie-gated section was reached (its levels are recorded)
+
+
+@pytest.mark.skipif(bool(render.unavailable()), reason=f"render step: {render.unavailable()}")
+def test_render_auto_finds_the_javascript_section(worker_env, tmp_path):
+    out = tmp_path / "out.jsonl"
+    with (
+        AntiBotSite(pages=10, members=3, offers=2, limit=1000) as site,
+        ForwardProxy("127.0.0.2", credentials=f"crawler:{PASSWORD}") as authed,
+    ):
+        proc = run_cli(
+            {**worker_env, **SECRET_ENV}, site.url("/"), "--render", "auto",
+            "--proxy", authed.url("crawler:${CRAWL_TEST_PROXY_PASSWORD}"),
+            "--user-agent", AGENTS[0], "--warmup", "/", "--max-depth", "5",
+            "--concurrency", "4", "--output", str(out), "--name", "render-auto",
+        )  # fmt: skip
+        stdout, stderr = proc.communicate(timeout=180)
+        assert proc.returncode == 0, stderr[-3000:]
+        assert site.answered("/app/", 200) >= 2  # once plainly, once by Chromium
+        # the job's identity, in the browser too: its user agent, through its proxy
+        assert {(ip, ua) for ip, ua, _ in site.served["/app/"]} == {("127.0.0.2", AGENTS[0])}
+    rows = {r["url"]: r for r in map(json.loads, out.read_text().splitlines())}
+    done = {u[len(site.base) :] for u, r in rows.items() if r["error"] is None}
+    assert {f"/app/item/{i}" for i in range(site.items)} <= done
+    assert site.content_paths() <= done
+    for path in site.offer_paths():
+        assert re.match(r"needs_review: ", rows[site.url(path)]["error"])
+    assert PASSWORD not in stdout + stderr

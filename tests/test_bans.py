@@ -1,0 +1,70 @@
+"""Ban detection: what makes an answer a block page, and what does not."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from tasks.fetch import bans
+
+JOB = SimpleNamespace(pk=11, settings={})
+HOST = "shop.test"
+PAGE = b"<html><title>Shoes</title><body>" + b"<p>Our catalogue of shoes.</p>" * 300 + b"</body>"
+
+
+@pytest.fixture(autouse=True)
+def usual_size():
+    bans._sizes.clear()
+    for _ in range(5):
+        bans.learn_size(JOB.pk, HOST, len(PAGE))
+    yield
+    bans._sizes.clear()
+
+
+@pytest.mark.parametrize(
+    ("status", "url", "body", "why"),
+    [
+        (
+            200,
+            "/p/1",
+            b'<div class="g-recaptcha" data-sitekey="x"></div>',
+            "challenge: g-recaptcha",
+        ),
+        (200, "/p/1", b'<script src="https://hcaptcha.com/1/api.js">', "challenge: hcaptcha.com"),
+        (503, "/p/1", b'<div class="cf-turnstile"></div>', "challenge: cf-turnstile"),
+        (429, "/p/1", b"<h1>Please VERIFY you are HUMAN</h1>", "challenge: verify you are human"),
+        (403, "/p/1", b"nope", "http_403"),
+        (
+            200,
+            "/captcha?return=/p/1",
+            b"<form>type the letters</form>",
+            "redirected to a challenge",
+        ),
+        (200, "/p/1", b"<h1>Access denied</h1>", "block page ('access denied'"),
+    ],
+)
+def test_block_pages_are_recognised(status, url, body, why):
+    assert bans.detect(JOB, HOST, status, f"http://{HOST}{url}", body).startswith(why)
+
+
+@pytest.mark.parametrize(
+    ("status", "body"),
+    [
+        (200, PAGE),  # an ordinary page
+        (200, b"<p>Robots and their history</p>" * 3000),  # words, but not a tiny page
+        (429, b"slow down"),  # overload: the throttle's business, not a ban
+        (503, b"maintenance"),
+        (200, b"<p>Blocked drains? Call us.</p>"),  # tiny, but of a host whose size is unknown
+    ],
+)
+def test_ordinary_answers_are_not_bans(status, body):
+    host = HOST if b"drains" not in body else "other.test"
+    assert bans.detect(JOB, host, status, f"http://{host}/p/1", body) == ""
+
+
+def test_a_jobs_own_markers_extend_the_list():
+    job = SimpleNamespace(pk=11, settings={"BAN_MARKERS": "please enable cookies,distil_r"})
+    assert bans.detect(job, HOST, 200, f"http://{HOST}/", b"<b>Please enable cookies</b>") == (
+        "challenge: please enable cookies"
+    )

@@ -1,0 +1,81 @@
+"""Proxy health and identities on real Redis: rest after failures in a row, recovery, rotation."""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+
+from tasks.fetch import identity, proxies
+
+POOL = ["http://${P_USER}:${P_PASS}@127.0.0.1:3128", "socks5://127.0.0.1:1080",
+        "http://127.0.0.1:8080"]  # fmt: skip
+AGENTS = ["A/1", "B/2"]
+
+
+def job(**settings):
+    return SimpleNamespace(pk=3, settings={"PROXY_REST_S": 0.3, **settings},
+                           user_agents=AGENTS, proxies=POOL)  # fmt: skip
+
+
+def test_a_proxy_rests_after_failures_in_a_row_and_comes_back(redis):
+    j, pid = job(), proxies.proxy_id(POOL[0])
+    proxies.record(j.pk, pid, "bans", job=j)
+    proxies.record(j.pk, pid, "ok", 0.1, job=j)  # a success between: the page's, not the proxy's
+    proxies.record(j.pk, pid, "bans", job=j)
+    proxies.record(j.pk, pid, "errors", job=j)
+    assert proxies.resting(j.pk, [pid]) == set()
+    proxies.record(j.pk, pid, "bans", job=j)  # three failures in a row
+    assert proxies.resting(j.pk, [pid]) == {pid}
+    time.sleep(0.4)
+    assert proxies.resting(j.pk, [pid]) == set()
+    health = proxies.health(j.pk, [pid])[pid]
+    assert (health["ok"], health["bans"], health["errors"]) == (1, 3, 1)
+
+
+def test_rests_in_a_row_double_and_a_success_resets_them(redis):
+    j, pid = job(), proxies.proxy_id(POOL[1])
+    for _ in range(3):
+        proxies.record(j.pk, pid, "errors", job=j)
+    time.sleep(0.35)
+    assert not proxies.resting(j.pk, [pid])
+    for _ in range(3):
+        proxies.record(j.pk, pid, "errors", job=j)
+    time.sleep(0.35)
+    assert proxies.resting(j.pk, [pid])  # the second rest is 0.6 s
+    time.sleep(0.3)
+    assert not proxies.resting(j.pk, [pid])
+    proxies.record(j.pk, pid, "ok", 0.2, job=j)
+    assert redis.hget(proxies.key(j.pk, pid), "rests") == b"0"
+
+
+def test_a_host_moves_off_a_resting_proxy_and_rotation_happens_once(redis):
+    j = job()
+    first = identity.current(j, "shop.test")
+    assert first.proxy_template in POOL and first.user_agent in AGENTS
+    again = identity.current(j, "shop.test")
+    assert again == first  # every worker agrees on the host's identity
+    for _ in range(3):
+        proxies.record(j.pk, first.proxy_id, "bans", job=j)
+    moved = identity.current(j, "shop.test")
+    assert moved.proxy_id != first.proxy_id and moved.generation == first.generation + 1
+    assert identity.replaced(j, "shop.test", first)
+    # two workers rotating after the same ban: one rotation, not two
+    a = identity.rotate(j, "shop.test", moved)
+    b = identity.rotate(j, "shop.test", moved)
+    assert a == b and a.generation == moved.generation + 1
+    assert a.key != moved.key  # a fresh session: a new cookie jar
+
+
+def test_credentials_come_from_the_environment_and_are_not_in_labels(redis, monkeypatch):
+    monkeypatch.setenv("P_USER", "me")
+    monkeypatch.setenv("P_PASS", "hunter2")
+    assert proxies.expand(POOL[0]) == "http://me:hunter2@127.0.0.1:3128"
+    label = proxies.label(POOL[0])
+    assert "hunter2" not in label and "P_PASS" not in label and "127.0.0.1:3128" in label
+
+
+def test_no_pools_means_one_fixed_identity(redis):
+    j = SimpleNamespace(pk=4, settings={}, user_agents=[], proxies=[])
+    who = identity.current(j, "shop.test")
+    assert who.proxy is None and who.user_agent.startswith("crawlplatform/")
+    assert identity.rotate(j, "shop.test", who) == who
