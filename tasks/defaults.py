@@ -67,8 +67,12 @@ BAN_MARKERS = (  # body markers of a CAPTCHA or challenge page (comma-separated,
     "cf-chl-,cf_chl_,verify you are human,are you a robot,unusual traffic from your"
 )
 BAN_URL_MARKERS = "/captcha,/challenge,cdn-cgi/challenge-platform,/blocked"  # in a final URL
-BAN_WORDS = "access denied,blocked,forbidden,not allowed,robot,captcha"  # of a tiny block page
+BAN_WORDS = (  # phrases of a tiny block page (comma-separated, any case)
+    "access denied,been blocked,request blocked,forbidden,not allowed to access,"
+    "automated requests,automated access,unusual activity"
+)
 BAN_TINY_RATIO = 0.1  # a 200 below this share of the host's usual size may be a block page
+BAN_TINY_MAX_BYTES = 16 << 10  # ... and below this size, bytes
 LADDER_CLIMB_BANS = 3  # ban signals in a row from a host that move it one level up
 LADDER_DESCEND_SUCCESSES = 20  # successes in a row, after LADDER_QUIET_S, for one level down
 LADDER_QUIET_S = 300.0  # no ban for this long before a host steps down, seconds

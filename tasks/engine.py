@@ -311,8 +311,15 @@ def _wants_render(job, level: int, rendering: bool) -> bool:
 def _visitor(
     job, host: str, who: identity.Identity, jar_exists: bool
 ) -> tuple[fetching.Visitor, sessions.Jar]:
+    try:
+        proxy = who.proxy
+    except KeyError as exc:  # a ${VAR} of the proxy URL is not in this worker's environment
+        missing = exc.args[0]
+        raise outcomes.ProxyFailed(
+            f"proxy {proxies.label(who.proxy_template)} needs ${{{missing}}}, not set here"
+        ) from None
     jar = sessions.load(job.pk, host, who.key) if jar_exists else sessions.Jar()
-    visitor = fetching.Visitor(proxy=who.proxy, headers=dict(job.headers or {}),
+    visitor = fetching.Visitor(proxy=proxy, headers=dict(job.headers or {}),
                                cookies=jar.for_requests())  # fmt: skip
     return visitor, jar
 
@@ -414,7 +421,13 @@ def _process_claimed(claimed: Claim, rendering: bool = False) -> str:
         now = identity.current(job, host)  # another request may have rotated it meanwhile
         if now != who:
             who, slot.jar = now, True
-    visitor, jar = _visitor(job, host, who, slot.jar)
+    try:
+        visitor, jar = _visitor(job, host, who, slot.jar)
+    except outcomes.ProxyFailed as exc:
+        _report(claimed, host, slot, politeness.NEUTRAL)
+        log.warning("job=%s: %s", job.pk, exc)
+        proxies.record(job.pk, who.proxy_id, "errors", job=job)
+        return record_failure(claimed, exc)
     if job.warmup_path and not jar.version and _warm_up(claimed, cache, who, visitor):
         sessions.save(job.pk, host, who.key, jar, visitor.set_cookies, mark=True)
         _report(claimed, host, slot, politeness.NEUTRAL)

@@ -109,3 +109,21 @@ def test_render_auto_finds_the_javascript_section(worker_env, tmp_path):
     for path in site.offer_paths():
         assert re.match(r"needs_review: ", rows[site.url(path)]["error"])
     assert PASSWORD not in stdout + stderr
+
+
+def test_without_chromium_the_render_step_is_skipped_and_the_url_parked(redis, monkeypatch, caplog):
+    from tasks import engine
+    from tasks.frontier import jobs, transitions
+
+    monkeypatch.setenv("CRAWL_CHROMIUM_PATH", "/nonexistent/chromium")
+    with AntiBotSite(limit=1000) as site:
+        job = jobs.create_job([site.url("/app/")], render="auto", obey_robots=False)
+        jobs.start(job)
+        url = FrontierURL.objects.get(job=job)
+        transitions.schedule([url.pk])
+        with caplog.at_level("WARNING"):
+            assert engine.process(url.pk, job.pk, rendering=True) == "needs_review"
+        assert not site.served  # nothing was fetched
+    row = FrontierURL.objects.get(pk=url.pk)
+    assert "render step skipped: no Chromium at /nonexistent/chromium" in row.error_message
+    assert "render step skipped" in caplog.text

@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from types import SimpleNamespace
 
+import pytest
+
 from tasks.fetch import identity, proxies
 
 POOL = ["http://${P_USER}:${P_PASS}@127.0.0.1:3128", "socks5://127.0.0.1:1080",
@@ -79,3 +81,21 @@ def test_no_pools_means_one_fixed_identity(redis):
     who = identity.current(j, "shop.test")
     assert who.proxy is None and who.user_agent.startswith("crawlplatform/")
     assert identity.rotate(j, "shop.test", who) == who
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_proxy_variable_missing_on_the_worker_fails_the_request_naming_it(redis, monkeypatch):
+    from tasks import engine
+    from tasks.frontier import jobs, transitions
+    from web.models import FrontierURL
+
+    monkeypatch.setenv("P_USER", "me")
+    monkeypatch.delenv("P_PASS", raising=False)
+    job = jobs.create_job(["http://127.0.0.1:9/a"], proxies=[POOL[0]], obey_robots=False)
+    jobs.start(job)
+    url = FrontierURL.objects.get(job=job)
+    transitions.schedule([url.pk])
+    assert engine.process(url.pk, job.pk) == "queued"  # retried: another worker may have it
+    row = FrontierURL.objects.get(pk=url.pk)
+    assert row.error_reason == "proxy_error" and "needs ${P_PASS}" in row.error_message
+    assert "hunter2" not in row.error_message

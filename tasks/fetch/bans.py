@@ -1,6 +1,7 @@
 """Is this answer a block page? Ban detection on what a fetch brought back.
 
-Reads ``BAN_MARKERS``, ``BAN_URL_MARKERS``, ``BAN_WORDS`` and ``BAN_TINY_RATIO``.
+Reads ``BAN_MARKERS``, ``BAN_URL_MARKERS``, ``BAN_WORDS``, ``BAN_TINY_RATIO`` and
+``BAN_TINY_MAX_BYTES``.
 
 A site that refuses a crawler rarely says so with a clean status code. Signs, in order:
 
@@ -10,8 +11,8 @@ A site that refuses a crawler rarely says so with a clean status code. Signs, in
   Cloudflare Turnstile and challenge pages, "verify you are human", and the job's own list
   (``BAN_MARKERS``, comma-separated, case-insensitive);
 * a redirect that ended on a challenge page (``BAN_URL_MARKERS`` in the final URL);
-* a 200 whose body is under ``BAN_TINY_RATIO`` of the host's usual page size and speaks of
-  being blocked (``BAN_WORDS``).
+* a 200 whose body is under ``BAN_TINY_RATIO`` of the host's usual page size (and under
+  ``BAN_TINY_MAX_BYTES``) and speaks of being blocked (``BAN_WORDS``).
 
 A ban is an outcome (``tasks/fetch/outcomes.py``: ``Banned``): the block page is never stored
 as a page, the host's ladder counts it (``tasks/fetch/ladder.py``), and the URL is tried again
@@ -21,12 +22,13 @@ worker process from the pages it stores (no shared state needed for a ratio).
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 
 from tasks.defaults import setting
 
 _SCAN = 256 << 10  # markers are looked for in the first 256 KiB of a body
-_sizes: dict[tuple[int, str], float] = {}  # (job, host) -> average stored page size, bytes
+_sizes: dict[tuple[int, str], float] = {}  # (job, host) -> average log of stored page sizes
 
 
 @lru_cache(maxsize=32)
@@ -35,15 +37,19 @@ def _terms(raw: str) -> tuple[bytes, ...]:
 
 
 def usual_size(job_id: int, host: str) -> float | None:
-    return _sizes.get((job_id, host))
+    """The host's usual page size in bytes (None until a page of it was stored here)."""
+    log_size = _sizes.get((job_id, host))
+    return None if log_size is None else math.exp(log_size)
 
 
 def learn_size(job_id: int, host: str, size: int) -> None:
-    """A stored page of ``host``: its size moves the host's usual size."""
+    """A stored page of ``host``: its size moves the host's usual size (a moving average of
+    the logarithm: one huge page among small ones does not make them all look tiny)."""
     if len(_sizes) > 50_000:
         _sizes.clear()
+    log_size = math.log(max(size, 1))
     old = _sizes.get((job_id, host))
-    _sizes[(job_id, host)] = size if old is None else old + 0.1 * (size - old)
+    _sizes[(job_id, host)] = log_size if old is None else old + 0.1 * (log_size - old)
 
 
 def detect(job, host: str, status: int, final_url: str, body: bytes) -> str:
@@ -59,7 +65,11 @@ def detect(job, host: str, status: int, final_url: str, body: bytes) -> str:
     if status == 403:
         return "http_403"
     usual = usual_size(job.pk, host)
-    tiny = usual is not None and len(body) < setting("BAN_TINY_RATIO", job) * usual
+    tiny = (
+        usual is not None
+        and len(body) < setting("BAN_TINY_RATIO", job) * usual
+        and len(body) < setting("BAN_TINY_MAX_BYTES", job)
+    )
     if tiny and status == 200:
         for word in _terms(setting("BAN_WORDS", job)):
             if word in head:
