@@ -472,7 +472,8 @@ def _process_claimed(claimed: Claim, rendering: bool = False) -> str:
             return retry_banned(claimed, banned)
         outcome = banned
     else:
-        if slot.ladder or slot.ban_streak:
+        answered = resp is not None or (outcome is not None and bool(outcome.status))
+        if answered and (slot.ladder or slot.ban_streak):  # the site let us in: a success
             ladder.signal(job, host, banned=False)
         if who.proxy_id:
             failed = isinstance(outcome, outcomes.ProxyFailed)
