@@ -45,6 +45,7 @@ from tasks.fetch import (
 )
 from tasks.frontier import leases, wakeup
 from tasks.frontier.transitions import (
+    IDENTITY_BANNED,
     RENDER_QUEUED,
     Claim,
     LeaseLost,
@@ -363,16 +364,27 @@ def _ban(job, host: str, resp, outcome) -> outcomes.Banned | None:
     return banned
 
 
+def _same_challenge(claimed: Claim, banned: outcomes.Banned) -> bool:
+    """Did this URL's last attempt end on the same challenge (a CAPTCHA marker, a challenge
+    redirect)? A bare 403 says nothing of the page: identity bans look like that too."""
+    evidence = str(banned)
+    return (
+        evidence.startswith(("challenge", "redirected to a challenge"))
+        and claimed.previous_reason in (outcomes.Banned.reason, IDENTITY_BANNED)
+        and claimed.previous.endswith(f": {evidence}")
+    )
+
+
 def _after_ban(claimed: Claim, host: str, who: identity.Identity, banned: outcomes.Banned) -> bool:
     """A ban: the host's ladder counts it and acts on the level it is at. Returns whether the
     ban was the host's rather than the URL's (the URL keeps its attempt): its identity had
     been replaced, or the host had climbed, while it was in flight (stale news, not counted),
-    or the host refuses everything lately (bans in a row). A URL blocked again the same way as
-    its last attempt was is not counted either: that block follows the page, not the
+    or the host refuses everything lately (bans in a row). A URL that meets the challenge its
+    last attempt met is not counted either: that challenge follows the page, not the
     identity."""
     job = claimed.job
-    if claimed.previous == f"{banned.reason}: {banned}":
-        return False  # the same block as its last attempt's, after the host moved on: the page's
+    if _same_challenge(claimed, banned):
+        return False  # the challenge its last attempt met, on another request: the page's
     if who.proxy_id:
         proxies.record(job.pk, who.proxy_id, "bans", job=job)
     if identity.replaced(job, host, who):
