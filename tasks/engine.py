@@ -371,7 +371,7 @@ def _same_challenge(claimed: Claim, banned: outcomes.Banned) -> bool:
     return (
         evidence.startswith(("challenge", "redirected to a challenge"))
         and claimed.previous_reason in (outcomes.Banned.reason, IDENTITY_BANNED)
-        and claimed.previous.endswith(f": {evidence}")
+        and claimed.previous_message == evidence
     )
 
 

@@ -54,8 +54,8 @@ class Claim:
     job: CrawlJob
     attempt: int  # the lease token
     reason: str = ""  # why it ended or went back to wait, once it did
-    previous: str = ""  # the reason its previous attempt ended with, if any, and its message
-    previous_reason: str = ""  # that reason alone
+    previous_reason: str = ""  # the reason its previous attempt ended with, if any
+    previous_message: str = ""  # and that attempt's message
     new_links: bool = False  # its page added URLs to the frontier
     level: int = 0  # its host's anti-bot ladder level during this attempt
 
@@ -141,9 +141,8 @@ def claim(url_id: int, job_id: int) -> Claim | None:
     leased = FrontierURL(
         id=url_id, job_id=job_id, url=url, depth=depth, attempts=attempt, state=URLState.LEASED
     )
-    previous = f"{reason}: {message}".strip(": ") if reason else ""
-    return Claim(url=leased, job=job, attempt=attempt, previous=previous,
-                 previous_reason=reason or "")  # fmt: skip
+    return Claim(url=leased, job=job, attempt=attempt, previous_reason=reason or "",
+                 previous_message=message or "")  # fmt: skip
 
 
 def past_last_attempt(claim: Claim) -> bool:
@@ -459,7 +458,11 @@ def drop_reviewed(rows: QuerySet, why: str = "given up after review") -> int:
 def give_up(claim: Claim) -> str:
     """A claim past the last attempt (its worker died on the last one): the URL fails."""
     cap = setting("RETRY_MAX_ATTEMPTS", claim.job)
-    last = claim.previous or "no outcome recorded"
+    last = (
+        f"{claim.previous_reason}: {claim.previous_message}".strip(": ")
+        if claim.previous_reason
+        else "no outcome recorded"
+    )
     return record_failure(
         claim, outcomes.AttemptsExhausted(f"{cap} attempts made; the last ended with {last}")
     )
