@@ -31,26 +31,17 @@ def _run(task, url_id: int, job_id: int, rendering: bool) -> None:
     lifecycle.touched_jobs.add(job_id)
 
 
-@shared_task(
-    bind=True,
-    name="tasks.fetch_url",
-    acks_late=True,
-    reject_on_worker_lost=True,
-    ignore_result=True,
-    max_retries=None,
-)
+# Crawl tasks: acknowledged after their effects commit, redelivered if their worker dies.
+_CRAWL_TASK = {"bind": True, "acks_late": True, "reject_on_worker_lost": True,
+               "ignore_result": True, "max_retries": None}  # fmt: skip
+
+
+@shared_task(name="tasks.fetch_url", **_CRAWL_TASK)
 def fetch_url(self, url_id: int, job_id: int) -> None:
     _run(self, url_id, job_id, rendering=False)
 
 
-@shared_task(
-    bind=True,
-    name="tasks.render_url",
-    acks_late=True,
-    reject_on_worker_lost=True,
-    ignore_result=True,
-    max_retries=None,
-)
+@shared_task(name="tasks.render_url", **_CRAWL_TASK)
 def render_url(self, url_id: int, job_id: int) -> None:
     """The same pipeline with headless Chromium for the fetch (render workers, ``render``
     queue: ``celery -A crawlplatform worker --queues render --pool prefork --concurrency 2``)."""

@@ -36,6 +36,15 @@ def _scan(client, pattern: str) -> list[bytes]:
     return keys
 
 
+def _field_of_each(client, pattern: str, field: str) -> list[tuple[bytes, bytes | None]]:
+    """(key, value of ``field``) for every hash matching ``pattern``, in one round trip."""
+    keys = _scan(client, pattern)
+    pipe = client.pipeline(transaction=False)
+    for key in keys:
+        pipe.hget(key, field)
+    return list(zip(keys, pipe.execute() if keys else [], strict=True))
+
+
 def _job_host(key: bytes, suffix: str) -> tuple[str, str]:
     """(job, host[:port]) of a ``crawl:host:{job}:{host[:port]}{suffix}`` key."""
     job_id, host = key.decode()[len("crawl:host:") : -len(suffix)].split(":", 1)
@@ -134,11 +143,7 @@ class PlatformCollector:
             "Hosts whose circuit breaker is open (1): their URLs fail as host_unreachable",
             labels=["job", "host"],
         )
-        keys = _scan(client, "crawl:host:*:circuit")
-        pipe = client.pipeline(transaction=False)
-        for key in keys:
-            pipe.hget(key, "open_until")
-        for key, until in zip(keys, pipe.execute() if keys else [], strict=True):
+        for key, until in _field_of_each(client, "crawl:host:*:circuit", "open_until"):
             if until is not None and int(until) > now_ms:
                 circuits.add_metric(list(_job_host(key, ":circuit")), 1)
         yield circuits
@@ -148,11 +153,7 @@ class PlatformCollector:
             "Anti-bot ladder level per job and host (1 back off, 2 rotate, 3 render, 4 park)",
             labels=["job", "host"],
         )
-        keys = _scan(client, "crawl:ladder:*")
-        pipe = client.pipeline(transaction=False)
-        for key in keys:
-            pipe.hget(key, "level")
-        for key, level in zip(keys, pipe.execute() if keys else [], strict=True):
+        for key, level in _field_of_each(client, "crawl:ladder:*", "level"):
             if level is not None and int(level) > 0:
                 job_id, host = key.decode()[len("crawl:ladder:") :].split(":", 1)
                 ladders.add_metric([job_id, host], int(level))

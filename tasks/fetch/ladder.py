@@ -102,9 +102,12 @@ def reset(job_id: int, host: str) -> None:
 
 
 def levels(job_id: int) -> dict[str, int]:
-    """Every host of a job above level 0 (metrics, admin)."""
+    """Every host of a job with ladder state, and its level (the job's admin page)."""
     redis = client()
     prefix = f"crawl:ladder:{job_id}:"
     names = list(redis.scan_iter(match=prefix + "*", count=500))
-    values = [redis.hget(n, "level") for n in names]
+    pipe = redis.pipeline(transaction=False)
+    for name in names:
+        pipe.hget(name, "level")
+    values = pipe.execute() if names else []
     return {n.decode()[len(prefix) :]: int(v or 0) for n, v in zip(names, values, strict=True)}
