@@ -6,6 +6,7 @@ import threading
 import time
 
 import pytest
+from django.conf import settings
 
 from tasks import broker
 from tasks.frontier import jobs, scheduler, transitions
@@ -102,6 +103,20 @@ def test_reconcile_republishes_what_the_broker_lost(redis):
     assert scheduler.reconcile() == 5
     assert broker.depth()["ready"] == 5
     assert scheduler.reconcile() == 0
+
+
+def test_reconcile_puts_a_lost_render_task_back_on_the_render_queue(redis):
+    job = make_job(2)
+    assert scheduler.release(job)[0] == 3
+    url = FrontierURL.objects.filter(job=job, state=URLState.SCHEDULED).first()
+    claim = transitions.claim(url.pk, job.pk)
+    transitions.to_render(claim)  # a worker handed it to the render workers ...
+    redis.flushdb()  # ... and Redis lost every message
+    assert scheduler.reconcile() == 3
+    assert broker.depth(settings.RENDER_QUEUE)["ready"] == 1
+    assert broker.depth()["ready"] == 2
+    row = FrontierURL.objects.get(pk=url.pk)
+    assert (row.state, row.attempts) == ("scheduled", 0)  # handing over used no attempt
 
 
 def test_per_host_delay_releases_one_url_per_host_per_slot(redis):
