@@ -60,6 +60,21 @@ def resolve(host: str, port: int) -> list[tuple]:
     return socket.getaddrinfo(name, port, socket.AF_UNSPEC, socket.SOCK_STREAM)
 
 
+def _permitted(host: str, entries: list, allow: tuple[guard.Network, ...]) -> list:
+    """The resolved ``entries`` of ``host`` the guard lets through; BlockedAddress (the first
+    refusal) if it lets none through."""
+    permitted, refused = [], None
+    for entry in entries:
+        try:
+            guard.check(host, entry[4][0], allow)
+            permitted.append(entry)
+        except guard.BlockedAddress as exc:
+            refused = refused or exc
+    if not permitted:
+        raise refused or OSError(f"no address for {host}")
+    return permitted
+
+
 def connect(
     host: str,
     port: int,
@@ -71,17 +86,7 @@ def connect(
     """A connected socket to the first address of ``host`` that the guard lets through and
     that answers; BlockedAddress if the guard lets none through (no connection is tried)."""
     error: Exception | None = None
-    candidates = []
-    for entry in resolve(host, port):
-        try:
-            guard.check(host, entry[4][0], allow)
-            candidates.append(entry)
-        except guard.BlockedAddress as exc:
-            error = error or exc
-    if not candidates:
-        raise error or OSError(f"no address for {host}")
-    error = None
-    for family, kind, proto, _, address in candidates:
+    for family, kind, proto, _, address in _permitted(host, resolve(host, port), allow):
         sock = socket.socket(family, kind, proto)
         try:
             for option in socket_options or ():
@@ -107,15 +112,7 @@ def check_target(url: str, allow: tuple[guard.Network, ...]) -> None:
         entries = resolve(host, port)
     except socket.gaierror:
         return  # the proxy may know names we do not (a private zone of its own network)
-    error = None
-    for entry in entries:
-        try:
-            guard.check(host, entry[4][0], allow)
-            return
-        except guard.BlockedAddress as exc:
-            error = error or exc
-    if error is not None:
-        raise error
+    _permitted(host, entries, allow)
 
 
 class _Connection(HTTPConnection):
