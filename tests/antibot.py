@@ -24,9 +24,11 @@ import struct
 import threading
 import time
 from collections import defaultdict
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from socketserver import StreamRequestHandler, ThreadingTCPServer
 from urllib.parse import urlsplit
+
+from tests.site import LocalSite
 
 CAPTCHA = (
     b"<html><head><title>Just a moment</title></head><body><h1>Verify you are human</h1>"
@@ -55,7 +57,7 @@ def page(title: str, links: list[str] = (), filler: int = 2000) -> bytes:
         .encode()  # fmt: skip
 
 
-class AntiBotSite:
+class AntiBotSite(LocalSite):
     def __init__(
         self, pages: int = 40, members: int = 8, offers: int = 3, items: int = 5,
         limit: int = 20, window: float = 60.0,
@@ -68,23 +70,7 @@ class AntiBotSite:
         self.sessions: set[str] = set()
         self.log: list = []
         self.served: dict[str, list[tuple[str, str, int]]] = defaultdict(list)  # path -> who
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.server.daemon_threads = True
-
-    @property
-    def base(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def url(self, path: str) -> str:
-        return self.base + path
-
-    def __enter__(self) -> AntiBotSite:
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(self._handler())
 
     def content_paths(self) -> set[str]:
         """Every page a crawl that gets past the defences stores (CAPTCHA pages excluded)."""

@@ -12,8 +12,10 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import urlsplit
+
+from tests.site import LocalSite
 
 BOMB = gzip.compress(b"\0" * (20 << 20))
 PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + b"\x00" * 200
@@ -32,7 +34,7 @@ def page(title: str, links: list[str] = (), charset: str = "utf-8") -> bytes:
     return f"<html><head><title>{title}</title></head><body>{anchors}</body></html>".encode(charset)
 
 
-class HostileSite:
+class HostileSite(LocalSite):
     def __init__(
         self,
         robots: str | None = None,
@@ -45,23 +47,7 @@ class HostileSite:
         self.lock = threading.Lock()
         self.robots = robots
         self.hang_s = hang_s
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.server.daemon_threads = True
-
-    @property
-    def base(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def url(self, path: str) -> str:
-        return self.base + path
-
-    def __enter__(self) -> HostileSite:
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(self._handler())
 
     def hits(self, path: str) -> int:
         return len(self.requests.get(path, []))

@@ -13,21 +13,16 @@ import threading
 import time
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Self
 from urllib.parse import urlsplit
 
 
-class Site:
-    def __init__(self, pages: int = 300, delay: float = 0.0) -> None:
-        self.pages = pages
-        self.delay = delay
-        self.hits: Counter[str] = Counter()
-        self.times: list[float] = []  # when each request arrived (monotonic)
-        self.in_flight = 0
-        self.max_in_flight = 0  # most requests being served at once
-        self._lock = threading.Lock()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+class LocalSite:
+    """An HTTP server on 127.0.0.1 (a free port), serving while its ``with`` block runs."""
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     @property
     def base(self) -> str:
@@ -36,13 +31,25 @@ class Site:
     def url(self, path: str) -> str:
         return self.base + path
 
-    def __enter__(self) -> Site:
-        self.thread.start()
+    def __enter__(self) -> Self:
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
         return self
 
     def __exit__(self, *exc) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+class Site(LocalSite):
+    def __init__(self, pages: int = 300, delay: float = 0.0) -> None:
+        self.pages = pages
+        self.delay = delay
+        self.hits: Counter[str] = Counter()
+        self.times: list[float] = []  # when each request arrived (monotonic)
+        self.in_flight = 0
+        self.max_in_flight = 0  # most requests being served at once
+        self._lock = threading.Lock()
+        super().__init__(self._handler())
 
     # What a correct crawl from /p/0 must end with.
     def expected_done(self) -> set[str]:
