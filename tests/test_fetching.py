@@ -15,7 +15,7 @@ import pytest
 import requests
 
 from tasks.fetch import guard, outcomes
-from tasks.fetch.fetching import FetchLimits, fetch, parse_retry_after
+from tasks.fetch.fetching import FetchLimits, Visitor, fetch, parse_retry_after
 
 LIMITS = FetchLimits(
     connect_timeout=2, read_timeout=1, deadline=2, max_bytes=1 << 20, max_redirects=5
@@ -242,3 +242,17 @@ def test_name_resolution_failure_maps_to_dns():
     exc.__cause__ = cause
     outcome = outcomes.from_requests(exc)
     assert isinstance(outcome, outcomes.DNSFailure) and outcome.retryable
+
+
+def test_through_a_proxy_the_guard_checks_the_target_before_the_proxy_is_asked():
+    from tests.antibot import AntiBotSite, ForwardProxy
+
+    with AntiBotSite() as site, ForwardProxy("127.0.0.2") as proxy:
+        visitor = Visitor(proxy=proxy.url())
+        with pytest.raises(outcomes.BlockedAddress, match="127.0.0.1"):
+            fetch(site.url("/"), user_agent="t", limits=LIMITS, allow=(), visitor=visitor)
+        assert proxy.requests == 0  # refused before the proxy heard of it
+        allowed = guard.networks("127.0.0.0/8")
+        resp = fetch(site.url("/"), user_agent="t", limits=LIMITS, allow=allowed, visitor=visitor)
+        assert resp.status == 200 and proxy.requests == 1
+        assert site.served["/"][0][0] == "127.0.0.2"  # it came from the proxy's address
