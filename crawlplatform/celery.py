@@ -24,6 +24,39 @@ def _add_heartbeat() -> None:
 _add_heartbeat()
 
 
+def _close_unless_orphaned(close):
+    """Celery 5.7 handles a lost broker connection by collecting it (which detaches its
+    transport: ``transport.client`` becomes None) and then closing it. A Redis channel that
+    was waiting in BRPOP cannot finish closing in the first pass (Redis is gone), so the second
+    pass tries to restore its unacknowledged messages through the detached transport and dies
+    with ``AttributeError: 'NoneType' object has no attribute 'hostname'`` in kombu's
+    ``_connparams``: an "Unrecoverable error" that stops the worker. Such a channel is closed
+    without the restore: its messages stay in Redis's unacked set, which ``restore_visible``
+    puts back after the visibility timeout, and the scheduler's reconcile re-publishes their
+    URLs long before that (a duplicate is harmless: the claim decides)."""
+
+    def closing(channel) -> None:
+        transport = channel.connection
+        if transport is not None and getattr(transport, "client", "") is None:
+            channel.do_restore = False  # also for the restore kombu runs at exit
+            channel.closed = True
+            return
+        close(channel)
+
+    return closing
+
+
+def _guard_redis_channel_close() -> None:
+    from kombu.transport import redis as kombu_redis
+
+    if not getattr(kombu_redis.Channel.close, "guarded", False):
+        kombu_redis.Channel.close = _close_unless_orphaned(kombu_redis.Channel.close)
+        kombu_redis.Channel.close.guarded = True
+
+
+_guard_redis_channel_close()
+
+
 @signals.worker_ready.connect
 def _tick_threaded_event_loop(sender=None, **kwargs) -> None:
     pool = getattr(sender, "pool", None)
