@@ -29,6 +29,10 @@ Other variables (default in brackets):
   are served
 - ``DB_POOL_MAX_SIZE`` [``0``]: >0, a pool of at most this many connections per process
 - ``DB_CONN_MAX_AGE`` [``300``]: without a pool, one connection per thread, kept this long
+- ``BODY_STORE`` [``CRAWL_DATA_DIR/bodies``]: where raw page bodies are kept: a directory,
+  or ``s3://BUCKET/PREFIX`` for S3-compatible object storage, with ``AWS_S3_ENDPOINT_URL``
+  (e.g. ``http://minio:9000``; unset: AWS), ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``
+  and ``AWS_S3_REGION_NAME`` [``us-east-1``]
 
 Crawl knobs (timeouts, retries, leases, ...) live in ``tasks/defaults.py``.
 """
@@ -70,6 +74,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "django_celery_beat",
     "web",
     "tasks",
 ]
@@ -145,6 +150,32 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = env.str("STATIC_ROOT", default=str(DATA_DIR / "static"))
 
+
+def _body_store(where: str) -> dict:
+    """The body store's backend (``tasks/content/bodies.py``): a directory or an S3 bucket."""
+    if not where.startswith("s3://"):
+        return {"BACKEND": "tasks.content.bodies.BodyFileStorage", "OPTIONS": {"location": where}}
+    bucket, _, prefix = where.removeprefix("s3://").partition("/")
+    return {
+        "BACKEND": "storages.backends.s3.S3Storage",
+        "OPTIONS": {
+            "bucket_name": bucket,
+            "location": prefix.strip("/"),
+            "endpoint_url": env.str("AWS_S3_ENDPOINT_URL", default="") or None,
+            "region_name": env.str("AWS_S3_REGION_NAME", default="us-east-1"),
+            "file_overwrite": True,  # a body's name is its hash: the same name, the same bytes
+            "default_acl": None,
+            "querystring_auth": False,
+        },
+    }
+
+
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    "bodies": _body_store(env.str("BODY_STORE", default=str(DATA_DIR / "bodies"))),
+}
+
 # Celery: configured for no loss. A message is acknowledged only after the task returned
 # (acks_late), a worker killed mid-task puts it back (reject_on_worker_lost), each process
 # holds one message beyond those it runs (prefetch 1), results are never stored.
@@ -181,6 +212,9 @@ CELERY_ACCEPT_CONTENT = ["json"]
 # Celery's Django fixup closes every database connection around every task unless this is
 # set: that is a new PostgreSQL backend per page. Connections are kept for this many tasks.
 CELERY_DB_REUSE_MAX = env.int("CELERY_DB_REUSE_MAX", default=10_000)
+# Beat's schedule lives in the database (django-celery-beat): jobs' recrawl schedules are
+# rows there (tasks/frontier/schedules.py), beside the entries below.
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 # Lease sweep and reconcile, also done by the scheduler: beat makes them independent of it.
 CELERY_BEAT_SCHEDULE = {
     "maintain": {"task": "tasks.maintain", "schedule": env.float("MAINTAIN_EVERY_S", default=30.0)},

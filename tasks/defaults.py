@@ -30,6 +30,10 @@ ROBOTS_AGENT = "crawlplatform"  # robots.txt groups match this token, whatever U
 RESOLVE = ""  # host=address overrides of name resolution, comma-separated ("host=": no address)
 ALLOWED_NETWORKS = ""  # CIDRs that may be fetched besides public addresses, comma-separated
 
+# Content: the body store and extraction (see tasks/content/bodies.py, extraction.py)
+BODY_MAX_BYTES = 10 << 20  # raw bodies above this are not kept in the body store (the page is)
+BODY_ZSTD_LEVEL = 3  # zstd level of stored bodies (1 fastest .. 19 smallest)
+
 # Retries of one URL (transient outcomes: timeouts, resets, 5xx, 429); see tasks/frontier/
 RETRY_MAX_ATTEMPTS = 4  # total attempts, not retries; checked at every claim, sweep and retry
 RETRY_TIMEOUT_ATTEMPTS = 2  # a timeout ends the URL from this attempt on (it holds a worker long)

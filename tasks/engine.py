@@ -26,7 +26,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
 from redis.exceptions import RedisError
 
-from tasks.content import parsing, sitemaps
+from tasks.content import bodies, extraction, parsing, sitemaps
 from tasks.content.urls import Scope, canonicalize, host_of
 from tasks.defaults import setting
 from tasks.fetch import (
@@ -58,6 +58,7 @@ from tasks.frontier.transitions import (
     past_last_attempt,
     record_failure,
     record_page,
+    record_unchanged,
     retry_banned,
     to_render,
     with_retries,
@@ -447,9 +448,11 @@ def _process_claimed(claimed: Claim, rendering: bool = False) -> str:
         return defer(claimed, 0.0, claimed.previous_reason or "warming_up")
     outcome: outcomes.CrawlOutcome | None = None
     resp = None
+    conditional = None if rendering else _validators(claimed)
     started = time.monotonic()
     metrics.IN_FLIGHT.inc()
     try:
+        kwargs = {"conditional": conditional} if conditional else {}
         get = render.fetch if rendering else fetching.fetch
         resp = get(
             claimed.url.url,
@@ -458,6 +461,7 @@ def _process_claimed(claimed: Claim, rendering: bool = False) -> str:
             allow=guard.allowed(job),
             in_scope=lambda u: bool(_in_scope(cache, u)),
             visitor=visitor,
+            **kwargs,
         )
     except outcomes.CrawlOutcome as exc:
         outcome = exc
@@ -496,8 +500,26 @@ def _process_claimed(claimed: Claim, rendering: bool = False) -> str:
             "job=%s url=%s outcome=%s state=%s", job.pk, claimed.url.url, outcome.reason, state
         )
         return state
-    metrics.FETCHED_BYTES.inc(len(resp.body))
+    if resp.status == 304 and conditional:
+        return record_unchanged(claimed)  # the previous run's page stands
+    metrics.FETCHED_BYTES.inc(len(resp.raw_body or resp.body))
     return _store(claimed, cache, resp, rendering)
+
+
+def _validators(claimed: Claim) -> dict[str, str] | None:
+    """A recrawl's conditional request headers, from the page the previous run stored."""
+    if claimed.run <= 1:
+        return None
+    http = Page.objects.filter(url_id=claimed.url.pk).values_list("http", flat=True).first()
+    if not http:
+        return None
+    sent = {}
+    for name, value in http.get("response", []):
+        if name.lower() == "etag":
+            sent["If-None-Match"] = value
+        elif name.lower() == "last-modified":
+            sent["If-Modified-Since"] = value
+    return sent or None
 
 
 def hand_to_render(claimed: Claim) -> str:
@@ -511,19 +533,56 @@ def hand_to_render(claimed: Claim) -> str:
     return URLState.SCHEDULED
 
 
+NOINDEX = "noindex"  # a done URL's note: fetched, not kept as content (robots directives)
+
+
+def _directives(job, resp: fetching.Response, parsed: parsing.Parsed | None) -> set[str]:
+    """The page's robots directives, when the job obeys robots."""
+    if not job.obey_robots:
+        return set()
+    pairs = resp.http.get("response") or resp.headers.items()  # one value per header line
+    header = [v for k, v in pairs if k.lower() == "x-robots-tag"]
+    meta = parsed.robots if parsed is not None else frozenset()
+    return parsing.robots_directives(meta, header, setting("ROBOTS_AGENT", job))
+
+
+def _extracted(claimed: Claim, parsed: parsing.Parsed) -> dict:
+    """The job's extraction rules on the page; a page they cannot be applied to keeps its
+    other content (the reason is logged)."""
+    rules = extraction.applies(extraction.rules_of(claimed.job.extract), claimed.url.url)
+    if not rules:
+        return {}
+    try:
+        return extraction.extract(rules, parsed.text)
+    except Exception:  # a page must never crash the worker, whatever it holds
+        log.exception("job=%s url=%s: extraction rules failed", claimed.job.pk, claimed.url.url)
+        return {}
+
+
+def _store_body(claimed: Claim, resp: fetching.Response) -> str:
+    """Keep the raw body (before the page's commit, so a committed page has it); its name."""
+    job = claimed.job
+    raw = resp.raw_body or resp.body
+    if not job.store_bodies or len(raw) > setting("BODY_MAX_BYTES", job):
+        return ""
+    return bodies.put(job.pk, raw)
+
+
 def _store(
     claimed: Claim, cache: _JobCache, resp: fetching.Response, rendering: bool = False
 ) -> str:
     job = claimed.job
-    title, links, note = "", [], ""
+    title, links, note, data = "", [], "", {}
     is_html = resp.content_type in parsing.HTML_TYPES
+    parsed = None
     if resp.truncated:
         note = "truncated"
     if is_html and parsing.looks_binary(resp.body):
         note = "binary"
     elif is_html:
         try:
-            parsed = parsing.parse_html(resp.body, resp.content_type_header, resp.final_url)
+            parsed = parsing.parse_html(resp.body, resp.content_type_header, resp.final_url,
+                                        setting("ROBOTS_AGENT", job))  # fmt: skip
         except Exception as exc:  # a page must never crash the worker, whatever it holds
             log.exception("job=%s url=%s: parser failed", job.pk, claimed.url.url)
             return record_failure(claimed, outcomes.ParseError(f"{type(exc).__name__}: {exc}"))
@@ -531,17 +590,28 @@ def _store(
             return hand_to_render(claimed)  # its content and links come from JavaScript
         title = parsed.title
         bans.learn_size(job.pk, host_of(claimed.url.url), len(resp.body))
-        if claimed.url.depth < job.max_depth:
-            links = new_links(cache, parsed.base, parsed.hrefs)
     elif job.use_sitemaps and sitemaps.looks_like_sitemap(resp.final_url, resp.content_type):
         listed = sitemaps.parse_sitemap(resp.body, setting("FETCH_MAX_BYTES", job))
         links = new_links(cache, resp.final_url, listed)
         note = note or ("sitemap" if listed else "not_html")
     else:
         note = note or "not_html"
+    directives = _directives(job, resp, parsed)
+    if parsed is not None and claimed.url.depth < job.max_depth and "nofollow" not in directives:
+        hrefs = parsed.hrefs
+        if job.obey_nofollow and parsed.nofollow_hrefs:
+            hrefs = [h for h in hrefs if h not in parsed.nofollow_hrefs]
+        links = new_links(cache, parsed.base, hrefs)
+    if "noindex" in directives:  # fetched, its links followed (unless nofollow), not kept
+        state = with_retries(lambda: record_page(claimed, None, links, NOINDEX, None, resp.status))
+        _committed(claimed, cache, links)
+        return state
+    if parsed is not None and job.extract:
+        data = _extracted(claimed, parsed)
     redirect_target = None
     if resp.final_url != claimed.url.url:
         redirect_target = _in_scope(cache, resp.final_url) or None
+    now = datetime.now(UTC)
     page = Page(
         job_id=job.pk,
         url_id=claimed.url.pk,
@@ -552,11 +622,22 @@ def _store(
         size=len(resp.body),
         truncated=resp.truncated,
         elapsed_ms=int(resp.elapsed * 1000),
-        fetched_at=datetime.now(UTC),
+        fetched_at=now,
+        checked_at=now,
         content_hash=hashlib.sha256(resp.body).hexdigest(),
+        data=data,
+        body_key=_store_body(claimed, resp),
+        http=resp.http,
+        run=claimed.run,
+        first_run=claimed.run,
+        modified_run=claimed.run,
     )
     state = with_retries(lambda: record_page(claimed, page, links, note, redirect_target))
+    _committed(claimed, cache, links)
+    return state
+
+
+def _committed(claimed: Claim, cache: _JobCache, links: list[str]) -> None:
     for url in links:
         cache.committed.put(url)
     claimed.new_links = bool(links)
-    return state

@@ -48,6 +48,21 @@ def render_url(self, url_id: int, job_id: int) -> None:
     _run(self, url_id, job_id, rendering=True)
 
 
+@shared_task(name="tasks.recrawl_job", ignore_result=True)
+def recrawl_job(job_id: int) -> None:
+    """Run an ended job again (its schedule, through celery beat; ``tasks/frontier/
+    schedules.py``). A job still running, or paused, is left alone until its next time."""
+    from tasks.frontier import jobs
+    from web.models import CrawlJob
+
+    close_old_connections()
+    job = CrawlJob.objects.filter(pk=job_id).first()
+    if job is None:
+        log.warning("recrawl: no job %s (its schedule outlived it)", job_id)
+    elif not jobs.recrawl(job):
+        log.info("recrawl: job %s is %s; its schedule waits for the next time", job_id, job.state)
+
+
 @shared_task(name="tasks.maintain", ignore_result=True)
 def maintain() -> None:
     """Sweep expired leases and re-publish lost messages (Celery beat runs it periodically).

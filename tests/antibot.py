@@ -28,7 +28,7 @@ from http.server import BaseHTTPRequestHandler
 from socketserver import StreamRequestHandler, ThreadingTCPServer
 from urllib.parse import urlsplit
 
-from tests.site import LocalSite
+from tests.site import LocalSite, send
 
 CAPTCHA = (
     b"<html><head><title>Just a moment</title></head><body><h1>Verify you are human</h1>"
@@ -154,12 +154,7 @@ class AntiBotSite(LocalSite):
                 with site.lock:
                     site.served[path].append((*who, status))
                     site.log.append((time.monotonic(), path, *who, status))
-                self.send_response(status)
-                for name, value in {"Content-Type": "text/html; charset=utf-8", **headers}.items():
-                    self.send_header(name, value)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                send(self, status, headers, body)
 
         return Handler
 

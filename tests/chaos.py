@@ -18,10 +18,12 @@ Scenarios (each on a fresh job, site, Redis and worker set):
 
 Each must end with the job finished, every reachable page stored exactly once, no URL left
 queued/scheduled/leased, no page fetched more than twice at the server (``kill``: at most
-once more per kill), and no unhandled exception in the worker logs. ``term`` also needs every
-worker to exit 0 with no URL left leased, and ``pause`` no fetch at the server while the job
-is paused (``violations``). A table of the figures is printed; the exit status is 0 only if
-every scenario passed. ``tests/test_chaos.py`` runs the same scenarios at a reduced size.
+once more per kill), every stored page's body in the body store and equal to what the site
+sent (``bodies``: pages without), and no unhandled exception in the worker logs. ``term``
+also needs every worker to exit 0 with no URL left leased, and ``pause`` no fetch at the
+server while the job is paused (``violations``). A table of the figures is printed; the exit
+status is 0 only if every scenario passed. ``tests/test_chaos.py`` runs the same scenarios
+at a reduced size.
 
 Retries and deadlines use the test suite's short budgets, but leases, their renewal, the sweep
 and the visibility timeout are the platform's defaults: recovery times are the real ones.
@@ -70,6 +72,7 @@ class Result:
     max_fetches: int
     unhandled: int
     violations: int
+    bodies_missing: int
     seconds: float
     finished: bool
     error_lines: list[str]
@@ -86,6 +89,7 @@ class Result:
             and self.max_fetches <= 2 + max(0, self.kills - 1)
             and self.unhandled == 0
             and self.violations == 0
+            and self.bodies_missing == 0
             and (self.recovery is None or self.recovery <= RECOVERY_MAX_S)
         )
 
@@ -300,6 +304,11 @@ def run(
             ended = urls.filter(state__in=["done", "failed"]).count()
             violations += len(written) != len(set(written)) or len(written) != ended
         stored_urls = list(Page.objects.filter(job=job).values_list("url__url", flat=True))
+        bodies_missing = sum(
+            1
+            for key, digest in Page.objects.filter(job=job).values_list("body_key", "content_hash")
+            if not _body_intact(key, digest)
+        )
         retried = {site.url("/error")}
         fetches = [n for url, n in site.hits.items() if url not in retried]
         markers = ("raised unexpected", "Unrecoverable error")
@@ -320,11 +329,26 @@ def run(
             unhandled=len(errors),
             error_lines=errors[:5],
             violations=violations,
+            bodies_missing=bodies_missing,
             seconds=round(time.monotonic() - started, 1),
             finished=finished,
             kills=kills,
             recovery=recovery,
         )
+
+
+def _body_intact(key: str, digest: str) -> bool:
+    """The stored body is there and is the page's (the site sends no content encoding)."""
+    import hashlib
+
+    import zstandard
+
+    from tasks.content import bodies
+
+    try:
+        return bool(key) and hashlib.sha256(bodies.get(key)).hexdigest() == digest
+    except (OSError, ValueError, zstandard.ZstdError):
+        return False
 
 
 def _child(args: argparse.Namespace) -> None:
@@ -389,13 +413,14 @@ def scenario(
 def table(results: list[Result]) -> str:
     head = (
         f"{'scenario':<13}{'expected':>9}{'stored':>8}{'twice':>7}{'pending':>9}"
-        f"{'refetched':>11}{'max':>5}{'errors':>8}{'violations':>12}{'seconds':>9}"
+        f"{'refetched':>11}{'max':>5}{'errors':>8}{'violations':>12}{'bodies':>8}{'seconds':>9}"
         f"{'recovery':>10}  result"
     )
     rows = [
         f"{r.scenario:<13}{r.pages_expected:>9}{r.pages_stored:>8}{r.stored_twice:>7}"
         f"{r.left_pending:>9}{r.fetched_twice:>11}{r.max_fetches:>5}{r.unhandled:>8}"
-        f"{r.violations:>12}{r.seconds:>9}{'' if r.recovery is None else r.recovery:>10}"
+        f"{r.violations:>12}{r.bodies_missing:>8}{r.seconds:>9}"
+        f"{'' if r.recovery is None else r.recovery:>10}"
         f"  {'pass' if r.passed else 'FAIL'}"
         for r in results
     ]

@@ -3,6 +3,7 @@ worker processes, a real scheduler thread and a real local web site."""
 
 from __future__ import annotations
 
+import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -35,6 +36,14 @@ def _forget_job_caches():
     """Job ids are reused after a test database flush: per-process job caches must not be."""
     transitions._jobs.clear()
     engine._caches.clear()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _empty_body_store() -> None:
+    """Job ids start again with each test database: bodies of an earlier run must not count."""
+    location = settings.STORAGES["bodies"].get("OPTIONS", {}).get("location")
+    if location and settings.STORAGES["bodies"]["BACKEND"].endswith("BodyFileStorage"):
+        shutil.rmtree(location, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

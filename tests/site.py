@@ -17,6 +17,16 @@ from typing import Self
 from urllib.parse import urlsplit
 
 
+def send(handler: BaseHTTPRequestHandler, status: int, headers: dict, body: bytes) -> None:
+    """Answer a request: status, headers (HTML unless they say otherwise), length and body."""
+    handler.send_response(status)
+    for name, value in {"Content-Type": "text/html; charset=utf-8", **headers}.items():
+        handler.send_header(name, value)
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)
+
+
 class LocalSite:
     """An HTTP server on 127.0.0.1 (a free port), serving while its ``with`` block runs."""
 
@@ -120,10 +130,6 @@ class Site(LocalSite):
                     status, body = 200, site.page(int(path[3:]))
                 elif path == "/error":
                     status, body = 500, b"<html><title>Server error</title></html>"
-                self.send_response(status)
-                self.send_header("Content-Type", "text/html; charset=utf-8")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                send(self, status, {}, body)
 
         return Handler

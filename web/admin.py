@@ -1,5 +1,7 @@
-"""The admin: jobs with start/pause/resume/cancel actions, URLs and pages to inspect, and the
-review queue of URLs a site kept blocking."""
+"""The admin: jobs with start/pause/resume/cancel/recrawl/export actions, URLs and pages to
+inspect (stored bodies, extraction rules tried on them), and the review queue of URLs a site
+kept blocking. Deleting jobs goes through ``tasks.frontier.jobs.delete`` (batches, bodies
+too), never through a collector that loads every row."""
 
 from __future__ import annotations
 
@@ -9,13 +11,18 @@ from collections.abc import Callable
 from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.utils.html import format_html, format_html_join
 from redis.exceptions import RedisError
 
+from tasks.content import bodies, extraction
 from tasks.fetch import ladder, proxies
-from tasks.frontier import jobs, review
+from tasks.frontier import jobs, review, schedules
+from web import export
 from web.models import Checkpoint, CrawlJob, FrontierURL, JobState, Page, Review
+
+_PREVIEW_BYTES = 20_000
+_CONTENT_TYPES = {"jsonl": "application/jsonl", "csv": "text/csv", "warc": "application/gzip"}
 
 
 def _job_action(
@@ -39,6 +46,22 @@ def _job_action(
     return admin.action(description=f"{verb.capitalize()} selected jobs")(action)
 
 
+def _export_action(fmt: str) -> Callable[..., HttpResponse | None]:
+    def action(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet):
+        if queryset.count() != 1:
+            modeladmin.message_user(request, "select one job to export", messages.WARNING)
+            return None
+        job = queryset.get()
+        name = f"job{job.pk}.{fmt}" + (".gz" if fmt == "warc" else "")
+        running = export.Export(job, fmt, filename=name)
+        response = StreamingHttpResponse(running.chunks(), content_type=_CONTENT_TYPES[fmt])
+        response["Content-Disposition"] = f'attachment; filename="{name}"'
+        return response
+
+    action.__name__ = f"export_{fmt}"
+    return admin.action(description=f"Export the selected job as {fmt.upper()} (download)")(action)
+
+
 class CheckpointInline(admin.TabularInline):
     model = Checkpoint
     extra = 0
@@ -54,8 +77,8 @@ class CrawlJobAdmin(admin.ModelAdmin):
     list_display = ["id", "name", "state", "released", "max_pages", "created_at", "finished_at"]
     list_filter = ["state", "created_at"]
     search_fields = ["name"]
-    readonly_fields = ["state", "released", "stats", "created_at", "started_at", "finished_at",
-                       "error", "anti_bot"]  # fmt: skip
+    readonly_fields = ["state", "run", "released", "stats", "created_at", "started_at",
+                       "finished_at", "error", "anti_bot"]  # fmt: skip
     fieldsets = [
         (None, {"fields": ["name", "seeds", "state"]}),
         (
@@ -75,11 +98,22 @@ class CrawlJobAdmin(admin.ModelAdmin):
             "Identities and anti-bot",
             {"fields": ["user_agents", "proxies", "headers", "warmup_path", "render", "anti_bot"]},
         ),
+        ("Content", {"fields": ["store_bodies", "extract", "obey_nofollow", "schedule"]}),
         ("Advanced", {"fields": ["settings"], "classes": ["collapse"]}),
         (
             "Progress",
-            {"fields": ["released", "stats", "error", "created_at", "started_at", "finished_at"]},
-        ),
+            {
+                "fields": [
+                    "run",
+                    "released",
+                    "stats",
+                    "error",
+                    "created_at",
+                    "started_at",
+                    "finished_at",
+                ]
+            },
+        ),  # fmt: skip
     ]
 
     @admin.display(description="ladder and proxies now")
@@ -101,7 +135,30 @@ class CrawlJobAdmin(admin.ModelAdmin):
         _job_action("paused", jobs.pause, {JobState.RUNNING}),
         _job_action("resumed", jobs.resume, {JobState.PAUSED}),
         _job_action("cancelled", jobs.cancel, {JobState.DRAFT, JobState.RUNNING, JobState.PAUSED}),
+        _job_action("recrawled", jobs.recrawl, set(jobs.RECRAWLABLE)),
+        *(_export_action(fmt) for fmt in export.FORMATS),
     ]
+
+    def save_model(self, request: HttpRequest, job: CrawlJob, form, change: bool) -> None:
+        super().save_model(request, job, form, change)
+        schedules.sync(job)
+
+    def get_deleted_objects(self, objs, request: HttpRequest):
+        """What a deletion takes, counted, not collected row by row (jobs can be huge)."""
+        ids = [job.pk for job in objs]
+        lines = [
+            f"{job}: {FrontierURL.objects.filter(job_id=job.pk).count()} URLs, "
+            f"{Page.objects.filter(job_id=job.pk).count()} pages and their stored bodies"
+            for job in objs
+        ]
+        return lines, {"crawl jobs": len(ids)}, set(), []
+
+    def delete_model(self, request: HttpRequest, job: CrawlJob) -> None:
+        jobs.delete(job.pk)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet) -> None:
+        for pk in list(queryset.values_list("pk", flat=True)):
+            jobs.delete(pk)
 
 
 @admin.register(FrontierURL)
@@ -134,10 +191,36 @@ class PageAdmin(admin.ModelAdmin):
     search_fields = ["final_url", "title"]
     list_select_related = ["job"]
     raw_id_fields = ["job", "url"]
-    readonly_fields = [f.name for f in Page._meta.fields]
+    readonly_fields = [f.name for f in Page._meta.fields] + ["body", "extraction_now"]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # pages are what a crawl fetched, nothing else
+
+    def _text(self, page: Page) -> str:
+        return bodies.text(page.body_key, page.http, _PREVIEW_BYTES * 50)[0]
+
+    @admin.display(description="body (start, decoded)")
+    def body(self, page: Page) -> str:
+        if not page.body_key:
+            return "not stored"
+        try:
+            text = self._text(page)
+        except Exception as exc:  # noqa: BLE001 (shown to the person, whatever it was)
+            return f"cannot read the stored body: {type(exc).__name__}: {exc}"
+        return format_html("<pre style='white-space:pre-wrap'>{}</pre>", text[:_PREVIEW_BYTES])
+
+    @admin.display(description="the job's extraction rules, tried now on the stored body")
+    def extraction_now(self, page: Page) -> str:
+        if not page.job.extract:
+            return "the job has no extraction rules"
+        if not page.body_key:
+            return "no stored body to try them on"
+        try:
+            rules = extraction.applies(extraction.rules_of(page.job.extract), page.url.url)
+            found = extraction.extract(rules, self._text(page))
+        except Exception as exc:  # noqa: BLE001
+            return f"cannot apply the rules: {type(exc).__name__}: {exc}"
+        return format_html_join("", "<div><b>{}</b>: {}</div>", sorted(found.items()))
 
 
 class ReviewForm(forms.ModelForm):

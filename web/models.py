@@ -26,8 +26,10 @@ from django.db.models import Q
 from django.utils import timezone
 
 from tasks import defaults
+from tasks.content import extraction
 from tasks.content.urls import seed_problem
 from tasks.fetch import guard
+from tasks.frontier import schedules
 
 MAX_DEPTH_LIMIT = 32767  # depths are stored as small integers
 PROXY_SCHEMES = ("http", "https", "socks5", "socks5h")
@@ -156,6 +158,31 @@ class CrawlJob(models.Model):
         help_text="Render pages in headless Chromium: never, when the ladder or a page that "
         "needs JavaScript asks (auto), or always.",
     )
+    store_bodies = models.BooleanField(
+        default=True,
+        help_text="Keep each page's raw body and headers in the body store (zstd, stored once "
+        "per identical body); bodies above BODY_MAX_BYTES are not kept.",
+    )
+    extract = models.JSONField(
+        default=list,
+        blank=True,
+        help_text='Extraction rules: [{"name": "title", "selector": "h1", "attr": "", '
+        '"all": false, "pattern": ""}, ...] (CSS selectors; "attr": an attribute instead of '
+        'the text; "all": every match; "pattern": only on URLs matching this regex). The CLI '
+        "writes them NAME=SELECTOR[@ATTR][[]].",
+    )
+    obey_nofollow = models.BooleanField(
+        default=False, help_text='Links marked rel="nofollow" are not followed.'
+    )
+    schedule = models.CharField(
+        max_length=100,
+        blank=True,
+        help_text='Run the job again on this schedule: a cron line ("0 3 * * *", UTC) or an '
+        'interval ("every 6h"; s, m, h or d). Empty: no schedule.',
+    )
+    run = models.PositiveIntegerField(
+        default=1, db_default=1, help_text="1 for the first crawl, one more for each recrawl."
+    )
     settings = models.JSONField(
         default=dict,
         blank=True,
@@ -216,6 +243,10 @@ class CrawlJob(models.Model):
                     add("path_caps", f"{pattern!r}: {limit!r} is not a whole number >= 0")
         for problem in defaults.problems(self.settings):
             add("settings", problem)
+        for problem in extraction.problems(self.extract):
+            add("extract", problem)
+        if problem := schedules.problem(self.schedule or ""):
+            add("schedule", problem)
         if not isinstance(self.user_agents, list) or not all(
             isinstance(u, str) and u.strip() and "\n" not in u for u in self.user_agents
         ):
@@ -339,8 +370,34 @@ class Page(models.Model):
     truncated = models.BooleanField(default=False, help_text="Body cut at FETCH_MAX_BYTES.")
     elapsed_ms = models.PositiveIntegerField()
     fetched_at = models.DateTimeField()
-    content_hash = models.CharField(max_length=64, help_text="SHA-256 of the body.")
+    content_hash = models.CharField(max_length=64, help_text="SHA-256 of the decoded body.")
     data = models.JSONField(default=dict, blank=True, help_text="Extracted fields.")
+    body_key = models.CharField(
+        max_length=200,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="The raw body's name in the body store; empty: not stored.",
+    )
+    http = models.JSONField(
+        default=dict,
+        blank=True,
+        db_default={},
+        help_text="The exchange as sent and received: protocol, reason phrase, request and "
+        "response headers (name, value pairs in order).",
+    )
+    run = models.PositiveIntegerField(
+        default=1, db_default=1, help_text="The job's last run that fetched or confirmed it."
+    )
+    first_run = models.PositiveIntegerField(
+        default=1, db_default=1, help_text="The run that found it."
+    )
+    modified_run = models.PositiveIntegerField(
+        default=1, db_default=1, help_text="The run that last saw its content change."
+    )
+    checked_at = models.DateTimeField(
+        null=True, blank=True, help_text="When a run last confirmed it (200 or 304)."
+    )
 
     class Meta:
         indexes = [models.Index(fields=["job", "fetched_at"], name="page_job_fetched")]

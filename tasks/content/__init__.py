@@ -1,1 +1,2 @@
-"""What a body means: HTML parsing, URLs and the job's scope, sitemaps."""
+"""What a body means: HTML parsing, URLs and the job's scope, sitemaps, extraction rules,
+the body store."""

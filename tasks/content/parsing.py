@@ -1,8 +1,13 @@
-"""Links and title from an HTML page, with lxml.
+"""Links, title and robots directives from an HTML page, with lxml.
 
 Charset comes from the Content-Type header, a byte-order mark, ``<meta>``, or detection, in
 that order (w3lib's ``html_to_unicode``, as Scrapy does). ``<base href>`` is honoured.
 Malformed markup is repaired by libxml2's HTML parser, so broken pages still yield links.
+
+Page-level robots directives come from ``<meta name="robots">`` (or ``name`` set to the
+crawler's robots token) and the ``X-Robots-Tag`` header (unscoped, or scoped to the token):
+``noindex`` (the page is not kept as content), ``nofollow`` (its links are not followed),
+``none`` (both). Links marked ``rel="nofollow"`` are reported apart, for jobs that obey them.
 """
 
 from __future__ import annotations
@@ -27,6 +32,9 @@ class Parsed:
     hrefs: list[str]  # unique link targets without fragment, in document order; other schemes
     # and links to the page itself are left out
     encoding: str
+    text: str = ""  # the decoded document (for extraction rules)
+    robots: frozenset[str] = frozenset()  # <meta name="robots"> directives, lower case
+    nofollow_hrefs: frozenset[str] = frozenset()  # hrefs only ever linked with rel=nofollow
 
     @property
     def links(self) -> list[str]:
@@ -48,7 +56,35 @@ def looks_binary(body: bytes) -> bool:
     return b"\x00" in body[:2048]
 
 
-def parse_html(body: bytes, content_type_header: str, url: str) -> Parsed:
+_DIRECTIVES = {"none": {"noindex", "nofollow"}}
+# X-Robots-Tag values that look scoped ("name: value") but are directives with a parameter.
+_PARAMETERISED = {"unavailable_after", "max-snippet", "max-image-preview", "max-video-preview"}
+
+
+def _directives(values: list[str]) -> set[str]:
+    found: set[str] = set()
+    for value in values:
+        for item in value.lower().split(","):
+            item = item.strip()
+            found |= _DIRECTIVES.get(item, {item} if item else set())
+    return found
+
+
+def robots_directives(meta: frozenset[str], header_values: list[str], agent: str) -> set[str]:
+    """The page's robots directives for crawler ``agent``: its meta tags and X-Robots-Tag."""
+    found = set(meta)
+    for value in header_values:
+        scope, sep, rest = value.partition(":")
+        scope = scope.strip().lower()
+        if sep and scope and " " not in scope and scope not in _PARAMETERISED:
+            if scope == agent.lower():
+                found |= _directives([rest])
+        else:
+            found |= _directives([value])
+    return found
+
+
+def parse_html(body: bytes, content_type_header: str, url: str, agent: str = "") -> Parsed:
     encoding, text = html_to_unicode(content_type_header, body)
     # Plain etree elements: lxml.html's element classes cost a lookup per element.
     try:
@@ -58,18 +94,31 @@ def parse_html(body: bytes, content_type_header: str, url: str) -> Parsed:
     except lxml.etree.XMLSyntaxError:
         doc = None
     if doc is None:  # an empty document
-        return Parsed(title="", base=url, hrefs=[], encoding=encoding)
+        return Parsed(title="", base=url, hrefs=[], encoding=encoding, text=text)
     title = _SPACES.sub(" ", doc.findtext(".//title") or "").strip()[:_TITLE_MAX]
     base = url
     base_el = doc.find(".//base[@href]")
     if base_el is not None:
         base = urljoin(url, base_el.get("href", "").strip())
     raw: dict[str, None] = {}
+    followed: set[str] = set()
+    nofollow: set[str] = set()
     for el in doc.iter("a", "area"):
         href = el.get("href")
         if href:
             # The fragment never changes the canonical URL; dropping it here lets the many
             # anchors into one page share a single cache entry downstream.
-            raw[href.split("#", 1)[0].strip()] = None
+            href = href.split("#", 1)[0].strip()
+            raw[href] = None
+            rel = el.get("rel")
+            (nofollow if rel and "nofollow" in rel.lower().split() else followed).add(href)
     hrefs = [h for h in raw if h and not h.lower().startswith(_IGNORED_SCHEMES)]
-    return Parsed(title=title, base=base, hrefs=hrefs, encoding=encoding)
+    names = {"robots", agent.lower()} if agent else {"robots"}
+    meta = [
+        el.get("content", "")
+        for el in doc.iter("meta")
+        if (el.get("name") or "").strip().lower() in names
+    ]
+    return Parsed(title=title, base=base, hrefs=hrefs, encoding=encoding, text=text,
+                  robots=frozenset(_directives(meta)),
+                  nofollow_hrefs=frozenset(nofollow - followed))  # fmt: skip

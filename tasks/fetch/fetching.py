@@ -52,6 +52,8 @@ class Response:
     redirects: list[str] = field(default_factory=list)
     headers: dict[str, str] = field(default_factory=dict)  # of the final answer
     screenshot: bytes | None = None  # a rendered page's picture (PNG)
+    raw_body: bytes = b""  # as received, before content decoding (what WARC records keep)
+    http: dict = field(default_factory=dict)  # protocol, reason, request and response headers
 
 
 def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
@@ -128,21 +130,51 @@ class _Decoder:
 _CODINGS = {"gzip": "gzip", "x-gzip": "gzip", "deflate": "deflate"}
 
 
-def _read_body(resp: requests.Response, limits: FetchLimits, started: float) -> tuple[bytes, bool]:
+def decode(raw: bytes, content_encoding: str, limit: int) -> bytes:
+    """A stored body as received, decoded as the fetch did (at most ``limit`` bytes)."""
+    return _Decoder(content_encoding, limit).feed(raw)[:limit]
+
+
+def _read_body(
+    resp: requests.Response, limits: FetchLimits, started: float
+) -> tuple[bytes, bool, bytes]:
+    """The decoded body, whether it was cut at the cap, and the bytes as received (the same
+    object when nothing was encoded)."""
     # read1 returns what one socket read brings, so the deadline is checked between reads: a
     # fetch ends at most one read timeout after its deadline, however slowly bytes trickle in.
     decoder = _Decoder(resp.headers.get("content-encoding", ""), limits.max_bytes)
     chunks: list[bytes] = []
+    received: list[bytes] | None = [] if decoder.kind else None
     size = 0
+    truncated = False
     while raw := resp.raw.read1(_CHUNK, decode_content=False):
         if time.monotonic() - started > limits.deadline:
             raise outcomes.DeadlineExceeded(f"body not complete after {limits.deadline:g} s")
         chunk = decoder.feed(raw)
         chunks.append(chunk)
+        if received is not None:
+            received.append(raw)
         size += len(chunk)
         if size > limits.max_bytes:
-            return b"".join(chunks)[: limits.max_bytes], True
-    return b"".join(chunks), False
+            truncated = True
+            break
+    body = b"".join(chunks)[: limits.max_bytes] if truncated else b"".join(chunks)
+    return body, truncated, body if received is None else b"".join(received)
+
+
+_SECRET_HEADERS = {"cookie", "authorization", "proxy-authorization"}  # never recorded
+
+
+def _exchange(resp: requests.Response, sent: dict[str, str]) -> dict:
+    """The request as sent (without credentials and cookies) and the response's status line
+    and headers, in order (for WARC)."""
+    version = getattr(resp.raw, "version", 11)
+    return {
+        "protocol": "HTTP/1.0" if version == 10 else "HTTP/1.1",
+        "reason": resp.reason or "",
+        "request": [[k, v] for k, v in sent.items() if k.lower() not in _SECRET_HEADERS],
+        "response": [[k, v] for k, v in resp.raw.headers.items()],
+    }
 
 
 def _redirect_target(current: str, location: str) -> str:
@@ -182,7 +214,7 @@ def _evidence(failure: outcomes.CrawlOutcome, resp: requests.Response, limits: F
     try:
         small = FetchLimits(limits.connect_timeout, limits.read_timeout, limits.deadline,
                             _EVIDENCE_BYTES, limits.max_redirects)  # fmt: skip
-        failure.body, _ = _read_body(resp, small, started)
+        failure.body = _read_body(resp, small, started)[0]
     except (outcomes.CrawlOutcome, requests.RequestException, urllib3.exceptions.HTTPError):
         failure.body = b""
     return failure
@@ -196,16 +228,20 @@ def fetch(
     allow: tuple[guard.Network, ...] = (),
     in_scope: Callable[[str], bool] = lambda u: True,
     visitor: Visitor | None = None,
+    conditional: dict[str, str] | None = None,
 ) -> Response:
     """GET ``url`` and return the response; raise a :mod:`tasks.fetch.outcomes` type on failure.
 
     ``allow``: networks that may be connected to besides public addresses (the guard).
-    ``visitor``: proxy, extra headers and cookies (none by default). Through a proxy, the
+    ``visitor``: proxy, extra headers and cookies (none by default). ``conditional``:
+    ``If-None-Match`` / ``If-Modified-Since`` of a recrawl (a 304 then comes back as a
+    response with an empty body). Through a proxy, the
     proxy resolves and connects; the guard then checks our own resolution of each hop's host
     first (a proxy is the operator's choice, trusted with its own network)."""
     visitor = visitor or Visitor()
     started = time.monotonic()
-    headers = {**visitor.headers, "User-Agent": user_agent, "Accept-Encoding": "gzip, deflate"}
+    headers = {**visitor.headers, "User-Agent": user_agent, "Accept-Encoding": "gzip, deflate",
+               **(conditional or {})}  # fmt: skip
     proxies = {"http": visitor.proxy, "https": visitor.proxy} if visitor.proxy else None
     current = url
     seen = {url}
@@ -260,7 +296,7 @@ def fetch(
                 failure.url = current
                 raise _evidence(failure, resp, limits, started)
             try:
-                body, truncated = _read_body(resp, limits, started)
+                body, truncated, raw_body = _read_body(resp, limits, started)
             except (requests.RequestException, urllib3.exceptions.HTTPError) as exc:
                 raise outcomes.from_requests(exc) from None
             header = resp.headers.get("content-type", "")
@@ -275,4 +311,6 @@ def fetch(
                 elapsed=time.monotonic() - started,
                 redirects=redirects,
                 headers=dict(resp.headers),
+                raw_body=raw_body,
+                http=_exchange(resp, resp.request.headers),
             )

@@ -1,4 +1,5 @@
-"""Job-level operations: create, start, pause, resume, cancel, fail, checkpoint.
+"""Job-level operations: create, start, pause, resume, cancel, fail, recrawl, delete,
+checkpoint.
 
 Each is safe to repeat and safe while workers come and go: the job's state moves by
 compare-and-set, and workers read it when they claim a URL. A job is validated when it is
@@ -13,14 +14,16 @@ from typing import Any
 from urllib.parse import urljoin
 
 from django.core.exceptions import ValidationError
-from django.db import IntegrityError, transaction
-from django.db.models import Max
+from django.db import IntegrityError, connection, transaction
+from django.db.models import F, Max
+from django.utils import timezone
 from redis.exceptions import RedisError
 
+from tasks.content import bodies
 from tasks.content.urls import canonicalize
 from tasks.fetch import sessions
-from tasks.frontier import transitions, wakeup
-from web.models import Checkpoint, CrawlJob, FrontierURL, JobState
+from tasks.frontier import schedules, transitions, wakeup
+from web.models import Checkpoint, CrawlJob, FrontierURL, JobState, Page, Review
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +48,7 @@ def create_job(seeds: list[str], **fields: Any) -> CrawlJob:
         text = "; ".join(f"{name}: {' '.join(msgs)}" for name, msgs in by_field.items())
         raise JobError(text, by_field) from None
     job.save()
+    schedules.sync(job)
     return job
 
 
@@ -101,6 +105,94 @@ def fail(job: CrawlJob, error: str) -> bool:
     log.error("job=%s failed: %s", job.pk, error)
     checkpoint(job, "failed")
     return True
+
+
+RECRAWLABLE = (JobState.FINISHED, JobState.CANCELLED, JobState.FAILED)
+
+
+def recrawl(job: CrawlJob) -> bool:
+    """Run an ended job again: its next run fetches every URL it knows (conditionally, with
+    the validators its pages were stored with) and follows what is new. False if the job has
+    not ended (a running job is left alone)."""
+    with transaction.atomic():
+        won = CrawlJob.objects.filter(pk=job.pk, state__in=RECRAWLABLE).update(
+            state=JobState.RUNNING, run=F("run") + 1, released=0, error="",
+            started_at=timezone.now(), finished_at=None,
+        )  # fmt: skip
+        if not won:
+            return False
+        transitions.requeue_for_recrawl(job.pk)
+        transitions.insert_urls(job.pk, job.seeds, depth=0)
+    job.refresh_from_db()
+    log.info("job=%s run %s started", job.pk, job.run)
+    wakeup.nudge()
+    return True
+
+
+def changes(job: CrawlJob) -> dict[str, int]:
+    """How the job's last run compares with the one before: pages new, changed, unchanged
+    (a 304 or the same content) and gone (stored before, not confirmed by this run)."""
+    run, pages = job.run, Page.objects.filter(job_id=job.pk)
+    return {
+        "new": pages.filter(first_run=run).count(),
+        "changed": pages.filter(modified_run=run, first_run__lt=run).count(),
+        "unchanged": pages.filter(run=run, modified_run__lt=run).count(),
+        "gone": pages.filter(run__lt=run).count(),
+    }
+
+
+def finished(job: CrawlJob) -> None:
+    """What a job keeps when a run ends: its counters (with the run's changes) and a
+    checkpoint."""
+    stats = {"run": job.run, "pages": job.pages.count(), **changes(job),
+             "frontier": transitions.counts(job.pk)}  # fmt: skip
+    CrawlJob.objects.filter(pk=job.pk).update(stats=stats)
+    job.stats = stats
+    checkpoint(job, "finish")
+
+
+DELETE_BATCH = 5000
+
+
+def delete(job_id: int) -> int:
+    """Delete a job, its URLs, pages, reviews and checkpoints, and its stored bodies.
+
+    Rows go in batches by id (a few thousand a statement, each its own transaction), so a
+    job of millions of URLs never has its rows loaded into Python nor one transaction that
+    holds them all. Returns the number of bodies deleted. A job that is running is cancelled
+    first (its in-flight pages fail their commit: the job is gone).
+    """
+    job = CrawlJob.objects.filter(pk=job_id).first()
+    if job is None:
+        return 0
+    if job.state not in RECRAWLABLE:
+        cancel(job)
+    CrawlJob.objects.filter(pk=job_id).update(schedule="")
+    schedules.sync(CrawlJob(pk=job_id, schedule=""))
+    for model in (Page, Review, Checkpoint):
+        _batched(_DELETE.format(table=model._meta.db_table), job_id)
+    _batched(_UNLINK, job_id)  # links between the job's URLs go before the URLs do
+    _batched(_DELETE.format(table=FrontierURL._meta.db_table), job_id)
+    CrawlJob.objects.filter(pk=job_id).delete()  # and what a late worker added meanwhile
+    return bodies.delete_job(job_id)
+
+
+# Table names come from the models; the job id and the batch size are bound parameters.
+_DELETE = "DELETE FROM {table} WHERE id IN (SELECT id FROM {table} WHERE job_id = %s LIMIT %s)"
+_UNLINK = (
+    f"UPDATE {FrontierURL._meta.db_table} SET discovered_from_id = NULL WHERE id IN "  # noqa: S608
+    f"(SELECT id FROM {FrontierURL._meta.db_table} WHERE job_id = %s "
+    "AND discovered_from_id IS NOT NULL LIMIT %s)"
+)
+
+
+def _batched(sql: str, job_id: int) -> None:
+    """Run a statement that handles DELETE_BATCH rows at most until it handles fewer."""
+    while True:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(sql, [job_id, DELETE_BATCH])
+            if cursor.rowcount < DELETE_BATCH:
+                return
 
 
 def checkpoint(job: CrawlJob, reason: str) -> Checkpoint:

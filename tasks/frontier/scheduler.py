@@ -404,7 +404,7 @@ def finish_if_done(job: CrawlJob) -> bool:
     if FrontierURL.objects.filter(job_id=job.pk, state__in=PENDING_STATES).exists():
         return False
     if job.transition(JobState.FINISHED):
-        jobs.checkpoint(job, "finish")
+        jobs.finished(job)
         log.info("job=%s finished", job.pk)
     return True
 

@@ -58,6 +58,7 @@ class Claim:
     previous_message: str = ""  # and that attempt's message
     new_links: bool = False  # its page added URLs to the frontier
     level: int = 0  # its host's anti-bot ladder level during this attempt
+    run: int = 1  # the job's run it was claimed in (read with the claim, never from a cache)
 
 
 def insert_urls(job_id: int, urls: Iterable[str], depth: int, parent_id: int | None = None) -> None:
@@ -90,7 +91,8 @@ UPDATE {frontier} SET state = %s, lease_until = %s, updated_at = %s, attempts = 
 WHERE id = %s AND job_id = %s
   AND (state = %s OR (state = %s AND lease_until < %s))
   AND EXISTS (SELECT 1 FROM {job} WHERE id = %s AND state = %s)
-RETURNING url, depth, attempts, scheduled_at, error_reason, error_message
+RETURNING url, depth, attempts, scheduled_at, error_reason, error_message,
+          (SELECT run FROM {job} WHERE id = %s)
 """
 _jobs: dict[int, tuple[float, CrawlJob]] = {}
 JOB_CACHE_S = 10.0  # a worker reads a job's configuration at most this often
@@ -125,13 +127,13 @@ def claim(url_id: int, job_id: int) -> Claim | None:
     with connection.cursor() as cursor:
         cursor.execute(sql, [
             URLState.LEASED, adapt(lease_until), adapt(now), url_id, job_id,
-            URLState.SCHEDULED, URLState.LEASED, adapt(now), job_id, JobState.RUNNING,
+            URLState.SCHEDULED, URLState.LEASED, adapt(now), job_id, JobState.RUNNING, job_id,
         ])  # fmt: skip
         row = cursor.fetchone()
     if row is None:
         requeue_if_stopped(url_id, job_id, now)
         return None
-    url, depth, attempt, scheduled_at, reason, message = row
+    url, depth, attempt, scheduled_at, reason, message, run = row
     if scheduled_at is not None:
         if isinstance(scheduled_at, str):
             scheduled_at = datetime.fromisoformat(scheduled_at)
@@ -142,7 +144,7 @@ def claim(url_id: int, job_id: int) -> Claim | None:
         id=url_id, job_id=job_id, url=url, depth=depth, attempts=attempt, state=URLState.LEASED
     )
     return Claim(url=leased, job=job, attempt=attempt, previous_reason=reason or "",
-                 previous_message=message or "")  # fmt: skip
+                 previous_message=message or "", run=run)  # fmt: skip
 
 
 def past_last_attempt(claim: Claim) -> bool:
@@ -228,12 +230,18 @@ def defer(claim: Claim, seconds: float, reason: str) -> str:
 
 
 def record_page(
-    claim: Claim, page: Page, links: list[str], note: str = "", redirect_target: str | None = None
+    claim: Claim,
+    page: Page | None,
+    links: list[str],
+    note: str = "",
+    redirect_target: str | None = None,
+    status: int | None = None,
 ) -> str:
     """Commit a fetched page, its new links and the URL's DONE state as one transaction.
 
     Returns the URL's new state. ``note`` is an informational reason kept on a DONE URL
-    (not_html, binary, truncated, sitemap).
+    (not_html, binary, truncated, sitemap, noindex). ``page`` None: the URL is done without
+    a page (the page said ``noindex``; ``status`` is its HTTP status).
 
     A page reached through a redirect is stored once: this URL stores it only if it takes its
     in-scope target too (a new row, or a queued one, marked ``fetched_via_redirect`` so that
@@ -248,12 +256,15 @@ def record_page(
     order, so that two pages inserting the same new links take the unique index's locks in
     the same order and cannot deadlock each other.
 
+    A page the job's previous run stored is replaced (a recrawl): it keeps the run that found
+    it, and the run that last changed it unless its content hash is the same.
+
     On PostgreSQL all of it is one statement (one round trip, its own transaction): the lease
     check is a CTE that the page and link inserts are joined to, so a lost lease writes
     nothing. Elsewhere, and for redirects, the same steps run through the ORM.
     """
     redirected = bool(redirect_target) and redirect_target != claim.url.url
-    if connection.vendor == "postgresql" and not redirected:
+    if connection.vendor == "postgresql" and not redirected and page is not None:
         _record_page_statement(claim, page, sorted(links), note)
         return URLState.DONE
     if links:
@@ -268,8 +279,10 @@ def record_page(
             )
             record_failure(claim, duplicate)
             return URLState.SKIPPED
-        _finish(claim, URLState.DONE, http_status=page.status, error_reason=note, error_message="")
-        page.save(force_insert=True)
+        status = page.status if page is not None else status
+        _finish(claim, URLState.DONE, http_status=status, error_reason=note, error_message="")
+        if page is not None:
+            _save_page(page)
         if links:
             insert_urls(claim.job.pk, sorted(links), claim.url.depth + 1, claim.url.pk)
     return URLState.DONE
@@ -286,6 +299,9 @@ WITH fin AS (
     RETURNING id
 ), page AS (
     INSERT INTO {page} ({page_columns}) SELECT {page_values} FROM fin
+    ON CONFLICT (url_id) DO UPDATE SET {page_updates},
+        modified_run = CASE WHEN {page}.content_hash = EXCLUDED.content_hash
+                            THEN {page}.modified_run ELSE EXCLUDED.modified_run END
 ), links AS (
     INSERT INTO {frontier} (job_id, url, host, depth, state, attempts, not_before, error_reason,
                             error_message, updated_at, discovered_from_id)
@@ -301,7 +317,52 @@ SELECT count(*) FROM fin
     page=Page._meta.db_table,
     page_columns=", ".join(f.column for f in _PAGE_FIELDS),
     page_values=", ".join(["%s"] * len(_PAGE_FIELDS)),
+    page_updates=", ".join(
+        f"{f.column} = EXCLUDED.{f.column}"
+        for f in _PAGE_FIELDS
+        if f.name not in ("job", "url", "first_run", "modified_run")
+    ),
 )
+
+
+def _save_page(page: Page) -> None:
+    """Insert the page, or replace the one the job's previous run stored (same rules as the
+    statement above)."""
+    before = Page.objects.filter(url_id=page.url_id).values_list(
+        "pk", "first_run", "modified_run", "content_hash"
+    )
+    found = before.first()
+    if found is None:
+        page.save(force_insert=True)
+        return
+    page.pk, page.first_run = found[0], found[1]
+    if found[3] == page.content_hash:
+        page.modified_run = found[2]
+    page.save(force_update=True)
+
+
+NOT_MODIFIED = "not_modified"  # a done URL's note: the site answered 304 to a recrawl
+
+
+def record_unchanged(claim: Claim) -> str:
+    """A recrawl's conditional request answered 304: the URL is done and its page, body and
+    data stay those of the run that fetched them, confirmed by this run."""
+    claim.reason = NOT_MODIFIED
+    with transaction.atomic():
+        _finish(claim, URLState.DONE, http_status=304, error_reason=NOT_MODIFIED, error_message="")
+        Page.objects.filter(url_id=claim.url.pk).update(run=claim.run, checked_at=timezone.now())
+    return URLState.DONE
+
+
+def requeue_for_recrawl(job_id: int) -> int:
+    """Every URL of the job that ended goes back to the queue for the job's next run, with
+    its attempts, caps and outcome cleared; parked URLs stay for review, and a redirect's
+    target that its source's page stands for stays with it."""
+    rows = FrontierURL.objects.filter(
+        job_id=job_id, state__in=[URLState.DONE, URLState.FAILED, URLState.SKIPPED]
+    ).exclude(error_reason=FETCHED_VIA_REDIRECT)
+    return _requeue(rows, reason="", attempts=0, released=False, error_message="",
+                    http_status=None, ladder_level=0)  # fmt: skip
 
 
 def _record_page_statement(claim: Claim, page: Page, links: list[str], note: str) -> None:
@@ -327,7 +388,7 @@ def _take_redirect_target(claim: Claim, target: str) -> bool:
         state=URLState.SKIPPED, error_reason=FETCHED_VIA_REDIRECT, error_message=claim.url.url
     ):
         return True
-    state = rows.values_list("state", "error_reason").first()
+    state = rows.values_list("state", "error_reason", "error_message").first()
     if state is None:
         try:
             with transaction.atomic():  # a savepoint: a concurrent insert wins the race
@@ -339,11 +400,12 @@ def _take_redirect_target(claim: Claim, target: str) -> bool:
                 )  # fmt: skip
             return True
         except IntegrityError:
-            state = rows.values_list("state", "error_reason").first()
+            state = rows.values_list("state", "error_reason", "error_message").first()
             if state is None:
                 return False
     fetched_as_itself = state[0] in (URLState.SCHEDULED, URLState.LEASED, URLState.DONE)
-    return not (fetched_as_itself or state[1] == FETCHED_VIA_REDIRECT)
+    taken_by_another = state[1] == FETCHED_VIA_REDIRECT and state[2] != claim.url.url
+    return not (fetched_as_itself or taken_by_another)  # (this URL's previous run took it)
 
 
 def backoff_seconds(attempt: int, job: CrawlJob | None = None) -> float:

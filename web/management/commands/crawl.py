@@ -4,6 +4,8 @@ With no ``DATABASE_URL`` and no ``REDIS_URL`` it runs on the embedded defaults (
 private redis-server in ``CRAWL_DATA_DIR``). It starts its own workers (``--workers``) and the
 scheduler, shows a live progress line, writes ``--output`` and prints a summary. Ctrl-C pauses
 the job (in-flight pages finish, a checkpoint is written); ``--resume JOB_ID`` continues it.
+``--recrawl JOB_ID`` runs an ended job again with conditional requests and reports what is
+new, changed, unchanged and gone.
 ``--workers 0`` leaves the fetching to external workers (``celery -A crawlplatform worker``).
 
 It rides out a database or Redis outage (a failover, a restart): the progress loop, the
@@ -30,6 +32,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError, connection
 
 from crawlplatform.embedded import EmbeddedRedis
+from tasks.content import extraction
 from tasks.defaults import setting
 from tasks.frontier import jobs, transitions
 from tasks.frontier.scheduler import Scheduler
@@ -59,6 +62,7 @@ OPTION_OF = {
     "headers": "--header",
     "warmup_path": "--warmup",
     "render": "--render",
+    "extract": "--extract",
 }
 
 
@@ -70,6 +74,16 @@ def _headers(given: list[str]) -> dict[str, str]:
             raise CommandError(f'--header: {item!r} is not "Name: value"')
         headers[name.strip()] = value.strip()
     return headers
+
+
+def _rules(given: list[str], pattern: str) -> list[dict]:
+    rules = []
+    for item in given:
+        try:
+            rules.append(extraction.parse_rule(item, pattern))
+        except ValueError as exc:
+            raise CommandError(f"--extract: {exc}") from None
+    return rules
 
 
 def _allowed_networks(cidrs: list[str]) -> dict:
@@ -206,12 +220,32 @@ class Command(BaseCommand):
             help="a non-public network the crawl may fetch from, e.g. 10.0.0.0/8 or "
             "127.0.0.0/8 (repeatable; public addresses need none)",
         )
+        parser.add_argument(
+            "--extract",
+            action="append",
+            default=[],
+            metavar="NAME=SELECTOR",
+            help="a field to extract from HTML pages with a CSS selector: NAME=SELECTOR (text "
+            "of the first match), NAME=SELECTOR@ATTR (an attribute), NAME=SELECTOR[] (every "
+            "match), e.g. title=h1 or links=a[]@href (repeatable)",
+        )
+        parser.add_argument("--extract-pages", default="", metavar="REGEX",
+                            help="apply --extract only on URLs matching this")  # fmt: skip
+        parser.add_argument("--no-bodies", action="store_true",
+                            help="do not keep raw page bodies in the body store")  # fmt: skip
+        parser.add_argument("--obey-nofollow", action="store_true",
+                            help='do not follow links marked rel="nofollow"')  # fmt: skip
         parser.add_argument("--output", type=Path, default=None, metavar="FILE",
-                            help="results file, .jsonl or .csv")  # fmt: skip
+                            help="results: .jsonl, .csv or .warc (.gz compresses)")  # fmt: skip
         parser.add_argument("--name", default=None)
         parser.add_argument(
             "--resume", type=int, default=None, metavar="JOB_ID", help="continue a paused job"
         )
+        parser.add_argument(
+            "--recrawl", type=int, default=None, metavar="JOB_ID",
+            help="run an ended job again: pages are asked for with If-None-Match / "
+            "If-Modified-Since and only changed ones are downloaded",
+        )  # fmt: skip
         parser.add_argument(
             "--workers",
             type=int,
@@ -228,10 +262,13 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, **opts) -> None:
-        if not opts["seeds"] and opts["resume"] is None:
-            raise CommandError("give at least one SEED URL, or --resume JOB_ID")
-        if opts["output"] is not None and opts["output"].suffix.lower() not in (".jsonl", ".csv"):
-            raise CommandError("--output must end in .jsonl or .csv")
+        if not opts["seeds"] and opts["resume"] is None and opts["recrawl"] is None:
+            raise CommandError("give at least one SEED URL, --resume JOB_ID or --recrawl JOB_ID")
+        if opts["output"] is not None:
+            try:
+                export.format_of(str(opts["output"]))
+            except ValueError as exc:
+                raise CommandError(f"--output {exc}") from None
         if opts["concurrency"] < 1:
             raise CommandError("--concurrency must be at least 1")
         embedded = EmbeddedRedis(settings.DATA_DIR) if settings.EMBEDDED_REDIS else None
@@ -248,6 +285,14 @@ class Command(BaseCommand):
             sys.exit(code)
 
     def _job(self, opts: dict, fresh_broker: bool) -> CrawlJob:
+        if opts["recrawl"] is not None:
+            job = CrawlJob.objects.filter(pk=opts["recrawl"]).first()
+            if job is None:
+                raise CommandError(f"no job {opts['recrawl']}")
+            if not jobs.recrawl(job):
+                raise CommandError(f"job {job.pk} is {job.state}; only an ended job is recrawled")
+            self.stderr.write(f"job {job.pk} ({job.name}): run {job.run} started")
+            return job
         if opts["resume"] is not None:
             job = CrawlJob.objects.filter(pk=opts["resume"]).first()
             if job is None:
@@ -285,6 +330,9 @@ class Command(BaseCommand):
                 headers=_headers(opts["header"]),
                 warmup_path=opts["warmup"],
                 render=opts["render"],
+                extract=_rules(opts["extract"], opts["extract_pages"]),
+                store_bodies=not opts["no_bodies"],
+                obey_nofollow=opts["obey_nofollow"],
             )
         except jobs.JobError as exc:
             lines = [
@@ -437,6 +485,12 @@ class Command(BaseCommand):
             f"{counts['skipped']} skipped in {elapsed:.1f} s "
             f"({done / max(elapsed, 1e-9):.1f} pages/s)"
         )
+        if job.run > 1:
+            change = jobs.changes(job)
+            self.stdout.write(
+                f"run {job.run}: {change['new']} new, {change['changed']} changed, "
+                f"{change['unchanged']} unchanged, {change['gone']} gone"
+            )
         if output is not None:
-            n = export.write(job.pk, output)
-            self.stdout.write(f"wrote {n} rows to {output}")
+            written = export.save(job, export.format_of(str(output)), str(output))
+            self.stdout.write(f"wrote {written.rows} rows to {output}")

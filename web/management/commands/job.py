@@ -1,6 +1,8 @@
-"""``python manage.py job pause|resume|cancel|status JOB_ID``: control a job from the shell.
+"""``python manage.py job pause|resume|cancel|recrawl|status|delete JOB_ID``: control a job
+from the shell.
 
 Each action is safe to repeat and safe while workers come and go; it says what it did.
+``delete`` removes the job, its rows (in batches) and its stored bodies.
 """
 
 from __future__ import annotations
@@ -12,14 +14,15 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from tasks.frontier import jobs, transitions
 from web.models import CrawlJob
 
-ACTIONS = {"pause": jobs.pause, "resume": jobs.resume, "cancel": jobs.cancel}
+ACTIONS = {"pause": jobs.pause, "resume": jobs.resume, "cancel": jobs.cancel,
+           "recrawl": jobs.recrawl}  # fmt: skip
 
 
 class Command(BaseCommand):
-    help = "Pause, resume, cancel or show a crawl job."
+    help = "Pause, resume, cancel, recrawl, show or delete a crawl job."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("action", choices=[*ACTIONS, "status"])
+        parser.add_argument("action", choices=[*ACTIONS, "status", "delete"])
         parser.add_argument("job_id", type=int)
 
     def handle(self, *args, **opts) -> None:
@@ -27,6 +30,10 @@ class Command(BaseCommand):
         if job is None:
             raise CommandError(f"no job {opts['job_id']}")
         action = opts["action"]
+        if action == "delete":
+            removed = jobs.delete(job.pk)
+            self.stdout.write(f"job {job.pk} ({job.name}) deleted, with {removed} stored bodies")
+            return
         if action != "status":
             before = job.state
             if ACTIONS[action](job):

@@ -1,0 +1,134 @@
+"""The body store: raw response bodies (as received, before content decoding), zstd-compressed,
+named by their hash, through Django's storage API (``STORAGES["bodies"]``).
+
+Reads ``BODY_MAX_BYTES`` and ``BODY_ZSTD_LEVEL``. A body is stored under
+``<job>/<sha[:2]>/<sha256 of the raw bytes>.zst``: identical bodies of one job are stored
+once, and a job's bodies share one prefix, so deleting a job deletes them whatever other jobs
+hold. The worker writes the body before the page's transaction, so a committed page always
+has its body; a worker killed between the two leaves a body no page names, which the job's
+deletion removes with the rest. On the filesystem a body is written to a temporary file and
+renamed into place, so a reader (or a redelivered task asking whether it exists) never sees
+half of one; on S3-compatible storage a PUT is atomic by itself.
+
+The storage is the local filesystem under ``CRAWL_DATA_DIR/bodies`` by default and an
+S3-compatible bucket when ``BODY_STORE=s3://bucket/prefix`` (``crawlplatform/settings.py``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import threading
+from pathlib import Path
+
+import zstandard
+from django.core.files.base import ContentFile
+from django.core.files.storage import FileSystemStorage, Storage, storages
+
+from tasks.defaults import setting
+
+_local = threading.local()  # zstd contexts are not thread-safe: one pair per thread
+
+
+def _compressor() -> zstandard.ZstdCompressor:
+    level = setting("BODY_ZSTD_LEVEL")
+    found = getattr(_local, "compressor", None)
+    if found is None or _local.level != level:
+        found = _local.compressor = zstandard.ZstdCompressor(level=level)
+        _local.level = level
+    return found
+
+
+def _decompressor() -> zstandard.ZstdDecompressor:
+    found = getattr(_local, "decompressor", None)
+    if found is None:
+        found = _local.decompressor = zstandard.ZstdDecompressor()
+    return found
+
+
+def storage() -> Storage:
+    return storages["bodies"]
+
+
+def name_for(job_id: int, raw: bytes) -> str:
+    digest = hashlib.sha256(raw).hexdigest()
+    return f"{job_id}/{digest[:2]}/{digest}.zst"
+
+
+def put(job_id: int, raw: bytes) -> str:
+    """Store ``raw`` for the job (once per identical body); returns its name in the store."""
+    name = name_for(job_id, raw)
+    store = storage()
+    if not store.exists(name):
+        store.save(name, ContentFile(_compressor().compress(raw)))
+    return name
+
+
+def get(name: str) -> bytes:
+    """The raw body stored under ``name``, byte for byte."""
+    with storage().open(name, "rb") as blob:
+        return _decompressor().decompress(blob.read())
+
+
+def text(name: str, http: dict, limit: int) -> tuple[str, bytes]:
+    """A stored HTML body as the parser saw it: (decoded text, decoded bytes)."""
+    from w3lib.encoding import html_to_unicode
+
+    from tasks.fetch.fetching import decode
+
+    headers = {k.lower(): v for k, v in (http or {}).get("response", [])}
+    body = decode(get(name), headers.get("content-encoding", ""), limit)
+    return html_to_unicode(headers.get("content-type", ""), body)[1], body
+
+
+def delete_job(job_id: int) -> int:
+    """Delete every body the job stored; returns how many. Lists one directory at a time."""
+    store = storage()
+    count = 0
+    prefix = f"{job_id}"
+    try:
+        shards, loose = store.listdir(prefix)
+    except FileNotFoundError:
+        return 0
+    for shard in shards:
+        for name in store.listdir(f"{prefix}/{shard}")[1]:
+            store.delete(f"{prefix}/{shard}/{name}")
+            count += 1
+    for name in loose:
+        store.delete(f"{prefix}/{name}")
+    if isinstance(store, FileSystemStorage):  # empty directories are left on a filesystem
+        for shard in shards:
+            _rmdir(Path(store.path(f"{prefix}/{shard}")))
+        _rmdir(Path(store.path(prefix)))
+    return count
+
+
+def _rmdir(path: Path) -> None:
+    try:
+        path.rmdir()
+    except OSError:
+        pass  # not empty: a body written meanwhile stays
+
+
+class BodyFileStorage(FileSystemStorage):
+    """The filesystem store: a body appears whole or not at all (temporary file, rename)."""
+
+    def __init__(self, **options) -> None:
+        options.setdefault("allow_overwrite", True)  # same name, same bytes: no renaming
+        super().__init__(**options)
+
+    def _save(self, name: str, content) -> str:
+        full = Path(self.path(name))
+        full.parent.mkdir(parents=True, exist_ok=True)
+        fd, temporary = tempfile.mkstemp(dir=full.parent, prefix=".part-")
+        try:
+            with os.fdopen(fd, "wb") as out:
+                for chunk in content.chunks():
+                    out.write(chunk)
+            os.chmod(temporary, 0o644)
+            os.replace(temporary, full)
+        except BaseException:
+            Path(temporary).unlink(missing_ok=True)
+            raise
+        return name

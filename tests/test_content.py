@@ -1,0 +1,444 @@
+"""Content: the body store (filesystem and a real S3-compatible server), extraction rules,
+robots directives, exports in every format at any time, recrawls with conditional requests,
+schedules and job deletion."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+import random
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.core.management import call_command
+from django.utils import timezone
+from warcio.archiveiterator import ArchiveIterator
+
+from tasks.content import bodies, extraction
+from tasks.frontier import jobs, schedules
+from tasks.frontier.scheduler import Scheduler
+from tasks.worker.supervisor import WorkerPool
+from tests.budgets import LOCAL
+from tests.conftest import crawl_to_end, wait_for
+from tests.content import ContentSite, digest
+from tests.site import Site
+from web.models import CrawlJob, FrontierURL, JobState, Page
+
+VENV_BIN = Path(sys.executable).parent
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """A real S3-compatible server (moto's server mode) on 127.0.0.1, with a bucket."""
+    port = _free_port()
+    proc = subprocess.Popen(
+        [str(VENV_BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        import boto3
+
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise RuntimeError("moto_server did not start") from None
+                time.sleep(0.1)
+        client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                              aws_access_key_id="test", aws_secret_access_key="test")  # noqa: S106 # fmt: skip
+        client.create_bucket(Bucket="bodies")
+        yield {"endpoint": endpoint, "client": client}
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def _s3_storage(endpoint: str) -> dict:
+    return {
+        "BACKEND": "storages.backends.s3.S3Storage",
+        "OPTIONS": {"bucket_name": "bodies", "location": "crawl", "endpoint_url": endpoint,
+                    "access_key": "test", "secret_key": "test", "region_name": "us-east-1",
+                    "file_overwrite": True, "default_acl": None, "querystring_auth": False},
+    }  # fmt: skip
+
+
+def _blobs(job_id: int) -> list[str]:
+    root = Path(settings.STORAGES["bodies"]["OPTIONS"]["location"]) / str(job_id)
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+
+
+def _samples() -> list[bytes]:
+    noise = random.Random(7).randbytes(300_000)  # incompressible
+    return [b"", b"<html>caf\xc3\xa9</html>", noise, gzip.compress(b"x" * 10_000, mtime=0)]
+
+
+def test_bodies_round_trip_byte_exact_on_the_filesystem_and_identical_ones_stored_once():
+    job_id = 987_001
+    bodies.delete_job(job_id)
+    names = [bodies.put(job_id, raw) for raw in _samples()]
+    assert [bodies.get(n) for n in names] == _samples()
+    assert bodies.put(job_id, _samples()[2]) == names[2]  # the same bytes again: stored once
+    files = _blobs(job_id)
+    assert len(files) == len(_samples()) and not any(".part-" in f for f in files)
+    assert bodies.delete_job(job_id) == len(_samples())
+    assert not (Path(settings.STORAGES["bodies"]["OPTIONS"]["location"]) / str(job_id)).exists()
+
+
+def test_bodies_round_trip_byte_exact_on_an_s3_compatible_server(s3_server, settings):
+    settings.STORAGES = {**settings.STORAGES, "bodies": _s3_storage(s3_server["endpoint"])}
+    job_id = 987_002
+    names = [bodies.put(job_id, raw) for raw in _samples()]
+    names.append(bodies.put(job_id, _samples()[1]))
+    assert [bodies.get(n) for n in names] == [*_samples(), _samples()[1]]
+    listed = s3_server["client"].list_objects_v2(Bucket="bodies", Prefix=f"crawl/{job_id}/")
+    assert len(listed["Contents"]) == len(_samples())  # identical bodies: one object
+    assert bodies.delete_job(job_id) == len(_samples())
+    listed = s3_server["client"].list_objects_v2(Bucket="bodies", Prefix=f"crawl/{job_id}/")
+    assert listed["KeyCount"] == 0
+
+
+def test_extraction_rules_are_parsed_validated_and_applied():
+    rule = extraction.parse_rule
+    assert rule("title=h1") == {"name": "title", "selector": "h1", "attr": "", "all": False,
+                                "pattern": ""}  # fmt: skip
+    assert rule("links=a[]@href")["all"] and rule("links=a[]@href")["attr"] == "href"
+    assert rule("links=a@href[]") == rule("links=a[]@href")
+    assert rule('x=a[href$="@b"]')["selector"] == 'a[href$="@b"]'  # @ inside CSS stays CSS
+    assert rule("n=input[name=q]@value")["selector"] == "input[name=q]"
+    with pytest.raises(ValueError, match="NAME=SELECTOR"):
+        rule("no-selector")
+    (problem,) = extraction.problems([rule("bad=a[")])
+    assert "'bad'" in problem and "not a valid CSS selector" in problem
+    assert extraction.problems([rule("a=h1"), rule("a=h2")]) == ["'a' is given twice"]
+    html = ('<h1> Big \n title </h1><a href="/x" class="k j">1</a><a href="/y">2</a>'
+            '<meta name="d" content="desc">')  # fmt: skip
+    rules = extraction.rules_of([rule("t=h1"), rule("links=a[]@href"), rule("cls=a@class"),
+                                 rule("none=h2"), rule("all_none=h3[]"),
+                                 rule("d=meta[name=d]@content")])  # fmt: skip
+    assert extraction.extract(rules, html) == {
+        "t": "Big title", "links": ["/x", "/y"], "cls": "k j", "none": None, "all_none": [],
+        "d": "desc",
+    }  # fmt: skip
+    only = extraction.rules_of([rule("t=h1", pattern=r"/a/\d+$")])
+    assert extraction.applies(only, "http://h/a/1") and not extraction.applies(only, "http://h/")
+
+
+@pytest.mark.django_db
+def test_a_job_with_a_bad_selector_or_schedule_is_refused_naming_the_field():
+    with pytest.raises(jobs.JobError) as refused:
+        jobs.create_job(["http://127.0.0.1:9/"], extract=[extraction.parse_rule("x=div >")],
+                        schedule="every 5s")  # fmt: skip
+    assert set(refused.value.fields) == {"extract", "schedule"}
+    assert "at least a minute" in refused.value.fields["schedule"][0]
+    assert not CrawlJob.objects.exists()
+
+
+def _crawl(env: dict, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "manage.py", "crawl", *args], cwd=settings.BASE_DIR, env=env,
+        capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+
+
+@pytest.mark.django_db(transaction=True)
+def test_crawl_command_extracts_fields_into_every_html_row_and_keeps_raw_bodies(
+    worker_env, tmp_path
+):
+    out = tmp_path / "out.jsonl"
+    with ContentSite() as site:
+        done = _crawl(worker_env, site.url("/"), "--extract", "title=h1", "--extract",
+                      "links=a[]@href", "--output", str(out), "--concurrency", "4")  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        rows = [json.loads(line) for line in out.read_text().splitlines()]
+        html_rows = [r for r in rows if r["content_type"] == "text/html"]
+        assert len(html_rows) >= site.articles + 5
+        for row in html_rows:
+            assert set(row["data"]) == {"title", "links"}, row
+        article = next(r for r in rows if r["url"] == site.url("/a/4"))
+        assert article["data"] == {"title": "Article 4", "links": ["/a/5", "/"]}
+        home = next(r for r in rows if r["url"] == site.url("/"))
+        assert home["data"]["title"] == "Home" and len(home["data"]["links"]) > site.articles
+        job = CrawlJob.objects.get()
+        # Raw bodies, as sent: gzip-encoded articles stay encoded; the same bytes once.
+        for i in (0, 3, 4):
+            page = Page.objects.get(job=job, url__url=site.url(f"/a/{i}"))
+            assert bodies.get(page.body_key) == site.answer(f"/a/{i}")[1]
+            assert page.content_hash == digest(site.article(i))
+            assert dict(page.http["response"])["ETag"] == f'"{i}-1"'
+        dup = set(Page.objects.filter(job=job, url__url__contains="/dup/")
+                  .values_list("body_key", flat=True))  # fmt: skip
+        assert len(dup) == 1
+        stored = set(Page.objects.filter(job=job).values_list("body_key", flat=True))
+        assert len(_blobs(job.pk)) == len(stored)
+
+        refused = _crawl(worker_env, site.url("/"), "--extract", "bad=a[href")
+        assert refused.returncode != 0 and "--extract" in refused.stderr
+        assert "not a valid CSS selector" in refused.stderr
+        assert CrawlJob.objects.count() == 1  # the bad one never started
+
+
+@pytest.mark.django_db(transaction=True)
+def test_robots_directives_and_rel_nofollow(worker_env, tmp_path):
+    with ContentSite(articles=2) as site:
+        job, _ = crawl_to_end(site.url("/"), tmp_path, {}, obey_nofollow=True)
+    urls = dict(FrontierURL.objects.filter(job=job).values_list("url", "error_reason"))
+    pages = set(Page.objects.filter(job=job).values_list("url__url", flat=True))
+    assert urls[site.url("/noindex")] == "noindex" and site.url("/noindex") not in pages
+    assert urls[site.url("/header-noindex")] == "noindex"
+    assert site.url("/behind-noindex") in pages  # noindex alone still follows links
+    assert site.url("/nofollow") in pages and site.url("/never/1") not in urls
+    assert site.url("/header-other-bot") in pages  # scoped to another crawler
+    assert site.url("/sponsored") not in urls  # rel=nofollow, obeyed by this job
+
+
+def _warc(path: Path) -> list:
+    with path.open("rb") as stream:
+        return [(r.rec_type, r.rec_headers.get_header("WARC-Target-URI"),
+                 r.rec_headers.get_header("WARC-Profile"))
+                for r in ArchiveIterator(stream)]  # fmt: skip
+
+
+@contextmanager
+def _fleet(worker_env: dict, logs: Path, processes: int, concurrency: int) -> Iterator[None]:
+    """Real worker processes and a scheduler thread while the block runs."""
+    pool = WorkerPool(processes, concurrency, env={**LOCAL, **worker_env}, log_dir=logs)
+    sched = Scheduler()
+    thread = threading.Thread(target=sched.run, daemon=True)
+    pool.start()
+    thread.start()
+    try:
+        yield
+    finally:
+        sched.shutdown()
+        thread.join(10)
+        pool.stop(grace=15)
+
+
+def _wait_finished(job: CrawlJob) -> None:
+    def finished() -> bool:
+        return CrawlJob.objects.get(pk=job.pk).state == JobState.FINISHED
+
+    wait_for(finished, 120, "the job to finish")
+
+
+def _check_warc(path: Path) -> None:
+    checked = subprocess.run([str(VENV_BIN / "warcio"), "check", "-v", str(path)],
+                             capture_output=True, text=True)  # fmt: skip
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def _export(job: CrawlJob, target: Path, fmt: str | None = None) -> None:
+    args = ["--format", fmt] if fmt else []
+    call_command("export", str(job.pk), "--output", str(target), *args, stderr=io.StringIO())
+
+
+@pytest.mark.django_db(transaction=True)
+def test_export_in_every_format_while_the_job_runs_and_after_it_ended(worker_env, tmp_path):
+    rules = [extraction.parse_rule("title=h1"), extraction.parse_rule("links=a[]@href")]
+    with Site(pages=120, delay=0.05) as site, _fleet(worker_env, tmp_path / "logs", 1, 2):
+        job = jobs.create_job([site.url("/p/0")], max_depth=100, extract=rules)
+        jobs.start(job)
+        wait_for(lambda: Page.objects.filter(job=job).count() >= 20, 60, "20 pages")
+        for fmt in ("jsonl", "csv", "warc"):
+            _export(job, tmp_path / f"running.{fmt}.gz")
+        job.refresh_from_db()
+        assert job.state == JobState.RUNNING  # exported while it ran
+        _wait_finished(job)
+    running = gzip.decompress((tmp_path / "running.jsonl.gz").read_bytes()).decode()
+    assert 20 <= len(running.splitlines()) < len(site.expected_done())
+    _check_warc(tmp_path / "running.warc.gz")
+
+    for fmt in ("jsonl", "csv", "warc"):
+        _export(job, tmp_path / f"out.{fmt}")
+    ended = FrontierURL.objects.filter(job=job, state__in=["done", "failed"]).count()
+    rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert len(rows) == ended and len({r["url"] for r in rows}) == ended
+    page_row = next(r for r in rows if r["url"] == site.url("/p/7"))
+    assert page_row["data"]["title"] == "Page 7" and "/p/8" in page_row["data"]["links"]
+    table = list(csv.DictReader((tmp_path / "out.csv").open()))
+    assert len(table) == ended and {"data.title", "data.links"} <= set(table[0])
+    cell = next(r for r in table if r["url"] == site.url("/p/7"))
+    assert cell["data.title"] == "Page 7" and "/p/8" in json.loads(cell["data.links"])
+
+    _check_warc(tmp_path / "out.warc")
+    records = _warc(tmp_path / "out.warc")
+    assert records[0][0] == "warcinfo"
+    responses = [uri for kind, uri, _ in records if kind == "response"]
+    stored = Page.objects.filter(job=job).exclude(body_key="")
+    assert sorted(responses) == sorted(stored.values_list("final_url", flat=True))
+    assert sum(1 for kind, _, _ in records if kind == "request") == len(responses)
+
+
+def _run_again(job: CrawlJob, tmp_path: Path, worker_env: dict) -> CrawlJob:
+    """Recrawl ``job`` with real workers and a scheduler, to its end."""
+    with _fleet(worker_env, tmp_path / "logs2", 2, 4):
+        assert jobs.recrawl(job)
+        _wait_finished(job)
+    job.refresh_from_db()
+    return job
+
+
+@pytest.mark.django_db(transaction=True)
+def test_recrawl_downloads_only_changed_pages_and_counts_changes(worker_env, tmp_path):
+    with ContentSite(articles=12) as site:
+        job, _ = crawl_to_end(site.url("/"), tmp_path, {})
+        first = dict(Page.objects.filter(job=job).values_list("url__url", "body_key"))
+        assert site.url("/a/1") in first and not sum(site.conditional.values())
+        site.change(1)
+        site.change(2)
+        site.remove(4)
+        site.articles += 1  # /a/12, linked from the home page only
+        site.version[12] = 1
+        site.full.clear()
+        site.not_modified.clear()
+        job = _run_again(job, tmp_path, worker_env)
+    assert job.run == 2 and job.stats["run"] == 2
+    articles = [f"/a/{i}" for i in range(12)]
+    for path in articles:
+        expected = 1 if path in ("/a/1", "/a/2", "/a/4") else 0
+        assert site.full[path] == expected, (path, site.full[path], site.not_modified[path])
+        assert site.not_modified[path] == 1 - expected, path
+    change = jobs.changes(job)
+    before = len(first)
+    assert change["new"] == 1  # /a/12
+    assert change["changed"] == 3  # /a/1, /a/2 and the home page (a new link)
+    assert change["gone"] == 1  # /a/4 answers 404 now
+    assert change["unchanged"] == before - 3 - 1
+    assert {k: job.stats[k] for k in change} == change
+    unchanged = FrontierURL.objects.get(job=job, url=site.url("/a/5"))
+    assert unchanged.error_reason == "not_modified" and unchanged.http_status == 304
+    page = Page.objects.get(url=unchanged)
+    assert page.run == 2 and page.modified_run == 1 and page.body_key == first[unchanged.url]
+    changed = Page.objects.get(job=job, url__url=site.url("/a/1"))
+    assert changed.modified_run == 2 and changed.body_key != first[site.url("/a/1")]
+    assert b"version 2" in bodies.get(changed.body_key)
+
+    _export(job, tmp_path / "again.warc.gz")
+    _check_warc(tmp_path / "again.warc.gz")
+    revisits = [r for r in _warc(tmp_path / "again.warc.gz") if r[0] == "revisit"]
+    assert len(revisits) == sum(site.not_modified.values())
+    assert all(profile.endswith("/server-not-modified") for _, _, profile in revisits)
+    _export(job, tmp_path / "again.jsonl")
+    lines = (tmp_path / "again.jsonl").read_text().splitlines()
+    rows = {row["url"]: row for row in map(json.loads, lines)}
+    gone = rows[site.url("/a/4")]  # its page of the first run is not this run's result
+    assert gone["status"] == 404 and gone["error"].startswith("http_4xx")
+    assert gone["title"] is None and gone["data"] == {}
+    assert rows[site.url("/a/5")]["title"] == "Article 5"  # unchanged: the stored page
+
+
+@pytest.mark.django_db(transaction=True)
+def test_schedules_become_beat_tasks_and_a_due_recrawl_starts_the_next_run():
+    from django_celery_beat.models import PeriodicTask
+
+    from tasks.tasks import recrawl_job
+
+    job = jobs.create_job(["http://127.0.0.1:9/"], schedule="every 6h")
+    task = PeriodicTask.objects.get(name=schedules.task_name(job.pk))
+    assert task.interval.every == 6 * 3600 and task.task == "tasks.recrawl_job"
+    assert json.loads(task.args) == [job.pk]
+    job.schedule = "30 3 * * 1"
+    schedules.sync(job)
+    task.refresh_from_db()
+    assert task.crontab.minute == "30" and task.crontab.day_of_week == "1"
+    assert task.interval is None
+    jobs.start(job)
+    recrawl_job(job.pk)  # still running: left alone
+    assert CrawlJob.objects.get(pk=job.pk).run == 1
+    job.transition(JobState.FINISHED)
+    recrawl_job(job.pk)
+    job.refresh_from_db()
+    assert job.run == 2 and job.state == JobState.RUNNING
+    assert FrontierURL.objects.get(job=job).state == "queued"
+    job.schedule = ""
+    schedules.sync(job)
+    assert not PeriodicTask.objects.filter(name=schedules.task_name(job.pk)).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_deleting_a_job_removes_its_rows_and_bodies_in_batches(worker_env, tmp_path, monkeypatch):
+    with ContentSite(articles=6) as site:
+        job, _ = crawl_to_end(site.url("/"), tmp_path, {})
+        other, _ = crawl_to_end(site.url("/"), tmp_path, {})
+    assert _blobs(job.pk) and Page.objects.filter(job=job).count() > 5
+    monkeypatch.setattr(jobs, "DELETE_BATCH", 2)
+    deleted = jobs.delete(job.pk)
+    assert deleted > 0 and not _blobs(job.pk)
+    assert not CrawlJob.objects.filter(pk=job.pk).exists()
+    assert not FrontierURL.objects.filter(job_id=job.pk).exists()
+    assert not Page.objects.filter(job_id=job.pk).exists()
+    for key in Page.objects.filter(job=other).values_list("body_key", flat=True):
+        assert bodies.get(key)  # another job's bodies stay
+
+
+@pytest.mark.django_db(transaction=True)
+def test_bodies_go_to_s3_from_worker_processes(s3_server, worker_env, tmp_path, settings):
+    settings.STORAGES = {**settings.STORAGES, "bodies": _s3_storage(s3_server["endpoint"])}
+    env = {"BODY_STORE": "s3://bodies/crawl", "AWS_S3_ENDPOINT_URL": s3_server["endpoint"],
+           "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test"}  # fmt: skip
+    with ContentSite(articles=4) as site:
+        job, _ = crawl_to_end(site.url("/"), tmp_path, env)
+        for page in Page.objects.filter(job=job, url__url__contains="/a/"):
+            path = page.url.url.removeprefix(site.base)
+            assert bodies.get(page.body_key) == site.answer(path)[1]
+    listed = s3_server["client"].list_objects_v2(Bucket="bodies", Prefix=f"crawl/{job.pk}/")
+    assert listed["KeyCount"] == len(set(Page.objects.filter(job=job)
+                                         .values_list("body_key", flat=True)))  # fmt: skip
+
+
+@pytest.mark.django_db
+def test_admin_exports_shows_stored_bodies_with_rules_tried_and_deletes_in_batches(admin_client):
+    rules = [extraction.parse_rule("title=h1"), extraction.parse_rule("links=a[]@href")]
+    job = jobs.create_job(["http://127.0.0.1:9/"], extract=rules)
+    jobs.start(job)
+    url = FrontierURL.objects.get(job=job)
+    FrontierURL.objects.filter(pk=url.pk).update(state="done")
+    raw = gzip.compress(b'<html><h1>Stored</h1><a href="/x">x</a></html>', mtime=0)
+    page = Page.objects.create(
+        job=job, url=url, final_url=url.url, status=200, size=46, elapsed_ms=1,
+        fetched_at=timezone.now(), content_hash="0" * 64, content_type="text/html",
+        data={"title": "Stored", "links": ["/x"]}, body_key=bodies.put(job.pk, raw),
+        http={"protocol": "HTTP/1.1", "reason": "OK", "request": [],
+              "response": [["Content-Encoding", "gzip"], ["Content-Type", "text/html"]]},
+    )  # fmt: skip
+    shown = admin_client.get(f"/admin/web/page/{page.pk}/change/").content.decode()
+    assert "&lt;h1&gt;Stored&lt;/h1&gt;" in shown  # the decoded body, escaped
+    assert "<b>title</b>: Stored" in shown and "[&#x27;/x&#x27;]" in shown
+
+    for fmt in ("jsonl", "csv", "warc"):
+        chosen = {"action": f"export_{fmt}", "_selected_action": [job.pk]}
+        response = admin_client.post("/admin/web/crawljob/", chosen)
+        assert response.status_code == 200 and response.streaming, fmt
+        content = b"".join(response.streaming_content)
+        if fmt == "jsonl":
+            assert json.loads(content)["data"] == {"title": "Stored", "links": ["/x"]}
+        if fmt == "warc":
+            records = list(ArchiveIterator(io.BytesIO(content)))
+            assert [r.rec_type for r in records] == ["warcinfo", "response", "request"]
+
+    chosen = {"action": "delete_selected", "_selected_action": [job.pk]}
+    confirm = admin_client.post("/admin/web/crawljob/", chosen)
+    assert "1 URLs, 1 pages and their stored bodies" in confirm.content.decode()
+    admin_client.post("/admin/web/crawljob/", {"action": "delete_selected", "post": "yes",
+                                               "_selected_action": [job.pk]})  # fmt: skip
+    assert not CrawlJob.objects.filter(pk=job.pk).exists() and not _blobs(job.pk)

@@ -1,0 +1,56 @@
+"""``python manage.py export JOB --format jsonl|csv|warc --output FILE``: a job's results, at
+any time (running, finished, or after a crash), streamed with constant memory.
+
+``--output -`` writes to standard output; a name ending in ``.gz`` is compressed. Without
+``--format`` the file name says it (``.jsonl``, ``.csv``, ``.warc``). On a terminal a
+progress line counts the rows.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from web import export
+from web.models import CrawlJob
+
+
+class Command(BaseCommand):
+    help = "Export a job's results as JSON Lines, CSV or WARC 1.1."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("job", type=int, metavar="JOB", help="the job's id")
+        parser.add_argument("--format", choices=export.FORMATS, default=None,
+                            help="default: from the output's name")  # fmt: skip
+        parser.add_argument("--output", "-o", required=True, metavar="FILE",
+                            help="where to write (-: standard output; .gz compresses)")  # fmt: skip
+
+    def handle(self, *args, **opts) -> None:
+        job = CrawlJob.objects.filter(pk=opts["job"]).first()
+        if job is None:
+            raise CommandError(f"no job {opts['job']}")
+        target = opts["output"]
+        try:
+            fmt = opts["format"] or export.format_of(target)
+        except ValueError as exc:
+            raise CommandError(f"--output {exc}") from None
+        total = export.count(job.pk)
+        tty = sys.stderr.isatty()
+        shown = [0.0]
+
+        def progress(running: export.Export) -> None:
+            now = time.monotonic()
+            if tty and now - shown[0] >= 0.5:
+                shown[0] = now
+                self.stderr.write(f"\rexported {running.rows}/{total} rows", ending="")
+
+        try:
+            done = export.save(job, fmt, target, progress)
+        except OSError as exc:
+            raise CommandError(f"cannot write {target}: {exc}") from None
+        if tty:
+            self.stderr.write("")
+        what = f"{done.rows} rows" + (f", {done.records} pages" if fmt == "warc" else "")
+        self.stderr.write(f"job {job.pk} ({job.state}): {what} written to {target}")
