@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 import threading
 from pathlib import Path
 
@@ -120,15 +119,23 @@ class BodyFileStorage(FileSystemStorage):
 
     def _save(self, name: str, content) -> str:
         full = Path(self.path(name))
-        full.parent.mkdir(parents=True, exist_ok=True)
-        fd, temporary = tempfile.mkstemp(dir=full.parent, prefix=".part-")
+        # Unique per process and thread: two workers writing the same body each write their
+        # own file and rename it over the other's (same bytes).
+        temporary = full.with_name(f".part-{os.getpid()}-{threading.get_ident()}-{full.name}")
+        try:
+            fd = os.open(temporary, _CREATE, 0o644)
+        except FileNotFoundError:  # the shard's first body
+            full.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(temporary, _CREATE, 0o644)
         try:
             with os.fdopen(fd, "wb") as out:
                 for chunk in content.chunks():
                     out.write(chunk)
-            os.chmod(temporary, 0o644)
             os.replace(temporary, full)
         except BaseException:
-            Path(temporary).unlink(missing_ok=True)
+            temporary.unlink(missing_ok=True)
             raise
         return name
+
+
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)

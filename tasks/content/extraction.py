@@ -18,9 +18,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-import soupsieve
-from bs4 import BeautifulSoup
-
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,99}$")
 # A trailing "[]" (every match) and "@attr", in either order: "[]" is never CSS by itself.
 _SUFFIX = re.compile(
@@ -64,7 +61,15 @@ def parse_rule(text: str, pattern: str = "") -> dict[str, Any]:
 
 @lru_cache(maxsize=512)
 def _compiled(selector: str):
+    import soupsieve  # imported on first use: most processes never need it (60 ms)
+
     return soupsieve.compile(selector)
+
+
+def _syntax_error() -> type[Exception]:
+    import soupsieve
+
+    return soupsieve.SelectorSyntaxError
 
 
 def problems(rules: Any) -> list[str]:
@@ -91,7 +96,7 @@ def problems(rules: Any) -> list[str]:
         else:
             try:
                 _compiled(selector)
-            except soupsieve.SelectorSyntaxError as exc:
+            except _syntax_error() as exc:
                 first = str(exc).splitlines()[0]
                 found.append(f"{name!r}: {selector!r} is not a valid CSS selector: {first}")
         attr, every = rule.get("attr", ""), rule.get("all", False)
@@ -126,6 +131,8 @@ def _value(element, attr: str) -> str | None:
 
 def extract(rules: list[Rule], html: str) -> dict[str, Any]:
     """Every rule's result on one page (``html`` already decoded)."""
+    from bs4 import BeautifulSoup
+
     soup = BeautifulSoup(html, "lxml")
     data: dict[str, Any] = {}
     for rule in rules:
