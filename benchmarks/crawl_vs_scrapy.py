@@ -18,15 +18,17 @@ import argparse
 import os
 import re
 import resource
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 import redis
-from common import ROOT, Sampler, free_port, fresh_database, migrate, service_cpu
+from common import ROOT, Sampler, django_shell, free_port, fresh_database, migrate, service_cpu
 
 
 @dataclass
@@ -80,6 +82,28 @@ def measure(
     return Result(name, pages_from(out), float(last) - float(first), wall, cpu, sampler.peak)
 
 
+_PAGE_BYTES = """
+from django.db import connection
+with connection.cursor() as c:
+    c.execute("SELECT count(*), sum(pg_column_size(http)), sum(pg_column_size(data)), "
+              "pg_total_relation_size('web_page') FROM web_page")
+    print(*c.fetchone())
+"""
+
+
+def stored_bytes(env: dict, store: Path) -> None:
+    """What the platform's crawl kept per page: the body store and the page rows."""
+    pages, http, data, table = (int(v) for v in django_shell(env, _PAGE_BYTES).split())
+    blobs = list(store.rglob("*.zst"))
+    size = sum(b.stat().st_size for b in blobs)
+    print(
+        f"crawlplatform kept {pages} pages: body store {size / pages:,.0f} bytes/page "
+        f"({len(blobs)} distinct bodies, zstd); page rows {table / pages:,.0f} bytes/page "
+        f"with indexes, of which headers {http / pages:,.0f}, data {data / pages:,.0f}"
+    )
+    shutil.rmtree(store, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--concurrency", type=int, default=16)
@@ -122,11 +146,13 @@ def main() -> None:
             )
         database_url = fresh_database(args.postgres, "crawlbench")
         redis.Redis.from_url(args.redis).flushdb()
+        store = tempfile.mkdtemp(prefix="bench-bodies-")  # fresh, as the database
         env = {
             **os.environ,
             "DATABASE_URL": database_url,
             "REDIS_URL": args.redis,
             "LOG_LEVEL": "WARNING",
+            "BODY_STORE": store,
         }
         migrate(env)
         results.append(
@@ -152,6 +178,7 @@ def main() -> None:
                 lambda out: int(re.search(r"finished: (\d+) pages", out).group(1)),
             )
         )
+        stored_bytes(env, Path(store))
     finally:
         server.terminate()
 

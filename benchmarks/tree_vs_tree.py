@@ -17,9 +17,11 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -33,8 +35,9 @@ def crawl(tree: Path, base: str, args) -> tuple[float, float, int]:
     """(pages/s, CPU ms per page, pages) of one crawl by the checkout at ``tree``."""
     database = fresh_database(POSTGRES, "crawlbench")
     redis.Redis.from_url(args.redis).flushdb()
+    store = tempfile.mkdtemp(prefix="bench-bodies-")  # a fresh body store, as the database
     env = {**os.environ, "DATABASE_URL": database, "REDIS_URL": args.redis, "LOG_LEVEL": "WARNING",
-           "PYTHONPATH": str(tree)}  # fmt: skip
+           "PYTHONPATH": str(tree), "BODY_STORE": store}  # fmt: skip
     subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=tree, env=env, check=True)
     urllib.request.urlopen(f"{base}/__stats__").read()  # reset the server's counters
     services = ("postgres", "redis-server")
@@ -49,6 +52,7 @@ def crawl(tree: Path, base: str, args) -> tuple[float, float, int]:
     cpu = children_cpu() - cpu0 + service_cpu(services) - svc0
     _, first, last = urllib.request.urlopen(f"{base}/__stats__").read().decode().split()
     pages = int(re.search(r"finished: (\d+) pages", out.stdout).group(1))
+    shutil.rmtree(store, ignore_errors=True)
     return pages / (float(last) - float(first)), 1000 * cpu / pages, pages
 
 
