@@ -82,6 +82,9 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "web.middleware.ProbeMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # Static files (the admin's styles) in every mode, DEBUG off included: nothing else
+    # serves them when the web runs alone (runserver, gunicorn, compose, k8s).
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -148,7 +151,10 @@ TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
 STATIC_URL = "static/"
-STATIC_ROOT = env.str("STATIC_ROOT", default=str(DATA_DIR / "static"))
+# WhiteNoise serves the apps' static folders directly (no collectstatic before the first run);
+# STATIC_ROOT is only for a collectstatic of your own (a CDN, a proxy that serves files).
+STATIC_ROOT = env.str("STATIC_ROOT", default="") or None
+WHITENOISE_USE_FINDERS = True
 
 
 def _body_store(where: str) -> dict:
