@@ -442,3 +442,24 @@ def test_admin_exports_shows_stored_bodies_with_rules_tried_and_deletes_in_batch
     admin_client.post("/admin/web/crawljob/", {"action": "delete_selected", "post": "yes",
                                                "_selected_action": [job.pk]})  # fmt: skip
     assert not CrawlJob.objects.filter(pk=job.pk).exists() and not _blobs(job.pk)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_crawl_recrawl_and_export_to_stdout(worker_env, tmp_path, capsysbinary):
+    with ContentSite(articles=6) as site:
+        first = _crawl(worker_env, site.url("/"), "--concurrency", "4")
+        assert first.returncode == 0, first.stderr
+        job = CrawlJob.objects.get()
+        site.change(2)
+        again = _crawl(worker_env, "--recrawl", str(job.pk), "--concurrency", "4",
+                       "--output", str(tmp_path / "again.warc.gz"))  # fmt: skip
+        assert again.returncode == 0, again.stderr
+        refused = _crawl(worker_env, "--recrawl", "999999")
+    assert "run 2: 0 new, 1 changed," in again.stdout and ", 0 gone" in again.stdout
+    assert site.not_modified["/a/1"] == 1 and site.full["/a/2"] == 2
+    _check_warc(tmp_path / "again.warc.gz")
+    assert refused.returncode != 0 and "no job 999999" in refused.stderr
+    call_command("export", str(job.pk), "--output", "-", "--format", "jsonl",
+                 stderr=io.StringIO())  # fmt: skip
+    rows = [json.loads(line) for line in capsysbinary.readouterr().out.splitlines()]
+    assert {r["url"] for r in rows} >= {site.url(f"/a/{i}") for i in range(6)}
