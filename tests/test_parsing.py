@@ -54,3 +54,13 @@ def test_bytes_invalid_in_their_charset_are_replaced_not_fatal():
     parsed = parse_html(body, "text/html; charset=utf-8", "http://h/")
     assert parsed.title.startswith("ok ") and parsed.title.endswith("café")
     assert parsed.links == ["http://h/x"]
+
+
+def test_rel_nofollow_links_are_reported_only_when_every_link_to_them_says_so():
+    html = (b'<a rel="NoFollow sponsored" href="/ad#x">ad</a><a href="/both" rel="nofollow">1</a>'
+            b'<a href="/both">2</a><area rel="nofollow" href="/map"><a rel="noopener" href="/ok">'
+            b'<a rel="followup" href="/fine">')  # fmt: skip
+    parsed = parse_html(html, "text/html", "http://h/")
+    assert parsed.nofollow_hrefs == {"/ad", "/map"}
+    assert set(parsed.hrefs) == {"/ad", "/both", "/map", "/ok", "/fine"}
+    assert parse_html(b'<a href="/a">a</a>', "text/html", "http://h/").nofollow_hrefs == set()

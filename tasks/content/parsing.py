@@ -101,17 +101,14 @@ def parse_html(body: bytes, content_type_header: str, url: str, agent: str = "")
     if base_el is not None:
         base = urljoin(url, base_el.get("href", "").strip())
     raw: dict[str, None] = {}
-    followed: set[str] = set()
-    nofollow: set[str] = set()
+    marked: set[str] = set()  # hrefs of links that say rel=nofollow (rare)
     for el in doc.iter("a", "area"):
         href = el.get("href")
         if href:
-            # The fragment never changes the canonical URL; dropping it here lets the many
-            # anchors into one page share a single cache entry downstream.
-            href = href.split("#", 1)[0].strip()
+            href = _href(href)
             raw[href] = None
-            rel = el.get("rel")
-            (nofollow if rel and "nofollow" in rel.lower().split() else followed).add(href)
+            if _says_nofollow(el):
+                marked.add(href)
     hrefs = [h for h in raw if h and not h.lower().startswith(_IGNORED_SCHEMES)]
     names = {"robots", agent.lower()} if agent else {"robots"}
     meta = [
@@ -121,4 +118,28 @@ def parse_html(body: bytes, content_type_header: str, url: str, agent: str = "")
     ]
     return Parsed(title=title, base=base, hrefs=hrefs, encoding=encoding, text=text,
                   robots=frozenset(_directives(meta)),
-                  nofollow_hrefs=frozenset(nofollow - followed))  # fmt: skip
+                  nofollow_hrefs=_only_nofollow(doc, marked))  # fmt: skip
+
+
+def _href(href: str) -> str:
+    # The fragment never changes the canonical URL; dropping it here lets the many anchors
+    # into one page share a single cache entry downstream.
+    return href.split("#", 1)[0].strip()
+
+
+def _says_nofollow(el) -> bool:
+    rel = el.get("rel")
+    return bool(rel) and "nofollow" in rel.lower().split()
+
+
+def _only_nofollow(doc, marked: set[str]) -> frozenset[str]:
+    """Of the ``marked`` hrefs, those no other link on the page follows. Pages without such
+    links (nearly all) skip this second pass."""
+    if not marked:
+        return frozenset()
+    followed = {
+        _href(el.get("href"))
+        for el in doc.iter("a", "area")
+        if el.get("href") and not _says_nofollow(el)
+    }
+    return frozenset(marked - followed)
