@@ -255,10 +255,7 @@ def apply(text: str, source: str = "spec") -> Applied:
             raise refused(exc) from None
         return Applied(job, "created", [])
     job = found[0]
-    if "seeds" in wanted:
-        from tasks.content.urls import canonicalize
-
-        wanted["seeds"] = [canonicalize(s) or s for s in wanted["seeds"]]
+    wanted["seeds"] = jobs.canonical_seeds(wanted["seeds"])
     changed = [PATH_OF[f] for f, v in wanted.items() if getattr(job, f) != v]
     if not changed:
         return Applied(job, "unchanged", [])

@@ -36,9 +36,14 @@ class JobError(ValueError):
         self.fields = fields or {}
 
 
+def canonical_seeds(seeds: Any) -> Any:
+    """Seeds as the frontier will hold them; what is not a URL is left for validation."""
+    return [canonicalize(s) or s for s in seeds] if isinstance(seeds, list) else seeds
+
+
 def create_job(seeds: list[str], **fields: Any) -> CrawlJob:
     """Validate and save a draft job; raises JobError naming each field that is wrong."""
-    canonical = [canonicalize(s) or s for s in seeds] if isinstance(seeds, list) else seeds
+    canonical = canonical_seeds(seeds)
     fields.setdefault("name", (canonical[0] if canonical else "") or "crawl")
     job = CrawlJob(seeds=canonical, **fields)
     try:
@@ -167,8 +172,7 @@ def delete(job_id: int) -> int:
         return 0
     if job.state not in RECRAWLABLE:
         cancel(job)
-    CrawlJob.objects.filter(pk=job_id).update(schedule="")
-    schedules.sync(CrawlJob(pk=job_id, schedule=""))
+    schedules.forget(job_id)
     for model in (Page, Review, Checkpoint):
         _batched(_DELETE.format(table=model._meta.db_table), job_id)
     _batched(_UNLINK, job_id)  # links between the job's URLs go before the URLs do

@@ -59,7 +59,7 @@ def sync(job) -> None:
 
     name = task_name(job.pk)
     if not job.schedule.strip():
-        PeriodicTask.objects.filter(name=name).delete()
+        forget(job.pk)
         return
     kind, value = parse(job.schedule)
     when: dict = {"interval": None, "crontab": None}
@@ -77,3 +77,10 @@ def sync(job) -> None:
         name=name,
         defaults={"task": TASK, "args": json.dumps([job.pk]), "enabled": True, **when},
     )
+
+
+def forget(job_id: int) -> None:
+    """Remove the job's periodic task, if it has one (the job is deleted or unscheduled)."""
+    from django_celery_beat.models import PeriodicTask
+
+    PeriodicTask.objects.filter(name=task_name(job_id)).delete()
