@@ -16,6 +16,7 @@ so a lease expires ``LEASE_S`` after its worker died, not after the longest page
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 # Fetching
@@ -124,6 +125,12 @@ DB_RETRY_S = 5  # a task that cannot reach the database is retried after this (a
 # Checkpoints
 CHECKPOINT_INTERVAL_S = 60.0  # periodic checkpoint of every running job, seconds
 
+# Completion webhooks (tasks/frontier/webhooks.py)
+WEBHOOK_ATTEMPTS = 6  # calls of a job's webhook at most (a 5xx, 408, 429 or no answer: again)
+WEBHOOK_RETRY_S = 5.0  # first wait before calling again; doubles each attempt, seconds
+WEBHOOK_TIMEOUT_S = 10.0  # connect and read timeout of one call, seconds
+WEBHOOK_RESEND_S = 120.0  # a notification still pending this long is sent again, seconds
+
 
 def _parse(raw: str, default: Any) -> Any:
     if isinstance(default, bool):
@@ -168,8 +175,8 @@ def problems(overrides: Any) -> list[str]:
             ok = isinstance(value, bool)
         elif isinstance(default, (int, float)):
             ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+            ok = ok and 0 <= value <= sys.float_info.max  # JSON has whole numbers floats have not
             ok = ok and (isinstance(default, float) or float(value).is_integer())
-            ok = ok and value >= 0
         else:
             ok = isinstance(value, str)
         if not ok:

@@ -63,6 +63,25 @@ def recrawl_job(job_id: int) -> None:
         log.info("recrawl: job %s is %s; its schedule waits for the next time", job_id, job.state)
 
 
+@shared_task(name="tasks.notify_job", bind=True, acks_late=True, reject_on_worker_lost=True,
+             ignore_result=True, max_retries=None)  # fmt: skip
+def notify_job(self, job_id: int, state: str, run: int) -> None:
+    """Call a job's completion webhook (``tasks/frontier/webhooks.py``), again after a 5xx or
+    no answer, ``WEBHOOK_RETRY_S`` doubling, up to ``WEBHOOK_ATTEMPTS`` calls."""
+    from tasks.frontier import webhooks
+
+    close_old_connections()
+    attempt = self.request.retries + 1
+    try:
+        webhooks.deliver(job_id, state, run, attempt)
+    except webhooks.Retry as exc:
+        if attempt >= setting("WEBHOOK_ATTEMPTS"):
+            webhooks.gave_up(job_id, attempt, str(exc))
+            return
+        wait = setting("WEBHOOK_RETRY_S") * 2 ** (attempt - 1)
+        raise self.retry(countdown=wait) from None
+
+
 @shared_task(name="tasks.maintain", ignore_result=True)
 def maintain() -> None:
     """Sweep expired leases and re-publish lost messages (Celery beat runs it periodically).

@@ -120,3 +120,16 @@ def test_the_admin_has_its_styles_with_debug_off(client, settings):
     response.close()
     page = client.get("/admin/login/").content.decode()
     assert "/static/admin/css/base.css" in page
+
+
+def test_apply_gives_the_job_an_owner_and_its_webhook_a_secret(tmp_path, django_user_model):
+    alice = django_user_model.objects.create_user("alice")
+    hooked = SPEC.replace('schedule: "every 6h"', 'schedule: "every 6h"\n  notifications:\n'
+                          "    webhook_url: http://127.0.0.1:9/hook")  # fmt: skip
+    assert "created" in _apply(tmp_path, hooked, "--owner", "alice")
+    job = CrawlJob.objects.get(name="docs")
+    assert job.owner == alice and job.webhook_url == "http://127.0.0.1:9/hook"
+    assert len(job.webhook_secret) == 64
+    assert "webhook_secret" not in _get("job", "docs")  # a secret stays out of files
+    with pytest.raises(CommandError, match="no user 'nobody'"):
+        _apply(tmp_path, hooked, "--owner", "nobody")

@@ -17,8 +17,10 @@ refuse a configuration the crawl could not apply, with a message naming the fiel
 from __future__ import annotations
 
 import re
+import secrets
 from urllib.parse import urlsplit
 
+from django.conf import settings as django_settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator
 from django.db import models
@@ -180,6 +182,29 @@ class CrawlJob(models.Model):
         help_text='Run the job again on this schedule: a cron line ("0 3 * * *", UTC) or an '
         'interval ("every 6h"; s, m, h or d). Empty: no schedule.',
     )
+    owner = models.ForeignKey(
+        django_settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="crawl_jobs",
+        help_text="Whose job it is: users who are not staff see and operate only their own.",
+    )
+    webhook_url = models.CharField(
+        max_length=2000,
+        blank=True,
+        help_text="Called (POST, JSON summary) when the job finishes, fails or is cancelled; "
+        "signed with X-Crawl-Signature: sha256=HMAC(webhook secret, body). Empty: none.",
+    )
+    webhook_secret = models.CharField(
+        max_length=128,
+        blank=True,
+        help_text="The webhook's HMAC-SHA256 key; one is made when a webhook URL is set "
+        "without it.",
+    )
+    webhook_status = models.CharField(
+        max_length=300, blank=True, help_text="The last webhook call's outcome."
+    )
     run = models.PositiveIntegerField(
         default=1, db_default=1, help_text="1 for the first crawl, one more for each recrawl."
     )
@@ -267,11 +292,17 @@ class CrawlJob(models.Model):
                 guard.networks(self.settings["ALLOWED_NETWORKS"])
             except ValueError as exc:
                 add("settings", f"ALLOWED_NETWORKS: {exc}")
+        if self.webhook_url and (problem := webhook_problem(self.webhook_url)):
+            add("webhook_url", problem)
+        if self.priority is not None and not 0 <= self.priority <= 9:
+            add("priority", "must be between 0 and 9")
         if self.delay is not None and (self.delay < 0 or self.delay > 86400):
             add("delay", "must be between 0 and 86400 seconds")
         return found
 
     def clean(self) -> None:
+        if self.webhook_url and not self.webhook_secret:
+            self.webhook_secret = secrets.token_hex(32)
         problems = self.problems()
         if problems:
             raise ValidationError(problems)
@@ -290,6 +321,16 @@ class CrawlJob(models.Model):
         won = CrawlJob.objects.filter(pk=self.pk, state__in=sources).update(**changes) == 1
         self.refresh_from_db()
         return won
+
+
+def webhook_problem(url: str) -> str:
+    """Why ``url`` cannot be a webhook (the address guard is applied when it is called)."""
+    try:
+        parts = urlsplit(url)
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
+    except ValueError:
+        ok = False
+    return "" if ok else f"{url!r} is not an http(s) URL"
 
 
 def _regex_problem(pattern) -> str:

@@ -28,11 +28,9 @@ from typing import Any
 
 import jsonschema
 import yaml
-from django.core.exceptions import ValidationError
-from django.db import transaction
 
-from tasks.frontier import jobs, schedules, transitions
-from web.models import CrawlJob, JobState
+from tasks.frontier import jobs
+from web.models import CrawlJob
 
 API_VERSION = "crawlplatform/v1"
 KIND = "CrawlJob"
@@ -61,6 +59,7 @@ FIELDS: dict[str, str] = {
     "content.store_bodies": "store_bodies",
     "content.extract": "extract",
     "schedule": "schedule",
+    "notifications.webhook_url": "webhook_url",
     "priority": "priority",
     "settings": "settings",
 }
@@ -102,6 +101,7 @@ _TYPES: dict[str, dict] = {
     "store_bodies": {"type": "boolean"},
     "extract": {"type": "array", "items": _RULE},
     "schedule": {"type": "string"},
+    "webhook_url": {"type": "string", "maxLength": 2000},
     "priority": {"type": "integer", "minimum": 0, "maximum": 9},
     "settings": {"type": "object"},
 }
@@ -230,17 +230,20 @@ def _defaults() -> dict[str, Any]:
     return {field: getattr(blank, field) for field in FIELDS.values()}
 
 
-def apply(text: str, source: str = "spec") -> Applied:
-    """Create or update the job the spec names; SpecError with every problem otherwise."""
+def apply(text: str, source: str = "spec", owner: Any = None) -> Applied:
+    """Create or update the job the spec names (``owner``: whose it is, when given);
+    SpecError with every problem otherwise."""
     document, lines = parse(text, source)
     name = document["metadata"]["name"]
     wanted = {**_defaults(), **_fields(document["spec"])}
+    if owner is not None:
+        wanted["owner"] = owner
     found = list(CrawlJob.objects.filter(name=name)[:2])
     if len(found) > 1:
         raise SpecError([f"{source}: several jobs are named {name!r}; rename all but one"])
 
-    def refused(exc: ValidationError | jobs.JobError) -> SpecError:
-        by_field = exc.message_dict if isinstance(exc, ValidationError) else exc.fields
+    def refused(exc: jobs.JobError) -> SpecError:
+        by_field = exc.fields
         return SpecError([
             f"{_where(lines, ('spec', *PATH_OF.get(field, field).split('.')), source)}"
             f"spec.{PATH_OF.get(field, field)}: {message}"
@@ -255,24 +258,12 @@ def apply(text: str, source: str = "spec") -> Applied:
             raise refused(exc) from None
         return Applied(job, "created", [])
     job = found[0]
-    wanted["seeds"] = jobs.canonical_seeds(wanted["seeds"])
-    changed = [PATH_OF[f] for f, v in wanted.items() if getattr(job, f) != v]
-    if not changed:
-        return Applied(job, "unchanged", [])
-    before = list(job.seeds)
-    for field, value in wanted.items():
-        setattr(job, field, value)
     try:
-        job.full_clean()
-    except ValidationError as exc:
+        changed = jobs.update(job, **wanted)
+    except jobs.JobError as exc:
         raise refused(exc) from None
-    with transaction.atomic():
-        job.save(update_fields=[FIELDS[path] for path in changed])
-        added = [s for s in job.seeds if s not in before]
-        if added and job.state in (JobState.RUNNING, JobState.PAUSED):
-            transitions.insert_urls(job.pk, added, depth=0)  # new seeds join the crawl
-        schedules.sync(job)
-    return Applied(job, "configured", changed)
+    paths = [PATH_OF.get(f, f) for f in changed]
+    return Applied(job, "configured" if changed else "unchanged", paths)
 
 
 def dump(job: CrawlJob) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from redis.exceptions import RedisError
 from tasks.content import bodies
 from tasks.content.urls import canonicalize
 from tasks.fetch import sessions
-from tasks.frontier import schedules, transitions, wakeup
+from tasks.frontier import schedules, transitions, wakeup, webhooks
 from web.models import Checkpoint, CrawlJob, FrontierURL, JobState, Page, Review
 
 log = logging.getLogger(__name__)
@@ -38,7 +38,9 @@ class JobError(ValueError):
 
 def canonical_seeds(seeds: Any) -> Any:
     """Seeds as the frontier will hold them; what is not a URL is left for validation."""
-    return [canonicalize(s) or s for s in seeds] if isinstance(seeds, list) else seeds
+    if not isinstance(seeds, list):
+        return seeds
+    return [(isinstance(s, str) and canonicalize(s)) or s for s in seeds]
 
 
 def create_job(seeds: list[str], **fields: Any) -> CrawlJob:
@@ -49,12 +51,50 @@ def create_job(seeds: list[str], **fields: Any) -> CrawlJob:
     try:
         job.full_clean()
     except ValidationError as exc:
-        by_field = exc.message_dict
-        text = "; ".join(f"{name}: {' '.join(msgs)}" for name, msgs in by_field.items())
-        raise JobError(text, by_field) from None
-    job.save()
-    schedules.sync(job)
+        raise _refused(exc) from None
+    with transaction.atomic():  # a schedule beat cannot keep leaves no job behind
+        job.save()
+        schedules.sync(job)
     return job
+
+
+def _refused(exc: ValidationError) -> JobError:
+    by_field = exc.message_dict
+    text = "; ".join(f"{name}: {' '.join(msgs)}" for name, msgs in by_field.items())
+    return JobError(text, by_field)
+
+
+def update(job: CrawlJob, **fields: Any) -> list[str]:
+    """Change a job's configuration; returns the fields that changed (none: nothing written).
+
+    Validated like a new job (JobError naming each field); a running or paused job's new
+    seeds join its frontier, and its schedule follows. The admin, the API and job specs all
+    change jobs through here.
+    """
+    if "seeds" in fields:
+        fields["seeds"] = canonical_seeds(fields["seeds"])
+    changed = [name for name, value in fields.items() if getattr(job, name) != value]
+    if not changed:
+        return []
+    before = list(job.seeds)
+    secret = job.webhook_secret
+    for name in changed:
+        setattr(job, name, fields[name])
+    try:
+        job.full_clean()
+    except ValidationError as exc:
+        raise _refused(exc) from None
+    if job.webhook_secret != secret:  # made by clean() for a new webhook URL
+        changed.append("webhook_secret")
+    with transaction.atomic():
+        job.save(update_fields=changed)
+        added = [s for s in job.seeds if s not in before]
+        if added and job.state in (JobState.RUNNING, JobState.PAUSED):
+            transitions.insert_urls(job.pk, added, depth=0)
+        schedules.sync(job)
+    if "seeds" in changed and job.state == JobState.RUNNING:
+        wakeup.nudge()
+    return [name for name in changed if name != "webhook_secret"]
 
 
 def start(job: CrawlJob) -> bool:
@@ -95,6 +135,7 @@ def cancel(job: CrawlJob) -> bool:
         if not job.transition(JobState.CANCELLED):
             return False
         transitions.skip(FrontierURL.objects.filter(job_id=job.pk), "cancelled")
+        webhooks.announce(job)
     checkpoint(job, "cancel")
     return True
 
@@ -107,6 +148,7 @@ def fail(job: CrawlJob, error: str) -> bool:
         CrawlJob.objects.filter(pk=job.pk).update(error=error[:5000])
         job.error = error[:5000]
         transitions.skip(FrontierURL.objects.filter(job_id=job.pk), "job_failed")
+        webhooks.announce(job)
     log.error("job=%s failed: %s", job.pk, error)
     checkpoint(job, "failed")
     return True
@@ -134,6 +176,17 @@ def recrawl(job: CrawlJob) -> bool:
     return True
 
 
+# The states each operation on a job starts from, for what people are told (the operations
+# themselves move the job by compare-and-set and refuse any other state anyway).
+STARTS_FROM: dict[str, frozenset[str]] = {
+    "start": frozenset({JobState.DRAFT}),
+    "pause": frozenset({JobState.RUNNING}),
+    "resume": frozenset({JobState.PAUSED}),
+    "cancel": frozenset({JobState.DRAFT, JobState.RUNNING, JobState.PAUSED}),
+    "recrawl": frozenset(RECRAWLABLE),
+}
+
+
 def changes(job: CrawlJob) -> dict[str, int]:
     """How the job's last run compares with the one before: pages new, changed, unchanged
     (a 304 or the same content) and gone (stored before, not confirmed by this run)."""
@@ -148,12 +201,13 @@ def changes(job: CrawlJob) -> dict[str, int]:
 
 def finished(job: CrawlJob) -> None:
     """What a job keeps when a run ends: its counters (with the run's changes) and a
-    checkpoint."""
+    checkpoint; then its webhook is called."""
     stats = {"run": job.run, "pages": job.pages.count(), **changes(job),
              "frontier": transitions.counts(job.pk)}  # fmt: skip
     CrawlJob.objects.filter(pk=job.pk).update(stats=stats)
     job.stats = stats
     checkpoint(job, "finish")
+    webhooks.announce(job)
 
 
 DELETE_BATCH = 5000

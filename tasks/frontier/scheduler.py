@@ -53,7 +53,7 @@ from redis.exceptions import RedisError
 from tasks import broker
 from tasks.defaults import setting
 from tasks.fetch import circuit, outcomes, politeness
-from tasks.frontier import jobs, transitions, wakeup
+from tasks.frontier import jobs, transitions, wakeup, webhooks
 from web.models import PENDING_STATES, CrawlJob, FrontierURL, JobState, SchedulerFence, URLState
 
 log = logging.getLogger(__name__)
@@ -451,6 +451,8 @@ def sweep() -> int:
     swept = transitions.reclaim_expired()
     if swept:
         log.warning("sweep: %d expired leases returned to the queue (or failed)", swept)
+    if resent := webhooks.resend_pending():
+        log.warning("sweep: %d webhook notifications sent again", resent)
     return swept + reconcile()
 
 

@@ -16,6 +16,7 @@ from celery.schedules import crontab
 _EVERY = re.compile(r"^every\s+(\d+)\s*([smhd])$", re.IGNORECASE)
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 MIN_INTERVAL_S = 60
+MAX_INTERVAL_S = 366 * 86400  # beat stores intervals as 32-bit seconds
 TASK = "tasks.recrawl_job"
 
 
@@ -26,6 +27,8 @@ def parse(text: str) -> tuple[str, object]:
         seconds = int(found[1]) * _UNIT_S[found[2].lower()]
         if seconds < MIN_INTERVAL_S:
             raise ValueError(f"{text!r}: the interval must be at least a minute")
+        if seconds > MAX_INTERVAL_S:
+            raise ValueError(f"{text!r}: the interval must be at most a year")
         return "interval", seconds
     fields = text.split()
     if len(fields) != 5:

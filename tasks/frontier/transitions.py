@@ -508,6 +508,18 @@ def requeue_reviewed(rows: QuerySet) -> int:
     return _requeue(FrontierURL.objects.filter(pk__in=ids), reason="", attempts=0)
 
 
+def requeue_ended(rows: QuerySet) -> int:
+    """A person's decision: failed and skipped URLs of running or paused jobs go back to the
+    queue for a new set of attempts (an ended job runs again by a recrawl instead)."""
+    live = rows.filter(
+        state__in=[URLState.FAILED, URLState.SKIPPED],
+        job__state__in=[JobState.RUNNING, JobState.PAUSED],
+    )
+    ids = list(live.values_list("id", flat=True))
+    return _requeue(FrontierURL.objects.filter(pk__in=ids, state__in=[URLState.FAILED,
+                    URLState.SKIPPED]), reason="", error_message="", attempts=0)  # fmt: skip
+
+
 def drop_reviewed(rows: QuerySet, why: str = "given up after review") -> int:
     """A person's decision: parked URLs fail with the reason they were parked for."""
     ids = list(rows.filter(state=URLState.NEEDS_REVIEW).values_list("id", flat=True))

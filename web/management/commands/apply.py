@@ -4,7 +4,7 @@ The spec (YAML or JSON; ``-`` reads standard input) names the job in ``metadata.
 of that name is updated, otherwise one is created (a draft; ``--start`` starts it). Fields the
 spec leaves out take their defaults, so the spec is the whole job. Applying the same spec
 again changes nothing. Errors name the spec's path and line. ``web/specs.py`` has the format,
-``docs/job-spec.schema.json`` its JSON Schema.
+``docs/job-spec.schema.json`` its JSON Schema. ``--owner USERNAME`` gives the job to a user.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from tasks.frontier import jobs
@@ -26,6 +27,7 @@ class Command(BaseCommand):
         parser.add_argument("-f", "--filename", required=True, metavar="FILE",
                             help="the spec (- for standard input)")  # fmt: skip
         parser.add_argument("--start", action="store_true", help="start the job if it is a draft")
+        parser.add_argument("--owner", metavar="USERNAME", help="whose job it is")
 
     def handle(self, *args, **opts) -> None:
         source = opts["filename"]
@@ -33,8 +35,13 @@ class Command(BaseCommand):
             text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
         except OSError as exc:
             raise CommandError(f"cannot read {source}: {exc.strerror}") from None
+        owner = None
+        if opts["owner"]:
+            owner = get_user_model().objects.filter(username=opts["owner"]).first()
+            if owner is None:
+                raise CommandError(f"no user {opts['owner']!r} (manage.py createsuperuser?)")
         try:
-            applied = specs.apply(text, source)
+            applied = specs.apply(text, source, owner)
         except specs.SpecError as exc:
             raise CommandError("\n".join(exc.problems)) from None
         job = applied.job

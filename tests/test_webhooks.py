@@ -1,0 +1,107 @@
+"""Completion webhooks: a local receiver gets a signed JSON summary when a job finishes (again
+after it answered 500), is cancelled or fails; the address guard applies to the call."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import threading
+from http.server import BaseHTTPRequestHandler
+
+import pytest
+
+from tasks.frontier import jobs, webhooks
+from tests.conftest import wait_for
+from tests.site import LocalSite, Site, send
+from web.models import CrawlJob
+
+
+class Receiver(LocalSite):
+    """Records every call; answers with ``statuses`` in turn (then 200)."""
+
+    def __init__(self, *statuses: int) -> None:
+        self.calls: list[tuple[dict[str, str], bytes]] = []
+        self.statuses = list(statuses)
+        lock = threading.Lock()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                with lock:
+                    receiver.calls.append((dict(self.headers), body))
+                    status = receiver.statuses.pop(0) if receiver.statuses else 200
+                send(self, status, {"Content-Type": "text/plain"}, b"ok")
+
+            def log_message(self, *args) -> None:
+                pass
+
+        super().__init__(Handler)
+
+
+def _verified(headers: dict[str, str], body: bytes, secret: str) -> bool:
+    expected = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    return hmac.compare_digest(headers["X-Crawl-Signature"], expected)
+
+
+def test_a_finished_crawl_calls_its_webhook_signed_and_again_after_a_500(
+    worker_env, workers, scheduler
+):
+    worker_env["CRAWL_WEBHOOK_RETRY_S"] = "0.5"
+    workers(processes=1, concurrency=4)
+    with Receiver(500) as receiver, Site(pages=20) as site:
+        job = jobs.create_job([site.url("/p/0")], webhook_url=receiver.url("/hook"))
+        assert len(job.webhook_secret) == 64  # made when the URL was set
+        jobs.start(job)
+        wait_for(lambda: len(receiver.calls) >= 2, 90, "the webhook's second call")
+    job.refresh_from_db()
+    (first_headers, first), (headers, body) = receiver.calls
+    assert first == body and first_headers["X-Crawl-Delivery"] == headers["X-Crawl-Delivery"]
+    assert _verified(headers, body, job.webhook_secret)
+    assert not _verified(headers, body, "another secret")
+    summary = json.loads(body)
+    assert summary["event"] == "finished" and headers["X-Crawl-Event"] == "finished"
+    assert summary["job"]["id"] == job.pk and summary["stats"]["pages"] == job.pages.count() > 0
+    wait_for(
+        lambda: CrawlJob.objects.get(pk=job.pk).webhook_status.startswith("delivered: HTTP 200"),
+        10, "the delivery to be recorded",
+    )  # fmt: skip
+    assert "attempt 2" in CrawlJob.objects.get(pk=job.pk).webhook_status
+
+
+@pytest.mark.django_db(transaction=True)
+def test_cancel_calls_the_webhook_and_the_address_guard_applies(redis, monkeypatch):
+    monkeypatch.setenv("CRAWL_ALLOWED_NETWORKS", "127.0.0.0/8")
+    with Receiver() as receiver:
+        job = jobs.create_job(["http://127.0.0.1:9/"], webhook_url=receiver.url("/h"))
+        jobs.start(job)
+        jobs.cancel(job)
+        assert CrawlJob.objects.get(pk=job.pk).webhook_status == webhooks.PENDING
+        webhooks.deliver(job.pk, job.state, job.run, attempt=1)
+        headers, body = receiver.calls[0]
+        assert json.loads(body)["event"] == "cancelled"
+        assert _verified(headers, body, job.webhook_secret)
+
+        monkeypatch.setenv("CRAWL_ALLOWED_NETWORKS", "")
+        receiver.calls.clear()
+        webhooks.deliver(job.pk, job.state, job.run, attempt=1)
+        assert receiver.calls == []
+        status = CrawlJob.objects.get(pk=job.pk).webhook_status
+        assert status.startswith("refused:") and "loopback" in status
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_webhook_that_keeps_failing_is_given_up_and_a_lost_one_sent_again(redis, monkeypatch):
+    monkeypatch.setenv("CRAWL_ALLOWED_NETWORKS", "127.0.0.0/8")
+    with Receiver(503, 503) as receiver:
+        job = jobs.create_job(["http://127.0.0.1:9/"], webhook_url=receiver.url("/h"))
+        jobs.start(job)
+        jobs.cancel(job)
+        for attempt in (1, 2):
+            with pytest.raises(webhooks.Retry):
+                webhooks.deliver(job.pk, job.state, job.run, attempt)
+        assert "attempt 2: HTTP 503" in CrawlJob.objects.get(pk=job.pk).webhook_status
+        webhooks.gave_up(job.pk, 2, "HTTP 503")
+        assert CrawlJob.objects.get(pk=job.pk).webhook_status.startswith("failed after 2")
+    assert CrawlJob(webhook_url="ftp://x/").problems(seeds=False)["webhook_url"]
