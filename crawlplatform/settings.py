@@ -24,6 +24,8 @@ Other variables (default in brackets):
 - ``SECURE_SSL_REDIRECT`` [``false``]: redirect HTTP to HTTPS (probes and ``/metrics`` exempt)
 - ``SECURE_HSTS_SECONDS`` [``0``]: ``Strict-Transport-Security`` max-age, subdomains included
 - ``LOG_LEVEL`` [``INFO``]: root log level
+- ``CELERY_WORKER_SEND_TASK_EVENTS`` [``false``]: task events for Flower's task list (on in
+  compose and k8s)
 - ``HEALTH_TOKEN`` [unset]: bearer token for ``/healthz/details`` (staff users need none)
 - ``METRICS_TOKEN`` [unset]: bearer token for ``/metrics``; unset, only loopback clients
   are served
@@ -68,13 +70,18 @@ SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "web.apps.CrawlAdminConfig",  # Django's admin, on the platform's site (web/admin_site.py)
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django_celery_beat",
+    "django_filters",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
     "web",
     "tasks",
 ]
@@ -151,10 +158,40 @@ TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
 STATIC_URL = "static/"
+LOGIN_URL = "admin:login"
 # WhiteNoise serves the apps' static folders directly (no collectstatic before the first run);
 # STATIC_ROOT is only for a collectstatic of your own (a CDN, a proxy that serves files).
 STATIC_ROOT = env.str("STATIC_ROOT", default="") or None
 WHITENOISE_USE_FINDERS = True
+
+
+# The JSON API (web/api.py): DRF tokens (manage.py drf_create_token USER) or the admin's
+# session; cursor pagination, so pages stay stable while a crawl adds rows.
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.CursorPagination",
+    "PAGE_SIZE": 100,
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "crawlplatform API",
+    "DESCRIPTION": "Crawl jobs, their actions, pages and frontier URLs.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",  # served by the platform itself: clusters are often offline
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {
+        "JobStateEnum": "web.models.JobState",
+        "URLStateEnum": "web.models.URLState",
+    },
+}
 
 
 def _body_store(where: str) -> dict:
@@ -228,6 +265,9 @@ CELERY_BEAT_SCHEDULE = {
 # A second SIGTERM (or SIGQUIT) still gives in-flight tasks their whole time limit before a
 # cold stop. Grace periods (k8s, compose) are above this.
 CELERY_WORKER_SOFT_SHUTDOWN_TIMEOUT = crawl.setting("TASK_TIME_LIMIT_S") + 10
+# Task events (received, succeeded, failed, retried) are what Flower lists tasks from. They
+# cost about 1 ms of worker CPU and two Redis PUBLISHes a page (docs/operations.md), so they
+# are on where Flower runs (compose, k8s) and off for the embedded crawl command.
 CELERY_WORKER_SEND_TASK_EVENTS = env.bool("CELERY_WORKER_SEND_TASK_EVENTS", default=False)
 
 LOGGING = {

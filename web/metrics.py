@@ -21,6 +21,7 @@ from prometheus_client.core import GaugeMetricFamily
 from tasks import broker
 from tasks.defaults import setting
 from tasks.fetch.politeness import decayed_delay
+from tasks.worker import heartbeat as registry
 from web.models import CrawlJob, FrontierURL, JobState, Review, URLState
 
 _THROTTLE_SCAN_MAX = 1000  # host delay keys reported at most
@@ -69,6 +70,36 @@ def due_backlog() -> int:
         else:
             total += due.values("id")[:DUE_COUNT_MAX].count()
     return total
+
+
+def _redis_now_ms(client) -> int:
+    now_s, now_us = client.time()
+    return now_s * 1000 + now_us // 1000
+
+
+def throttled_hosts() -> list[tuple[str, str, float]]:
+    """(job, host[:port], seconds) of every host told to slow down: its adaptive delay in
+    force now (decayed since it was set), up to a bound of hosts."""
+    client = broker.client()
+    now_ms = _redis_now_ms(client)
+    half_life = setting("THROTTLE_HALF_LIFE_S")
+    keys = _scan(client, "crawl:host:*:delay")
+    return [
+        (*_job_host(key, ":delay"), decayed_delay(value, now_ms, half_life))
+        for key, value in zip(keys, client.mget(keys) if keys else [], strict=True)
+        if value is not None
+    ]
+
+
+def open_circuits() -> list[tuple[str, str]]:
+    """(job, host[:port]) of every host whose circuit breaker is open now."""
+    client = broker.client()
+    now_ms = _redis_now_ms(client)
+    return [
+        _job_host(key, ":circuit")
+        for key, until in _field_of_each(client, "crawl:host:*:circuit", "open_until")
+        if until is not None and int(until) > now_ms
+    ]
 
 
 class PlatformCollector:
@@ -127,15 +158,8 @@ class PlatformCollector:
             "Adaptive delay in force per job and host (hosts that were told to slow down)",
             labels=["job", "host"],
         )
-        client = broker.client()
-        now_s, now_us = client.time()
-        now_ms = now_s * 1000 + now_us // 1000
-        half_life = setting("THROTTLE_HALF_LIFE_S")
-        keys = _scan(client, "crawl:host:*:delay")
-        for key, value in zip(keys, client.mget(keys) if keys else [], strict=True):
-            job_id, host = _job_host(key, ":delay")
-            if value is not None:
-                throttle.add_metric([job_id, host], decayed_delay(value, now_ms, half_life))
+        for job_id, host, seconds in throttled_hosts():
+            throttle.add_metric([job_id, host], seconds)
         yield throttle
 
         circuits = GaugeMetricFamily(
@@ -143,9 +167,8 @@ class PlatformCollector:
             "Hosts whose circuit breaker is open (1): their URLs fail as host_unreachable",
             labels=["job", "host"],
         )
-        for key, until in _field_of_each(client, "crawl:host:*:circuit", "open_until"):
-            if until is not None and int(until) > now_ms:
-                circuits.add_metric(list(_job_host(key, ":circuit")), 1)
+        for job_id, host in open_circuits():
+            circuits.add_metric([job_id, host], 1)
         yield circuits
 
         ladders = GaugeMetricFamily(
@@ -153,7 +176,7 @@ class PlatformCollector:
             "Anti-bot ladder level per job and host (1 back off, 2 rotate, 3 render, 4 park)",
             labels=["job", "host"],
         )
-        for key, level in _field_of_each(client, "crawl:ladder:*", "level"):
+        for key, level in _field_of_each(broker.client(), "crawl:ladder:*", "level"):
             if level is not None and int(level) > 0:
                 job_id, host = key.decode()[len("crawl:ladder:") :].split(":", 1)
                 ladders.add_metric([job_id, host], int(level))
@@ -178,12 +201,11 @@ class PlatformCollector:
             labels=["worker"],
         )
         now_s = time.time()
-        for key in client.scan_iter(match="crawl:worker:*", count=500):
-            fields = client.hgetall(key)
-            name = key.decode()[len("crawl:worker:") :]
-            beat = float(fields.get(b"heartbeat", 0))
-            heartbeat.add_metric([name], now_s - beat)
-            last_task.add_metric([name], now_s - (float(fields.get(b"last_task", 0)) or beat))
+        for worker in registry.workers():
+            heartbeat.add_metric([worker["name"]], now_s - worker["heartbeat"])
+            last_task.add_metric(
+                [worker["name"]], now_s - (worker["last_task"] or worker["heartbeat"])
+            )
         yield heartbeat
         yield last_task
 

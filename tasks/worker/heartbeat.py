@@ -9,6 +9,12 @@ the file goes stale and the liveness probe fails; the web's ``/metrics`` shows e
 heartbeat and last-task ages, so a worker that stops consuming while work waits is visible.
 ``READY_FILE`` exists from ``worker_ready`` until shutdown.
 
+The same hash is the registry of workers (:func:`workers`, read by ``/metrics`` and the
+dashboard): each heartbeat also writes the worker's version, its channel (the queues it
+consumes), pid and start time, in the same round trip, so a registry that Redis lost comes
+back with the next heartbeat. A worker that stops consuming (warm shutdown) removes itself;
+one that dies leaves a hash that expires after ``4 x HEARTBEAT_STALE_S``.
+
 Probes (no ``celery inspect ping``): ``python -m tasks.worker.heartbeat live`` and ``... ready``;
 ``python -m tasks.worker.heartbeat live FILE`` checks another heartbeat file (the scheduler's).
 """
@@ -27,10 +33,17 @@ from tasks.defaults import setting
 
 log = logging.getLogger(__name__)
 _last_task = 0.0
+PREFIX = "crawl:worker:"  # + the worker's hostname: its heartbeat and registry entry
 
 
 def _touch(path: str) -> None:
     Path(path).touch()
+
+
+def _version() -> str:
+    import crawlplatform
+
+    return crawlplatform.__version__
 
 
 class Heartbeat(bootsteps.StartStopStep):
@@ -41,10 +54,13 @@ class Heartbeat(bootsteps.StartStopStep):
     def __init__(self, parent, **kwargs) -> None:
         super().__init__(parent, **kwargs)
         self.timer_ref = None
-        self.name_ = None
+        self.key = ""
+        self.identity: dict[str, str | int | float] = {"started": time.time()}
 
     def start(self, consumer) -> None:
-        self.name_ = consumer.hostname
+        self.key = PREFIX + consumer.hostname
+        queues = sorted(queue.name for queue in consumer.task_consumer.queues)
+        self.identity.update(version=_version(), channel=",".join(queues), pid=os.getpid())
         self.beat()
         self.timer_ref = consumer.timer.call_repeatedly(setting("HEARTBEAT_INTERVAL_S"), self.beat)
 
@@ -54,17 +70,50 @@ class Heartbeat(bootsteps.StartStopStep):
             from tasks.broker import client
 
             stale = int(setting("HEARTBEAT_STALE_S"))
-            client().hset(
-                f"crawl:worker:{self.name_}",
-                mapping={"heartbeat": time.time(), "last_task": _last_task},
-            )
-            client().expire(f"crawl:worker:{self.name_}", stale * 4)
+            pipe = client().pipeline(transaction=False)
+            pipe.hset(self.key, mapping={**self.identity, "heartbeat": time.time(),
+                                         "last_task": _last_task})  # fmt: skip
+            pipe.expire(self.key, stale * 4)
+            pipe.execute()
         except Exception as exc:  # the heartbeat file is what probes read; Redis may be away
             log.debug("heartbeat not written to Redis: %s", exc)
 
     def stop(self, consumer) -> None:
+        """The worker stops consuming (warm shutdown, or a lost broker connection before a
+        restart of the consumer): it leaves the registry until its next start."""
         if self.timer_ref is not None:
             self.timer_ref.cancel()
+        try:
+            from tasks.broker import client
+
+            client().delete(self.key)
+        except Exception as exc:  # the entry expires by itself
+            log.debug("worker not removed from the registry: %s", exc)
+
+
+def workers() -> list[dict[str, str | int | float]]:
+    """Workers in the registry, by name: ``name``, ``version``, ``channel``, ``pid``,
+    ``started``, ``heartbeat`` and ``last_task`` (Unix times; 0: no task yet)."""
+    from tasks.broker import client
+
+    redis = client()
+    keys = sorted(redis.scan_iter(match=PREFIX + "*", count=500))
+    pipe = redis.pipeline(transaction=False)
+    for key in keys:
+        pipe.hgetall(key)
+    found = []
+    for key, fields in zip(keys, pipe.execute() if keys else [], strict=True):
+        if not fields:  # expired between the scan and the read
+            continue
+        text = {k.decode(): v.decode() for k, v in fields.items()}
+        found.append({
+            "name": key.decode()[len(PREFIX) :],
+            "version": text.get("version", ""),
+            "channel": text.get("channel", ""),
+            "pid": int(text.get("pid") or 0),
+            **{f: float(text.get(f) or 0) for f in ("started", "heartbeat", "last_task")},
+        })  # fmt: skip
+    return found
 
 
 @signals.task_postrun.connect
