@@ -1,9 +1,10 @@
 """Every crawl knob in one place, with its unit and meaning.
 
 Read a value with :func:`setting`. The value in force is, in order of precedence: the job's
-own ``settings`` JSON (per-job override), the environment variable ``CRAWL_<NAME>``, and the
-default below. Environment values are parsed to the default's type; per-job values are
-checked by :func:`problems` when the job is saved.
+own ``settings`` JSON (per-job override), the live value (``manage.py config set``, the
+admin; ``tasks/live.py``), the environment variable ``CRAWL_<NAME>``, and the default below.
+Environment values are parsed to the default's type; per-job and live values are checked by
+:func:`problems` when they are saved.
 
 The time budgets nest, and ``tests/test_config.py`` checks that they do:
 ``FETCH_DEADLINE_S < TASK_SOFT_TIME_LIMIT_S < TASK_TIME_LIMIT_S < VISIBILITY_TIMEOUT_S``, and
@@ -142,8 +143,20 @@ def _parse(raw: str, default: Any) -> Any:
     return raw
 
 
+# Read once, when a process starts (Celery's time limits and transport options, probe files,
+# ports, pools): a live change of these would not take effect, so it is refused.
+RESTART_ONLY = frozenset({
+    "TASK_SOFT_TIME_LIMIT_S", "TASK_TIME_LIMIT_S", "VISIBILITY_TIMEOUT_S",
+    "UNACKED_RESTORE_INTERVAL_S", "HEARTBEAT_INTERVAL_S", "HEARTBEAT_FILE", "READY_FILE",
+    "SCHEDULER_HEARTBEAT_FILE", "WORKER_METRICS_PORT", "RENDER_CONCURRENCY", "LINK_CACHE_SIZE",
+})  # fmt: skip
+_SETTING_TYPES = bool | int | float | str
+live: dict[str, Any] = {}  # live values in force in this process (tasks/live.py keeps them)
+
+
 def setting(name: str, job: Any = None) -> Any:
-    """The value of crawl setting ``name``: job override, then ``CRAWL_<NAME>``, then default."""
+    """The value of crawl setting ``name``: the job's override, then the live value
+    (``tasks/live.py``), then ``CRAWL_<NAME>``, then the default."""
     default = globals()[name]
     overrides = getattr(job, "settings", None) or {}
     if name in overrides:
@@ -151,13 +164,15 @@ def setting(name: str, job: Any = None) -> Any:
             return type(default)(overrides[name])
         except (TypeError, ValueError):
             pass  # refused when the job is saved; the scheduler fails a job that has one
+    if name in live:
+        return live[name]
     raw = os.environ.get(f"CRAWL_{name}")
     return default if raw is None else _parse(raw, default)
 
 
 def names() -> list[str]:
     """All setting names, for validation of per-job overrides."""
-    return [n for n in globals() if n.isupper()]
+    return [n for n, v in globals().items() if n.isupper() and isinstance(v, _SETTING_TYPES)]
 
 
 def problems(overrides: Any) -> list[str]:
@@ -180,8 +195,8 @@ def problems(overrides: Any) -> list[str]:
         else:
             ok = isinstance(value, str)
         if not ok:
-            found.append(f"{name}: {value!r} is not a {_KIND[type(default)]}")
+            found.append(f"{name}: {value!r} is not a {KIND[type(default)]}")
     return found
 
 
-_KIND = {bool: "true/false", int: "whole number >= 0", float: "number >= 0", str: "string"}
+KIND = {bool: "true/false", int: "whole number >= 0", float: "number >= 0", str: "string"}

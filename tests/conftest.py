@@ -13,7 +13,7 @@ from django.conf import settings
 from django.db import connection
 
 from crawlplatform.embedded import EmbeddedRedis
-from tasks import broker, engine
+from tasks import broker, defaults, engine
 from tasks.frontier import jobs, transitions
 from tasks.frontier.scheduler import Scheduler
 from tasks.worker.supervisor import WorkerPool
@@ -33,9 +33,11 @@ def wait_for(predicate: Callable[[], object], timeout: float, what: str, every: 
 
 @pytest.fixture(autouse=True)
 def _forget_job_caches():
-    """Job ids are reused after a test database flush: per-process job caches must not be."""
+    """Job ids are reused after a test database flush: per-process job caches must not be,
+    nor live settings."""
     transitions._jobs.clear()
     engine._caches.clear()
+    defaults.live = {}  # live settings of an earlier test's database
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -10,6 +10,7 @@ on their own jobs and their URLs, pages and reviews only (web/access.py)."""
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -21,11 +22,21 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from redis.exceptions import RedisError
 
+from tasks import defaults, live
 from tasks.content import bodies, extraction
 from tasks.fetch import ladder, proxies
 from tasks.frontier import jobs, review, schedules, transitions, wakeup
 from web import access, export, specs
-from web.models import Checkpoint, CrawlJob, FrontierURL, Page, Review, URLState
+from web.models import (
+    Checkpoint,
+    CrawlJob,
+    FrontierURL,
+    LiveSetting,
+    Page,
+    Review,
+    SettingChange,
+    URLState,
+)
 
 _PREVIEW_BYTES = 20_000
 _CONTENT_TYPES = {"jsonl": "application/jsonl", "csv": "text/csv", "warc": "application/gzip"}
@@ -492,3 +503,76 @@ class ReviewAdmin(OwnJobs, admin.ModelAdmin):
     def give_up(self, request: HttpRequest, queryset: QuerySet) -> None:
         n = review.drop(FrontierURL.objects.filter(review__in=queryset))
         self.message_user(request, f"{n} URLs failed", messages.SUCCESS)
+
+
+class LiveSettingForm(forms.ModelForm):
+    name = forms.ChoiceField(help_text="A crawl setting of tasks/defaults.py.")
+    text = forms.CharField(
+        label="value",
+        help_text="As on the command line: a number, true/false, or text. In force in every "
+        "worker and scheduler within a second (tasks/live.py).",
+    )
+
+    class Meta:
+        model = LiveSetting
+        fields: list[str] = []
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        choices = sorted(set(defaults.names()) - defaults.RESTART_ONLY)
+        self.fields["name"].choices = [(n, n) for n in choices]
+        if self.instance.pk:
+            self.fields["name"].initial = self.instance.name
+            self.fields["name"].disabled = True
+            value = self.instance.value
+            self.fields["text"].initial = value if isinstance(value, str) else json.dumps(value)
+
+    def clean(self) -> dict:
+        data = super().clean()
+        if "name" in data and "text" in data:
+            try:
+                data["value"] = live.parse(data["name"], data["text"])
+                live.check(data["name"], data["value"])
+            except live.Refused as exc:
+                raise forms.ValidationError(str(exc)) from None
+        return data
+
+
+@admin.register(LiveSetting)
+class LiveSettingAdmin(admin.ModelAdmin):
+    """Crawl settings changed at run time; every change is audited (Setting changes)."""
+
+    form = LiveSettingForm
+    list_display = ["name", "value", "default", "updated_by", "updated_at"]
+
+    @admin.display(description="default")
+    def default(self, row: LiveSetting) -> str:
+        return repr(getattr(defaults, row.name, "?"))
+
+    def save_model(self, request: HttpRequest, row: LiveSetting, form, change: bool) -> None:
+        name, value = form.cleaned_data["name"], form.cleaned_data["value"]
+        live.change(name, value, request.user.get_username())
+        row.pk = name
+
+    def delete_model(self, request: HttpRequest, row: LiveSetting) -> None:
+        live.change(row.name, None, request.user.get_username())
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet) -> None:
+        for name in list(queryset.values_list("name", flat=True)):
+            live.change(name, None, request.user.get_username())
+
+
+@admin.register(SettingChange)
+class SettingChangeAdmin(admin.ModelAdmin):
+    list_display = ["at", "who", "name", "old", "new"]
+    list_filter = ["name", "who"]
+    readonly_fields = ["at", "who", "name", "old", "new"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False

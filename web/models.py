@@ -512,3 +512,32 @@ class HealthProbe(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} at {self.at:%Y-%m-%d %H:%M:%S}"
+
+
+class LiveSetting(models.Model):
+    """A crawl setting changed at run time (``tasks/live.py``): in force in every process,
+    after a job's own override and before the environment."""
+
+    name = models.CharField(max_length=64, primary_key=True)
+    value = models.JSONField()
+    updated_at = models.DateTimeField(auto_now=True)
+    updated_by = models.CharField(max_length=150, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.name} = {self.value!r}"
+
+
+class SettingChange(models.Model):
+    """The audit of live settings: who changed what, when, from what to what (null: unset)."""
+
+    name = models.CharField(max_length=64, db_index=True)
+    old = models.JSONField(null=True, blank=True)
+    new = models.JSONField(null=True, blank=True)
+    who = models.CharField(max_length=150)
+    at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-id"]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.who}: {self.name} {self.old!r} -> {self.new!r}"

@@ -19,6 +19,7 @@ from django.db.models import F, Max
 from django.utils import timezone
 from redis.exceptions import RedisError
 
+from tasks import live
 from tasks.content import bodies
 from tasks.content.urls import canonicalize
 from tasks.fetch import sessions
@@ -92,6 +93,7 @@ def update(job: CrawlJob, **fields: Any) -> list[str]:
         if added and job.state in (JobState.RUNNING, JobState.PAUSED):
             transitions.insert_urls(job.pk, added, depth=0)
         schedules.sync(job)
+        transaction.on_commit(lambda: live.announce(f"job {job.pk}"))  # workers drop their copy
     if "seeds" in changed and job.state == JobState.RUNNING:
         wakeup.nudge()
     return [name for name in changed if name != "webhook_secret"]

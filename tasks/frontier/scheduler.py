@@ -50,7 +50,7 @@ from django.db.models import F, Min
 from django.utils import timezone
 from redis.exceptions import RedisError
 
-from tasks import broker
+from tasks import broker, live
 from tasks.defaults import setting
 from tasks.fetch import circuit, outcomes, politeness
 from tasks.frontier import jobs, transitions, wakeup, webhooks
@@ -571,6 +571,7 @@ class Scheduler:
 
     def run(self) -> None:
         log.info("scheduler %s started", self.identity[:8])
+        live.start()
         outage_since, backoff = None, 0.5
         try:
             while not self.stop.is_set():

@@ -1,4 +1,5 @@
-"""A worker's life: checkpoints when it shuts down, and a memory ceiling.
+"""A worker's life: live settings followed from its start, checkpoints when it shuts down,
+and a memory ceiling.
 
 Reads ``WORKER_MAX_RSS_MB`` and ``MEMORY_CHECK_EVERY``.
 
@@ -24,6 +25,15 @@ from tasks.defaults import setting
 log = logging.getLogger(__name__)
 touched_jobs: set[int] = set()  # jobs this worker process fetched pages for
 _tasks_run = 0
+
+
+@signals.worker_ready.connect
+@signals.worker_process_init.connect
+def _follow_live_settings(**kwargs) -> None:
+    """Live settings (``tasks/live.py``) in force in the worker, and in each prefork child."""
+    from tasks import live
+
+    live.start()
 
 
 @signals.worker_shutdown.connect

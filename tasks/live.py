@@ -1,0 +1,169 @@
+"""Live configuration: crawl settings (``tasks/defaults.py``) changed while the platform runs,
+in force in every worker and scheduler within a second, without restarts.
+
+The database holds them (``web.models.LiveSetting``, one row per setting changed, and a
+``SettingChange`` audit row per change: who, when, old, new). A change is validated first
+(the setting's type, and the settings that a process reads only when it starts are refused),
+committed, then announced on the Redis channel ``crawl:config``. Each process that called
+:func:`start` keeps the live values in memory (``defaults.live``, read by ``defaults.setting``
+between a job's own override and the environment) and a thread subscribed to the channel
+that loads them again from the database at each announcement, each reconnect, and every
+``RESYNC_S`` (an announcement lost while Redis was away is caught up then). A job edited
+while it runs is announced the same way, and workers drop their cached copy of it.
+
+Precedence (``defaults.setting``): the job's ``settings``, then live, then ``CRAWL_<NAME>``
+in the environment, then the default.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from typing import Any
+
+from django.db import close_old_connections, connection, transaction
+from redis.exceptions import RedisError
+
+from tasks import defaults
+from tasks.broker import client
+
+log = logging.getLogger(__name__)
+
+CHANNEL = "crawl:config"
+RESYNC_S = 30.0  # live values are read again this often whatever the channel said, seconds
+loaded_at = 0.0  # when ``values`` were last read (monotonic), 0: never
+_listener: threading.Thread | None = None
+_lock = threading.Lock()
+
+
+class Refused(ValueError):
+    """A live change that cannot be made; the message says why."""
+
+
+def parse(name: str, text: str) -> Any:
+    """A value typed on a command line, as the setting's type (JSON also accepted)."""
+    if name not in defaults.names():
+        raise Refused(f"{name}: no such setting (see tasks/defaults.py)")
+    default = getattr(defaults, name)
+    if isinstance(default, str):
+        return text
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise Refused(f"{name}: {text!r} is not a {defaults.KIND[type(default)]}") from None
+
+
+def check(name: str, value: Any) -> None:
+    """Refused unless ``value`` can be ``name``'s live value."""
+    if name in defaults.RESTART_ONLY:
+        raise Refused(
+            f"{name} is read when a process starts: set CRAWL_{name} in the environment and "
+            "restart (a rolling restart of the workers keeps every page)"
+        )
+    if problems := defaults.problems({name: value}):
+        raise Refused("; ".join(problems))
+
+
+def change(name: str, value: Any, who: str) -> tuple[Any, Any]:
+    """Set (``value`` not None) or clear a live setting; returns (old, new). Announced to
+    every process once committed."""
+    from web.models import LiveSetting, SettingChange
+
+    if value is not None:
+        check(name, value)
+    elif name not in defaults.names():
+        raise Refused(f"{name}: no such setting (see tasks/defaults.py)")
+    with transaction.atomic():
+        row = LiveSetting.objects.select_for_update().filter(name=name).first()
+        old = row.value if row else None
+        if value is None:
+            LiveSetting.objects.filter(name=name).delete()
+        else:
+            LiveSetting.objects.update_or_create(
+                name=name, defaults={"value": value, "updated_by": who}
+            )
+        SettingChange.objects.create(name=name, old=old, new=value, who=who)
+        transaction.on_commit(lambda: announce(f"setting {name}"))
+    log.info("live setting %s: %r -> %r by %s", name, old, value, who)
+    return old, value
+
+
+def announce(what: str) -> None:
+    """Tell every process that live values (or a job, ``job ID``) changed."""
+    try:
+        client().publish(CHANNEL, what)
+    except RedisError as exc:  # processes read the database again within RESYNC_S anyway
+        log.warning("live change not announced (%s): in force within %.0f s", exc, RESYNC_S)
+
+
+def load() -> dict[str, Any]:
+    """Read the live values from the database; they are in force in this process from now."""
+    from web.models import LiveSetting
+
+    global loaded_at
+    known = set(defaults.names())
+    found = {n: v for n, v in LiveSetting.objects.values_list("name", "value") if n in known}
+    defaults.live = found  # one assignment: readers see the old values or the new, whole
+    loaded_at = time.monotonic()
+    return found
+
+
+def _reload() -> None:
+    close_old_connections()
+    try:
+        load()
+    except Exception as exc:  # noqa: BLE001 (the database may be away: keep what we have)
+        log.warning("live settings not reloaded (%s); keeping the last ones", exc)
+    finally:
+        connection.close()  # this thread wakes rarely: no connection kept for it
+
+
+def _forget_job(job_id: int) -> None:
+    from tasks.frontier import transitions
+
+    transitions._jobs.pop(job_id, None)
+
+
+def _listen() -> None:
+    while True:
+        pubsub = None
+        try:
+            pubsub = client().pubsub(ignore_subscribe_messages=True)
+            pubsub.subscribe(CHANNEL)
+            _reload()  # what changed while this process was not subscribed
+            while True:
+                message = pubsub.get_message(timeout=RESYNC_S)
+                if message is None:
+                    if time.monotonic() - loaded_at >= RESYNC_S:
+                        _reload()
+                    continue
+                what = message["data"].decode()
+                if what.startswith("job "):
+                    _forget_job(int(what.split()[1]))
+                else:
+                    _reload()
+        except (RedisError, OSError) as exc:
+            log.debug("live settings channel lost (%s); subscribing again", exc)
+            time.sleep(1)
+        finally:
+            if pubsub is not None:
+                try:
+                    pubsub.close()
+                except (RedisError, OSError):
+                    pass
+
+
+def start() -> None:
+    """Load the live values and follow their changes in this process (idempotent)."""
+    global _listener
+    with _lock:
+        if _listener is not None and _listener.is_alive():
+            return
+        try:
+            load()
+        except Exception as exc:  # noqa: BLE001 (the listener loads them once it can)
+            log.warning("live settings not loaded yet (%s)", exc)
+        _listener = threading.Thread(target=_listen, name="live-settings", daemon=True)
+        _listener.start()
