@@ -10,7 +10,12 @@
 
 Other variables (default in brackets):
 
-- ``CRAWL_QUEUE`` [``crawl``]: the Celery queue crawl tasks go to (one per release channel)
+- ``CRAWL_QUEUE`` [``crawl``]: the crawl queue of the ``main`` channel; channel X's queue is
+  ``crawl.X`` (``tasks/frontier/channels.py``)
+- ``CRAWL_CHANNEL`` [``main``]: the release channel this process's workers belong to (e.g.
+  ``blue``, ``green``, ``canary``): they consume its queue and mark the pages they store
+- ``CRAWL_VERSION`` [the release, ``crawlplatform.__version__``]: the version workers report
+  and mark their pages with (an image's tag)
 - ``SECRET_KEY`` [a random key made once and kept in ``CRAWL_DATA_DIR``]: set it in every
   deployment; the web process refuses to start without a strong one
 - ``DEBUG`` [``false``]: Django debug pages
@@ -247,7 +252,12 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # (Cancelling them on reconnect races with the transport teardown: celery/celery#9250.)
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
-CELERY_TASK_DEFAULT_QUEUE = CRAWL_QUEUE
+# A worker consumes its channel's queue (no --queues needed); the scheduler routes each URL to
+# a channel's queue by the channel weights (tasks/frontier/channels.py).
+CRAWL_CHANNEL = env.str("CRAWL_CHANNEL", default="main")
+CELERY_TASK_DEFAULT_QUEUE = (
+    CRAWL_QUEUE if CRAWL_CHANNEL == "main" else f"{CRAWL_QUEUE}.{CRAWL_CHANNEL}"
+)
 CELERY_TASK_SOFT_TIME_LIMIT = crawl.setting("TASK_SOFT_TIME_LIMIT_S")
 CELERY_TASK_TIME_LIMIT = crawl.setting("TASK_TIME_LIMIT_S")
 CELERY_TASK_SERIALIZER = "json"

@@ -126,6 +126,17 @@ DB_RETRY_S = 5  # a task that cannot reach the database is retried after this (a
 # Checkpoints
 CHECKPOINT_INTERVAL_S = 60.0  # periodic checkpoint of every running job, seconds
 
+# Canary analysis (tasks/frontier/canary.py): a channel with part of the weight against the
+# channel with the most, over a sliding window
+CANARY_WINDOW_S = 120.0  # outcomes of this long ago and since are compared, seconds
+CANARY_MIN_SAMPLES = 30  # attempts a canary makes in the window before it is judged
+CANARY_FAIL_MARGIN = 0.15  # failed share above the stable channel's that rolls it back
+CANARY_BAN_MARGIN = 0.10  # ban-detected share above the stable channel's that rolls it back
+CANARY_PARSE_MARGIN = 0.05  # parse-error share above the stable channel's that rolls it back
+CANARY_LATENCY_FACTOR = 2.0  # a p95 latency above the stable one's x this (and +1 s): back
+CANARY_STEPS = "5,10,30,100"  # weights a canary steps up through while it stays healthy, %
+CANARY_STEP_MIN_S = 300.0  # a step lasts at least this long (and its window is full), seconds
+
 # Completion webhooks (tasks/frontier/webhooks.py)
 WEBHOOK_ATTEMPTS = 6  # calls of a job's webhook at most (a 5xx, 408, 429 or no answer: again)
 WEBHOOK_RETRY_S = 5.0  # first wait before calling again; doubles each attempt, seconds

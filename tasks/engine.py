@@ -43,7 +43,7 @@ from tasks.fetch import (
     robots,
     sessions,
 )
-from tasks.frontier import leases, wakeup
+from tasks.frontier import canary, channels, leases, wakeup
 from tasks.frontier.transitions import (
     IDENTITY_BANNED,
     RENDER_QUEUED,
@@ -67,6 +67,7 @@ from tasks.worker import loop, metrics
 from web.models import Page, URLState
 
 log = logging.getLogger(__name__)
+CHANNEL, VERSION = channels.mine(), channels.version()  # marked on every page stored here
 
 
 class _BoundedSet:
@@ -169,11 +170,13 @@ def process(url_id: int, job_id: int, rendering: bool = False) -> str | None:
     if claimed is None:
         return None
     leases.hold(claimed.url.pk, claimed.attempt)
+    began = time.monotonic()
     try:
         lend_connection_back()  # a fetch takes long: the pool serves other threads meanwhile
         state = _process_safely(claimed, rendering)
     finally:
         leases.let_go(claimed.url.pk)
+    canary.count(state, claimed.reason, claimed.deferred, time.monotonic() - began)
     if state is not None:
         metrics.outcome(job_id, state, claimed.reason)
         if state == "queued" or claimed.new_links:
@@ -528,7 +531,7 @@ def hand_to_render(claimed: Claim) -> str:
 
     to_render(claimed)
     url_id, job_id, depth = claimed.url.pk, claimed.job.pk, claimed.url.depth
-    transaction.on_commit(lambda: scheduler.publish([(url_id, job_id, depth)], queue="render"))
+    transaction.on_commit(lambda: scheduler.publish([(url_id, job_id, depth, "")], queue="render"))
     claimed.reason = RENDER_QUEUED
     return URLState.SCHEDULED
 
@@ -631,6 +634,8 @@ def _store(
         run=claimed.run,
         first_run=claimed.run,
         modified_run=claimed.run,
+        channel=CHANNEL,
+        worker_version=VERSION,
     )
     state = with_retries(lambda: record_page(claimed, page, links, note, redirect_target))
     _committed(claimed, cache, links)

@@ -9,7 +9,8 @@ committed, then announced on the Redis channel ``crawl:config``. Each process th
 between a job's own override and the environment) and a thread subscribed to the channel
 that loads them again from the database at each announcement, each reconnect, and every
 ``RESYNC_S`` (an announcement lost while Redis was away is caught up then). A job edited
-while it runs is announced the same way, and workers drop their cached copy of it.
+while it runs is announced the same way, and workers drop their cached copy of it; so are
+new channel weights (``tasks/frontier/channels.py``).
 
 Precedence (``defaults.setting``): the job's ``settings``, then live, then ``CRAWL_<NAME>``
 in the environment, then the default.
@@ -34,8 +35,10 @@ log = logging.getLogger(__name__)
 CHANNEL = "crawl:config"
 RESYNC_S = 30.0  # live values are read again this often whatever the channel said, seconds
 loaded_at = 0.0  # when ``values`` were last read (monotonic), 0: never
+FIRST_LOAD_WAIT_S = 5.0  # a process starting waits this long at most for the live values
 _listener: threading.Thread | None = None
 _lock = threading.Lock()
+_first_load = threading.Event()
 
 
 class Refused(ValueError):
@@ -118,6 +121,7 @@ def _reload() -> None:
         log.warning("live settings not reloaded (%s); keeping the last ones", exc)
     finally:
         connection.close()  # this thread wakes rarely: no connection kept for it
+        _first_load.set()
 
 
 def _forget_job(job_id: int) -> None:
@@ -142,6 +146,10 @@ def _listen() -> None:
                 what = message["data"].decode()
                 if what.startswith("job "):
                     _forget_job(int(what.split()[1]))
+                elif what == "channels":
+                    from tasks.frontier import channels
+
+                    channels.forget()
                 else:
                     _reload()
         except (RedisError, OSError) as exc:
@@ -156,14 +164,13 @@ def _listen() -> None:
 
 
 def start() -> None:
-    """Load the live values and follow their changes in this process (idempotent)."""
+    """Load the live values and follow their changes in this process (idempotent). The
+    loading is the listener thread's (it holds no database connection between loads), and
+    this waits for its first load, briefly."""
     global _listener
     with _lock:
         if _listener is not None and _listener.is_alive():
             return
-        try:
-            load()
-        except Exception as exc:  # noqa: BLE001 (the listener loads them once it can)
-            log.warning("live settings not loaded yet (%s)", exc)
         _listener = threading.Thread(target=_listen, name="live-settings", daemon=True)
         _listener.start()
+    _first_load.wait(FIRST_LOAD_WAIT_S)

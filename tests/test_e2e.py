@@ -109,7 +109,7 @@ def test_redelivered_task_for_done_url_fetches_nothing(site, workers, scheduler)
             "id", "job_id", "depth"
         )
     )
-    publish(done)  # every message delivered a second time
+    publish([(*row, "crawl") for row in done])  # every message delivered a second time
     wait_for(lambda: broker.depth() == {"ready": 0, "unacked": 0}, 30, "the redeliveries to drain")
     assert sum(site.hits.values()) == before
     assert Page.objects.filter(job=job).count() == len(done)

@@ -175,7 +175,8 @@ def test_alerts_cover_backlog_idle_workers_errors_and_checkpoints():
     rule = by_kind("PrometheusRule", "crawlplatform")
     rules = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
     assert set(rules) == {"CrawlBacklogNotDraining", "NoWorkersConsuming", "CrawlErrorRateSpike",
-                          "CrawlCheckpointTooOld", "CrawlReviewQueueGrowing"}  # fmt: skip
+                          "CrawlCheckpointTooOld", "CrawlReviewQueueGrowing",
+                          "CanaryRolledBack"}  # fmt: skip
     exported = (ROOT / "web" / "metrics.py").read_text() + (
         ROOT / "tasks" / "worker" / "metrics.py"
     ).read_text()

@@ -25,9 +25,11 @@ from redis.exceptions import RedisError
 from tasks import defaults, live
 from tasks.content import bodies, extraction
 from tasks.fetch import ladder, proxies
-from tasks.frontier import jobs, review, schedules, transitions, wakeup
+from tasks.frontier import canary, channels, jobs, review, schedules, transitions, wakeup
 from web import access, export, specs
 from web.models import (
+    Channel,
+    ChannelEvent,
     Checkpoint,
     CrawlJob,
     FrontierURL,
@@ -247,7 +249,7 @@ class CrawlJobAdmin(OwnJobs, admin.ModelAdmin):
         ("Scope", {"fields": ["allowed_domains", "include_subdomains", "include_patterns",
                               "exclude_patterns", "max_depth", "max_pages",
                               "max_pages_per_host", "path_caps", "use_sitemaps",
-                              "priority"]}),
+                              "priority", "channel"]}),
         ("Politeness", {"fields": ["delay", "host_concurrency", "obey_robots",
                                    "obey_nofollow"]}),
         ("Identities and anti-bot", {"fields": ["user_agents", "proxies", "headers",
@@ -575,4 +577,58 @@ class SettingChangeAdmin(admin.ModelAdmin):
         return False
 
     def has_delete_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False
+
+
+@admin.register(Channel)
+class ChannelAdmin(admin.ModelAdmin):
+    """Release channels and their share of the crawl; the weights change only through the
+    actions (or ``manage.py channel``), so that they always add up to 100."""
+
+    list_display = ["name", "weight", "auto_step", "step_since", "updated_by", "updated_at"]
+    readonly_fields = ["name", "weight", "auto_step", "step_since", "updated_by", "updated_at"]
+    actions = ["promote", "rollback", "start_canary"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def _one(self, request: HttpRequest, queryset: QuerySet) -> Channel | None:
+        if queryset.count() != 1:
+            self.message_user(request, "select one channel", messages.WARNING)
+            return None
+        return queryset.get()
+
+    @admin.action(description="Promote: all new URLs to this channel (the others drain)")
+    def promote(self, request: HttpRequest, queryset: QuerySet) -> None:
+        if row := self._one(request, queryset):
+            who = request.user.get_username()
+            split = channels.promote(row.name, who)
+            canary.record(row.name, "promoted", who)
+            self.message_user(request, f"weights now {split}", messages.SUCCESS)
+
+    @admin.action(description="Roll back: its weight to the stable channel, its queue moved")
+    def rollback(self, request: HttpRequest, queryset: QuerySet) -> None:
+        if row := self._one(request, queryset):
+            who = request.user.get_username()
+            split, moved = channels.rollback(row.name, who)
+            canary.record(row.name, "rolled_back", f"by {who}")
+            self.message_user(request, f"weights now {split}; {moved} queued URLs moved")
+
+    @admin.action(description="Start as a canary (CANARY_STEPS, rolled back when unhealthy)")
+    def start_canary(self, request: HttpRequest, queryset: QuerySet) -> None:
+        if row := self._one(request, queryset):
+            split = canary.start(row.name, request.user.get_username())
+            self.message_user(request, f"weights now {split}", messages.SUCCESS)
+
+
+@admin.register(ChannelEvent)
+class ChannelEventAdmin(admin.ModelAdmin):
+    list_display = ["at", "channel", "kind", "detail"]
+    list_filter = ["channel", "kind"]
+    readonly_fields = ["at", "channel", "kind", "detail"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
         return False

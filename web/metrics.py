@@ -21,8 +21,9 @@ from prometheus_client.core import GaugeMetricFamily
 from tasks import broker
 from tasks.defaults import setting
 from tasks.fetch.politeness import decayed_delay
+from tasks.frontier import channels
 from tasks.worker import heartbeat as registry
-from web.models import CrawlJob, FrontierURL, JobState, Review, URLState
+from web.models import ChannelEvent, CrawlJob, FrontierURL, JobState, Review, URLState
 
 _THROTTLE_SCAN_MAX = 1000  # host delay keys reported at most
 DUE_COUNT_MAX = 10_000  # due URLs counted per job at most: plenty to size any worker fleet
@@ -189,6 +190,7 @@ class PlatformCollector:
         for job_id, n in parked:
             review.add_metric([str(job_id)], n)
         yield review
+        yield from _channels()
 
         heartbeat = GaugeMetricFamily(
             "crawlplatform_worker_heartbeat_age_seconds",
@@ -208,6 +210,33 @@ class PlatformCollector:
             )
         yield heartbeat
         yield last_task
+
+
+def _channels():
+    """Release channels: weights, ready messages per channel queue, last automatic rollback."""
+    weight = GaugeMetricFamily(
+        "crawlplatform_channel_weight", "Percent of hosts routed to each release channel",
+        labels=["channel"],
+    )  # fmt: skip
+    split = channels.weights(cached=False)
+    ready = GaugeMetricFamily(
+        "crawlplatform_channel_ready_messages", "Crawl messages waiting in each channel's queue",
+        labels=["channel", "queue"],
+    )  # fmt: skip
+    for queue in channels.queues():
+        name = channels.of_queue(queue)
+        weight.add_metric([name], split.get(name, 0))
+        ready.add_metric([name, queue], broker.depth(queue)["ready"])
+    yield weight
+    yield ready
+    rolled = GaugeMetricFamily(
+        "crawlplatform_channel_rollback_timestamp_seconds",
+        "When each channel was last rolled back (Unix time)", labels=["channel"],
+    )  # fmt: skip
+    last = ChannelEvent.objects.filter(kind="rolled_back").values("channel").annotate(at=Max("at"))
+    for row in last:
+        rolled.add_metric([row["channel"]], row["at"].timestamp())
+    yield rolled
 
 
 def render() -> bytes:

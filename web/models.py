@@ -205,6 +205,12 @@ class CrawlJob(models.Model):
     webhook_status = models.CharField(
         max_length=300, blank=True, help_text="The last webhook call's outcome."
     )
+    channel = models.CharField(
+        max_length=40,
+        blank=True,
+        help_text="Release channel whose workers fetch this job (e.g. canary); empty: the "
+        "channels' weighted split of hosts.",
+    )
     run = models.PositiveIntegerField(
         default=1, db_default=1, help_text="1 for the first crawl, one more for each recrawl."
     )
@@ -294,6 +300,8 @@ class CrawlJob(models.Model):
                 add("settings", f"ALLOWED_NETWORKS: {exc}")
         if self.webhook_url and (problem := webhook_problem(self.webhook_url)):
             add("webhook_url", problem)
+        if self.channel and not re.fullmatch(r"[A-Za-z0-9_-]{1,40}", self.channel):
+            add("channel", f"{self.channel!r} is not a channel name (letters, digits, - and _)")
         if self.priority is not None and not 0 <= self.priority <= 9:
             add("priority", "must be between 0 and 9")
         if self.delay is not None and (self.delay < 0 or self.delay > 86400):
@@ -439,6 +447,12 @@ class Page(models.Model):
     checked_at = models.DateTimeField(
         null=True, blank=True, help_text="When a run last confirmed it (200 or 304)."
     )
+    channel = models.CharField(
+        max_length=40, blank=True, help_text="The release channel of the worker that fetched it."
+    )
+    worker_version = models.CharField(
+        max_length=40, blank=True, help_text="The version of the worker that fetched it."
+    )
 
     class Meta:
         indexes = [models.Index(fields=["job", "fetched_at"], name="page_job_fetched")]
@@ -541,3 +555,36 @@ class SettingChange(models.Model):
 
     def __str__(self) -> str:
         return f"{self.at:%Y-%m-%d %H:%M:%S} {self.who}: {self.name} {self.old!r} -> {self.new!r}"
+
+
+class Channel(models.Model):
+    """A release channel's share of the crawl (``tasks/frontier/channels.py``)."""
+
+    name = models.CharField(max_length=40, primary_key=True)
+    weight = models.PositiveSmallIntegerField(
+        default=0, help_text="Percent of hosts whose URLs go to this channel's workers."
+    )
+    auto_step = models.BooleanField(
+        default=False, help_text="A canary that steps up through CANARY_STEPS while healthy."
+    )
+    step_since = models.DateTimeField(null=True, blank=True, help_text="Its current step began.")
+    updated_at = models.DateTimeField(auto_now=True)
+    updated_by = models.CharField(max_length=150, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.name} {self.weight}%"
+
+
+class ChannelEvent(models.Model):
+    """What happened to a channel: a canary started, stepped up, promoted or rolled back."""
+
+    channel = models.CharField(max_length=40, db_index=True)
+    kind = models.CharField(max_length=20)
+    detail = models.CharField(max_length=500, blank=True)
+    at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-id"]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.channel} {self.kind}: {self.detail}"

@@ -60,6 +60,7 @@ FIELDS: dict[str, str] = {
     "content.extract": "extract",
     "schedule": "schedule",
     "notifications.webhook_url": "webhook_url",
+    "channel": "channel",
     "priority": "priority",
     "settings": "settings",
 }
@@ -102,6 +103,7 @@ _TYPES: dict[str, dict] = {
     "extract": {"type": "array", "items": _RULE},
     "schedule": {"type": "string"},
     "webhook_url": {"type": "string", "maxLength": 2000},
+    "channel": {"type": "string", "maxLength": 40},
     "priority": {"type": "integer", "minimum": 0, "maximum": 9},
     "settings": {"type": "object"},
 }

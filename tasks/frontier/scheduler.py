@@ -53,7 +53,7 @@ from redis.exceptions import RedisError
 from tasks import broker, live
 from tasks.defaults import setting
 from tasks.fetch import circuit, outcomes, politeness
-from tasks.frontier import jobs, transitions, wakeup, webhooks
+from tasks.frontier import canary, channels, jobs, transitions, wakeup, webhooks
 from web.models import PENDING_STATES, CrawlJob, FrontierURL, JobState, SchedulerFence, URLState
 
 log = logging.getLogger(__name__)
@@ -77,17 +77,17 @@ class NotLeader(Exception):
     """A newer leader raised the fencing epoch: this scheduler must write nothing more."""
 
 
-def publish(rows: list[tuple[int, int, int]], queue: str = "") -> None:
-    """One crawl message per (url id, job id, broker priority 0-9, 0 first); ``queue``
-    ``render``: render tasks on the render queue (``RENDER_QUEUE``)."""
+def publish(rows: list[tuple[int, int, int, str]], queue: str = "") -> None:
+    """One crawl message per (url id, job id, broker priority 0-9 (0 first), channel queue);
+    ``queue`` ``render``: render tasks on the render queue (``RENDER_QUEUE``)."""
     from tasks.tasks import fetch_url, render_url
 
     if not rows:
         return
     task = render_url if queue == "render" else fetch_url
-    name = settings.RENDER_QUEUE if queue == "render" else settings.CRAWL_QUEUE
     with task.app.producer_or_acquire() as producer:
-        for url_id, job_id, prio in rows:
+        for url_id, job_id, prio, channel_queue in rows:
+            name = settings.RENDER_QUEUE if queue == "render" else channel_queue
             task.apply_async((url_id, job_id), queue=name, priority=prio, producer=producer)
 
 
@@ -329,7 +329,9 @@ def release(job: CrawlJob, epoch: int | None = None) -> tuple[int, float | None]
         if first:
             CrawlJob.objects.filter(pk=job.pk).update(released=F("released") + len(first))
             job.released += len(first)
-        messages = [(r[0], job.pk, priority(r[1], job.priority)) for r in chosen]
+        split = channels.weights()
+        messages = [(r[0], job.pk, priority(r[1], job.priority),
+                     channels.route(job.channel, r[2], split)) for r in chosen]  # fmt: skip
         transaction.on_commit(lambda: publish(messages))
     _flow.released(job.pk, outstanding + len(chosen), now)
     selection.caps.save([(r[2], r[4]) for r in first])
@@ -423,8 +425,8 @@ def reconcile() -> int:
     expected = scheduled.count()
     if not expected:
         return 0
-    held = broker.depth()
-    ready = held["ready"] + broker.depth(settings.RENDER_QUEUE)["ready"]
+    held = broker.depth()  # unacked: every queue's
+    ready = sum(broker.depth(q)["ready"] for q in [*channels.queues(), settings.RENDER_QUEUE])
     missing = expected - ready
     if missing <= 0:
         return 0
@@ -432,15 +434,18 @@ def reconcile() -> int:
         stale = timezone.now() - timezone.timedelta(seconds=setting("SCHEDULED_STALE_S"))
         scheduled = scheduled.filter(scheduled_at__lt=stale)
     rows = list(
-        scheduled.order_by("scheduled_at").values_list("id", "job_id", "depth", "error_reason")[
-            :missing
-        ]
+        scheduled.order_by("scheduled_at").values_list(
+            "id", "job_id", "depth", "error_reason", "host", "job__channel"
+        )[:missing]
     )
     if not rows:
         return 0
     FrontierURL.objects.filter(pk__in=[r[0] for r in rows]).update(scheduled_at=timezone.now())
-    publish([r[:3] for r in rows if r[3] != transitions.RENDER_QUEUED])
-    publish([r[:3] for r in rows if r[3] == transitions.RENDER_QUEUED], queue="render")
+    split = channels.weights(cached=False)
+    messages = [(*r[:3], channels.route(r[5], r[4], split)) for r in rows]
+    publish([m for m, r in zip(messages, rows, strict=True) if r[3] != transitions.RENDER_QUEUED])
+    publish([m for m, r in zip(messages, rows, strict=True) if r[3] == transitions.RENDER_QUEUED],
+            queue="render")  # fmt: skip
     log.warning("reconcile: re-published %d scheduled URLs whose messages were lost or stuck",
                 len(rows))  # fmt: skip
     return len(rows)
@@ -465,6 +470,7 @@ class Scheduler:
         self.stop = threading.Event()
         self.epoch: int | None = None
         self._last_sweep = 0.0
+        self._last_analysis = 0.0
         self._last_checkpoint = time.monotonic()
         self._listening = False
         self._checked: dict[int, str] = {}  # job -> the configuration last found applicable
@@ -543,6 +549,10 @@ class Scheduler:
             self._last_sweep = now
             sweep()
             _pace.forget_before(now)
+        if running and now - self._last_analysis >= canary.ANALYSE_EVERY_S:
+            self._last_analysis = now
+            for decision in canary.analyse():
+                log.warning("canary analysis: %s", decision)
         if now - self._last_checkpoint >= setting("CHECKPOINT_INTERVAL_S"):
             self._last_checkpoint = now
             for job in running:

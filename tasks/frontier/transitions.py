@@ -59,6 +59,7 @@ class Claim:
     new_links: bool = False  # its page added URLs to the frontier
     level: int = 0  # its host's anti-bot ladder level during this attempt
     run: int = 1  # the job's run it was claimed in (read with the claim, never from a cache)
+    deferred: bool = False  # it went back to wait without an attempt (politeness, robots)
 
 
 def insert_urls(job_id: int, urls: Iterable[str], depth: int, parent_id: int | None = None) -> None:
@@ -194,6 +195,12 @@ def requeue_if_stopped(url_id: int, job_id: int, now: datetime) -> int:
     return _requeue(rows)
 
 
+def requeue_scheduled(ids: list[int]) -> int:
+    """URLs whose messages were taken out of a queue (a channel rolled back) wait in the
+    frontier again; the attempt was not made. A URL already claimed is left alone."""
+    return _requeue(FrontierURL.objects.filter(pk__in=ids, state=URLState.SCHEDULED))
+
+
 def requeue_job(job_id: int, states: Iterable[str]) -> int:
     """Put a job's URLs in ``states`` back to the queue (a private broker that started empty)."""
     return _requeue(FrontierURL.objects.filter(job_id=job_id, state__in=list(states)))
@@ -223,7 +230,7 @@ def with_retries(commit: Callable[[], object], attempts: int = 3):
 def defer(claim: Claim, seconds: float, reason: str) -> str:
     """Put a leased URL back to wait ``seconds`` (politeness, robots pending); no attempt used."""
     log.info("job=%s url=%s deferred %.2f s: %s", claim.job.pk, claim.url.url, seconds, reason)
-    claim.reason = reason
+    claim.reason, claim.deferred = reason, True
     if not _requeue(_leased(claim), wait=seconds, reason=reason, refund=True):
         raise LeaseLost(f"lease on URL {claim.url.pk} (attempt {claim.attempt}) ended")
     return URLState.QUEUED

@@ -41,9 +41,9 @@ def _touch(path: str) -> None:
 
 
 def _version() -> str:
-    import crawlplatform
+    from tasks.frontier import channels
 
-    return crawlplatform.__version__
+    return channels.version()
 
 
 class Heartbeat(bootsteps.StartStopStep):

@@ -32,11 +32,13 @@ class WorkerStartupError(RuntimeError):
 
 
 def worker_command(name: str, concurrency: int, pool: str, queue: str = "") -> list[str]:
+    """A worker's command line; with no ``queue`` it consumes its channel's queue (the
+    ``CRAWL_CHANNEL`` of its environment)."""
     return [
         sys.executable, "-m", "celery", "-A", "crawlplatform", "worker",
         "--pool", pool,
         "--concurrency", str(concurrency),
-        "--queues", queue or settings.CRAWL_QUEUE,
+        *(["--queues", queue] if queue else []),
         "--hostname", f"{name}@%h",
         "--without-gossip", "--without-mingle", "--without-heartbeat",
         "--loglevel", "INFO",

@@ -1,0 +1,213 @@
+"""Release channels: groups of workers (``blue``, ``green``, ``canary``, ...) that each
+consume their own queue, so that a new worker version can take a share of the crawl, grow,
+take all of it, or be rolled back, without stopping anything.
+
+A worker belongs to the channel of its ``CRAWL_CHANNEL`` (default ``main``) and consumes
+its queue: ``CRAWL_QUEUE`` (``crawl``) for ``main``, ``crawl.NAME`` for the others. It
+reports its version (``CRAWL_VERSION``, default the release) in the worker registry and on
+every page it stores.
+
+The scheduler routes each URL it releases: to the job's own channel if the job is pinned to
+one, otherwise by the weights (``web.models.Channel``, percentages that add up to 100; none
+set: all to ``main``). A host's URLs go to one channel while the weights stay the same: the
+host's hash picks a bucket of 100, and the channels, in name order, own consecutive ranges of
+buckets as wide as their weights; so a canary at 10% takes the hosts of 10 buckets, and
+raising it to 30% keeps those hosts and adds others.
+
+Changing the weights (``manage.py channel``, the admin) affects what is released from then
+on. What a channel's queue already holds is served by its workers (``promote``: the old
+channel drains warm, then its workers stop) or, on ``rollback``, moved: the rolled-back
+channel's queued messages are taken out of its queue and their URLs go back to the frontier,
+to be released again to the channels that have weight (the claim makes any copy left behind
+harmless). One scheduler leader serves every channel.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import os
+import time
+import zlib
+
+from django.conf import settings
+from django.db import transaction
+from redis.exceptions import ResponseError
+
+from tasks import broker, live
+
+log = logging.getLogger(__name__)
+
+DEFAULT = "main"
+CACHE_S = 1.0  # the scheduler reads the weights at most this often (a change is announced)
+_cache: tuple[float, dict[str, int]] | None = None
+
+
+def mine() -> str:
+    """This process's channel."""
+    return settings.CRAWL_CHANNEL
+
+
+def version() -> str:
+    """The version this process's workers report and mark their pages with."""
+    import crawlplatform
+
+    return os.environ.get("CRAWL_VERSION") or crawlplatform.__version__
+
+
+def queue(name: str) -> str:
+    """The Celery queue of channel ``name``."""
+    return settings.CRAWL_QUEUE if name == DEFAULT else f"{settings.CRAWL_QUEUE}.{name}"
+
+
+def of_queue(queue_name: str) -> str:
+    """The channel a crawl queue belongs to."""
+    base = settings.CRAWL_QUEUE
+    return DEFAULT if queue_name == base else queue_name.removeprefix(base + ".")
+
+
+def weights(cached: bool = True) -> dict[str, int]:
+    """Channel -> weight (percent, summing to 100); ``{main: 100}`` when none is set."""
+    global _cache
+    now = time.monotonic()
+    if cached and _cache is not None and now - _cache[0] < CACHE_S:
+        return _cache[1]
+    from web.models import Channel
+
+    found = dict(Channel.objects.filter(weight__gt=0).values_list("name", "weight"))
+    _cache = (now, found or {DEFAULT: 100})
+    return _cache[1]
+
+
+def forget() -> None:
+    """Read the weights again at the next routing (they were changed)."""
+    global _cache
+    _cache = None
+
+
+def bucket(host: str) -> int:
+    return zlib.crc32(host.encode()) % 100
+
+
+def route(job_channel: str, host: str, split: dict[str, int]) -> str:
+    """The queue a URL of ``host`` goes to (the job's channel if it is pinned to one)."""
+    if job_channel:
+        return queue(job_channel)
+    point, edge = bucket(host), 0
+    for name in sorted(split):
+        edge += split[name]
+        if point < edge:
+            return queue(name)
+    return queue(sorted(split)[-1])
+
+
+def queues() -> list[str]:
+    """Every channel's queue (weight or not: a channel without weight may still drain)."""
+    from web.models import Channel
+
+    names = set(Channel.objects.values_list("name", flat=True)) | {DEFAULT}
+    return [queue(name) for name in sorted(names)]
+
+
+def known() -> list[str]:
+    """Channels with a weight row, or with workers, or ``main``."""
+    from tasks.worker import heartbeat
+    from web.models import Channel
+
+    names = set(Channel.objects.values_list("name", flat=True)) | {DEFAULT}
+    for worker in heartbeat.workers():
+        names.update(of_queue(q) for q in str(worker["channel"]).split(",") if q)
+    return sorted(names)
+
+
+class Refused(ValueError):
+    """A change of channel weights that cannot be made."""
+
+
+def set_weights(wanted: dict[str, int], who: str) -> dict[str, int]:
+    """Make ``wanted`` the split (every channel not named gets 0); they must add up to 100."""
+    from web.models import Channel
+
+    for name, weight in wanted.items():
+        if not name.replace("-", "").replace("_", "").isalnum() or len(name) > 40:
+            raise Refused(f"{name!r} is not a channel name (letters, digits, - and _)")
+        if not 0 <= weight <= 100:
+            raise Refused(f"{name}: {weight} is not a weight between 0 and 100")
+    if sum(wanted.values()) != 100:
+        raise Refused(f"the weights add up to {sum(wanted.values())}, not 100")
+    with transaction.atomic():
+        Channel.objects.exclude(name__in=list(wanted)).update(weight=0, updated_by=who)
+        for name, weight in wanted.items():
+            Channel.objects.update_or_create(
+                name=name, defaults={"weight": weight, "updated_by": who}
+            )
+        # A canary that stepping up brought to all, or that lost its weight, is done stepping.
+        Channel.objects.filter(weight__in=[0, 100]).update(auto_step=False)
+        transaction.on_commit(lambda: live.announce("channels"))
+    forget()
+    log.info("channel weights now %s (by %s)", wanted, who)
+    return weights(cached=False)
+
+
+def promote(name: str, who: str) -> dict[str, int]:
+    """All weight to ``name``; the other channels' queued URLs are served by their workers."""
+    return set_weights({name: 100}, who)
+
+
+def rollback(name: str, who: str, to: str = "") -> tuple[dict[str, int], int]:
+    """Take ``name``'s weight away at once and give it to ``to`` (default: the channel with
+    the most weight besides it, else ``main``); its queued URLs move. Returns the new split
+    and how many URLs moved."""
+    split = dict(weights(cached=False))
+    freed = split.pop(name, 0)
+    target = to or max(split, key=split.get, default=DEFAULT)
+    split[target] = split.get(target, 0) + freed
+    new = set_weights(split, who)
+    return new, move_queued(name)
+
+
+def move_queued(name: str) -> int:
+    """Take every message out of channel ``name``'s queue and put its URLs back in the
+    frontier, where the scheduler releases them again to the channels with weight."""
+    from tasks.frontier import transitions, wakeup
+
+    ids = [url_id for url_id, _ in take_messages(queue(name))]
+    moved = transitions.requeue_scheduled(ids)
+    if moved:
+        wakeup.nudge()
+    log.info("channel %s: %d queued URLs moved back to the frontier", name, moved)
+    return moved
+
+
+def take_messages(queue_name: str) -> list[tuple[int, int]]:
+    """Remove every ready message of ``queue_name`` from Redis: their (url id, job id).
+    Each priority list is renamed first (atomic), so a worker takes a message or we do."""
+    client = broker.client()
+    found = []
+    for name in broker.priority_lists(queue_name):
+        taken = f"{name}:moving:{os.getpid()}"
+        if not client.exists(name):
+            continue
+        try:
+            client.rename(name, taken)
+        except ResponseError:  # emptied by workers between the two calls
+            continue
+        for raw in client.lrange(taken, 0, -1):
+            found.append(_task_args(raw))
+        client.delete(taken)
+    return [f for f in found if f is not None]
+
+
+def _task_args(raw: bytes) -> tuple[int, int] | None:
+    """(url id, job id) of a crawl message as kombu's Redis transport keeps it."""
+    try:
+        envelope = json.loads(raw)
+        body = envelope["body"]
+        if envelope.get("properties", {}).get("body_encoding") == "base64":
+            body = base64.b64decode(body)
+        args = json.loads(body)[0]
+        return int(args[0]), int(args[1])
+    except (ValueError, KeyError, IndexError, TypeError) as exc:
+        log.warning("a message that is not a crawl task left out: %s", exc)
+        return None
