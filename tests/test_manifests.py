@@ -23,6 +23,7 @@ from django.conf import settings
 from crawlplatform.celery import app
 from tasks import broker
 from tasks.defaults import setting
+from tasks.frontier import channels
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMAS = Path(__file__).resolve().parent / "schemas"
@@ -47,6 +48,8 @@ def kustomization_resources(directory: Path) -> list[Path]:
 
 def manifests() -> list[tuple[Path, dict]]:
     files = set(kustomization_resources(K8S)) | set(kustomization_resources(K8S / "hpa"))
+    files |= set(kustomization_resources(K8S / "channels" / "green"))
+    files |= set(kustomization_resources(K8S / "channels" / "green" / "hpa"))
     return [(f, d) for f in sorted(files) for d in documents(f)]
 
 
@@ -111,6 +114,31 @@ def test_keda_counts_the_lists_celery_creates_plus_in_flight_plus_due():
     assert 'state="unacked"' in inflight["metadata"]["query"]
     due = next(t for t in scaled["spec"]["triggers"] if t["name"] == "due")
     assert "crawlplatform_frontier_due_urls" in due["metadata"]["query"]
+
+
+def test_a_second_channel_consumes_and_scales_on_its_own_queue():
+    main = by_kind("Deployment", "worker")["spec"]["template"]["spec"]["containers"][0]
+    pod = by_kind("Deployment", "worker-green")["spec"]["template"]
+    container = pod["spec"]["containers"][0]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["CRAWL_CHANNEL"] == "green" and "--queues" not in container["command"]
+    kustomization = documents(K8S / "channels" / "green" / "kustomization.yaml")[0]
+    assert env["CRAWL_VERSION"] == kustomization["images"][0]["newTag"]
+    assert pod["metadata"]["labels"]["egress"] == "fetch"  # the workers' egress policy
+    assert pod["spec"]["terminationGracePeriodSeconds"] == by_kind("Deployment", "worker")[
+        "spec"]["template"]["spec"]["terminationGracePeriodSeconds"]  # fmt: skip
+    assert container["livenessProbe"] == main["livenessProbe"]
+    scaled = by_kind("ScaledObject", "worker-green")
+    jsonschema.validate(scaled, crd_schema("keda.sh_scaledobjects.yaml"))
+    assert scaled["spec"]["scaleTargetRef"]["name"] == "worker-green"
+    lists = [t["metadata"]["listName"] for t in scaled["spec"]["triggers"]]
+    assert lists == broker.priority_lists(channels.queue("green"))
+    hpa = by_kind("HorizontalPodAutoscaler", "worker-green")["spec"]
+    assert hpa["scaleTargetRef"]["name"] == "worker-green"
+    metric = hpa["metrics"][0]["external"]["metric"]
+    assert metric["selector"]["matchLabels"] == {"channel": "green"}
+    rules = documents(K8S / "hpa" / "prometheus-adapter-rules.yaml")[0]["external"]
+    assert metric["name"] in {r["name"]["as"] for r in rules}
 
 
 def test_render_workers_consume_their_queue_and_scale_on_it():
