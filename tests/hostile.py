@@ -52,6 +52,12 @@ class HostileSite(LocalSite):
     def hits(self, path: str) -> int:
         return len(self.requests.get(path, []))
 
+    def _after_landing(self, at_most: float = 2.5) -> None:
+        """Wait until /landing was requested, below the tests' read timeout (3 s)."""
+        deadline = time.monotonic() + at_most
+        while not self.hits("/landing") and time.monotonic() < deadline:
+            time.sleep(0.05)
+
     def robots_txt(self) -> str:
         if self.robots is not None:
             return self.robots
@@ -102,10 +108,11 @@ class HostileSite(LocalSite):
             return 302, {"Location": target}, b""
         if path == "/landing":
             return 200, html, page("Landing")
-        if path == "/deeper":  # /landing is linked two slow levels down: after the redirect
-            time.sleep(3)
+        if path == "/deeper":  # /landing is linked two levels down, each answered only once the
+            self._after_landing()  # redirect chain reached it (or, at most, after 2.5 s)
             return 200, html, page("Deeper", ["/deeper2"])
         if path == "/deeper2":
+            self._after_landing()
             return 200, html, page("Deeper 2", ["/landing"])
         if path in ("/loop/a", "/loop/b"):
             return 301, {"Location": "/loop/b" if path == "/loop/a" else "/loop/a"}, b""

@@ -141,6 +141,7 @@ def test_hanging_page_fails_at_the_total_deadline(crawl):
 
 def test_redirect_chain_is_followed_and_its_target_not_fetched_twice(crawl):
     row = crawl.row("/redirect/3")
+    assert row["page"] is not None, (row, crawl.row("/landing"))
     assert row["page"]["final_url"] == crawl.site.url("/landing")
     assert crawl.site.hits("/landing") == 1  # a link found after the redirect fetches nothing
     landing = crawl.row("/landing")
