@@ -7,10 +7,13 @@ import hashlib
 import hmac
 import json
 import threading
+from datetime import timedelta
 from http.server import BaseHTTPRequestHandler
 
 import pytest
+from django.utils import timezone
 
+from tasks import broker, defaults
 from tasks.frontier import jobs, webhooks
 from tests.conftest import wait_for
 from tests.site import LocalSite, Site, send
@@ -104,4 +107,14 @@ def test_a_webhook_that_keeps_failing_is_given_up_and_a_lost_one_sent_again(redi
         assert "attempt 2: HTTP 503" in CrawlJob.objects.get(pk=job.pk).webhook_status
         webhooks.gave_up(job.pk, 2, "HTTP 503")
         assert CrawlJob.objects.get(pk=job.pk).webhook_status.startswith("failed after 2")
+
+        # A notification whose message was lost stays pending; the sweep queues it again,
+        # once per WEBHOOK_RESEND_S however often it runs.
+        redis.flushdb()
+        long_ago = timezone.now() - timedelta(seconds=defaults.WEBHOOK_RESEND_S + 1)
+        CrawlJob.objects.filter(pk=job.pk).update(webhook_status=webhooks.PENDING,
+                                                  finished_at=long_ago)  # fmt: skip
+        assert webhooks.resend_pending() == 1
+        assert broker.depth()["ready"] == 1
+        assert webhooks.resend_pending() == 0 and broker.depth()["ready"] == 1
     assert CrawlJob(webhook_url="ftp://x/").problems(seeds=False)["webhook_url"]

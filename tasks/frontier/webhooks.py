@@ -12,7 +12,7 @@ Delivery is a Celery task (acks-late: a worker that dies mid-call leaves it to a
 408, 429 or no answer is tried again after ``WEBHOOK_RETRY_S``, doubling, up to
 ``WEBHOOK_ATTEMPTS`` calls; any other answer ends it. The job's ``webhook_status`` says where it
 stands; a notification still ``pending`` after ``WEBHOOK_RESEND_S`` (its message was lost
-with the broker) is sent again by the sweep.
+with the broker) is sent again by the sweep, once per ``WEBHOOK_RESEND_S``.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import requests
 from django.db import transaction
 from django.utils import timezone
 
+from tasks import broker
 from tasks.defaults import setting
 from tasks.fetch import guard, transport
 from web.models import CrawlJob, JobState
@@ -80,15 +81,19 @@ def announce(job: CrawlJob) -> None:
 
 
 def resend_pending() -> int:
-    """Notifications whose message never ran (lost with the broker): queued once more."""
-    stale = timezone.now() - timedelta(seconds=setting("WEBHOOK_RESEND_S"))
+    """Notifications whose message never ran (lost with the broker): queued once more, at
+    most once per ``WEBHOOK_RESEND_S`` each (the sweep runs every few seconds, and a message
+    may only be waiting for a worker)."""
+    every = setting("WEBHOOK_RESEND_S")
+    stale = timezone.now() - timedelta(seconds=every)
     found = CrawlJob.objects.filter(
         webhook_status=PENDING, state__in=list(EVENTS), finished_at__lt=stale
     )
     n = 0
     for job in found:
-        announce(job)
-        n += 1
+        if broker.client().set(f"crawl:webhook:resent:{job.pk}", 1, nx=True, ex=int(every)):
+            announce(job)
+            n += 1
     return n
 
 
