@@ -130,6 +130,20 @@ def _forget_job(job_id: int) -> None:
     transitions._jobs.pop(job_id, None)
 
 
+def _handle(data: bytes) -> None:
+    """One announcement: a job, the channel weights, or the live settings changed. Anything
+    else on the channel reloads the settings (never stops the listener)."""
+    what = data.decode(errors="replace").split()
+    if len(what) == 2 and what[0] == "job" and what[1].isdigit():
+        _forget_job(int(what[1]))
+    elif what == ["channels"]:
+        from tasks.frontier import channels
+
+        channels.forget()
+    else:
+        _reload()
+
+
 def _listen() -> None:
     while True:
         pubsub = None
@@ -143,15 +157,7 @@ def _listen() -> None:
                     if time.monotonic() - loaded_at >= RESYNC_S:
                         _reload()
                     continue
-                what = message["data"].decode()
-                if what.startswith("job "):
-                    _forget_job(int(what.split()[1]))
-                elif what == "channels":
-                    from tasks.frontier import channels
-
-                    channels.forget()
-                else:
-                    _reload()
+                _handle(message["data"])
         except (RedisError, OSError) as exc:
             log.debug("live settings channel lost (%s); subscribing again", exc)
             time.sleep(1)

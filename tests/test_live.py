@@ -122,3 +122,12 @@ def test_the_admin_changes_live_settings_through_the_same_checks(redis, admin_cl
     audit = [(c.old, c.new, c.who) for c in SettingChange.objects.order_by("id")]
     assert audit == [(None, 0.25, "admin"), (0.25, 0.5, "admin")]
     assert "0.5" in admin_client.get("/admin/web/settingchange/").content.decode()
+
+
+def test_the_listener_outlives_a_message_it_does_not_understand(redis):
+    live.start()
+    live.announce("job not-a-number")  # once a crash of the listener thread
+    live.announce("")
+    LiveSetting.objects.create(name="HOST_DELAY_S", value=0.75, updated_by="test")
+    live.announce("setting HOST_DELAY_S")
+    wait_for(lambda: defaults.setting("HOST_DELAY_S") == 0.75, 5, "the listener to reload")
