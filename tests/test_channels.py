@@ -169,6 +169,9 @@ def test_routing_weights_rollback_moves_queued_urls_and_the_command(redis, capsy
     assert broker.depth("crawl.green")["ready"] == 0
     assert set(FrontierURL.objects.filter(job=job).values_list("state", flat=True)) == {"queued"}
 
+    with pytest.raises(CommandError, match="not a channel name"):
+        call_command("channel", "weights", "grün=100")  # it would name a queue
+    assert "not a channel name" in CrawlJob(channel="grün").problems(seeds=False)["channel"][0]
     with pytest.raises(CommandError, match="add up to 90"):
         call_command("channel", "weights", "blue=60", "green=30")
     call_command("channel", "weights", "blue=95", "green=5")

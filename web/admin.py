@@ -603,7 +603,6 @@ class ChannelAdmin(admin.ModelAdmin):
         if row := self._one(request, queryset):
             who = request.user.get_username()
             split = channels.promote(row.name, who)
-            canary.record(row.name, "promoted", who)
             self.message_user(request, f"weights now {split}", messages.SUCCESS)
 
     @admin.action(description="Roll back: its weight to the stable channel, its queue moved")
@@ -611,7 +610,6 @@ class ChannelAdmin(admin.ModelAdmin):
         if row := self._one(request, queryset):
             who = request.user.get_username()
             split, moved = channels.rollback(row.name, who)
-            canary.record(row.name, "rolled_back", f"by {who}")
             self.message_user(request, f"weights now {split}; {moved} queued URLs moved")
 
     @admin.action(description="Start as a canary (CANARY_STEPS, rolled back when unhealthy)")

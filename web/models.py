@@ -31,7 +31,7 @@ from tasks import defaults
 from tasks.content import extraction
 from tasks.content.urls import seed_problem
 from tasks.fetch import guard
-from tasks.frontier import schedules
+from tasks.frontier import channels, schedules
 
 MAX_DEPTH_LIMIT = 32767  # depths are stored as small integers
 PROXY_SCHEMES = ("http", "https", "socks5", "socks5h")
@@ -300,8 +300,8 @@ class CrawlJob(models.Model):
                 add("settings", f"ALLOWED_NETWORKS: {exc}")
         if self.webhook_url and (problem := webhook_problem(self.webhook_url)):
             add("webhook_url", problem)
-        if self.channel and not re.fullmatch(r"[A-Za-z0-9_-]{1,40}", self.channel):
-            add("channel", f"{self.channel!r} is not a channel name (letters, digits, - and _)")
+        if self.channel and (problem := channels.name_problem(self.channel)):
+            add("channel", problem)
         if self.priority is not None and not 0 <= self.priority <= 9:
             add("priority", "must be between 0 and 9")
         if self.delay is not None and (self.delay < 0 or self.delay > 86400):

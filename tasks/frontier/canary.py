@@ -150,7 +150,7 @@ def start(name: str, who: str) -> dict[str, int]:
     first = steps()[0]
     new = channels.set_weights({**_rest(split, stable, first), name: first}, who)
     Channel.objects.filter(name=name).update(auto_step=True, step_since=timezone.now())
-    record(name, "started", f"at {first}% ({who})")
+    channels.record(name, "started", f"at {first}% ({who})")
     return new
 
 
@@ -159,13 +159,6 @@ def _rest(split: dict[str, int], stable: str, taken: int) -> dict[str, int]:
     rest = {n: w for n, w in split.items() if n != stable}
     rest[stable] = max(0, 100 - taken - sum(rest.values()))
     return rest
-
-
-def record(channel: str, kind_: str, detail: str) -> None:
-    from web.models import ChannelEvent
-
-    ChannelEvent.objects.create(channel=channel, kind=kind_, detail=detail[:500])
-    log.warning("channel %s %s: %s", channel, kind_, detail)
 
 
 def analyse() -> list[str]:
@@ -183,8 +176,7 @@ def analyse() -> list[str]:
             continue
         mine = window(name)
         if why := verdict(mine, baseline):
-            channels.rollback(name, WHO, stable)
-            record(name, "rolled_back", why)
+            channels.rollback(name, WHO, stable, why)
             done.append(f"{name} rolled back: {why}")
         elif (row := Channel.objects.filter(name=name, auto_step=True).first()) is not None:
             if _soaked(row, mine):
@@ -203,12 +195,11 @@ def _step_up(row, weight: int, split: dict[str, int], stable: str) -> str:
 
     later = [s for s in steps() if s > weight]
     if not later or later[0] >= 100:
-        channels.promote(row.name, WHO)
-        record(row.name, "promoted", "healthy through every step")
+        channels.promote(row.name, WHO, "healthy through every step")
         return f"{row.name} promoted"
     others = {n: w for n, w in split.items() if n != row.name}
     with transaction.atomic():
         channels.set_weights({**_rest(others, stable, later[0]), row.name: later[0]}, WHO)
         Channel.objects.filter(name=row.name).update(step_since=timezone.now())
-    record(row.name, "stepped_up", f"{weight}% -> {later[0]}%")
+    channels.record(row.name, "stepped_up", f"{weight}% -> {later[0]}%")
     return f"{row.name} stepped up to {later[0]}%"

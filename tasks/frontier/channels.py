@@ -28,6 +28,7 @@ import base64
 import json
 import logging
 import os
+import re
 import time
 import zlib
 
@@ -125,13 +126,30 @@ class Refused(ValueError):
     """A change of channel weights that cannot be made."""
 
 
+_NAME = re.compile(r"[A-Za-z0-9_-]{1,40}")
+
+
+def name_problem(name: str) -> str:
+    """Why ``name`` cannot name a channel ("" if it can): it becomes part of a queue's name."""
+    ok = isinstance(name, str) and _NAME.fullmatch(name)
+    return "" if ok else f"{name!r} is not a channel name (letters, digits, - and _)"
+
+
+def record(channel: str, kind: str, detail: str) -> None:
+    """A ``ChannelEvent``: a canary started, stepped up, promoted or rolled back, and why."""
+    from web.models import ChannelEvent
+
+    ChannelEvent.objects.create(channel=channel, kind=kind, detail=detail[:500])
+    log.warning("channel %s %s: %s", channel, kind, detail)
+
+
 def set_weights(wanted: dict[str, int], who: str) -> dict[str, int]:
     """Make ``wanted`` the split (every channel not named gets 0); they must add up to 100."""
     from web.models import Channel
 
     for name, weight in wanted.items():
-        if not name.replace("-", "").replace("_", "").isalnum() or len(name) > 40:
-            raise Refused(f"{name!r} is not a channel name (letters, digits, - and _)")
+        if problem := name_problem(name):
+            raise Refused(problem)
         if not 0 <= weight <= 100:
             raise Refused(f"{name}: {weight} is not a weight between 0 and 100")
     if sum(wanted.values()) != 100:
@@ -150,12 +168,14 @@ def set_weights(wanted: dict[str, int], who: str) -> dict[str, int]:
     return weights(cached=False)
 
 
-def promote(name: str, who: str) -> dict[str, int]:
+def promote(name: str, who: str, why: str = "") -> dict[str, int]:
     """All weight to ``name``; the other channels' queued URLs are served by their workers."""
-    return set_weights({name: 100}, who)
+    new = set_weights({name: 100}, who)
+    record(name, "promoted", why or f"by {who}")
+    return new
 
 
-def rollback(name: str, who: str, to: str = "") -> tuple[dict[str, int], int]:
+def rollback(name: str, who: str, to: str = "", why: str = "") -> tuple[dict[str, int], int]:
     """Take ``name``'s weight away at once and give it to ``to`` (default: the channel with
     the most weight besides it, else ``main``); its queued URLs move. Returns the new split
     and how many URLs moved."""
@@ -164,7 +184,9 @@ def rollback(name: str, who: str, to: str = "") -> tuple[dict[str, int], int]:
     target = to or max(split, key=split.get, default=DEFAULT)
     split[target] = split.get(target, 0) + freed
     new = set_weights(split, who)
-    return new, move_queued(name)
+    moved = move_queued(name)
+    record(name, "rolled_back", why or f"by {who}")
+    return new, moved
 
 
 def move_queued(name: str) -> int:

@@ -67,11 +67,9 @@ class Command(BaseCommand):
                 return
             elif verb == "promote":
                 channels.promote(opts["name"], who)
-                canary.record(opts["name"], "promoted", who)
                 self.stdout.write(f"{opts['name']} takes every new URL; the others drain")
             elif verb == "rollback":
                 _, moved = channels.rollback(opts["name"], who, opts["to"])
-                canary.record(opts["name"], "rolled_back", f"by {who}")
                 self.stdout.write(f"{opts['name']} rolled back: {moved} queued URLs moved")
         except channels.Refused as exc:
             raise CommandError(str(exc)) from None
