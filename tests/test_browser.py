@@ -150,7 +150,7 @@ def walk_through(browser, base: str, site: Site, shots: Screenshots) -> None:
         "() => document.querySelector('[data-value=workers]').textContent === '2'"
     )
     workers_table = dash.locator("tbody[data-table=workers]").inner_text()
-    assert "crawl" in workers_table and "online" in workers_table
+    assert "main" in workers_table and "online" in workers_table  # the channel
     assert dash.locator("tbody[data-table=jobs] a", has_text="browser crawl").count() == 1
     shots(dash, "dashboard-fleet")
 
@@ -281,7 +281,9 @@ def test_workers_register_with_version_and_channel_and_leave_on_shutdown(
     client.force_login(User.objects.create_user("ada", password=PASSWORD))
     pool = workers(processes=1, concurrency=2)
     found = wait_for(heartbeat.workers, 30, "the worker in the registry")
-    assert [(w["name"].split("@")[0], w["channel"]) for w in found] == [("worker1", "crawl")]
+    assert [(w["name"].split("@")[0], w["channel"], w["queues"]) for w in found] == [
+        ("worker1", "main", "crawl")
+    ]
     assert found[0]["pid"] == pool.procs["worker1"].pid and found[0]["version"]
     assert time.time() - found[0]["started"] < 60
     assert client.get("/dashboard/data").json()["values"]["workers"] == "1"

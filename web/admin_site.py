@@ -14,8 +14,7 @@ from django.http import HttpRequest
 from django.utils import timezone
 from redis.exceptions import RedisError
 
-from tasks import broker
-from tasks.defaults import setting
+from tasks.frontier import channels
 from tasks.worker import heartbeat
 from web import access
 from web.models import JobState, Page, Review
@@ -35,11 +34,9 @@ def fleet(request: HttpRequest) -> dict[str, Any]:
     except DatabaseError as exc:
         summary["problems"].append(f"database: {exc}")
     try:
-        summary["queue"] = broker.depth()
+        summary["queue"] = channels.depth()
         now = time.time()
-        stale = setting("HEARTBEAT_STALE_S")  # as the liveness probe and the dashboard count
-        fresh = [w for w in heartbeat.workers() if now - w["heartbeat"] < stale]
-        summary["workers"] = len(fresh)
+        summary["workers"] = sum(heartbeat.online(w, now) for w in heartbeat.workers())
     except RedisError as exc:
         summary["problems"].append(f"Redis: {exc}")
     return summary

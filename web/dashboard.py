@@ -36,9 +36,7 @@ from django.urls import path, reverse
 from django.utils import timezone
 from redis.exceptions import RedisError
 
-from tasks import broker
-from tasks.defaults import setting
-from tasks.frontier import transitions
+from tasks.frontier import channels, transitions
 from tasks.worker import heartbeat as registry
 from web import access, metrics
 from web.models import (
@@ -190,17 +188,16 @@ def _pages_per_s(job_ids: list[int], now: datetime) -> str:
 
 
 def _workers(found: list[dict], now: float) -> tuple[int, list[list[dict]]]:
-    fresh = setting("HEARTBEAT_STALE_S")
     rows, online = [], 0
     for worker in found:
-        age = now - worker["heartbeat"]
-        online += age < fresh
+        age, fresh = now - worker["heartbeat"], registry.online(worker, now)
+        online += fresh
         rows.append([
             cell(worker["name"]), cell(worker["version"] or "-"), cell(worker["channel"] or "-"),
             cell(worker["pid"] or "-"),
             cell(_ago(now - worker["started"]) if worker["started"] else "-"),
             cell(f"{_ago(age)} ago"),
-            cell("online", cls="ok") if age < fresh else cell("stale", cls="warn"),
+            cell("online", cls="ok") if fresh else cell("stale", cls="warn"),
         ])  # fmt: skip
     return online, rows
 
@@ -228,7 +225,7 @@ def fleet_payload(user: Any) -> dict:
     problems = []
     try:
         online, tables["workers"] = _workers(registry.workers(), now.timestamp())
-        depth = broker.depth()
+        depth = channels.depth()
         throttled = sorted(
             (t for t in metrics.throttled_hosts() if t[2] >= THROTTLED_MIN_S),
             key=lambda t: -t[2],

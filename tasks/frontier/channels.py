@@ -105,21 +105,26 @@ def route(job_channel: str, host: str, split: dict[str, int]) -> str:
 
 def queues() -> list[str]:
     """Every channel's queue (weight or not: a channel without weight may still drain)."""
+    return [queue(name) for name in sorted(_rows())]
+
+
+def _rows() -> set[str]:
     from web.models import Channel
 
-    names = set(Channel.objects.values_list("name", flat=True)) | {DEFAULT}
-    return [queue(name) for name in sorted(names)]
+    return set(Channel.objects.values_list("name", flat=True)) | {DEFAULT}
 
 
 def known() -> list[str]:
     """Channels with a weight row, or with workers, or ``main``."""
     from tasks.worker import heartbeat
-    from web.models import Channel
 
-    names = set(Channel.objects.values_list("name", flat=True)) | {DEFAULT}
-    for worker in heartbeat.workers():
-        names.update(of_queue(q) for q in str(worker["channel"]).split(",") if q)
-    return sorted(names)
+    return sorted(_rows() | {str(w["channel"]) for w in heartbeat.workers() if w["channel"]})
+
+
+def depth() -> dict[str, int]:
+    """Crawl messages ready in every channel's queue, and unacked (in flight) in all."""
+    found = [broker.depth(q) for q in queues()]
+    return {"ready": sum(d["ready"] for d in found), "unacked": found[0]["unacked"]}
 
 
 class Refused(ValueError):

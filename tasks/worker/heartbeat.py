@@ -10,8 +10,8 @@ heartbeat and last-task ages, so a worker that stops consuming while work waits 
 ``READY_FILE`` exists from ``worker_ready`` until shutdown.
 
 The same hash is the registry of workers (:func:`workers`, read by ``/metrics`` and the
-dashboard): each heartbeat also writes the worker's version, its channel (the queues it
-consumes), pid and start time, in the same round trip, so a registry that Redis lost comes
+dashboard): each heartbeat also writes the worker's version, its channel, the queues it
+consumes, pid and start time, in the same round trip, so a registry that Redis lost comes
 back with the next heartbeat. A worker that stops consuming (warm shutdown) removes itself;
 one that dies leaves a hash that expires after ``4 x HEARTBEAT_STALE_S``.
 
@@ -40,12 +40,6 @@ def _touch(path: str) -> None:
     Path(path).touch()
 
 
-def _version() -> str:
-    from tasks.frontier import channels
-
-    return channels.version()
-
-
 class Heartbeat(bootsteps.StartStopStep):
     """Consumer step: the heartbeat is written by the loop that consumes messages."""
 
@@ -59,8 +53,11 @@ class Heartbeat(bootsteps.StartStopStep):
 
     def start(self, consumer) -> None:
         self.key = PREFIX + consumer.hostname
+        from tasks.frontier import channels
+
         queues = sorted(queue.name for queue in consumer.task_consumer.queues)
-        self.identity.update(version=_version(), channel=",".join(queues), pid=os.getpid())
+        self.identity.update(version=channels.version(), channel=channels.mine(),
+                             queues=",".join(queues), pid=os.getpid())  # fmt: skip
         self.beat()
         self.timer_ref = consumer.timer.call_repeatedly(setting("HEARTBEAT_INTERVAL_S"), self.beat)
 
@@ -91,8 +88,14 @@ class Heartbeat(bootsteps.StartStopStep):
             log.debug("worker not removed from the registry: %s", exc)
 
 
+def online(worker: dict, now: float) -> bool:
+    """Whether a registered worker counts as online: its heartbeat is fresh, as the liveness
+    probe judges it."""
+    return now - float(worker["heartbeat"]) < setting("HEARTBEAT_STALE_S")
+
+
 def workers() -> list[dict[str, str | int | float]]:
-    """Workers in the registry, by name: ``name``, ``version``, ``channel``, ``pid``,
+    """Workers in the registry, by name: ``name``, ``version``, ``channel``, ``queues``, ``pid``,
     ``started``, ``heartbeat`` and ``last_task`` (Unix times; 0: no task yet)."""
     from tasks.broker import client
 
@@ -110,6 +113,7 @@ def workers() -> list[dict[str, str | int | float]]:
             "name": key.decode()[len(PREFIX) :],
             "version": text.get("version", ""),
             "channel": text.get("channel", ""),
+            "queues": text.get("queues", ""),
             "pid": int(text.get("pid") or 0),
             **{f: float(text.get(f) or 0) for f in ("started", "heartbeat", "last_task")},
         })  # fmt: skip

@@ -77,12 +77,12 @@ class Command(BaseCommand):
 
     def status(self) -> None:
         split = channels.weights(cached=False)
-        now, stale = time.time(), setting("HEARTBEAT_STALE_S")
-        workers = [w for w in heartbeat.workers() if now - w["heartbeat"] < stale]
+        now = time.time()
+        workers = [w for w in heartbeat.workers() if heartbeat.online(w, now)]
         self.stdout.write(f"{'channel':<12} {'weight':>6} {'queued':>7}  workers (version)")
         for name in channels.known():
             queue = channels.queue(name)
-            mine = [w for w in workers if queue in str(w["channel"]).split(",")]
+            mine = [w for w in workers if w["channel"] == name]
             versions = ", ".join(sorted({str(w["version"]) for w in mine})) or "-"
             ready = broker.depth(queue)["ready"]
             self.stdout.write(
