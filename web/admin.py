@@ -340,14 +340,8 @@ class CrawlJobAdmin(OwnJobs, admin.ModelAdmin):
             super().save_model(request, job, form, change)
             schedules.sync(job)
             return
-        wanted = {f: getattr(job, f) for f in form.changed_data if f in CONFIG_FIELDS}
-        stored = CrawlJob.objects.get(pk=job.pk)
-        other = [f for f in form.changed_data if f not in CONFIG_FIELDS]
-        if other:
-            for field in other:
-                setattr(stored, field, getattr(job, field))
-            stored.save(update_fields=other)
-        jobs.update(stored, **wanted)
+        jobs.update(CrawlJob.objects.get(pk=job.pk),
+                    **{f: getattr(job, f) for f in form.changed_data})  # fmt: skip
         job.refresh_from_db()
 
     def get_deleted_objects(self, objs, request: HttpRequest):

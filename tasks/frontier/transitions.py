@@ -518,13 +518,11 @@ def requeue_reviewed(rows: QuerySet) -> int:
 def requeue_ended(rows: QuerySet) -> int:
     """A person's decision: failed and skipped URLs of running or paused jobs go back to the
     queue for a new set of attempts (an ended job runs again by a recrawl instead)."""
-    live = rows.filter(
+    ended = rows.filter(
         state__in=[URLState.FAILED, URLState.SKIPPED],
         job__state__in=[JobState.RUNNING, JobState.PAUSED],
     )
-    ids = list(live.values_list("id", flat=True))
-    return _requeue(FrontierURL.objects.filter(pk__in=ids, state__in=[URLState.FAILED,
-                    URLState.SKIPPED]), reason="", error_message="", attempts=0)  # fmt: skip
+    return _requeue(ended, reason="", error_message="", attempts=0)
 
 
 def drop_reviewed(rows: QuerySet, why: str = "given up after review") -> int:
