@@ -10,6 +10,10 @@
 
 Other variables (default in brackets):
 
+- ``CELERY_BROKER_URL`` [``REDIS_URL``]: the broker: Redis, or RabbitMQ with an ``amqp://``
+  URL (``docs/reliability.md`` says which to choose); Redis stays for everything else
+- ``CRAWL_AMQP_QUEUE_TYPE`` [``quorum``]: on RabbitMQ, ``quorum`` (replicated) or ``classic``
+  queues (a single copy, but all ten priority levels; ``tasks/broker.py``)
 - ``CRAWL_QUEUE`` [``crawl``]: the crawl queue of the ``main`` channel; channel X's queue is
   ``crawl.X`` (``tasks/frontier/channels.py``)
 - ``CRAWL_CHANNEL`` [``main``]: the release channel this process's workers belong to (e.g.
@@ -229,18 +233,34 @@ STORAGES = {
 # holds one message beyond those it runs (prefetch 1), results are never stored.
 CRAWL_QUEUE = env.str("CRAWL_QUEUE", default="crawl")
 RENDER_QUEUE = env.str("RENDER_QUEUE", default="render")  # pages for headless Chromium
-CELERY_BROKER_URL = REDIS_URL.replace("unix://", "redis+socket://", 1)
+CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="") or REDIS_URL.replace(
+    "unix://", "redis+socket://", 1
+)  # set and empty (compose without the rabbitmq profile): Redis
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-CELERY_BROKER_TRANSPORT_OPTIONS = {
-    "visibility_timeout": crawl.setting("VISIBILITY_TIMEOUT_S"),
-    "unacked_restore_interval": crawl.setting("UNACKED_RESTORE_INTERVAL_S"),
-    "unacked_restore_throttle": 1,
-    "queue_order_strategy": "priority",
-    "priority_steps": [0, 3, 6, 9],
-    "socket_timeout": 30,
-    "socket_connect_timeout": 10,
-    "health_check_interval": 25,
-}
+if CELERY_BROKER_URL.split("://", 1)[0] in ("amqp", "amqps", "pyamqp"):
+    # RabbitMQ: replicated (quorum) queues; a message published only once the broker confirms
+    # it; a connection that dies gives its unacknowledged messages back at once.
+    AMQP_QUEUE_TYPE = env.str("CRAWL_AMQP_QUEUE_TYPE", default="quorum")
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"confirm_publish": True}
+    CELERY_BROKER_HEARTBEAT = 30
+    CELERY_TASK_DEFAULT_QUEUE_TYPE = AMQP_QUEUE_TYPE
+    CELERY_TASK_CREATE_MISSING_QUEUE_TYPE = AMQP_QUEUE_TYPE
+    # Topic exchanges: Celery's native delayed delivery (retries with a countdown) needs them.
+    CELERY_TASK_DEFAULT_EXCHANGE_TYPE = "topic"
+    CELERY_TASK_CREATE_MISSING_QUEUE_EXCHANGE_TYPE = "topic"
+    if AMQP_QUEUE_TYPE == "classic":
+        CELERY_TASK_QUEUE_MAX_PRIORITY = 10
+else:
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "visibility_timeout": crawl.setting("VISIBILITY_TIMEOUT_S"),
+        "unacked_restore_interval": crawl.setting("UNACKED_RESTORE_INTERVAL_S"),
+        "unacked_restore_throttle": 1,
+        "queue_order_strategy": "priority",
+        "priority_steps": [0, 3, 6, 9],
+        "socket_timeout": 30,
+        "socket_connect_timeout": 10,
+        "health_check_interval": 25,
+    }
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_TASK_ACKS_ON_FAILURE_OR_TIMEOUT = True

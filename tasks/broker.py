@@ -1,20 +1,39 @@
-"""The Redis client, its Lua scripts, and what the broker holds: ready messages in every
-priority list of a queue, and unacked ones.
+"""The Redis client, its Lua scripts, and the broker: what a queue holds and how a message's
+priority is written, on either of the two brokers ``CELERY_BROKER_URL`` may name.
 
-Celery's Redis transport keeps one list per priority step (``crawl``, ``crawl\\x06\\x163``,
-``crawl\\x06\\x166``, ``crawl\\x06\\x169`` for the steps in ``CELERY_BROKER_TRANSPORT_OPTIONS``)
-and every delivered, not yet acknowledged message in the ``unacked`` hash. Counting only the
-first list undercounts the backlog; this module is the one place that knows the key names.
+Redis (the default): Celery's Redis transport keeps one list per priority step (``crawl``,
+``crawl\\x06\\x163``, ``crawl\\x06\\x166``, ``crawl\\x06\\x169`` for the steps in
+``CELERY_BROKER_TRANSPORT_OPTIONS``) and every delivered, not yet acknowledged message in the
+``unacked`` hash. Counting only the first list undercounts the backlog; this module is the one
+place that knows the key names. Priority 0 is served first.
+
+RabbitMQ (``amqp://``): one queue per Celery queue, quorum by default (``CRAWL_AMQP_QUEUE_TYPE``).
+The broker counts a queue's ready messages; the unacknowledged ones it reports only through its
+management API, so ``depth`` gives ``unacked`` as ``None`` there. A higher priority is served
+first: the platform's 0-9 (0 first) is written as 9-0. Classic queues order all ten levels;
+quorum queues order two (5 and above ahead of the rest) from RabbitMQ 3.13 and none before.
+Redis keeps politeness, robots, sessions and the scheduler's lease on either broker.
 """
 
 from __future__ import annotations
 
+import base64
+import json
+import logging
+import os
+from contextlib import contextmanager
 from functools import lru_cache
 
 import redis
+from amqp.exceptions import NotFound
 from django.conf import settings
+from kombu import Connection
+from redis.exceptions import ResponseError
+
+log = logging.getLogger(__name__)
 
 PRIORITY_SEP = "\x06\x16"
+HIGHEST = 9  # the platform's priorities run 0 (first) to 9
 
 
 @lru_cache(maxsize=1)
@@ -29,17 +48,94 @@ def script(source: str):
     return client().register_script(source)
 
 
+def is_amqp() -> bool:
+    """Is the broker RabbitMQ (an ``amqp://`` or ``amqps://`` URL)?"""
+    return settings.CELERY_BROKER_URL.split("://", 1)[0] in ("amqp", "amqps", "pyamqp")
+
+
+def message_priority(priority: int) -> int:
+    """The broker's priority for the platform's ``priority`` (0 first, 9 last)."""
+    return HIGHEST - priority if is_amqp() else priority
+
+
 def priority_lists(queue: str) -> list[str]:
     steps = settings.CELERY_BROKER_TRANSPORT_OPTIONS.get("priority_steps", [0])
     return [f"{queue}{PRIORITY_SEP}{step}" if step else queue for step in steps]
 
 
-def depth(queue: str | None = None) -> dict[str, int]:
-    """``ready`` messages over all priority lists of ``queue`` and ``unacked`` (all queues)."""
+def depth(queue: str | None = None) -> dict[str, int | None]:
+    """``ready`` messages of ``queue`` (every priority list) and ``unacked`` (all queues;
+    ``None`` on RabbitMQ, which does not say over AMQP)."""
     queue = queue or settings.CRAWL_QUEUE
+    if is_amqp():
+        return {"ready": _amqp_ready(queue), "unacked": None}
     pipe = client().pipeline(transaction=False)
     for name in priority_lists(queue):
         pipe.llen(name)
     pipe.hlen("unacked")
     *ready, unacked = pipe.execute()
     return {"ready": sum(ready), "unacked": unacked}
+
+
+def take(queue: str) -> list[bytes]:
+    """Remove every ready message of ``queue`` from the broker; their task bodies (JSON).
+    A worker takes a message or this does, never both."""
+    return _amqp_take(queue) if is_amqp() else _redis_take(queue)
+
+
+def _redis_take(queue: str) -> list[bytes]:
+    """Each priority list is renamed first (atomic), then read and deleted."""
+    found = []
+    for name in priority_lists(queue):
+        taken = f"{name}:moving:{os.getpid()}"
+        if not client().exists(name):
+            continue
+        try:
+            client().rename(name, taken)
+        except ResponseError:  # emptied by workers between the two calls
+            continue
+        for raw in client().lrange(taken, 0, -1):
+            try:
+                envelope = json.loads(raw)
+                body = envelope["body"]
+                if envelope.get("properties", {}).get("body_encoding") == "base64":
+                    body = base64.b64decode(body)
+            except (ValueError, KeyError, TypeError) as exc:
+                log.warning("a message that is not a Celery task left out: %s", exc)
+                continue
+            found.append(body if isinstance(body, bytes) else body.encode())
+        client().delete(taken)
+    return found
+
+
+@contextmanager
+def _amqp_channel():
+    """A channel on a connection of its own, closed after use. Not pooled: a pooled connection
+    outlives a broker restart in a state kombu does not reconnect, and this runs seconds
+    apart (the reconcile, a metrics scrape, a rollback)."""
+    with Connection(settings.CELERY_BROKER_URL, connect_timeout=10) as conn:
+        yield conn.channel()
+
+
+def _amqp_ready(queue: str) -> int:
+    with _amqp_channel() as channel:
+        try:
+            return channel.queue_declare(queue=queue, passive=True).message_count
+        except NotFound:  # no worker or publisher declared it yet
+            return 0
+
+
+def _amqp_take(queue: str) -> list[bytes]:
+    """``basic_get`` until the queue is empty, acknowledging what was taken at the end: a
+    crash in between leaves the messages to the broker, which delivers them again."""
+    found, last = [], None
+    with _amqp_channel() as channel:
+        try:
+            while (message := channel.basic_get(queue=queue, no_ack=False)) is not None:
+                found.append(message.body)
+                last = message.delivery_tag
+        except NotFound:
+            pass
+        if last is not None:
+            channel.basic_ack(last, multiple=True)
+    return [b if isinstance(b, bytes) else b.encode() for b in found]

@@ -1,6 +1,7 @@
 """Chaos suite: crawl a local site with 3 worker processes while breaking things.
 
     .venv/bin/python -m tests.chaos [--pages 2000] [--scenarios kill,term,redis,postgres,...]
+                                    [--broker redis|rabbitmq]
 
 Scenarios (each on a fresh job, site, Redis and worker set):
 
@@ -8,13 +9,19 @@ Scenarios (each on a fresh job, site, Redis and worker set):
   until 80% of the pages are stored; ``recovery`` is the time from the last kill to the job's
   end, and must be at most ``RECOVERY_MAX_S``.
 * ``term``: SIGTERM every worker at once mid-crawl, then start new ones.
-* ``redis``: FLUSHALL and restart the broker (a Redis this suite starts on its own port).
+* ``redis``: FLUSHALL and restart Redis (one this suite starts on its own port): the broker,
+  with ``--broker redis``, and politeness, robots and the scheduler's lease in any case.
+* ``rabbitmq`` (``--broker rabbitmq``): SIGKILL the RabbitMQ node (one this suite starts on
+  its own port) and start it again 3 s later.
 * ``postgres``: stop PostgreSQL for ``--db-down`` seconds mid-crawl (a cluster this suite
   creates on its own port).
 * ``pause``: pause and resume the job three times mid-crawl.
 * ``redis-cli``, ``postgres-cli``: as ``redis`` and ``postgres``, with the job driven by
   ``manage.py crawl --workers 0 --output FILE`` (its scheduler in the command) and the same
   external workers: the command must survive, exit 0 and write every result once.
+
+``--broker rabbitmq`` runs the scenarios with a RabbitMQ node of the suite's own as the broker
+(quorum queues; Redis keeps the rest), ``--broker redis`` (the default) with Redis as both.
 
 Each must end with the job finished, every reachable page stored exactly once, no URL left
 queued/scheduled/leased, no page fetched more than twice at the server (``kill``: at most
@@ -64,6 +71,7 @@ PRODUCTION_BUDGETS = (
 @dataclass
 class Result:
     scenario: str
+    broker: str
     pages_expected: int
     pages_stored: int
     stored_twice: int
@@ -143,6 +151,56 @@ class RedisServer:
             self.proc.wait()
 
 
+class RabbitServer:
+    """A RabbitMQ node of this suite's own (run as this user, on its own ports and files)."""
+
+    BIN = Path("/usr/lib/rabbitmq/bin/rabbitmq-server")
+
+    def __init__(self, workdir: Path) -> None:
+        self.port, self.dist_port = free_port(), free_port()
+        self.dir = workdir / "rabbitmq"
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"amqp://guest:guest@127.0.0.1:{self.port}//"
+
+    def start(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        config = self.dir / "rabbitmq.conf"
+        config.write_text(f"listeners.tcp.local = 127.0.0.1:{self.port}\n")
+        env = {
+            **os.environ, "HOME": str(self.dir), "RABBITMQ_NODENAME": f"chaos{self.port}@localhost",
+            "RABBITMQ_CONFIG_FILE": str(config), "RABBITMQ_DIST_PORT": str(self.dist_port),
+            "RABBITMQ_MNESIA_BASE": str(self.dir / "mnesia"),
+            "RABBITMQ_LOG_BASE": str(self.dir / "log"),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": str(self.dir / "plugins"),
+            "RABBITMQ_PID_FILE": str(self.dir / "pid"),
+        }  # fmt: skip
+        self.proc = subprocess.Popen(
+            [str(self.BIN)], env=env, stdout=(self.dir / "out.log").open("ab"),
+            stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        wait_until(self._listening, 60, "rabbitmq to start")
+
+    def _listening(self) -> bool:
+        try:
+            socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+            return True
+        except OSError:
+            return False
+
+    def kill_and_restart(self, down_s: float = 3.0) -> None:
+        self.stop()
+        time.sleep(down_s)
+        self.start()
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
 class PostgresCluster:
     """A PostgreSQL cluster of this suite's own, to restart mid-crawl."""
 
@@ -195,6 +253,7 @@ def run(
     redis: RedisServer,
     postgres: PostgresCluster | None,
     db_down: float = 5.0,
+    rabbit: RabbitServer | None = None,
 ) -> Result:
     """One scenario, in this process (Django must already point at the right database)."""
     from django.db import DatabaseError, connection
@@ -269,6 +328,8 @@ def run(
                 redis.flush_and_restart()
             elif scenario in ("postgres", "postgres-cli"):
                 postgres.restart(db_down)
+            elif scenario == "rabbitmq":
+                rabbit.kill_and_restart()
             elif scenario == "pause":
                 for _ in range(3):
                     jobs.pause(CrawlJob.objects.get(pk=job.pk))
@@ -320,6 +381,7 @@ def run(
         ]
         return Result(
             scenario=scenario,
+            broker="rabbitmq" if rabbit else "redis",
             pages_expected=len(site.expected_done()),
             pages_stored=len(set(stored_urls) & site.expected_done()),
             stored_twice=len(stored_urls) - len(set(stored_urls)),
@@ -355,9 +417,16 @@ def _child(args: argparse.Namespace) -> None:
     """Run one scenario in this process and print its result as JSON."""
     import django
 
+    workdir = Path(args.workdir)
+    rabbit = None
+    if args.broker == "rabbitmq":
+        rabbit = RabbitServer(workdir)
+        rabbit.start()
+        os.environ["CELERY_BROKER_URL"] = rabbit.url
+    else:
+        os.environ.pop("CELERY_BROKER_URL", None)  # the broker is the suite's Redis
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "crawlplatform.settings")
     django.setup()
-    workdir = Path(args.workdir)
     redis = RedisServer(workdir)
     redis.start()
     postgres = None
@@ -366,9 +435,11 @@ def _child(args: argparse.Namespace) -> None:
         postgres.port = int(os.environ["CHAOS_PG_PORT"])
     try:
         result = run(args.scenario, args.pages, args.kill_every, args.site_delay, workdir, redis,
-                     postgres, args.db_down)  # fmt: skip
+                     postgres, args.db_down, rabbit)  # fmt: skip
     finally:
         redis.stop()
+        if rabbit is not None:
+            rabbit.stop()
     print("RESULT " + json.dumps(asdict(result)), flush=True)
 
 
@@ -380,8 +451,10 @@ def scenario(
     keep: bool = False,
     env: dict[str, str] | None = None,
     db_down: float = 5.0,
+    broker: str = "redis",
 ) -> Result:
-    """Run one scenario in a child process (its own Redis, and database when it needs one)."""
+    """Run one scenario in a child process (its own Redis, RabbitMQ node with ``broker``
+    ``rabbitmq``, and database when it needs one)."""
     workdir = Path(tempfile.mkdtemp(prefix=f"chaos-{name}-"))
     env = {**os.environ, **(env or {})}
     postgres = None
@@ -396,7 +469,7 @@ def scenario(
         out = subprocess.run(
             [sys.executable, "-m", "tests.chaos", "--child", "--scenario", name, "--pages",
              str(pages), "--kill-every", str(kill_every), "--site-delay", str(site_delay),
-             "--workdir", str(workdir), "--db-down", str(db_down)],
+             "--workdir", str(workdir), "--db-down", str(db_down), "--broker", broker],
             cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200,
         )  # fmt: skip
         line = next((ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")), None)
@@ -412,12 +485,12 @@ def scenario(
 
 def table(results: list[Result]) -> str:
     head = (
-        f"{'scenario':<13}{'expected':>9}{'stored':>8}{'twice':>7}{'pending':>9}"
+        f"{'scenario':<13}{'broker':<10}{'expected':>9}{'stored':>8}{'twice':>7}{'pending':>9}"
         f"{'refetched':>11}{'max':>5}{'errors':>8}{'violations':>12}{'bodies':>8}{'seconds':>9}"
         f"{'recovery':>10}  result"
     )
     rows = [
-        f"{r.scenario:<13}{r.pages_expected:>9}{r.pages_stored:>8}{r.stored_twice:>7}"
+        f"{r.scenario:<13}{r.broker:<10}{r.pages_expected:>9}{r.pages_stored:>8}{r.stored_twice:>7}"
         f"{r.left_pending:>9}{r.fetched_twice:>11}{r.max_fetches:>5}{r.unhandled:>8}"
         f"{r.violations:>12}{r.bodies_missing:>8}{r.seconds:>9}"
         f"{'' if r.recovery is None else r.recovery:>10}"
@@ -442,6 +515,10 @@ def main() -> None:
         "--site-delay", type=float, default=0.2, help="seconds the local site takes per page"
     )
     parser.add_argument("--keep", action="store_true", help="keep each scenario's logs")
+    parser.add_argument(
+        "--broker", choices=["redis", "rabbitmq"], default="redis",
+        help="the Celery broker (rabbitmq: a node this suite starts; Redis keeps the rest)",
+    )  # fmt: skip
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--scenario", help=argparse.SUPPRESS)
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
@@ -450,9 +527,9 @@ def main() -> None:
         return _child(args)
     results = []
     for name in args.scenarios.split(","):
-        print(f"chaos: {name} ({args.pages} pages) ...", flush=True)
+        print(f"chaos: {name} on {args.broker} ({args.pages} pages) ...", flush=True)
         results.append(scenario(name, args.pages, args.kill_every, args.site_delay, args.keep,
-                                db_down=args.db_down))  # fmt: skip
+                                db_down=args.db_down, broker=args.broker))  # fmt: skip
     print(table(results))
     sys.exit(0 if all(r.passed for r in results) else 1)
 

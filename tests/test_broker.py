@@ -1,11 +1,20 @@
-"""The broker connection's failure paths that must not stop a worker."""
+"""The broker: a connection's failure paths that must not stop a worker, and RabbitMQ's
+queue depth, taking of queued messages and priorities."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
+
+import pytest
 from django.conf import settings
-from kombu import Connection
+from kombu import Connection, Exchange, Producer, Queue
 
 import crawlplatform.celery  # noqa: F401 (installs the guard on kombu's Redis channel)
+from tasks import broker
+from tasks.frontier import channels
+from tests.chaos import RabbitServer
+from web import health
 
 
 def test_a_channel_of_a_detached_transport_closes_without_crashing_the_worker(redis_server):
@@ -18,3 +27,68 @@ def test_a_channel_of_a_detached_transport_closes_without_crashing_the_worker(re
     conn.transport.client = None  # what Connection.collect() leaves behind
     channel.close()
     assert channel.closed
+
+
+@pytest.fixture(scope="module")
+def rabbitmq(tmp_path_factory) -> Iterator[str]:
+    """A RabbitMQ node of the test's own; its URL."""
+    if not RabbitServer.BIN.exists():
+        pytest.skip(f"no RabbitMQ server at {RabbitServer.BIN}")
+    node = RabbitServer(tmp_path_factory.mktemp("rabbitmq"))
+    node.start()
+    yield node.url
+    node.stop()
+
+
+def _crawl_message(producer: Producer, queue: Queue, url_id: int, job_id: int, prio: int):
+    """A crawl task's message as Celery writes it (protocol 2: body ``[args, kwargs, embed]``)."""
+    body = json.dumps([[url_id, job_id], {}, {"callbacks": None}])
+    producer.publish(
+        body, exchange=queue.exchange, routing_key=queue.routing_key, declare=[queue],
+        serializer=None, content_type="application/json", content_encoding="utf-8",
+        headers={"task": "tasks.fetch_url", "id": f"{url_id}"},
+        priority=broker.message_priority(prio),
+    )  # fmt: skip
+
+
+def test_rabbitmq_queue_depth_and_taking_its_messages(rabbitmq, settings):
+    """On RabbitMQ the ready count comes from the broker (unacked: unknown over AMQP), and
+    a channel's queued messages are taken out whole, once: a second take finds none."""
+    settings.CELERY_BROKER_URL = rabbitmq
+    assert broker.is_amqp()
+    queue = Queue("crawl.blue", Exchange("crawl.blue", "topic"), "crawl.blue",
+                  queue_arguments={"x-queue-type": "quorum"})  # fmt: skip
+    assert broker.depth("crawl.blue") == {"ready": 0, "unacked": None}  # not declared yet
+    with Connection(rabbitmq, transport_options={"confirm_publish": True}) as conn:
+        producer = Producer(conn)
+        for url_id in range(1, 8):
+            _crawl_message(producer, queue, url_id, 42, prio=url_id % 10)
+        producer.publish("not json at all", routing_key="crawl.blue", exchange=queue.exchange,
+                         serializer=None, content_type="text/plain")  # fmt: skip
+    assert broker.depth("crawl.blue") == {"ready": 8, "unacked": None}
+    taken = channels.take_messages("crawl.blue")
+    assert sorted(taken) == [(url_id, 42) for url_id in range(1, 8)]  # the stray one left out
+    assert broker.depth("crawl.blue")["ready"] == 0
+    assert channels.take_messages("crawl.blue") == []
+
+
+def test_priorities_are_written_for_the_broker(settings):
+    """The platform's 0 (first) .. 9: Redis serves the lowest first, RabbitMQ the highest."""
+    settings.CELERY_BROKER_URL = "redis://127.0.0.1:6379/0"
+    assert [broker.message_priority(p) for p in (0, 4, 9)] == [0, 4, 9]
+    settings.CELERY_BROKER_URL = "amqp://guest:guest@127.0.0.1:5672//"
+    assert [broker.message_priority(p) for p in (0, 4, 9)] == [9, 5, 0]
+
+
+@pytest.mark.django_db
+def test_every_view_of_the_queue_works_on_rabbitmq(rabbitmq, settings, admin_client, client):
+    """/metrics, the health check, the fleet dashboard and the admin index count what the
+    broker reports and say the in-flight figure is not counted rather than fail."""
+    settings.CELERY_BROKER_URL = rabbitmq
+    metrics = client.get("/metrics").content.decode()
+    assert 'crawlplatform_broker_messages{state="ready"} 0.0' in metrics
+    assert 'crawlplatform_broker_messages{state="unacked"}' not in metrics
+    assert health.queue_backlog() == "0 ready, in flight not counted (limit 100000)"
+    data = admin_client.get("/dashboard/data").json()
+    assert data["values"]["ready"] == "0" and data["values"]["in_flight"] == "-", data
+    assert "0 ready, - in flight" in admin_client.get("/admin/").content.decode()

@@ -90,8 +90,8 @@ def test_the_secret_comes_from_an_uncommitted_file_that_names_every_key():
     generator = documents(K8S / "platform" / "kustomization.yaml")[0]["secretGenerator"][0]
     assert generator["name"] == "crawlplatform-secrets" and generator["envs"] == ["secrets.env"]
     assert "k8s/platform/secrets.env" in (ROOT / ".gitignore").read_text().split()
-    example = (K8S / "platform" / "secrets.env.example").read_text()
-    keys = {line.split("=", 1)[0] for line in example.splitlines() if "=" in line}
+    examples = "\n".join(f.read_text() for f in K8S.rglob("secrets.env.example"))
+    keys = {line.split("=", 1)[0] for line in examples.splitlines() if "=" in line}
     used = set(re.findall(r"key: (\w+)", "".join(f.read_text() for f in K8S.rglob("*.yaml"))))
     assert used <= keys, used - keys
 
@@ -230,3 +230,62 @@ def test_checkov_passes_on_k8s_with_each_skip_justified():
     assert failed == []
     for skipped in report["results"]["skipped_checks"]:  # annotation skips carry a reason
         assert skipped["check_result"].get("suppress_comment"), skipped["check_id"]
+
+
+def rendered(overlay: str, tmp_path: Path) -> list[dict]:
+    """What ``kubectl kustomize`` makes of ``k8s/OVERLAY``, with the example secrets filled in."""
+    kubectl = shutil.which("kubectl")
+    if not kubectl:
+        pytest.skip("kubectl not installed")
+    copy = tmp_path / "k8s"
+    if not copy.exists():
+        shutil.copytree(K8S, copy)
+        for example in copy.rglob("secrets.env.example"):
+            shutil.copy(example, example.with_suffix(""))
+    out = subprocess.run([kubectl, "kustomize", str(copy / overlay)], capture_output=True,
+                         text=True, check=True).stdout  # fmt: skip
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+CRDS = {"ScaledObject": "keda.sh_scaledobjects.yaml",
+        "TriggerAuthentication": "keda.sh_triggerauthentications.yaml"}  # fmt: skip
+
+
+def test_the_rabbitmq_overlay_brokers_every_role_and_scales_on_its_queues(tmp_path):
+    docs = rendered("rabbitmq", tmp_path) + rendered("rabbitmq/green", tmp_path)
+    for doc in docs:
+        group = doc["apiVersion"].split("/")[0]
+        if group == "keda.sh":
+            jsonschema.validate(doc, crd_schema(CRDS[doc["kind"]]))
+        elif group not in OPERATOR_GROUPS:
+            kubernetes_validate.validate(doc, kubernetes_validate.latest_version(), strict=True)
+    deployments = [d for d in docs if d["kind"] == "Deployment"]
+    roles = {"worker", "worker-green", "render", "scheduler", "web", "beat", "flower"}
+    assert {d["metadata"]["name"] for d in deployments} == roles
+    for deployment in deployments:
+        sources = deployment["spec"]["template"]["spec"]["containers"][0]["envFrom"]
+        assert {"secretRef": {"name": "crawlplatform-rabbitmq"}} in sources
+    example = (K8S / "rabbitmq" / "secrets.env.example").read_text()
+    assert "\nCELERY_BROKER_URL=amqp://" in example
+    assert "k8s/rabbitmq/secrets.env" in (ROOT / ".gitignore").read_text().split()
+    scaled = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ScaledObject"}
+    queues = {"worker": channels.queue("main"), "render": settings.RENDER_QUEUE,
+              "worker-green": channels.queue("green")}  # fmt: skip
+    assert set(scaled) == set(queues)
+    for name, queue in queues.items():
+        trigger = next(t for t in scaled[name]["spec"]["triggers"] if t["type"] == "rabbitmq")
+        # over the management API the length is ready + unacknowledged
+        assert trigger["metadata"]["queueName"] == queue
+        assert trigger["metadata"]["protocol"] == "http"
+        assert trigger["authenticationRef"]["name"] == "rabbitmq-auth"
+    egress = next(d for d in docs if d["metadata"]["name"] == "worker-egress")["spec"]["egress"]
+    assert {"to": [{"podSelector": {"matchLabels": {"app": "rabbitmq"}}}],
+            "ports": [{"port": 5672}]} in egress  # fmt: skip
+
+
+def test_compose_runs_rabbitmq_as_a_profile_and_passes_the_broker_url_to_every_role():
+    services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    assert services["rabbitmq"]["profiles"] == ["rabbitmq"]
+    assert "management" in services["rabbitmq"]["image"]
+    for name in ("web", "worker", "worker-green", "render", "scheduler", "beat", "flower"):
+        assert "CELERY_BROKER_URL" in services[name]["environment"], name

@@ -234,7 +234,7 @@ def fleet_payload(user: Any) -> dict:
         values.update(
             workers=f"{online:,}",
             ready=f"{depth['ready']:,}",
-            in_flight=f"{depth['unacked']:,}",
+            in_flight="-" if depth["unacked"] is None else f"{depth['unacked']:,}",
             throttled=f"{len(throttled):,}",
             circuits=f"{len(circuits):,}",
         )

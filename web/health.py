@@ -83,8 +83,10 @@ def migrations_applied() -> str:
 def queue_backlog() -> str:
     depth = broker.depth()
     limit = int(os.environ.get("HEALTH_BACKLOG_MAX", "100000"))
-    total = depth["ready"] + depth["unacked"]
-    text = f"{depth['ready']} ready, {depth['unacked']} in flight (limit {limit})"
+    unacked = depth["unacked"]  # None on RabbitMQ (not counted over AMQP)
+    total = depth["ready"] + (unacked or 0)
+    flight = "in flight not counted" if unacked is None else f"{unacked} in flight"
+    text = f"{depth['ready']} ready, {flight} (limit {limit})"
     return text if total <= limit else _fail(text)
 
 

@@ -151,7 +151,8 @@ class PlatformCollector:
             labels=["state"],
         )
         for state, n in depth.items():
-            messages.add_metric([state], n)
+            if n is not None:  # RabbitMQ: unacked is on its own management API
+                messages.add_metric([state], n)
         yield messages
 
         throttle = GaugeMetricFamily(

@@ -24,7 +24,6 @@ harmless). One scheduler leader serves every channel.
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 import os
@@ -34,7 +33,6 @@ import zlib
 
 from django.conf import settings
 from django.db import transaction
-from redis.exceptions import ResponseError
 
 from tasks import broker, live
 
@@ -208,31 +206,13 @@ def move_queued(name: str) -> int:
 
 
 def take_messages(queue_name: str) -> list[tuple[int, int]]:
-    """Remove every ready message of ``queue_name`` from Redis: their (url id, job id).
-    Each priority list is renamed first (atomic), so a worker takes a message or we do."""
-    client = broker.client()
-    found = []
-    for name in broker.priority_lists(queue_name):
-        taken = f"{name}:moving:{os.getpid()}"
-        if not client.exists(name):
-            continue
-        try:
-            client.rename(name, taken)
-        except ResponseError:  # emptied by workers between the two calls
-            continue
-        for raw in client.lrange(taken, 0, -1):
-            found.append(_task_args(raw))
-        client.delete(taken)
-    return [f for f in found if f is not None]
+    """Remove every ready message of ``queue_name`` from the broker: their (url id, job id)."""
+    return [args for body in broker.take(queue_name) if (args := _task_args(body)) is not None]
 
 
-def _task_args(raw: bytes) -> tuple[int, int] | None:
-    """(url id, job id) of a crawl message as kombu's Redis transport keeps it."""
+def _task_args(body: bytes) -> tuple[int, int] | None:
+    """(url id, job id) of a crawl task's body (Celery's protocol 2: ``[args, kwargs, ...]``)."""
     try:
-        envelope = json.loads(raw)
-        body = envelope["body"]
-        if envelope.get("properties", {}).get("body_encoding") == "base64":
-            body = base64.b64decode(body)
         args = json.loads(body)[0]
         return int(args[0]), int(args[1])
     except (ValueError, KeyError, IndexError, TypeError) as exc:

@@ -88,7 +88,8 @@ def publish(rows: list[tuple[int, int, int, str]], queue: str = "") -> None:
     with task.app.producer_or_acquire() as producer:
         for url_id, job_id, prio, channel_queue in rows:
             name = settings.RENDER_QUEUE if queue == "render" else channel_queue
-            task.apply_async((url_id, job_id), queue=name, priority=prio, producer=producer)
+            task.apply_async((url_id, job_id), queue=name, priority=broker.message_priority(prio),
+                             producer=producer)  # fmt: skip
 
 
 def priority(depth: int, job_priority: int) -> int:
@@ -417,7 +418,8 @@ def reconcile() -> int:
     Every SCHEDULED row has a message. When the broker's ready lists hold fewer messages than
     there are scheduled rows, some messages are lost (Redis flushed) or reserved by a worker
     that died (they come back only after the visibility timeout); the oldest rows that have
-    waited ``SCHEDULED_STALE_S`` are published again. A duplicate message is harmless (the
+    waited ``SCHEDULED_STALE_S`` are published again (on RabbitMQ, which does not count the
+    reserved ones over AMQP, only those). A duplicate message is harmless (the
     claim is a compare-and-set), and a flushed broker holds no reserved ones at all, so after a
     flush every scheduled row is published again at once.
     """
@@ -430,7 +432,7 @@ def reconcile() -> int:
     missing = expected - ready
     if missing <= 0:
         return 0
-    if held["unacked"]:  # some are reserved by workers: only the ones that waited too long
+    if held["unacked"] != 0:  # some may be reserved by workers: only those that waited too long
         stale = timezone.now() - timezone.timedelta(seconds=setting("SCHEDULED_STALE_S"))
         scheduled = scheduled.filter(scheduled_at__lt=stale)
     rows = list(
