@@ -3,6 +3,8 @@
 from django.contrib import admin
 from django.urls import include, path
 
+admin.autodiscover()  # here rather than at start-up: only processes that serve pages need it
+
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("dashboard/", include("web.dashboard")),

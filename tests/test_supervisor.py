@@ -1,5 +1,10 @@
 """Worker supervision: dead workers are replaced, workers that cannot start are reported."""
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from tasks.worker.supervisor import WorkerPool, WorkerStartupError
@@ -38,3 +43,20 @@ def test_a_dead_worker_is_replaced(worker_env):
         assert len(pool.procs) == 1 and pool.restarts == 1
     finally:
         pool.stop(grace=15)
+
+
+def test_workers_and_the_scheduler_start_without_the_web_side():
+    """Start-up CPU is paid by every worker process: what a crawl task needs is imported, and
+    neither the admin, the API nor the job-spec schemas (loaded by the URL configuration of
+    the processes that serve pages)."""
+    code = (
+        "import sys, django; django.setup(); import crawlplatform.celery, tasks.tasks; "
+        "from tasks.frontier import scheduler; "
+        "print(' '.join(sorted(m for m in sys.modules if m.startswith(('web.', 'jsonschema')))))"
+    )
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "crawlplatform.settings"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True, cwd=Path(__file__).resolve().parent.parent)  # fmt: skip
+    loaded = set(out.stdout.split())
+    assert "web.models" in loaded  # the check sees what was imported
+    assert not loaded & {"web.admin", "web.api", "web.specs", "web.dashboard", "jsonschema"}

@@ -118,6 +118,9 @@ def with_database(call: Callable[[], T], what: str, patience: float = OUTAGE_PAT
 
 class Command(BaseCommand):
     help = "Crawl from SEED URLs to completion and write the results."
+    # Django's system checks load the URL configuration and the admin, a quarter second of
+    # CPU this long-running process does not need; `migrate` (every deployment) runs them.
+    requires_system_checks: list = []
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("seeds", nargs="*", metavar="SEED", help="start URL(s)")

@@ -16,6 +16,9 @@ from tasks.frontier.scheduler import Scheduler
 
 class Command(BaseCommand):
     help = "Run the crawl scheduler until SIGTERM."
+    # Django's system checks load the URL configuration and the admin, a quarter second of
+    # CPU this long-running process does not need; `migrate` (every deployment) runs them.
+    requires_system_checks: list = []
 
     def handle(self, *args, **opts) -> None:
         scheduler = Scheduler()
