@@ -85,7 +85,9 @@ def publish(rows: list[tuple[int, int, int, str]], queue: str = "") -> None:
     if not rows:
         return
     task = render_url if queue == "render" else fetch_url
-    with task.app.producer_or_acquire() as producer:
+    # One batch: on Redis, one pipeline for the whole release instead of a round trip per
+    # message (kombu's Producer.batch; other transports publish each at once).
+    with task.app.producer_or_acquire() as producer, producer.batch():
         for url_id, job_id, prio, channel_queue in rows:
             name = settings.RENDER_QUEUE if queue == "render" else channel_queue
             task.apply_async((url_id, job_id), queue=name, priority=broker.message_priority(prio),
@@ -463,6 +465,9 @@ def sweep() -> int:
     return swept + reconcile()
 
 
+HEAVY_FIELDS = ("seeds", "allowed_domains", "stats")  # loaded on first use, if ever
+
+
 class Scheduler:
     """The scheduling loop; ``run`` until ``stop`` is set (or :meth:`shutdown` is called)."""
 
@@ -508,7 +513,9 @@ class Scheduler:
         self.epoch = None
 
     def _running(self):
-        running = CrawlJob.objects.filter(state=JobState.RUNNING)
+        # A broad crawl's job row holds thousands of seeds and allowed domains, which a pass
+        # does not read: left out, a pass decodes a few hundred bytes of JSON, not megabytes.
+        running = CrawlJob.objects.filter(state=JobState.RUNNING).defer(*HEAVY_FIELDS)
         if self.job_ids is not None:
             running = running.filter(pk__in=self.job_ids)
         return list(running)
