@@ -1,15 +1,20 @@
-"""Crawl the Python 3.11 HTML docs on loopback with crawlplatform and with Scrapy, same run.
+"""Crawl local sites of different shape with crawlplatform and with Scrapy, same run.
 
     apt-get install python3.11-doc
     .venv/bin/pip install -r benchmarks/requirements.txt
-    .venv/bin/python benchmarks/crawl_vs_scrapy.py [--concurrency 16]
+    .venv/bin/python benchmarks/crawl_vs_scrapy.py [--sites docs,light,heavy] [--concurrency 16]
+
+Sites: ``docs``, the Python 3.11 HTML docs (527 pages, link-heavy, 93 KiB on average);
+``light``, 1,000 generated pages of about 10 KB with about 24 links; ``heavy``, 1,000
+generated pages of about 150 KB with about 300 links (``benchmarks/gensite.py``).
 
 The platform runs in full durable form: PostgreSQL (a fresh database ``crawlbench``) and
 Redis (database 14), worker processes on both cores, every page and URL state committed.
 Both crawlers get the same concurrency. Printed per crawler: pages, wall seconds (first to
 last request as seen by the server, and the whole command), pages/s, CPU seconds per page
 over every process involved (the crawler's process tree; for the platform also PostgreSQL
-and Redis), peak RSS of the crawler's process tree; then the ratios.
+and Redis) and split by group (workers, the crawl command with its scheduler, PostgreSQL,
+Redis), peak RSS of the crawler's process tree; then the ratios, per site.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ class Result:
     command_wall: float
     cpu: float
     peak_rss: int
+    parts: dict[str, float]
 
     @property
     def rate(self) -> float:
@@ -57,6 +63,8 @@ def children_cpu() -> float:
 def measure(
     name: str, cmd: list[str], env: dict, stats_url: str, services: tuple[str, ...], pages_from
 ) -> Result:
+    """Run ``cmd`` and measure it; ``pages_from(stdout)`` counts its pages (None: the pages
+    the server served)."""
     urllib.request.urlopen(stats_url).read()  # reset the server's counters
     svc0_each = {s: service_cpu((s,)) for s in services}
     cpu0, svc0, t0 = children_cpu(), service_cpu(services), time.monotonic()
@@ -71,15 +79,19 @@ def measure(
     services_cpu = service_cpu(services) - svc0
     cpu = children_cpu() - cpu0 + services_cpu
     parts = {**sampler.by_role(), **{s: service_cpu((s,)) - svc0_each[s] for s in services}}
-    print(
-        f"{name} CPU seconds by role (sampled): "
-        + ", ".join(f"{k} {v:.2f}" for k, v in parts.items()),
-        flush=True,
-    )
     if proc.returncode != 0:
         sys.exit(f"{name} failed ({proc.returncode}):\n{out}\n{err[-3000:]}")
-    _, first, last = urllib.request.urlopen(stats_url).read().decode().split()
-    return Result(name, pages_from(out), float(last) - float(first), wall, cpu, sampler.peak)
+    counts = urllib.request.urlopen(stats_url).read().decode().splitlines()
+    served, first, last = counts[0].split()
+    if len(counts) > 1:
+        print(f"{name}: the server also counted {counts[1]}")
+    pages = pages_from(out) if pages_from else int(served)
+    print(
+        f"{name}: {pages} pages; CPU ms/page by group (sampled): "
+        + ", ".join(f"{k} {1000 * v / pages:.2f}" for k, v in parts.items()),
+        flush=True,
+    )
+    return Result(name, pages, float(last) - float(first), wall, cpu, sampler.peak, parts)
 
 
 _PAGE_BYTES = """
@@ -104,8 +116,85 @@ def stored_bytes(env: dict, store: Path) -> None:
     shutil.rmtree(store, ignore_errors=True)
 
 
+def serve(site: str, docs: Path) -> tuple[subprocess.Popen, str, str]:
+    """Start the local site; its base URL and start path."""
+    port = free_port()
+    if site == "docs":
+        cmd = [str(ROOT / "benchmarks/docserver.py"), str(docs), str(port)]
+        start = "/index.html"
+    else:
+        size, links = SHAPES[site]
+        cmd = [str(ROOT / "benchmarks/gensite.py"), str(port), "--pages", "1000",
+               "--size", str(size), "--links", str(links)]  # fmt: skip
+        start = "/p/0"
+    server = subprocess.Popen([sys.executable, *cmd], stdout=subprocess.PIPE, text=True)
+    print(server.stdout.readline().strip())
+    return server, f"http://127.0.0.1:{port}", start
+
+
+SHAPES = {"light": (10_000, 20), "heavy": (150_000, 300)}  # bytes and links per page
+
+
+def compare(site: str, args: argparse.Namespace) -> list[Result]:
+    """Scrapy, then the platform, on ``site``."""
+    server, base, start = serve(site, args.docs)
+    start_url, stats_url = base + start, base + "/__stats__"
+    results = []
+    try:
+        if not args.skip_scrapy:
+            results.append(measure(
+                "scrapy",
+                [sys.executable, "benchmarks/scrapy_spider.py", start_url, str(args.concurrency)],
+                dict(os.environ), stats_url, (),
+                lambda out: int(re.search(r"scrapy pages=(\d+)", out).group(1)),
+            ))  # fmt: skip
+        database_url = fresh_database(args.postgres, "crawlbench")
+        redis.Redis.from_url(args.redis).flushdb()
+        store = tempfile.mkdtemp(prefix="bench-bodies-")  # fresh, as the database
+        env = {**os.environ, "DATABASE_URL": database_url, "REDIS_URL": args.redis,
+               "LOG_LEVEL": "WARNING", "BODY_STORE": store}  # fmt: skip
+        migrate(env)
+        results.append(measure(
+            "crawlplatform",
+            [sys.executable, "manage.py", "crawl", start_url, "--max-depth", "100",
+             "--concurrency", str(args.concurrency), "--workers", str(args.workers),
+             "--pool", args.pool],
+            env, stats_url, ("postgres", "redis-server"),
+            lambda out: int(re.search(r"finished: (\d+) pages", out).group(1)),
+        ))  # fmt: skip
+        stored_bytes(env, Path(store))
+    finally:
+        server.terminate()
+    return results
+
+
+def report(site: str, results: list[Result], args: argparse.Namespace) -> None:
+    print(
+        f"\n== {site}: concurrency {args.concurrency}; crawlplatform: {args.workers} workers "
+        f"({args.pool}), PostgreSQL + Redis; {os.cpu_count()} cores"
+    )
+    print(
+        f"{'crawler':<14}{'pages':>7}{'wall s':>9}{'cmd s':>8}{'pages/s':>9}"
+        f"{'CPU ms/page':>13}{'peak RSS MB':>13}  CPU ms/page by group"
+    )
+    for r in results:
+        groups = ", ".join(f"{k} {1000 * v / r.pages:.2f}" for k, v in r.parts.items())
+        print(
+            f"{r.name:<14}{r.pages:>7}{r.server_wall:>9.2f}{r.command_wall:>8.2f}"
+            f"{r.rate:>9.1f}{r.cpu_per_page_ms:>13.1f}{r.peak_rss / 2**20:>13.0f}  {groups}"
+        )
+    if len(results) == 2:
+        scrapy, ours = results
+        print(
+            f"{site}: throughput ratio (crawlplatform / scrapy) {ours.rate / scrapy.rate:.2f}x, "
+            f"CPU per page ratio {ours.cpu_per_page_ms / scrapy.cpu_per_page_ms:.2f}",
+            flush=True,
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sites", default="docs,light,heavy")
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--pool", default="threads")
@@ -114,94 +203,12 @@ def main() -> None:
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/14")
     parser.add_argument("--skip-scrapy", action="store_true")
     args = parser.parse_args()
-    if not (args.docs / "index.html").exists():
+    sites = args.sites.split(",")
+    if "docs" in sites and not (args.docs / "index.html").exists():
         sys.exit(f"{args.docs} not found: apt-get install python3.11-doc")
-
-    port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, str(ROOT / "benchmarks/docserver.py"), str(args.docs), str(port)],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    print(server.stdout.readline().strip())
-    base = f"http://127.0.0.1:{port}"
-    start_url, stats_url = f"{base}/index.html", f"{base}/__stats__"
-    results = []
-    try:
-        if not args.skip_scrapy:
-            results.append(
-                measure(
-                    "scrapy",
-                    [
-                        sys.executable,
-                        "benchmarks/scrapy_spider.py",
-                        start_url,
-                        str(args.concurrency),
-                    ],
-                    dict(os.environ),
-                    stats_url,
-                    (),
-                    lambda out: int(re.search(r"scrapy pages=(\d+)", out).group(1)),
-                )
-            )
-        database_url = fresh_database(args.postgres, "crawlbench")
-        redis.Redis.from_url(args.redis).flushdb()
-        store = tempfile.mkdtemp(prefix="bench-bodies-")  # fresh, as the database
-        env = {
-            **os.environ,
-            "DATABASE_URL": database_url,
-            "REDIS_URL": args.redis,
-            "LOG_LEVEL": "WARNING",
-            "BODY_STORE": store,
-        }
-        migrate(env)
-        results.append(
-            measure(
-                "crawlplatform",
-                [
-                    sys.executable,
-                    "manage.py",
-                    "crawl",
-                    start_url,
-                    "--max-depth",
-                    "100",
-                    "--concurrency",
-                    str(args.concurrency),
-                    "--workers",
-                    str(args.workers),
-                    "--pool",
-                    args.pool,
-                ],
-                env,
-                stats_url,
-                ("postgres", "redis-server"),
-                lambda out: int(re.search(r"finished: (\d+) pages", out).group(1)),
-            )
-        )
-        stored_bytes(env, Path(store))
-    finally:
-        server.terminate()
-
-    print(
-        f"\nconcurrency {args.concurrency}; crawlplatform: {args.workers} workers "
-        f"({args.pool}), PostgreSQL + Redis; {os.cpu_count()} cores\n"
-    )
-    print(
-        f"{'crawler':<14}{'pages':>7}{'wall s':>9}{'cmd s':>8}{'pages/s':>9}"
-        f"{'CPU ms/page':>13}{'peak RSS MB':>13}"
-    )
-    for r in results:
-        print(
-            f"{r.name:<14}{r.pages:>7}{r.server_wall:>9.2f}{r.command_wall:>8.2f}"
-            f"{r.rate:>9.1f}{r.cpu_per_page_ms:>13.1f}{r.peak_rss / 2**20:>13.0f}"
-        )
-    if len(results) == 2:
-        scrapy, ours = results
-        print(f"\nthroughput ratio (crawlplatform / scrapy): {ours.rate / scrapy.rate:.2f}x")
-        print(
-            f"CPU per page ratio (crawlplatform / scrapy): "
-            f"{ours.cpu_per_page_ms / scrapy.cpu_per_page_ms:.2f}"
-        )
+    done = {site: compare(site, args) for site in sites}
+    for site, results in done.items():
+        report(site, results, args)
 
 
 if __name__ == "__main__":

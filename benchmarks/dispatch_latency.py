@@ -92,7 +92,7 @@ def main() -> None:
     metric_urls = [f"http://127.0.0.1:{metrics_port + i}/metrics" for i in range(args.workers)]
     try:
         wait_until(lambda: all(answers(u) for u in metric_urls), 60, "workers to start")
-        django_shell(env, f"from tasks import jobs;from web.models import CrawlJob;"
+        django_shell(env, f"from tasks.frontier import jobs;from web.models import CrawlJob;"
                           f"jobs.start(CrawlJob.objects.get(pk={job_id}))")  # fmt: skip
         scheduler = subprocess.Popen([sys.executable, "manage.py", "scheduler"], cwd=ROOT, env=env)
         with psycopg.connect(database_url, autocommit=True) as conn:

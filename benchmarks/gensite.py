@@ -1,12 +1,13 @@
 """A generated site of N pages for benchmarks, served by asyncio (cheap per request, so that
 hundreds of slow responses can be in flight at once without a thread each).
 
-    python benchmarks/gensite.py PORT --pages N [--latency SECONDS] [--size BYTES]
+    python benchmarks/gensite.py PORT --pages N [--latency SECONDS] [--size BYTES] [--links N]
 
 Page ``/p/i`` links to the navigation (``/p/0`` .. ``/p/9``), to its ten children
 ``/p/10i+1`` .. ``/p/10i+10`` (so every page is reachable from ``/p/0`` within log10(N)
 steps) and to a few pages elsewhere on the site, most of them already seen: like a real site,
-links outnumber pages many times over. Text pads each page to about ``--size`` bytes. Every
+links outnumber pages many times over; ``--links`` raises the page's link count to about N
+with more such cross links (a link-heavy page). Text pads each page to about ``--size`` bytes. Every
 response waits ``--latency`` seconds first (a slow server, not a slow network). ``/__stats__``
 returns and resets ``count first last`` (epoch seconds of the first and last page request).
 """
@@ -36,13 +37,12 @@ class Stats:
         return line
 
 
-def page(i: int, pages: int, size: int) -> bytes:
+def page(i: int, pages: int, size: int, links: int = 0) -> bytes:
     nav = "".join(f'<li><a href="/p/{j}">Section {j}</a></li>' for j in range(10))
     kids = range(10 * i + 1, min(10 * i + 11, pages))
     children = "".join(f'<li><a href="/p/{c}">Page {c}</a></li>' for c in kids)
-    elsewhere = "".join(
-        f'<a href="/p/{(i * k + 7) % pages}#s{k}">see also {k}</a> ' for k in (3, 31, 97, 331)
-    )
+    steps = (3, 31, 97, 331, *range(1000, 1000 + max(0, links - 24)))
+    elsewhere = "".join(f'<a href="/p/{(i * k + 7) % pages}#s{k}">see also {k}</a> ' for k in steps)
     head = (
         f"<!doctype html><html><head><meta charset=utf-8><title>Page {i}</title></head><body>"
         f"<nav><ul>{nav}</ul></nav><h1>Page {i}</h1><ul>{children}</ul><p>{elsewhere}</p>"
@@ -58,6 +58,7 @@ def main() -> None:
     parser.add_argument("--pages", type=int, default=10_000)
     parser.add_argument("--latency", type=float, default=0.0)
     parser.add_argument("--size", type=int, default=8_000)
+    parser.add_argument("--links", type=int, default=0, help="links per page, about (24 at least)")
     args = parser.parse_args()
     stats = Stats()
     cache: dict[int, bytes] = {}
@@ -86,7 +87,9 @@ def main() -> None:
                 number = path[3:] if path.startswith("/p/") else ""
                 if number.isdigit() and int(number) < args.pages:
                     i = int(number)
-                    body = cache.get(i) or cache.setdefault(i, page(i, args.pages, args.size))
+                    body = cache.get(i) or cache.setdefault(
+                        i, page(i, args.pages, args.size, args.links)
+                    )
                     if len(cache) > 1000:
                         cache.clear()
                     writer.write(respond("200 OK", "text/html; charset=utf-8", body))

@@ -1,0 +1,98 @@
+"""A broad site for benchmarks: HOSTS web hosts, each on its own loopback address
+(127.1.x.y), one asyncio server listening on all of them.
+
+    python benchmarks/broadsite.py PORT --hosts 1000 [--pages 5] [--size 4000]
+
+Every host serves ``/robots.txt`` (``Disallow: /private/``), a home page ``/`` and pages
+``/p/1`` .. ``/p/{pages-1}``; each page links to every page of its host and to a
+``/private/`` page that robots.txt forbids. ``/__stats__`` (on any host) returns and resets
+``count first last`` over page requests (robots.txt and forbidden pages apart, which it
+counts as ``robots=N private=N`` on a second line). The first line printed names the port;
+``--list FILE`` writes the hosts' home URLs, one per line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from pathlib import Path
+
+from gensite import Stats
+
+
+def addresses(hosts: int) -> list[str]:
+    """Distinct loopback addresses, none of them 127.0.0.1."""
+    return [f"127.1.{i // 250}.{i % 250 + 1}" for i in range(hosts)]
+
+
+def page(host: str, path: str, pages: int, size: int) -> bytes:
+    links = "".join(f'<li><a href="/p/{j}">Page {j}</a></li>' for j in range(1, pages))
+    head = (
+        f"<!doctype html><html><head><meta charset=utf-8><title>{host}{path}</title></head>"
+        f'<body><nav><a href="/">Home</a><ul>{links}</ul><a href="/private/x">Account</a>'
+        f"</nav><h1>{path}</h1>"
+    )
+    filler = "<p>" + ("lorem ipsum dolor sit amet " * 20) + "</p>"
+    return (head + filler * max(0, (size - len(head)) // len(filler)) + "</body></html>").encode()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("port", type=int)
+    parser.add_argument("--hosts", type=int, default=1000)
+    parser.add_argument("--pages", type=int, default=5)
+    parser.add_argument("--size", type=int, default=4000)
+    parser.add_argument("--list", type=Path)
+    args = parser.parse_args()
+    stats, extra = Stats(), {"robots": 0, "private": 0}
+    names = addresses(args.hosts)
+    if args.list:
+        args.list.write_text("".join(f"http://{h}:{args.port}/\n" for h in names))
+    pages = {"/", *(f"/p/{j}" for j in range(1, args.pages))}
+
+    def respond(status: str, kind: str, body: bytes) -> bytes:
+        return (
+            f"HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {len(body)}\r\n\r\n"
+        ).encode() + body
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        host = writer.get_extra_info("sockname")[0]
+        try:
+            while True:
+                request = await reader.readuntil(b"\r\n\r\n")
+                path = request.split(b" ", 2)[1].decode()
+                if path == "/__stats__":
+                    counted = f"robots={extra['robots']} private={extra['private']}"
+                    line = stats.reset() + "\n" + counted
+                    extra.update(robots=0, private=0)
+                    writer.write(respond("200 OK", "text/plain", line.encode()))
+                elif path == "/robots.txt":
+                    extra["robots"] += 1
+                    writer.write(respond("200 OK", "text/plain",
+                                         b"User-agent: *\nDisallow: /private/\n"))  # fmt: skip
+                elif path.startswith("/private/"):
+                    extra["private"] += 1
+                    writer.write(respond("403 Forbidden", "text/plain", b"robots.txt said no"))
+                elif path in pages:
+                    stats.hit()
+                    body = page(host, path, args.pages, args.size)
+                    writer.write(respond("200 OK", "text/html; charset=utf-8", body))
+                else:
+                    writer.write(respond("404 Not Found", "text/plain", b"not found"))
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError, IndexError):
+            pass
+        finally:
+            writer.close()
+
+    async def serve() -> None:
+        server = await asyncio.start_server(handle, names, args.port, backlog=1024)
+        print(f"serving {args.hosts} hosts x {args.pages} pages on port {args.port}", flush=True)
+        async with server:
+            await server.serve_forever()
+
+    asyncio.run(serve())
+
+
+if __name__ == "__main__":
+    main()
