@@ -18,6 +18,12 @@ POSTGRES = "postgres://postgres@127.0.0.1:5432/postgres"
 os.environ.setdefault("CRAWL_ALLOWED_NETWORKS", "127.0.0.0/8")
 
 
+def is_worker(process: psutil.Process) -> bool:
+    """A crawl worker: started (``celery ... worker``) or forked by the crawl command (named
+    ``crawl-worker1``; its command line is the command's)."""
+    return process.name().startswith("crawl-worker") or "worker" in process.cmdline()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -79,7 +85,7 @@ class Sampler(threading.Thread):
                 with p.oneshot():
                     rss = p.memory_info().rss
                     t = p.cpu_times()
-                    role = "worker" if "worker" in p.cmdline() else "command"
+                    role = "worker" if is_worker(p) else "command"
             except psutil.Error:
                 continue
             total += rss

@@ -23,14 +23,14 @@ import time
 import psutil
 import psycopg
 import redis
-from common import POSTGRES, ROOT, free_port, fresh_database, migrate
+from common import POSTGRES, ROOT, free_port, fresh_database, is_worker, migrate
 
 
 def worker_rss(root: psutil.Process) -> dict[int, int]:
     out = {}
     for p in root.children(recursive=True):
         try:
-            if "worker" in p.cmdline():
+            if is_worker(p):
                 out[p.pid] = p.memory_info().rss
         except psutil.Error:
             continue

@@ -25,14 +25,20 @@ def guarded(command: list[str]) -> list[str]:
     return [sys.executable, os.path.abspath(__file__), str(os.getpid()), *command]
 
 
-def main(argv: list[str]) -> None:
-    parent, command = int(argv[0]), argv[1:]
+def end_with(parent: int) -> bool:
+    """Ask for SIGTERM when process ``parent`` (this one's parent) exits; False if it has
+    already exited."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
     except (OSError, AttributeError):
         pass  # not Linux: nothing to ask for
-    if os.getppid() != parent:  # the parent died before the request was in place
+    return os.getppid() == parent  # else it died before the request was in place
+
+
+def main(argv: list[str]) -> None:
+    parent, command = int(argv[0]), argv[1:]
+    if not end_with(parent):
         sys.exit(0)
     os.execvp(command[0], command)  # noqa: S606 (the supervisor's own command)
 

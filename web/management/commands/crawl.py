@@ -362,11 +362,13 @@ class Command(BaseCommand):
                 pool=opts["pool"],
                 env={"REDIS_URL": settings.REDIS_URL} if settings.EMBEDDED_REDIS else None,
                 log_dir=settings.DATA_DIR / "logs" / f"job{job.pk}",
+                fork=True,  # workers forked from this process skip its imports (supervisor.py)
             )
             pool.start()
             pools.append(pool)
+            how = ", forked" if pool.forks else ""
             self.stderr.write(
-                f"{processes} worker(s) x {pool.concurrency} ({opts['pool']}); "
+                f"{processes} worker(s) x {pool.concurrency} ({opts['pool']}{how}); "
                 f"logs in {pool.log_dir}"
             )
             if job.render != "never":
