@@ -17,7 +17,7 @@ import argparse
 import asyncio
 from pathlib import Path
 
-from gensite import Stats
+from gensite import Stats, handler, respond
 
 
 def addresses(hosts: int) -> list[str]:
@@ -50,43 +50,27 @@ def main() -> None:
         args.list.write_text("".join(f"http://{h}:{args.port}/\n" for h in names))
     pages = {"/", *(f"/p/{j}" for j in range(1, args.pages))}
 
-    def respond(status: str, kind: str, body: bytes) -> bytes:
-        return (
-            f"HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {len(body)}\r\n\r\n"
-        ).encode() + body
-
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        host = writer.get_extra_info("sockname")[0]
-        try:
-            while True:
-                request = await reader.readuntil(b"\r\n\r\n")
-                path = request.split(b" ", 2)[1].decode()
-                if path == "/__stats__":
-                    counted = f"robots={extra['robots']} private={extra['private']}"
-                    line = stats.reset() + "\n" + counted
-                    extra.update(robots=0, private=0)
-                    writer.write(respond("200 OK", "text/plain", line.encode()))
-                elif path == "/robots.txt":
-                    extra["robots"] += 1
-                    writer.write(respond("200 OK", "text/plain",
-                                         b"User-agent: *\nDisallow: /private/\n"))  # fmt: skip
-                elif path.startswith("/private/"):
-                    extra["private"] += 1
-                    writer.write(respond("403 Forbidden", "text/plain", b"robots.txt said no"))
-                elif path in pages:
-                    stats.hit()
-                    body = page(host, path, args.pages, args.size)
-                    writer.write(respond("200 OK", "text/html; charset=utf-8", body))
-                else:
-                    writer.write(respond("404 Not Found", "text/plain", b"not found"))
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError, IndexError):
-            pass
-        finally:
-            writer.close()
+    async def answer(path: str, host: str) -> bytes:
+        if path == "/__stats__":
+            counted = f"robots={extra['robots']} private={extra['private']}"
+            line = stats.reset() + "\n" + counted
+            extra.update(robots=0, private=0)
+            return respond("200 OK", "text/plain", line.encode())
+        if path == "/robots.txt":
+            extra["robots"] += 1
+            return respond("200 OK", "text/plain", b"User-agent: *\nDisallow: /private/\n")
+        if path.startswith("/private/"):
+            extra["private"] += 1
+            return respond("403 Forbidden", "text/plain", b"robots.txt said no")
+        if path in pages:
+            stats.hit()
+            return respond(
+                "200 OK", "text/html; charset=utf-8", page(host, path, args.pages, args.size)
+            )
+        return respond("404 Not Found", "text/plain", b"not found")
 
     async def serve() -> None:
-        server = await asyncio.start_server(handle, names, args.port, backlog=1024)
+        server = await asyncio.start_server(handler(answer), names, args.port, backlog=1024)
         print(f"serving {args.hosts} hosts x {args.pages} pages on port {args.port}", flush=True)
         async with server:
             await server.serve_forever()

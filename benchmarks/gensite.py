@@ -52,6 +52,31 @@ def page(i: int, pages: int, size: int, links: int = 0) -> bytes:
     return body.encode()
 
 
+def respond(status: str, kind: str, body: bytes) -> bytes:
+    """A whole HTTP/1.1 response."""
+    head = f"HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {len(body)}\r\n\r\n"
+    return head.encode() + body
+
+
+def handler(answer):
+    """An asyncio connection handler serving keep-alive requests with ``answer(path, host)``
+    (a coroutine returning the whole response; ``host`` is the address the client reached)."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        host = writer.get_extra_info("sockname")[0]
+        try:
+            while True:
+                request = await reader.readuntil(b"\r\n\r\n")
+                writer.write(await answer(request.split(b" ", 2)[1].decode(), host))
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError, IndexError):
+            pass
+        finally:
+            writer.close()
+
+    return handle
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("port", type=int)
@@ -63,46 +88,25 @@ def main() -> None:
     stats = Stats()
     cache: dict[int, bytes] = {}
 
-    def respond(status: str, kind: str, body: bytes) -> bytes:
-        return (
-            f"HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {len(body)}\r\n\r\n"
-        ).encode() + body
-
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:
-                request = await reader.readuntil(b"\r\n\r\n")
-                path = request.split(b" ", 2)[1].decode()
-                if path == "/__stats__":
-                    writer.write(respond("200 OK", "text/plain", stats.reset().encode()))
-                    await writer.drain()
-                    continue
-                if path == "/robots.txt":
-                    writer.write(respond("200 OK", "text/plain", b"User-agent: *\nAllow: /\n"))
-                    await writer.drain()
-                    continue
-                stats.hit()
-                if args.latency:
-                    await asyncio.sleep(args.latency)
-                number = path[3:] if path.startswith("/p/") else ""
-                if number.isdigit() and int(number) < args.pages:
-                    i = int(number)
-                    body = cache.get(i) or cache.setdefault(
-                        i, page(i, args.pages, args.size, args.links)
-                    )
-                    if len(cache) > 1000:
-                        cache.clear()
-                    writer.write(respond("200 OK", "text/html; charset=utf-8", body))
-                else:
-                    writer.write(respond("404 Not Found", "text/plain", b"not found"))
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError, IndexError):
-            pass
-        finally:
-            writer.close()
+    async def answer(path: str, host: str) -> bytes:
+        if path == "/__stats__":
+            return respond("200 OK", "text/plain", stats.reset().encode())
+        if path == "/robots.txt":
+            return respond("200 OK", "text/plain", b"User-agent: *\nAllow: /\n")
+        stats.hit()
+        if args.latency:
+            await asyncio.sleep(args.latency)
+        number = path[3:] if path.startswith("/p/") else ""
+        if not (number.isdigit() and int(number) < args.pages):
+            return respond("404 Not Found", "text/plain", b"not found")
+        i = int(number)
+        body = cache.get(i) or cache.setdefault(i, page(i, args.pages, args.size, args.links))
+        if len(cache) > 1000:
+            cache.clear()
+        return respond("200 OK", "text/html; charset=utf-8", body)
 
     async def serve() -> None:
-        server = await asyncio.start_server(handle, "127.0.0.1", args.port, backlog=1024)
+        server = await asyncio.start_server(handler(answer), "127.0.0.1", args.port, backlog=1024)
         print(f"serving {args.pages} pages on 127.0.0.1:{args.port}", flush=True)
         async with server:
             await server.serve_forever()
