@@ -126,8 +126,9 @@ def _amqp_ready(queue: str) -> int:
 
 
 def _amqp_take(queue: str) -> list[bytes]:
-    """``basic_get`` until the queue is empty, acknowledging what was taken at the end: a
-    crash in between leaves the messages to the broker, which delivers them again."""
+    """``basic_get`` until the queue is empty, then acknowledge all of it: a crash while
+    reading leaves the messages to the broker, which delivers them again. (A crash after the
+    acknowledgement leaves their URLs scheduled without a message: the reconcile's case.)"""
     found, last = [], None
     with _amqp_channel() as channel:
         try:
