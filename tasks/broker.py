@@ -83,6 +83,17 @@ def take(queue: str) -> list[bytes]:
     return _amqp_take(queue) if is_amqp() else _redis_take(queue)
 
 
+def peek(queue: str) -> list[bytes] | None:
+    """The task bodies of ``queue``'s ready messages, left in place; None on RabbitMQ, whose
+    queues cannot be read without taking the messages."""
+    if is_amqp():
+        return None
+    pipe = client().pipeline(transaction=False)
+    for name in priority_lists(queue):
+        pipe.lrange(name, 0, -1)
+    return _task_bodies(raw for found in pipe.execute() for raw in found)
+
+
 def _redis_take(queue: str) -> list[bytes]:
     """Each priority list is renamed first (atomic), then read and deleted."""
     found = []
@@ -94,17 +105,24 @@ def _redis_take(queue: str) -> list[bytes]:
             client().rename(name, taken)
         except ResponseError:  # emptied by workers between the two calls
             continue
-        for raw in client().lrange(taken, 0, -1):
-            try:
-                envelope = json.loads(raw)
-                body = envelope["body"]
-                if envelope.get("properties", {}).get("body_encoding") == "base64":
-                    body = base64.b64decode(body)
-            except (ValueError, KeyError, TypeError) as exc:
-                log.warning("a message that is not a Celery task left out: %s", exc)
-                continue
-            found.append(body if isinstance(body, bytes) else body.encode())
+        found += _task_bodies(client().lrange(taken, 0, -1))
         client().delete(taken)
+    return found
+
+
+def _task_bodies(raws) -> list[bytes]:
+    """The task bodies (JSON) of kombu's Redis envelopes."""
+    found = []
+    for raw in raws:
+        try:
+            envelope = json.loads(raw)
+            body = envelope["body"]
+            if envelope.get("properties", {}).get("body_encoding") == "base64":
+                body = base64.b64decode(body)
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("a message that is not a Celery task left out: %s", exc)
+            continue
+        found.append(body if isinstance(body, bytes) else body.encode())
     return found
 
 

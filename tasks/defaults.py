@@ -7,11 +7,13 @@ Environment values are parsed to the default's type; per-job and live values are
 :func:`problems` when they are saved.
 
 The time budgets nest, and ``tests/test_config.py`` checks that they do:
-``FETCH_DEADLINE_S < TASK_SOFT_TIME_LIMIT_S < TASK_TIME_LIMIT_S < VISIBILITY_TIMEOUT_S``, and
-``LEASE_RENEW_S`` fits three times into ``LEASE_S``. A page that runs over its fetch deadline
-fails on its own; a task that hangs past its time limit is killed (or, in a thread, left
-behind: its lease is no longer renewed); a worker renews the leases of the pages it works on,
-so a lease expires ``LEASE_S`` after its worker died, not after the longest page could take.
+``FETCH_DEADLINE_S < TASK_SOFT_TIME_LIMIT_S < TASK_TIME_LIMIT_S < VISIBILITY_TIMEOUT_S``,
+``BATCH_BUDGET_S + FETCH_DEADLINE_S < TASK_SOFT_TIME_LIMIT_S`` (a message of several URLs
+starts its last one within the budget), and ``LEASE_RENEW_S`` fits three times into
+``LEASE_S``. A page that runs over its fetch deadline fails on its own; a task that hangs past
+its time limit is killed (or, in a thread, left behind: its lease is no longer renewed); a
+worker renews the leases of the pages it works on, so a lease expires ``LEASE_S`` after its
+worker died, not after the longest page could take.
 """
 
 from __future__ import annotations
@@ -101,6 +103,9 @@ SCHEDULER_BATCH = 500  # URLs released per job per pass at most
 READY_PER_JOB = 256  # messages of one job waiting in the broker at most
 READY_MIN = 8  # messages of one job the broker may hold whatever its consumption rate
 DISPATCH_LOOKAHEAD_S = 0.03  # ready messages per job = its consumption rate x this, seconds
+DISPATCH_BATCH = 16  # URLs one message may carry (fast pages of a job; 1: a message per URL)
+DISPATCH_BATCH_S = 1.0  # a message holds about this much of a worker slot's time at most, s
+BATCH_BUDGET_S = 5.0  # a message starts no URL after working this long: the rest go back, s
 # Probe files live in the container's own /tmp (an emptyDir in k8s): only it writes there.
 SCHEDULER_HEARTBEAT_FILE = "/tmp/crawl-scheduler-heartbeat"  # noqa: S108 touched every turn
 SCHEDULER_HORIZON_S = 2.0  # a polite host gets URLs released this far ahead of its slots

@@ -1,4 +1,5 @@
-"""Process one URL: claim, fetch, classify, parse, commit. Called by the Celery task.
+"""Process the URLs of one message: claim, then fetch, classify, parse and commit each in
+turn. Called by the Celery task.
 
 The pipeline only orchestrates: robots.txt (``tasks/fetch/robots.py``), the host's slot and
 circuit (``politeness.py``, ``circuit.py``), the fetch (``fetching.py``), the page
@@ -7,11 +8,12 @@ while a URL is processed ends in a recorded outcome: a transient one retries on 
 backoff, anything else fails the URL with its reason, and an unexpected exception becomes an
 ``internal_error`` with its traceback in the worker log. Nothing loops: every attempt counts.
 
-Reads the fetch settings and ``LINK_CACHE_SIZE``. Links are canonicalized and scoped once per
-worker process (a page links to the same navigation a hundred times; a site links to the same
-pages thousands of times), and a URL this process has already seen committed for the job is not
-sent to the database again. The caches only skip work: the database's unique index is what
-makes dedup exact, and a URL enters the seen-cache only after its insert committed.
+Reads the fetch settings, ``BATCH_BUDGET_S`` and ``LINK_CACHE_SIZE``. Links are canonicalized
+and scoped once per worker process (a page links to the same navigation a hundred times; a
+site links to the same pages thousands of times), and a URL this process has already seen
+committed for the job is not sent to the database again. The caches only skip work: the
+database's unique index is what makes dedup exact, and a URL enters the seen-cache only after
+its insert committed.
 """
 
 from __future__ import annotations
@@ -49,8 +51,9 @@ from tasks.frontier.transitions import (
     RENDER_QUEUED,
     Claim,
     LeaseLost,
-    claim,
+    claim_many,
     defer,
+    give_back,
     give_up,
     insert_urls,
     lend_connection_back,
@@ -63,7 +66,7 @@ from tasks.frontier.transitions import (
     to_render,
     with_retries,
 )
-from tasks.worker import loop, metrics
+from tasks.worker import lifecycle, loop, metrics
 from web.models import Page, URLState
 
 log = logging.getLogger(__name__)
@@ -166,10 +169,54 @@ def _limits(claimed: Claim) -> fetching.FetchLimits:
 def process(url_id: int, job_id: int, rendering: bool = False) -> str | None:
     """Fetch and store URL ``url_id`` if it is ours to do; returns the URL's new state.
     ``rendering``: a render worker's task (headless Chromium instead of a plain fetch)."""
-    claimed = claim(url_id, job_id)
-    if claimed is None:
-        return None
-    leases.hold(claimed.url.pk, claimed.attempt)
+    states = process_many([url_id], job_id, rendering)
+    return states[0] if states else None
+
+
+def process_many(url_ids: list[int], job_id: int, rendering: bool = False) -> list[str | None]:
+    """The URLs of one message, claimed in one statement and done one after another; the new
+    state of each one that was ours to do.
+
+    The message's URLs can all be fetched now (``tasks/frontier/scheduler.py`` puts only
+    such URLs together) and are held by this worker's lease renewal from the claim on. The
+    message ends early when it has worked ``BATCH_BUDGET_S`` or the worker is shutting down:
+    the URLs it has not started go back to the frontier, due now, their attempts given back.
+    """
+    claims = claim_many(url_ids, job_id)
+    for claimed in claims:
+        leases.hold(claimed.url.pk, claimed.attempt)
+    states: list[str | None] = []
+    began = time.monotonic()
+    try:
+        for n, claimed in enumerate(claims):
+            if n and (lifecycle.stopping.is_set() or _past_budget(claimed, began)):
+                _give_back(claims[n:])
+                break
+            states.append(_process_one(claimed, rendering))
+    finally:
+        for claimed in claims:
+            leases.let_go(claimed.url.pk)
+    if any(state == "queued" for state in states) or any(c.new_links for c in claims):
+        wakeup.nudge()  # a sleeping scheduler has work again
+    return states
+
+
+def _past_budget(claimed: Claim, began: float) -> bool:
+    return time.monotonic() - began > setting("BATCH_BUDGET_S", claimed.job)
+
+
+def _give_back(claims: list[Claim]) -> None:
+    """Claimed, not started: back to the frontier now (else the lease sweep does it later)."""
+    try:
+        given = with_retries(lambda: give_back(claims))
+        log.info("job=%s: %d URLs of a message given back unstarted", claims[0].job.pk, given)
+    except DatabaseError as exc:
+        connection.close()
+        log.warning("job=%s: %d unstarted URLs left to the lease sweep (%s)", claims[0].job.pk,
+                    len(claims), exc)  # fmt: skip
+
+
+def _process_one(claimed: Claim, rendering: bool) -> str | None:
     began = time.monotonic()
     try:
         lend_connection_back()  # a fetch takes long: the pool serves other threads meanwhile
@@ -178,9 +225,7 @@ def process(url_id: int, job_id: int, rendering: bool = False) -> str | None:
         leases.let_go(claimed.url.pk)
     canary.count(state, claimed.reason, claimed.deferred, time.monotonic() - began)
     if state is not None:
-        metrics.outcome(job_id, state, claimed.reason)
-        if state == "queued" or claimed.new_links:
-            wakeup.nudge()  # a sleeping scheduler has work again
+        metrics.outcome(claimed.job.pk, state, claimed.reason)
     return state
 
 
@@ -531,7 +576,9 @@ def hand_to_render(claimed: Claim) -> str:
 
     to_render(claimed)
     url_id, job_id, depth = claimed.url.pk, claimed.job.pk, claimed.url.depth
-    transaction.on_commit(lambda: scheduler.publish([(url_id, job_id, depth, "")], queue="render"))
+    transaction.on_commit(
+        lambda: scheduler.publish([([url_id], job_id, depth, "")], queue="render")
+    )
     claimed.reason = RENDER_QUEUED
     return URLState.SCHEDULED
 

@@ -1,9 +1,10 @@
 """Celery tasks: thin wrappers that take ids and call the engine.
 
-``fetch_url`` is acks-late and rejected (requeued) if its worker dies, so a page's message is
-acknowledged only after its effects committed. Redelivery is harmless: the engine's claim is a
-compare-and-set on the URL's state. A task that cannot reach the database before its claim is
-retried after ``DB_RETRY_S`` (a short countdown, far below the visibility timeout).
+``fetch_urls`` (the scheduler's message: one or a few URLs of a job) is acks-late and rejected
+(requeued) if its worker dies, so a message is acknowledged only after its pages' effects
+committed. Redelivery is harmless: the engine's claim is a compare-and-set on each URL's state.
+A task that cannot reach the database before its claim is retried after ``DB_RETRY_S`` (a
+short countdown, far below the visibility timeout).
 """
 
 import logging
@@ -19,10 +20,10 @@ from tasks.worker import lifecycle
 log = logging.getLogger(__name__)
 
 
-def _run(task, url_id: int, job_id: int, rendering: bool) -> None:
+def _run(task, url_ids: list[int], job_id: int, rendering: bool) -> None:
     close_old_connections()  # drop a connection that broke (database restart) or aged out
     try:
-        engine.process(url_id, job_id, rendering)
+        engine.process_many(url_ids, job_id, rendering)
     except DatabaseError as exc:  # before the claim: the database is unreachable
         connection.close()
         raise task.retry(exc=exc, countdown=setting("DB_RETRY_S")) from None
@@ -36,16 +37,23 @@ _CRAWL_TASK = {"bind": True, "acks_late": True, "reject_on_worker_lost": True,
                "ignore_result": True, "max_retries": None}  # fmt: skip
 
 
+@shared_task(name="tasks.fetch_urls", **_CRAWL_TASK)
+def fetch_urls(self, url_ids: list[int], job_id: int) -> None:
+    """Fetch the URLs of one message, one after another (``engine.process_many``)."""
+    _run(self, url_ids, job_id, rendering=False)
+
+
 @shared_task(name="tasks.fetch_url", **_CRAWL_TASK)
 def fetch_url(self, url_id: int, job_id: int) -> None:
-    _run(self, url_id, job_id, rendering=False)
+    """One URL's message, as published before ``fetch_urls`` (still in a queue at upgrade)."""
+    _run(self, [url_id], job_id, rendering=False)
 
 
 @shared_task(name="tasks.render_url", **_CRAWL_TASK)
 def render_url(self, url_id: int, job_id: int) -> None:
     """The same pipeline with headless Chromium for the fetch (render workers, ``render``
     queue: ``celery -A crawlplatform worker --queues render --pool prefork --concurrency 2``)."""
-    _run(self, url_id, job_id, rendering=True)
+    _run(self, [url_id], job_id, rendering=True)
 
 
 @shared_task(name="tasks.recrawl_job", ignore_result=True)

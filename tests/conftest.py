@@ -15,6 +15,7 @@ from django.db import connection
 from crawlplatform.embedded import EmbeddedRedis
 from tasks import broker, defaults, engine
 from tasks.frontier import channels, jobs, transitions
+from tasks.frontier import scheduler as scheduling
 from tasks.frontier.scheduler import Scheduler
 from tasks.worker.supervisor import WorkerPool
 from tests.budgets import FAST, LOCAL
@@ -34,8 +35,12 @@ def wait_for(predicate: Callable[[], object], timeout: float, what: str, every: 
 @pytest.fixture(autouse=True)
 def _forget_job_caches():
     """Job ids are reused after a test database flush: per-process job caches must not be,
-    nor live settings, nor an earlier test's channel weights."""
+    nor live settings, nor an earlier test's channel weights, nor the scheduler's view of a
+    job's pace."""
     transitions._jobs.clear()
+    scheduling._flow, scheduling._pace = scheduling._Flow(), scheduling._Pace()
+    scheduling._due.clear()
+    scheduling._slots_read[0] = -scheduling.SLOTS_CACHE_S
     engine._caches.clear()
     defaults.live = {}  # live settings of an earlier test's database
     channels.forget()

@@ -40,13 +40,17 @@ def rabbitmq(tmp_path_factory) -> Iterator[str]:
     node.stop()
 
 
-def _crawl_message(producer: Producer, queue: Queue, url_id: int, job_id: int, prio: int):
-    """A crawl task's message as Celery writes it (protocol 2: body ``[args, kwargs, embed]``)."""
+def _crawl_message(
+    producer: Producer, queue: Queue, url_id: int | list[int], job_id: int, prio: int
+):
+    """A crawl task's message as Celery writes it (protocol 2: body ``[args, kwargs, embed]``):
+    ``fetch_url``'s for one URL id, ``fetch_urls``' for a list of them."""
     body = json.dumps([[url_id, job_id], {}, {"callbacks": None}])
     producer.publish(
         body, exchange=queue.exchange, routing_key=queue.routing_key, declare=[queue],
         serializer=None, content_type="application/json", content_encoding="utf-8",
-        headers={"task": "tasks.fetch_url", "id": f"{url_id}"},
+        headers={"task": "tasks.fetch_urls" if isinstance(url_id, list) else "tasks.fetch_url",
+                 "id": f"{url_id}"},  # fmt: skip
         priority=broker.message_priority(prio),
     )  # fmt: skip
 
@@ -63,11 +67,13 @@ def test_rabbitmq_queue_depth_and_taking_its_messages(rabbitmq, settings):
         producer = Producer(conn)
         for url_id in range(1, 8):
             _crawl_message(producer, queue, url_id, 42, prio=url_id % 10)
+        _crawl_message(producer, queue, [8, 9, 10], 42, prio=0)
         producer.publish("not json at all", routing_key="crawl.blue", exchange=queue.exchange,
                          serializer=None, content_type="text/plain")  # fmt: skip
-    assert broker.depth("crawl.blue") == {"ready": 8, "unacked": None}
+    assert broker.depth("crawl.blue") == {"ready": 9, "unacked": None}
+    assert channels.waiting(["crawl.blue"]) is None  # RabbitMQ's queues are not read in place
     taken = channels.take_messages("crawl.blue")
-    assert sorted(taken) == [(url_id, 42) for url_id in range(1, 8)]  # the stray one left out
+    assert sorted(taken) == [(url_id, 42) for url_id in range(1, 11)]  # the stray one left out
     assert broker.depth("crawl.blue")["ready"] == 0
     assert channels.take_messages("crawl.blue") == []
 

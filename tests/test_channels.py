@@ -162,8 +162,8 @@ def test_routing_weights_rollback_moves_queued_urls_and_the_command(redis, capsy
     transitions.insert_urls(job.pk, [f"http://127.0.0.1:9/{i}" for i in range(5)], depth=1)
     ids = list(FrontierURL.objects.filter(job=job).values_list("id", flat=True))
     transitions.schedule(ids)
-    scheduler.publish([(i, job.pk, 0, "crawl.green") for i in ids])
-    assert broker.depth("crawl.green")["ready"] == len(ids)
+    scheduler.publish([(ids[:1], job.pk, 0, "crawl.green"), (ids[1:], job.pk, 0, "crawl.green")])
+    assert broker.depth("crawl.green")["ready"] == 2  # one message of one URL, one of four
     split, moved = channels.rollback("green", "test")
     assert (split, moved) == ({"blue": 100}, len(ids))
     assert broker.depth("crawl.green")["ready"] == 0

@@ -4,7 +4,7 @@ from django.conf import settings
 
 from crawlplatform.celery import app
 from tasks.defaults import setting
-from tasks.tasks import fetch_url
+from tasks.tasks import fetch_url, fetch_urls
 
 
 def test_time_budgets_nest():
@@ -18,6 +18,9 @@ def test_time_budgets_nest():
         zip(chain, values, strict=True)
     )
     assert 3 * setting("LEASE_RENEW_S") <= setting("LEASE_S")
+    # The last URL of a message starts within the budget and ends within its page's deadline.
+    last_start = setting("BATCH_BUDGET_S") + setting("FETCH_DEADLINE_S")
+    assert last_start < setting("TASK_SOFT_TIME_LIMIT_S")
 
 
 def test_the_test_budgets_nest_as_well(monkeypatch):
@@ -33,7 +36,8 @@ def test_celery_is_configured_for_no_loss():
     assert conf.task_acks_late and conf.task_reject_on_worker_lost
     assert conf.worker_prefetch_multiplier == 1
     assert conf.task_ignore_result
-    assert fetch_url.acks_late and fetch_url.reject_on_worker_lost
+    for task in (fetch_url, fetch_urls):
+        assert task.acks_late and task.reject_on_worker_lost
     options = conf.broker_transport_options
     assert options["visibility_timeout"] > conf.task_time_limit
     assert options["visibility_timeout"] > setting("DB_RETRY_S")  # the longest countdown used

@@ -109,7 +109,11 @@ def test_redelivered_task_for_done_url_fetches_nothing(site, workers, scheduler)
             "id", "job_id", "depth"
         )
     )
-    publish([(*row, "crawl") for row in done])  # every message delivered a second time
+    # every URL delivered a second time, in messages of one and of several URLs
+    messages = [([url_id], job_id, depth, "crawl") for url_id, job_id, depth in done[:5]]
+    messages += [([r[0] for r in done[i : i + 4]], job.pk, 0, "crawl")
+                 for i in range(5, len(done), 4)]  # fmt: skip
+    publish(messages)
     wait_for(lambda: broker.depth() == {"ready": 0, "unacked": 0}, 30, "the redeliveries to drain")
     assert sum(site.hits.values()) == before
     assert Page.objects.filter(job=job).count() == len(done)

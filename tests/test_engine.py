@@ -99,3 +99,49 @@ def test_a_page_being_worked_on_keeps_its_lease_until_it_ends(redis, monkeypatch
         assert FrontierURL.objects.get(pk=url.pk).lease_until > first
         leases.let_go(url.pk)
         assert leases.renew() == 0
+
+
+def _scheduled(job, site: HostileSite, paths: list[str]) -> list[int]:
+    transitions.insert_urls(job.pk, [site.url(p) for p in paths], depth=1)
+    ids = [FrontierURL.objects.get(job=job, url=site.url(p)).pk for p in paths]
+    transitions.schedule(ids)
+    return ids
+
+
+def test_a_message_of_several_urls_ends_each_on_its_own_and_a_redelivery_does_nothing(redis):
+    with HostileSite() as site:
+        job = start(site)
+        ids = _scheduled(job, site, ["/p/1", "/broken", "/nowhere", "/p/2"])
+        assert engine.process_many(ids, job.pk) == ["done", "queued", "failed", "done"]
+        assert engine.process_many(ids, job.pk) == []  # the same message delivered again
+        assert (site.hits("/p/1"), site.hits("/p/2")) == (1, 1)
+    rows = FrontierURL.objects.filter(pk__in=ids).order_by("id")
+    assert [(r.state, r.error_reason, r.attempts) for r in rows] == [
+        ("done", "", 1), ("queued", "http_5xx", 1), ("failed", "http_4xx", 1), ("done", "", 1)
+    ]  # fmt: skip
+    assert not leases._held
+
+
+def test_a_message_past_its_budget_or_on_a_stopping_worker_gives_back_what_it_did_not_start(
+    redis, monkeypatch
+):
+    from tasks.worker import lifecycle
+
+    with HostileSite() as site:
+        job = start(site)
+        ids = _scheduled(job, site, ["/slow", "/p/1", "/p/2"])
+        monkeypatch.setenv("CRAWL_BATCH_BUDGET_S", "0.2")  # /slow takes 0.5 s
+        assert engine.process_many(ids, job.pk) == ["done"]
+        rows = FrontierURL.objects.filter(pk__in=ids[1:])
+        assert {(r.state, r.attempts, r.lease_until) for r in rows} == {("queued", 0, None)}
+        monkeypatch.delenv("CRAWL_BATCH_BUDGET_S")
+        transitions.schedule(ids[1:])
+        lifecycle.stopping.set()  # SIGTERM: the page in hand ends, the others go back
+        try:
+            assert engine.process_many(ids[1:], job.pk) == ["done"]
+        finally:
+            lifecycle.stopping.clear()
+        assert (site.hits("/p/1"), site.hits("/p/2")) == (1, 0)
+    last = FrontierURL.objects.get(pk=ids[2])
+    assert (last.state, last.attempts) == ("queued", 0)
+    assert not leases._held

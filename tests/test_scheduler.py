@@ -9,7 +9,8 @@ import pytest
 from django.conf import settings
 
 from tasks import broker
-from tasks.frontier import jobs, scheduler, transitions
+from tasks.frontier import channels, jobs, scheduler, transitions
+from tasks.worker import heartbeat
 from web.models import FrontierURL, JobState, URLState
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -57,6 +58,49 @@ def test_the_broker_holds_what_workers_take_in_the_lookahead_within_bounds(monke
     assert not flow.busy(now)
     run(10, 100)
     assert flow.busy(now) and not flow.busy(now + 2)  # only jobs that took messages lately
+
+
+def _register_worker(redis, slots: int) -> None:
+    """A crawl worker in the registry, as its heartbeat writes it."""
+    fields = {"heartbeat": time.time(), "queues": "crawl", "slots": slots}
+    redis.hset(heartbeat.PREFIX + "test@host", mapping=fields)
+    scheduler._slots_read[0] = -scheduler.SLOTS_CACHE_S  # read the registry again
+
+
+def _message_sizes() -> list[int]:
+    return sorted(len(channels.task_urls(body)) for body in broker.peek("crawl"))
+
+
+def test_fast_pages_share_messages_and_slow_pages_go_one_by_one(redis, monkeypatch):
+    monkeypatch.setenv("CRAWL_DISPATCH_BATCH", "4")
+    monkeypatch.setenv("CRAWL_DISPATCH_BATCH_S", "0.25")
+    job = make_job(30)
+    _register_worker(redis, slots=4)
+    assert scheduler.release(job)[0] == 8  # the job's pace is not known yet: one per message
+    assert _message_sizes() == [1] * 8
+    redis.delete(*broker.priority_lists("crawl"))
+    FrontierURL.objects.filter(job=job, state=URLState.SCHEDULED).update(state=URLState.DONE)
+    scheduler._flow.rate[job.pk] = 10.0  # slow: 2.5 pages/s per slot, 0.6 of one in 0.25 s
+    assert scheduler.release(job)[0] == 8
+    assert _message_sizes() == [1] * 8
+    redis.delete(*broker.priority_lists("crawl"))
+    FrontierURL.objects.filter(job=job, state=URLState.SCHEDULED).update(state=URLState.DONE)
+    scheduler._flow.rate[job.pk] = 100.0  # fast: 25 pages/s per slot, 6 in 0.25 s, at most 4
+    assert scheduler.release(job)[0] == 15  # all that is left (READY_MIN messages of 4: 32)
+    assert _message_sizes() == [3, 4, 4, 4]
+    assert scheduler.reconcile() == 0  # every scheduled URL is in a ready message
+    redis.delete(*broker.priority_lists("crawl"))  # lost: each is published again
+    assert scheduler.reconcile() == 15
+    assert _message_sizes() == [1] * 15
+
+
+def test_urls_of_a_polite_host_released_ahead_of_their_slot_go_one_by_one(redis, monkeypatch):
+    monkeypatch.setenv("CRAWL_DISPATCH_BATCH", "4")
+    job = make_job(30, delay=0.5)
+    _register_worker(redis, slots=1)
+    scheduler._flow.rate[job.pk] = 100.0
+    assert scheduler.release(job)[0] == 5  # slots at 0, 0.5, 1, 1.5 and 2 s: the horizon
+    assert _message_sizes() == [1] * 5  # a message must not wait in a slot for the next one
 
 
 def test_urls_waiting_for_not_before_are_not_released(redis):

@@ -206,15 +206,30 @@ def move_queued(name: str) -> int:
 
 
 def take_messages(queue_name: str) -> list[tuple[int, int]]:
-    """Remove every ready message of ``queue_name`` from the broker: their (url id, job id)."""
-    return [args for body in broker.take(queue_name) if (args := _task_args(body)) is not None]
+    """Remove every ready message of ``queue_name`` from the broker: the (url id, job id) of
+    every URL they carried."""
+    return [pair for body in broker.take(queue_name) for pair in task_urls(body)]
 
 
-def _task_args(body: bytes) -> tuple[int, int] | None:
-    """(url id, job id) of a crawl task's body (Celery's protocol 2: ``[args, kwargs, ...]``)."""
+def waiting(queue_names: list[str]) -> set[int] | None:
+    """Ids of the URLs that ready messages of ``queue_names`` carry, read in place; None where
+    the broker cannot be read so (RabbitMQ)."""
+    ids: set[int] = set()
+    for name in queue_names:
+        bodies = broker.peek(name)
+        if bodies is None:
+            return None
+        ids.update(url_id for body in bodies for url_id, _ in task_urls(body))
+    return ids
+
+
+def task_urls(body: bytes) -> list[tuple[int, int]]:
+    """(url id, job id) of each URL a crawl task's body carries. Celery's protocol 2 body is
+    ``[args, kwargs, ...]``; args are ``[url_ids, job_id]`` (``fetch_urls``) or
+    ``[url_id, job_id]`` (``fetch_url``, ``render_url``)."""
     try:
-        args = json.loads(body)[0]
-        return int(args[0]), int(args[1])
+        first, job_id = json.loads(body)[0][:2]
+        return [(int(i), int(job_id)) for i in (first if isinstance(first, list) else [first])]
     except (ValueError, KeyError, IndexError, TypeError) as exc:
         log.warning("a message that is not a crawl task left out: %s", exc)
-        return None
+        return []

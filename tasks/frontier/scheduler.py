@@ -1,20 +1,26 @@
 """The scheduler: releases due URLs from the frontier into the broker, and keeps the books.
 
 Reads ``SCHEDULER_TICK_S``, ``SCHEDULER_IDLE_S``, ``SCHEDULER_BATCH``, ``READY_PER_JOB``,
-``READY_MIN``, ``DISPATCH_LOOKAHEAD_S``, ``SCHEDULER_HORIZON_S``, ``SWEEP_INTERVAL_S``,
-``SCHEDULED_STALE_S`` and ``CHECKPOINT_INTERVAL_S``.
+``READY_MIN``, ``DISPATCH_LOOKAHEAD_S``, ``DISPATCH_BATCH``, ``DISPATCH_BATCH_S``,
+``SCHEDULER_HORIZON_S``, ``SWEEP_INTERVAL_S``, ``SCHEDULED_STALE_S`` and
+``CHECKPOINT_INTERVAL_S``.
 
 Each pass, for every running job: move up to a batch of due QUEUED URLs (``not_before`` past,
-shallowest first) to SCHEDULED in one transaction, then publish one message each, after the
-commit. The broker therefore holds ready work only, and just in time: about what the job's
-workers consume in ``DISPATCH_LOOKAHEAD_S`` (the scheduler measures the rate at which the
-job's messages are taken), never fewer than ``READY_MIN`` nor more than ``READY_PER_JOB``.
-A message thus waits tens of milliseconds in the broker, not the time the workers need to
-drain a deep queue; URLs that must wait, or that no worker is free for, stay in the
-frontier, where pause, cancel and priorities still apply to them (and where the autoscaler
-counts them: ``crawlplatform_frontier_due_urls``). A job with no queued, scheduled or leased
-URL left is finished (decided by the database, never by an empty list in Redis). Queued URLs
-of a host whose circuit is open fail there, in bulk, without a message.
+shallowest first) to SCHEDULED in one transaction, then publish their messages, after the
+commit. A message carries one URL, or several when pages are fast: about
+``DISPATCH_BATCH_S`` of a worker slot's time at the rate the job's URLs are taken (at most
+``DISPATCH_BATCH``), packed so that the slot reaches each URL no sooner than its host's slot
+opens; the worker claims them in one statement and does them in turn, so Celery's and the
+claim's per-message costs are shared. The broker therefore holds ready work only, and just
+in time: about what the job's workers consume in ``DISPATCH_LOOKAHEAD_S`` (the scheduler
+measures the rate at which the job's URLs are taken), never fewer than ``READY_MIN`` nor more
+than ``READY_PER_JOB`` messages. A message thus waits tens of milliseconds in the broker, not
+the time the workers need to drain a deep queue; URLs that must wait, or that no worker is
+free for, stay in the frontier, where pause, cancel and priorities still apply to them (and
+where the autoscaler counts them: ``crawlplatform_frontier_due_urls``). A job with no queued,
+scheduled or leased URL left is finished (decided by the database, never by an empty list
+in Redis). Queued URLs of a host whose circuit is open fail there, in bulk, without a
+message.
 
 Between passes it sleeps as long as nothing can be due: ``SCHEDULER_TICK_S`` while workers
 take messages, else until the next URL's ``not_before`` or a polite host's next slot, at most
@@ -54,6 +60,7 @@ from tasks import broker, live
 from tasks.defaults import setting
 from tasks.fetch import circuit, outcomes, politeness
 from tasks.frontier import canary, channels, jobs, transitions, wakeup, webhooks
+from tasks.worker import heartbeat
 from web.models import PENDING_STATES, CrawlJob, FrontierURL, JobState, SchedulerFence, URLState
 
 log = logging.getLogger(__name__)
@@ -77,21 +84,28 @@ class NotLeader(Exception):
     """A newer leader raised the fencing epoch: this scheduler must write nothing more."""
 
 
-def publish(rows: list[tuple[int, int, int, str]], queue: str = "") -> None:
-    """One crawl message per (url id, job id, broker priority 0-9 (0 first), channel queue);
-    ``queue`` ``render``: render tasks on the render queue (``RENDER_QUEUE``)."""
-    from tasks.tasks import fetch_url, render_url
+Message = tuple[list[int], int, int, str]  # url ids, job id, broker priority 0-9, queue
 
-    if not rows:
+
+def publish(messages: list[Message], queue: str = "") -> None:
+    """One crawl message per (url ids of one job, job id, broker priority 0-9 (0 first),
+    channel queue); ``queue`` ``render``: render tasks on the render queue (``RENDER_QUEUE``),
+    one per URL."""
+    from tasks.tasks import fetch_urls, render_url
+
+    if not messages:
         return
-    task = render_url if queue == "render" else fetch_url
     # One batch: on Redis, one pipeline for the whole release instead of a round trip per
     # message (kombu's Producer.batch; other transports publish each at once).
-    with task.app.producer_or_acquire() as producer, producer.batch():
-        for url_id, job_id, prio, channel_queue in rows:
-            name = settings.RENDER_QUEUE if queue == "render" else channel_queue
-            task.apply_async((url_id, job_id), queue=name, priority=broker.message_priority(prio),
-                             producer=producer)  # fmt: skip
+    with fetch_urls.app.producer_or_acquire() as producer, producer.batch():
+        for url_ids, job_id, prio, channel_queue in messages:
+            options = {"priority": broker.message_priority(prio), "producer": producer}
+            if queue == "render":
+                for url_id in url_ids:
+                    render_url.apply_async((url_id, job_id), queue=settings.RENDER_QUEUE,
+                                           **options)  # fmt: skip
+            else:
+                fetch_urls.apply_async((url_ids, job_id), queue=channel_queue, **options)
 
 
 def priority(depth: int, job_priority: int) -> int:
@@ -115,18 +129,19 @@ class _Pace:
 
     def take(
         self, job_id: int, host: str, delay: float, wait: float, now: float, horizon: float
-    ) -> bool:
-        """Release one more URL of ``host`` if it will be fetched within the horizon."""
+    ) -> float | None:
+        """Release one more URL of ``host`` if it will be fetched within the horizon: in how
+        many seconds its slot opens; None: not released."""
         if wait > horizon:
             self.released_until[(job_id, host)] = now + wait
-            return False
+            return None
         if delay <= 0:
-            return True
+            return wait
         start = max(self.released_until.get((job_id, host), now), now + wait)
         if start > now + horizon:
-            return False
+            return None
         self.released_until[(job_id, host)] = start + delay
-        return True
+        return start - now
 
     def forget_before(self, now: float) -> None:
         self.released_until = {k: t for k, t in self.released_until.items() if t > now}
@@ -142,7 +157,9 @@ class _Flow:
         self.last: dict[int, tuple[float, int]] = {}  # job -> (when, scheduled after release)
         self.rate: dict[int, float] = {}  # job -> messages taken per second (smoothed)
 
-    def ready_target(self, job: CrawlJob, outstanding: int, now: float) -> int:
+    def ready_target(self, job: CrawlJob, outstanding: int, now: float, size: int = 1) -> int:
+        """URLs that may wait in the broker: ``READY_MIN`` to ``READY_PER_JOB`` messages of
+        ``size`` URLs, as many as the job's workers take in ``DISPATCH_LOOKAHEAD_S``."""
         last = self.last.get(job.pk)
         if last is not None and now > last[0]:
             taken = max(0, last[1] - outstanding)
@@ -150,7 +167,8 @@ class _Flow:
             rate = self.rate.get(job.pk, 0.0)
             self.rate[job.pk] = rate + weight * (taken / (now - last[0]) - rate)
         wanted = math.ceil(self.rate.get(job.pk, 0.0) * setting("DISPATCH_LOOKAHEAD_S", job))
-        return min(setting("READY_PER_JOB", job), max(setting("READY_MIN", job), wanted))
+        most, least = setting("READY_PER_JOB", job) * size, setting("READY_MIN", job) * size
+        return min(most, max(least, wanted))
 
     def released(self, job_id: int, outstanding: int, now: float) -> None:
         self.last[job_id] = (now, outstanding)
@@ -293,6 +311,66 @@ def _hint(
     return min(hints, default=None)
 
 
+AT_ONCE_S = 0.01  # a message may reach a URL this long before its host's slot opens, s
+SLOTS_CACHE_S = 2.0  # the workers' slots are read from their registry at most this often ...
+NO_SLOTS_CACHE_S = 0.25  # ... or this often while none is registered (workers starting)
+_slots_read: list[float] = [-SLOTS_CACHE_S, 0]  # when, how many
+
+
+def _slots() -> int:
+    """Pages the online crawl workers work on at once (their registry, ``heartbeat.py``)."""
+    now = time.monotonic()
+    if now - _slots_read[0] >= (SLOTS_CACHE_S if _slots_read[1] else NO_SLOTS_CACHE_S):
+        wall, render = time.time(), {settings.RENDER_QUEUE}
+        crawling = [
+            w
+            for w in heartbeat.workers()
+            if heartbeat.online(w, wall) and set(str(w["queues"]).split(",")) - render
+        ]
+        _slots_read[:] = [now, sum(int(w["slots"]) for w in crawling)]
+    return int(_slots_read[1])
+
+
+def _pace_per_slot(job: CrawlJob) -> tuple[int, float]:
+    """URLs per message for the job now, and the seconds one URL takes in a worker slot.
+
+    A message holds a slot for about ``DISPATCH_BATCH_S`` at the rate the job's URLs are
+    taken (1 to ``DISPATCH_BATCH`` URLs): fast pages share messages, and so their per-message
+    cost; slow pages, or a job whose pace is not known yet, go one by one, so that no URL
+    waits in a slot behind another's slow fetch."""
+    most, slots = setting("DISPATCH_BATCH", job), _slots()
+    rate = _flow.rate.get(job.pk, 0.0)
+    if most <= 1 or slots <= 0 or rate <= 0:
+        return 1, 0.0
+    per_url = slots / rate
+    return max(1, min(most, int(setting("DISPATCH_BATCH_S", job) / per_url))), per_url
+
+
+def _messages(
+    job: CrawlJob, chosen: list[Row], opens: dict[int, float], size: int, per_url: float
+) -> list[Message]:
+    """The release's messages: URLs of one channel queue and priority share a message when
+    the slot that takes it reaches each of them no sooner than its host's slot opens.
+
+    URLs are packed in the order their hosts' slots open (``opens``: seconds from now); a
+    message reaches its next URL ``per_url`` seconds after the one before (or when that one's
+    slot opened). A URL that no message reaches in time starts a message of its own (whose
+    worker waits for its slot, as for any URL released ahead of it)."""
+    split = channels.weights()
+    packing: dict[tuple[int, str], list[list]] = {}  # key -> [[reached at, url ids], ...]
+    for row in sorted(chosen, key=lambda r: opens[r[0]]):
+        key = (priority(row[1], job.priority), channels.route(job.channel, row[2], split))
+        at = opens[row[0]]
+        filling = packing.setdefault(key, [])
+        message = next((m for m in filling if len(m[1]) < size and m[0] + AT_ONCE_S >= at), None)
+        if message is None:
+            message = [at, []]
+            filling.append(message)
+        message[1].append(row[0])
+        message[0] = max(message[0], at) + per_url
+    return [(ids, job.pk, *key) for key, found in packing.items() for _, ids in found]
+
+
 def release(job: CrawlJob, epoch: int | None = None) -> tuple[int, float | None]:
     """Move due URLs of ``job`` to SCHEDULED, host-fair and paced, and publish them.
 
@@ -304,7 +382,8 @@ def release(job: CrawlJob, epoch: int | None = None) -> tuple[int, float | None]
     """
     outstanding = FrontierURL.objects.filter(job_id=job.pk, state=URLState.SCHEDULED).count()
     now, horizon = time.monotonic(), setting("SCHEDULER_HORIZON_S", job)
-    target = _flow.ready_target(job, outstanding, now)
+    size, per_url = _pace_per_slot(job)
+    target = _flow.ready_target(job, outstanding, now, size)
     _flow.released(job.pk, outstanding, now)
     budget = min(target - outstanding, setting("SCHEDULER_BATCH", job))
     if budget <= 0:
@@ -332,9 +411,7 @@ def release(job: CrawlJob, epoch: int | None = None) -> tuple[int, float | None]
         if first:
             CrawlJob.objects.filter(pk=job.pk).update(released=F("released") + len(first))
             job.released += len(first)
-        split = channels.weights()
-        messages = [(r[0], job.pk, priority(r[1], job.priority),
-                     channels.route(job.channel, r[2], split)) for r in chosen]  # fmt: skip
+        messages = _messages(job, chosen, selection.opens, size, per_url)
         transaction.on_commit(lambda: publish(messages))
     _flow.released(job.pk, outstanding + len(chosen), now)
     selection.caps.save([(r[2], r[4]) for r in first])
@@ -352,6 +429,7 @@ class _Selection:
         self.chosen: list[Row] = []
         self.excluded = set(_pace.blocked(job.pk, now, horizon))  # hosts not to look at again
         self.taken: dict[str, int] = {}
+        self.opens: dict[int, float] = {}  # chosen URL -> seconds until its host's slot
         self.held_back = False  # due URLs wait for a free in-flight place of their host
 
     @property
@@ -391,10 +469,12 @@ class _Selection:
                         capped.setdefault(reason, []).append(row[0])
                         continue
                 delay, wait = delays[host]
-                if not _pace.take(job.pk, host, delay, wait, self.now, self.horizon):
+                opens_in = _pace.take(job.pk, host, delay, wait, self.now, self.horizon)
+                if opens_in is None:
                     by_host.pop(host, None)
                     self.excluded.add(host)
                     continue
+                self.opens[row[0]] = opens_in
                 self.taken[host] = self.taken.get(host, 0) + 1
                 self.chosen.append(row)
                 if self.full:
@@ -417,36 +497,43 @@ def finish_if_done(job: CrawlJob) -> bool:
 def reconcile() -> int:
     """Re-publish scheduled URLs whose messages are gone or stuck; returns how many.
 
-    Every SCHEDULED row has a message. When the broker's ready lists hold fewer messages than
-    there are scheduled rows, some messages are lost (Redis flushed) or reserved by a worker
-    that died (they come back only after the visibility timeout); the oldest rows that have
-    waited ``SCHEDULED_STALE_S`` are published again (on RabbitMQ, which does not count the
-    reserved ones over AMQP, only those). A duplicate message is harmless (the
-    claim is a compare-and-set), and a flushed broker holds no reserved ones at all, so after a
-    flush every scheduled row is published again at once.
+    Every SCHEDULED row is in a message (one message may carry several). When the broker's
+    ready messages carry fewer URLs than there are scheduled rows, some messages are lost
+    (Redis flushed) or reserved by a worker that died (they come back only after the
+    visibility timeout); the oldest rows not in a ready message that have waited
+    ``SCHEDULED_STALE_S`` are published again. On Redis the ready messages are read in place;
+    RabbitMQ only counts them (and not the reserved ones), so there the rows that waited that
+    long are published again, up to the difference. A duplicate message is harmless (the claim
+    is a compare-and-set), and a flushed broker holds no reserved ones at all, so after a flush
+    every scheduled row is published again at once.
     """
     scheduled = FrontierURL.objects.filter(state=URLState.SCHEDULED)
     expected = scheduled.count()
     if not expected:
         return 0
     held = broker.depth()  # unacked: every queue's
-    ready = sum(broker.depth(q)["ready"] for q in [*channels.queues(), settings.RENDER_QUEUE])
-    missing = expected - ready
+    queues = [*channels.queues(), settings.RENDER_QUEUE]
+    waiting = channels.waiting(queues)  # URLs of the ready messages; None: cannot be read
+    if waiting is None:
+        missing = expected - sum(broker.depth(q)["ready"] for q in queues)
+    else:
+        missing = expected - len(waiting)
     if missing <= 0:
         return 0
     if held["unacked"] != 0:  # some may be reserved by workers: only those that waited too long
         stale = timezone.now() - timezone.timedelta(seconds=setting("SCHEDULED_STALE_S"))
         scheduled = scheduled.filter(scheduled_at__lt=stale)
-    rows = list(
-        scheduled.order_by("scheduled_at").values_list(
+    rows = [
+        row for row in scheduled.order_by("scheduled_at").values_list(
             "id", "job_id", "depth", "error_reason", "host", "job__channel"
-        )[:missing]
-    )
+        )[: missing + len(waiting or ())]
+        if not waiting or row[0] not in waiting
+    ][:missing]  # fmt: skip
     if not rows:
         return 0
     FrontierURL.objects.filter(pk__in=[r[0] for r in rows]).update(scheduled_at=timezone.now())
     split = channels.weights(cached=False)
-    messages = [(*r[:3], channels.route(r[5], r[4], split)) for r in rows]
+    messages = [([r[0]], r[1], r[2], channels.route(r[5], r[4], split)) for r in rows]
     publish([m for m, r in zip(messages, rows, strict=True) if r[3] != transitions.RENDER_QUEUED])
     publish([m for m, r in zip(messages, rows, strict=True) if r[3] == transitions.RENDER_QUEUED],
             queue="render")  # fmt: skip

@@ -4,7 +4,7 @@ Reads ``LEASE_S``, ``RETRY_MAX_ATTEMPTS``, ``RETRY_TIMEOUT_ATTEMPTS``, ``RETRY_B
 and ``RETRY_BACKOFF_MAX_S``.
 
 A URL is inserted once per job (``ON CONFLICT DO NOTHING`` on the unique (job, url) index:
-dedup is exact). The scheduler *schedules* it (one message in the broker). A worker *claims*
+dedup is exact). The scheduler *schedules* it (in a message in the broker). A worker *claims*
 a scheduled URL with a compare-and-set that also starts its lease and counts the attempt; the
 attempt number is the lease token, so a worker whose lease was swept and re-granted to another
 cannot commit over it. Everything a page produces (its row, its links, the URL's new state)
@@ -14,7 +14,8 @@ Every way back to the queue goes through one move, :func:`_requeue` (state, leas
 and wait reset together), called by the named moves: :func:`defer` (politeness or robots says
 later; the attempt is given back), :func:`record_failure` (a transient outcome: retry after
 backoff), :func:`reclaim_expired` (the lease sweep), :func:`requeue_if_stopped` (the job was
-paused) and :func:`requeue_job` (a fresh private broker). The attempt cap holds wherever an
+paused), :func:`give_back` (claimed with a message's other URLs, not started) and
+:func:`requeue_job` (a fresh private broker). The attempt cap holds wherever an
 attempt can start or end: a claim past the last attempt fails the URL, a retry after the last
 fails it, a swept lease on the last attempt fails it.
 """
@@ -27,6 +28,8 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import reduce
+from operator import or_
 
 from django.db import IntegrityError, OperationalError, connection, transaction
 from django.db.models import Count, F, Q, QuerySet, Value
@@ -81,7 +84,7 @@ def insert_urls(job_id: int, urls: Iterable[str], depth: int, parent_id: int | N
 
 
 def schedule(ids: list[int]) -> int:
-    """Queued -> scheduled: the scheduler is about to publish one message for each."""
+    """Queued -> scheduled: the scheduler is about to publish their messages."""
     return FrontierURL.objects.filter(pk__in=ids, state=URLState.QUEUED).update(
         state=URLState.SCHEDULED, scheduled_at=timezone.now(), released=True
     )
@@ -89,10 +92,10 @@ def schedule(ids: list[int]) -> int:
 
 _CLAIM_SQL = """
 UPDATE {frontier} SET state = %s, lease_until = %s, updated_at = %s, attempts = attempts + 1
-WHERE id = %s AND job_id = %s
+WHERE id IN ({ids}) AND job_id = %s
   AND (state = %s OR (state = %s AND lease_until < %s))
   AND EXISTS (SELECT 1 FROM {job} WHERE id = %s AND state = %s)
-RETURNING url, depth, attempts, scheduled_at, error_reason, error_message,
+RETURNING id, url, depth, attempts, scheduled_at, error_reason, error_message,
           (SELECT run FROM {job} WHERE id = %s)
 """
 _jobs: dict[int, tuple[float, CrawlJob]] = {}
@@ -112,40 +115,53 @@ def job_config(job_id: int) -> CrawlJob | None:
 
 
 def claim(url_id: int, job_id: int) -> Claim | None:
-    """Take the lease on a URL; None if it is not ours (a harmless redelivery).
+    """Take the lease on a URL; None if it is not ours (a harmless redelivery)."""
+    claimed = claim_many([url_id], job_id)
+    return claimed[0] if claimed else None
+
+
+def claim_many(url_ids: list[int], job_id: int) -> list[Claim]:
+    """Take the leases on the URLs of one message, in its order, leaving out those that are
+    not ours (a harmless redelivery: done, or leased by a live worker).
 
     A URL can be claimed when it is SCHEDULED, or LEASED with an expired lease: the message of
     a worker that died mid-page comes back from the broker (acks-late) after its lease ran out.
-    The job must be running. One statement does the check and the move.
+    The job must be running. One statement does the check and the move, for all of them.
     """
     job = job_config(job_id)
-    if job is None:
-        return None
+    if job is None or not url_ids:
+        return []
     now = timezone.now()
     lease_until = now + timedelta(seconds=setting("LEASE_S", job))
     adapt = connection.ops.adapt_datetimefield_value
-    sql = _CLAIM_SQL.format(frontier=FrontierURL._meta.db_table, job=CrawlJob._meta.db_table)
+    sql = _CLAIM_SQL.format(frontier=FrontierURL._meta.db_table, job=CrawlJob._meta.db_table,
+                            ids=", ".join(["%s"] * len(url_ids)))  # fmt: skip
     with connection.cursor() as cursor:
         cursor.execute(sql, [
-            URLState.LEASED, adapt(lease_until), adapt(now), url_id, job_id,
+            URLState.LEASED, adapt(lease_until), adapt(now), *url_ids, job_id,
             URLState.SCHEDULED, URLState.LEASED, adapt(now), job_id, JobState.RUNNING, job_id,
         ])  # fmt: skip
-        row = cursor.fetchone()
-    if row is None:
-        requeue_if_stopped(url_id, job_id, now)
-        return None
-    url, depth, attempt, scheduled_at, reason, message, run = row
-    if scheduled_at is not None:
-        if isinstance(scheduled_at, str):
-            scheduled_at = datetime.fromisoformat(scheduled_at)
-        if timezone.is_naive(scheduled_at):  # SQLite keeps UTC without an offset
-            scheduled_at = scheduled_at.replace(tzinfo=UTC)
-        metrics.DISPATCH_SECONDS.observe(max(0.0, (now - scheduled_at).total_seconds()))
-    leased = FrontierURL(
-        id=url_id, job_id=job_id, url=url, depth=depth, attempts=attempt, state=URLState.LEASED
-    )
-    return Claim(url=leased, job=job, attempt=attempt, previous_reason=reason or "",
-                 previous_message=message or "", run=run)  # fmt: skip
+        rows = {row[0]: row[1:] for row in cursor.fetchall()}
+    if len(rows) < len(url_ids):
+        requeue_if_stopped([i for i in url_ids if i not in rows], job_id, now)
+    claims = []
+    for url_id in dict.fromkeys(url_ids):
+        if url_id not in rows:
+            continue
+        url, depth, attempt, scheduled_at, reason, message, run = rows[url_id]
+        if scheduled_at is not None:
+            if isinstance(scheduled_at, str):
+                scheduled_at = datetime.fromisoformat(scheduled_at)
+            if timezone.is_naive(scheduled_at):  # SQLite keeps UTC without an offset
+                scheduled_at = scheduled_at.replace(tzinfo=UTC)
+            metrics.DISPATCH_SECONDS.observe(max(0.0, (now - scheduled_at).total_seconds()))
+        leased = FrontierURL(
+            id=url_id, job_id=job_id, url=url, depth=depth, attempts=attempt,
+            state=URLState.LEASED,
+        )  # fmt: skip
+        claims.append(Claim(url=leased, job=job, attempt=attempt, previous_reason=reason or "",
+                            previous_message=message or "", run=run))  # fmt: skip
+    return claims
 
 
 def past_last_attempt(claim: Claim) -> bool:
@@ -185,14 +201,24 @@ def _leased(claim: Claim) -> QuerySet:
     )
 
 
-def requeue_if_stopped(url_id: int, job_id: int, now: datetime) -> int:
-    """After a failed claim: if the job is not running, its URL waits in the frontier."""
+def requeue_if_stopped(url_ids: list[int], job_id: int, now: datetime) -> int:
+    """After a failed claim: if the job is not running, its URLs wait in the frontier."""
     if CrawlJob.objects.filter(pk=job_id, state=JobState.RUNNING).exists():
-        return 0  # the URL was not claimable: a duplicate or late message
+        return 0  # the URLs were not claimable: duplicate or late messages
     rows = FrontierURL.objects.filter(
-        Q(state=URLState.SCHEDULED) | Q(state=URLState.LEASED, lease_until__lt=now), pk=url_id
+        Q(state=URLState.SCHEDULED) | Q(state=URLState.LEASED, lease_until__lt=now),
+        pk__in=url_ids,
     )
     return _requeue(rows)
+
+
+def give_back(claims: list[Claim]) -> int:
+    """Claimed URLs this worker will not start (its message ran out of time, or the worker is
+    stopping) wait in the frontier again, due now; their attempts are given back."""
+    if not claims:
+        return 0
+    mine = reduce(or_, (Q(pk=c.url.pk, attempts=c.attempt) for c in claims))
+    return _requeue(FrontierURL.objects.filter(mine, state=URLState.LEASED), refund=True)
 
 
 def requeue_scheduled(ids: list[int]) -> int:

@@ -11,7 +11,8 @@ heartbeat and last-task ages, so a worker that stops consuming while work waits 
 
 The same hash is the registry of workers (:func:`workers`, read by ``/metrics`` and the
 dashboard): each heartbeat also writes the worker's version, its channel, the queues it
-consumes, pid and start time, in the same round trip, so a registry that Redis lost comes
+consumes, its slots (pages it works on at once: what the scheduler sizes messages by), pid and
+start time, in the same round trip, so a registry that Redis lost comes
 back with the next heartbeat. A worker that stops consuming (warm shutdown) removes itself;
 one that dies leaves a hash that expires after ``4 x HEARTBEAT_STALE_S``.
 
@@ -56,8 +57,9 @@ class Heartbeat(bootsteps.StartStopStep):
         from tasks.frontier import channels
 
         queues = sorted(queue.name for queue in consumer.task_consumer.queues)
+        slots = getattr(getattr(consumer, "controller", None), "concurrency", 0) or 0
         self.identity.update(version=channels.version(), channel=channels.mine(),
-                             queues=",".join(queues), pid=os.getpid())  # fmt: skip
+                             queues=",".join(queues), slots=slots, pid=os.getpid())  # fmt: skip
         self.beat()
         self.timer_ref = consumer.timer.call_repeatedly(setting("HEARTBEAT_INTERVAL_S"), self.beat)
 
@@ -95,8 +97,9 @@ def online(worker: dict, now: float) -> bool:
 
 
 def workers() -> list[dict[str, str | int | float]]:
-    """Workers in the registry, by name: ``name``, ``version``, ``channel``, ``queues``, ``pid``,
-    ``started``, ``heartbeat`` and ``last_task`` (Unix times; 0: no task yet)."""
+    """Workers in the registry, by name: ``name``, ``version``, ``channel``, ``queues``,
+    ``slots``, ``pid``, ``started``, ``heartbeat`` and ``last_task`` (Unix times; 0: no task
+    yet)."""
     from tasks.broker import client
 
     redis = client()
@@ -114,6 +117,7 @@ def workers() -> list[dict[str, str | int | float]]:
             "version": text.get("version", ""),
             "channel": text.get("channel", ""),
             "queues": text.get("queues", ""),
+            "slots": int(text.get("slots") or 0),
             "pid": int(text.get("pid") or 0),
             **{f: float(text.get(f) or 0) for f in ("started", "heartbeat", "last_task")},
         })  # fmt: skip

@@ -3,7 +3,8 @@ and a memory ceiling.
 
 Reads ``WORKER_MAX_RSS_MB`` and ``MEMORY_CHECK_EVERY``.
 
-* On warm shutdown (SIGTERM: stop consuming, finish in-flight pages), the worker writes a
+* On warm shutdown (SIGTERM: stop consuming, finish in-flight pages), ``stopping`` is set (a
+  message of several URLs gives back those it has not started) and the worker writes a
   checkpoint for every job it worked on, after its last page committed.
 * Every ``MEMORY_CHECK_EVERY`` tasks a worker compares its resident memory with
   ``WORKER_MAX_RSS_MB``; above it, it asks itself for a warm shutdown between tasks. Its
@@ -16,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import threading
 
 import psutil
 from celery import signals
@@ -25,6 +27,12 @@ from tasks.defaults import setting
 log = logging.getLogger(__name__)
 touched_jobs: set[int] = set()  # jobs this worker process fetched pages for
 _tasks_run = 0
+stopping = threading.Event()  # set when the worker begins its warm shutdown
+
+
+@signals.worker_shutting_down.connect
+def _stopping(**kwargs) -> None:
+    stopping.set()
 
 
 @signals.worker_ready.connect
