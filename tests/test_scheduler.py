@@ -40,6 +40,9 @@ def test_the_broker_holds_what_workers_take_in_the_lookahead_within_bounds(monke
     job = jobs.create_job(["http://127.0.0.1:9/"])
     flow, now, outstanding = scheduler._Flow(), 0.0, 0
     assert flow.ready_target(job, outstanding, now) == 8  # nothing known yet: the floor
+    assert flow.ready_target(job, outstanding, now, size=4) == 32  # eight messages of four
+    assert flow.ready_target(job, outstanding, now, size=4, slots=16) == 32
+    assert flow.ready_target(job, outstanding, now, size=4, slots=64) == 128  # one per 2 slots
 
     def run(taken_per_pass: int, passes: int) -> int:
         nonlocal now, outstanding

@@ -157,9 +157,12 @@ class _Flow:
         self.last: dict[int, tuple[float, int]] = {}  # job -> (when, scheduled after release)
         self.rate: dict[int, float] = {}  # job -> messages taken per second (smoothed)
 
-    def ready_target(self, job: CrawlJob, outstanding: int, now: float, size: int = 1) -> int:
-        """URLs that may wait in the broker: ``READY_MIN`` to ``READY_PER_JOB`` messages of
-        ``size`` URLs, as many as the job's workers take in ``DISPATCH_LOOKAHEAD_S``."""
+    def ready_target(
+        self, job: CrawlJob, outstanding: int, now: float, size: int = 1, slots: int = 0
+    ) -> int:
+        """URLs that may wait in the broker: as many as the job's workers take in
+        ``DISPATCH_LOOKAHEAD_S``, between ``READY_MIN`` messages of ``size`` URLs (or one
+        message for every two worker slots, when there are more) and ``READY_PER_JOB``."""
         last = self.last.get(job.pk)
         if last is not None and now > last[0]:
             taken = max(0, last[1] - outstanding)
@@ -167,8 +170,8 @@ class _Flow:
             rate = self.rate.get(job.pk, 0.0)
             self.rate[job.pk] = rate + weight * (taken / (now - last[0]) - rate)
         wanted = math.ceil(self.rate.get(job.pk, 0.0) * setting("DISPATCH_LOOKAHEAD_S", job))
-        most, least = setting("READY_PER_JOB", job) * size, setting("READY_MIN", job) * size
-        return min(most, max(least, wanted))
+        least = max(setting("READY_MIN", job), slots // 2) * size
+        return min(setting("READY_PER_JOB", job) * size, max(least, wanted))
 
     def released(self, job_id: int, outstanding: int, now: float) -> None:
         self.last[job_id] = (now, outstanding)
@@ -383,7 +386,7 @@ def release(job: CrawlJob, epoch: int | None = None) -> tuple[int, float | None]
     outstanding = FrontierURL.objects.filter(job_id=job.pk, state=URLState.SCHEDULED).count()
     now, horizon = time.monotonic(), setting("SCHEDULER_HORIZON_S", job)
     size, per_url = _pace_per_slot(job)
-    target = _flow.ready_target(job, outstanding, now, size)
+    target = _flow.ready_target(job, outstanding, now, size, _slots())
     _flow.released(job.pk, outstanding, now)
     budget = min(target - outstanding, setting("SCHEDULER_BATCH", job))
     if budget <= 0:
