@@ -30,7 +30,7 @@ def worker_rss(root: psutil.Process) -> dict[int, int]:
     out = {}
     for p in root.children(recursive=True):
         try:
-            if is_worker(p):
+            if is_worker(p) and p.status() != psutil.STATUS_ZOMBIE:  # an exited one reads 0
                 out[p.pid] = p.memory_info().rss
         except psutil.Error:
             continue
