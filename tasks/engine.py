@@ -67,7 +67,7 @@ from tasks.frontier.transitions import (
     with_retries,
 )
 from tasks.worker import lifecycle, loop, metrics
-from web.models import Page, URLState
+from web.models import CrawlJob, JobState, Page, URLState
 
 log = logging.getLogger(__name__)
 CHANNEL, VERSION = channels.mine(), channels.version()  # marked on every page stored here
@@ -177,47 +177,61 @@ def process_many(url_ids: list[int], job_id: int, rendering: bool = False) -> li
     """The URLs of one message, claimed in one statement and done one after another; the new
     state of each one that was ours to do.
 
-    The message's URLs can all be fetched now (``tasks/frontier/scheduler.py`` puts only
-    such URLs together) and are held by this worker's lease renewal from the claim on. The
-    message ends early when it has worked ``BATCH_BUDGET_S`` or the worker is shutting down:
-    the URLs it has not started go back to the frontier, due now, their attempts given back.
+    The message's URLs can all be fetched by the time the worker reaches them
+    (``tasks/frontier/scheduler.py`` packs them so) and are held by this worker's lease
+    renewal from the claim on. The message ends early when it has worked ``BATCH_BUDGET_S``,
+    the worker is shutting down, or the job stopped running (looked up at most every
+    ``JOB_STATE_CHECK_S``): the URLs it has not started go back to the frontier, due now, their
+    attempts given back (skipped, if the job has ended).
     """
     claims = claim_many(url_ids, job_id)
     for claimed in claims:
         leases.hold(claimed.url.pk, claimed.attempt)
     states: list[str | None] = []
-    began = time.monotonic()
+    began = checked = time.monotonic()
+    gave_back = False
     try:
         for n, claimed in enumerate(claims):
+            if n and time.monotonic() - checked >= JOB_STATE_CHECK_S:
+                checked = time.monotonic()
+                if not CrawlJob.objects.filter(pk=job_id, state=JobState.RUNNING).exists():
+                    gave_back = _give_back(claims[n:])
+                    break
             if n and (lifecycle.stopping.is_set() or _past_budget(claimed, began)):
-                _give_back(claims[n:])
+                gave_back = _give_back(claims[n:])
                 break
             states.append(_process_one(claimed, rendering))
     finally:
         for claimed in claims:
             leases.let_go(claimed.url.pk)
-    if any(state == "queued" for state in states) or any(c.new_links for c in claims):
+    if gave_back or "queued" in states or any(c.new_links for c in claims):
         wakeup.nudge()  # a sleeping scheduler has work again
     return states
+
+
+JOB_STATE_CHECK_S = 1.0  # a message looks whether its job still runs at most this often
 
 
 def _past_budget(claimed: Claim, began: float) -> bool:
     return time.monotonic() - began > setting("BATCH_BUDGET_S", claimed.job)
 
 
-def _give_back(claims: list[Claim]) -> None:
+def _give_back(claims: list[Claim]) -> bool:
     """Claimed, not started: back to the frontier now (else the lease sweep does it later)."""
     try:
         given = with_retries(lambda: give_back(claims))
         log.info("job=%s: %d URLs of a message given back unstarted", claims[0].job.pk, given)
+        return True
     except DatabaseError as exc:
         connection.close()
         log.warning("job=%s: %d unstarted URLs left to the lease sweep (%s)", claims[0].job.pk,
                     len(claims), exc)  # fmt: skip
+        return False
 
 
 def _process_one(claimed: Claim, rendering: bool) -> str | None:
     began = time.monotonic()
+    leases.hold(claimed.url.pk, claimed.attempt)  # its time limit runs from its own start
     try:
         lend_connection_back()  # a fetch takes long: the pool serves other threads meanwhile
         state = _process_safely(claimed, rendering)

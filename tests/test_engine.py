@@ -9,7 +9,7 @@ from django.utils import timezone
 from tasks import engine
 from tasks.frontier import jobs, leases, transitions
 from tests.hostile import HostileSite, page
-from web.models import FrontierURL, URLState
+from web.models import CrawlJob, FrontierURL, URLState
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -112,8 +112,9 @@ def test_a_message_of_several_urls_ends_each_on_its_own_and_a_redelivery_does_no
     with HostileSite() as site:
         job = start(site)
         ids = _scheduled(job, site, ["/p/1", "/broken", "/nowhere", "/p/2"])
-        assert engine.process_many(ids, job.pk) == ["done", "queued", "failed", "done"]
-        assert engine.process_many(ids, job.pk) == []  # the same message delivered again
+        message = ids[::-1] + ids[-1:]  # the message's order, not the ids'; one id twice
+        assert engine.process_many(message, job.pk) == ["done", "failed", "queued", "done"]
+        assert engine.process_many(message, job.pk) == []  # the same message delivered again
         assert (site.hits("/p/1"), site.hits("/p/2")) == (1, 1)
     rows = FrontierURL.objects.filter(pk__in=ids).order_by("id")
     assert [(r.state, r.error_reason, r.attempts) for r in rows] == [
@@ -144,4 +145,24 @@ def test_a_message_past_its_budget_or_on_a_stopping_worker_gives_back_what_it_di
         assert (site.hits("/p/1"), site.hits("/p/2")) == (1, 0)
     last = FrontierURL.objects.get(pk=ids[2])
     assert (last.state, last.attempts) == ("queued", 0)
+    assert not leases._held
+
+
+def test_a_message_whose_job_is_cancelled_skips_what_it_has_not_started(redis, monkeypatch):
+    done_one = engine._process_one
+
+    def then_cancel(claimed, rendering):
+        state = done_one(claimed, rendering)
+        jobs.cancel(CrawlJob.objects.get(pk=claimed.job.pk))  # from the admin, meanwhile
+        return state
+
+    monkeypatch.setattr(engine, "_process_one", then_cancel)
+    monkeypatch.setattr(engine, "JOB_STATE_CHECK_S", 0.0)
+    with HostileSite() as site:
+        job = start(site)
+        ids = _scheduled(job, site, ["/p/1", "/p/2", "/p/3"])
+        assert engine.process_many(ids, job.pk) == ["done"]
+        assert (site.hits("/p/2"), site.hits("/p/3")) == (0, 0)
+    rows = FrontierURL.objects.filter(pk__in=ids[1:])
+    assert {(r.state, r.error_reason, r.attempts) for r in rows} == {("skipped", "cancelled", 0)}
     assert not leases._held

@@ -97,6 +97,19 @@ def test_fast_pages_share_messages_and_slow_pages_go_one_by_one(redis, monkeypat
     assert _message_sizes() == [1] * 15
 
 
+def test_a_url_whose_worker_was_lost_goes_alone(redis, monkeypatch):
+    monkeypatch.setenv("CRAWL_DISPATCH_BATCH", "4")
+    job = make_job(7)
+    lost = FrontierURL.objects.get(job=job, url="http://127.0.0.1:9/3")
+    FrontierURL.objects.filter(pk=lost.pk).update(error_reason=transitions.LEASE_EXPIRED)
+    _register_worker(redis, slots=4)
+    scheduler._flow.rate[job.pk] = 100.0
+    assert scheduler.release(job)[0] == 8
+    messages = [[u for u, _ in channels.task_urls(body)] for body in broker.peek("crawl")]
+    assert [lost.pk] in messages  # its page may be what kills workers: no neighbours
+    assert sorted(len(m) for m in messages) == [1, 1, 2, 4]  # the seed: a priority of its own
+
+
 def test_urls_of_a_polite_host_released_ahead_of_their_slot_go_one_by_one(redis, monkeypatch):
     monkeypatch.setenv("CRAWL_DISPATCH_BATCH", "4")
     job = make_job(30, delay=0.5)

@@ -136,7 +136,8 @@ def cancel(job: CrawlJob) -> bool:
     with transaction.atomic():
         if not job.transition(JobState.CANCELLED):
             return False
-        transitions.skip(FrontierURL.objects.filter(job_id=job.pk), "cancelled")
+        reason = transitions.ENDED_JOB_REASON[JobState.CANCELLED]
+        transitions.skip(FrontierURL.objects.filter(job_id=job.pk), reason)
         webhooks.announce(job)
     checkpoint(job, "cancel")
     return True
@@ -149,7 +150,8 @@ def fail(job: CrawlJob, error: str) -> bool:
             return False
         CrawlJob.objects.filter(pk=job.pk).update(error=error[:5000])
         job.error = error[:5000]
-        transitions.skip(FrontierURL.objects.filter(job_id=job.pk), "job_failed")
+        reason = transitions.ENDED_JOB_REASON[JobState.FAILED]
+        transitions.skip(FrontierURL.objects.filter(job_id=job.pk), reason)
         webhooks.announce(job)
     log.error("job=%s failed: %s", job.pk, error)
     checkpoint(job, "failed")

@@ -60,11 +60,16 @@ def renew() -> int:
         for url_id in [u for u, (_, since) in _held.items() if now - since > limit]:
             del _held[url_id]  # stuck past the time limit: let the lease run out
         held = list(_held.items())
-    if not held:
-        return 0
-    mine = reduce(or_, (Q(pk=url_id, attempts=attempt) for url_id, (attempt, _) in held))
     until = timezone.now() + timedelta(seconds=setting("LEASE_S"))
-    return FrontierURL.objects.filter(mine, state=URLState.LEASED).update(lease_until=until)
+    renewed = 0
+    for start in range(0, len(held), RENEW_CHUNK):  # SQLite caps an expression's depth
+        chunk = held[start : start + RENEW_CHUNK]
+        mine = reduce(or_, (Q(pk=url_id, attempts=attempt) for url_id, (attempt, _) in chunk))
+        renewed += FrontierURL.objects.filter(mine, state=URLState.LEASED).update(lease_until=until)
+    return renewed
+
+
+RENEW_CHUNK = 200  # leases renewed per statement
 
 
 def _renew_forever() -> None:

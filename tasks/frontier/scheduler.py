@@ -91,7 +91,7 @@ def publish(messages: list[Message], queue: str = "") -> None:
     """One crawl message per (url ids of one job, job id, broker priority 0-9 (0 first),
     channel queue); ``queue`` ``render``: render tasks on the render queue (``RENDER_QUEUE``),
     one per URL."""
-    from tasks.tasks import fetch_urls, render_url
+    from tasks.tasks import fetch_url, fetch_urls, render_url
 
     if not messages:
         return
@@ -104,6 +104,8 @@ def publish(messages: list[Message], queue: str = "") -> None:
                 for url_id in url_ids:
                     render_url.apply_async((url_id, job_id), queue=settings.RENDER_QUEUE,
                                            **options)  # fmt: skip
+            elif len(url_ids) == 1:  # a task every worker version knows (upgrades)
+                fetch_url.apply_async((url_ids[0], job_id), queue=channel_queue, **options)
             else:
                 fetch_urls.apply_async((url_ids, job_id), queue=channel_queue, **options)
 
@@ -193,7 +195,7 @@ class _Flow:
 _flow = _Flow()
 
 
-Row = tuple[int, int, str, bool, str]  # id, depth, host, released before, url
+Row = tuple[int, int, str, bool, str, str]  # id, depth, host, released before, url, last reason
 
 
 def _candidates(job: CrawlJob, limit: int, blocked: list[str]) -> list[Row]:
@@ -205,7 +207,7 @@ def _candidates(job: CrawlJob, limit: int, blocked: list[str]) -> list[Row]:
     qs = qs.order_by("depth", "id")
     if connection.features.has_select_for_update_skip_locked:
         qs = qs.select_for_update(skip_locked=True)
-    return list(qs.values_list("id", "depth", "host", "released", "url")[:limit])
+    return list(qs.values_list("id", "depth", "host", "released", "url", "error_reason")[:limit])
 
 
 class _Caps:
@@ -358,11 +360,17 @@ def _messages(
     URLs are packed in the order their hosts' slots open (``opens``: seconds from now); a
     message reaches its next URL ``per_url`` seconds after the one before (or when that one's
     slot opened). A URL that no message reaches in time starts a message of its own (whose
-    worker waits for its slot, as for any URL released ahead of it)."""
+    worker waits for its slot, as for any URL released ahead of it). A URL whose last worker
+    was lost with it (``lease_expired``) goes alone: if its page is what kills workers, it
+    takes no other URL's attempts with it again."""
     split = channels.weights()
     packing: dict[tuple[int, str], list[list]] = {}  # key -> [[reached at, url ids], ...]
+    alone: list[Message] = []
     for row in sorted(chosen, key=lambda r: opens[r[0]]):
         key = (priority(row[1], job.priority), channels.route(job.channel, row[2], split))
+        if row[5] == transitions.LEASE_EXPIRED:
+            alone.append(([row[0]], job.pk, *key))
+            continue
         at = opens[row[0]]
         filling = packing.setdefault(key, [])
         message = next((m for m in filling if len(m[1]) < size and m[0] + AT_ONCE_S >= at), None)
@@ -371,7 +379,7 @@ def _messages(
             filling.append(message)
         message[1].append(row[0])
         message[0] = max(message[0], at) + per_url
-    return [(ids, job.pk, *key) for key, found in packing.items() for _, ids in found]
+    return alone + [(ids, job.pk, *key) for key, found in packing.items() for _, ids in found]
 
 
 def release(job: CrawlJob, epoch: int | None = None) -> tuple[int, float | None]:
@@ -520,7 +528,7 @@ def reconcile() -> int:
     if waiting is None:
         missing = expected - sum(broker.depth(q)["ready"] for q in queues)
     else:
-        missing = expected - len(waiting)
+        missing = expected - len(waiting & set(scheduled.values_list("id", flat=True)))
     if missing <= 0:
         return 0
     if held["unacked"] != 0:  # some may be reserved by workers: only those that waited too long

@@ -45,6 +45,7 @@ from web.models import CrawlJob, FrontierURL, JobState, Page, Review, URLState
 log = logging.getLogger(__name__)
 _TRANSIENT_SQLSTATES = {"40P01", "40001", "55P03"}  # deadlock, serialization, lock timeout
 FETCHED_VIA_REDIRECT = "fetched_via_redirect"
+LEASE_EXPIRED = "lease_expired"  # a waiting URL's reason: its worker was lost while it held it
 
 
 class LeaseLost(Exception):
@@ -213,12 +214,23 @@ def requeue_if_stopped(url_ids: list[int], job_id: int, now: datetime) -> int:
 
 
 def give_back(claims: list[Claim]) -> int:
-    """Claimed URLs this worker will not start (its message ran out of time, or the worker is
-    stopping) wait in the frontier again, due now; their attempts are given back."""
+    """Claimed URLs of one job this worker will not start (its message ran out of time, the
+    job stopped running, or the worker is stopping) wait in the frontier again, due now; their
+    attempts are given back. If the job has ended meanwhile (cancelled, failed), they are
+    skipped as its other unfetched URLs were."""
     if not claims:
         return 0
     mine = reduce(or_, (Q(pk=c.url.pk, attempts=c.attempt) for c in claims))
-    return _requeue(FrontierURL.objects.filter(mine, state=URLState.LEASED), refund=True)
+    moved = _requeue(FrontierURL.objects.filter(mine, state=URLState.LEASED), refund=True)
+    job_id = claims[0].job.pk
+    state = CrawlJob.objects.filter(pk=job_id).values_list("state", flat=True).first()
+    if state not in (JobState.RUNNING, JobState.PAUSED):  # read after the move: no race
+        ids = [c.url.pk for c in claims]
+        skip(FrontierURL.objects.filter(pk__in=ids), ENDED_JOB_REASON.get(state, "cancelled"))
+    return moved
+
+
+ENDED_JOB_REASON = {JobState.CANCELLED: "cancelled", JobState.FAILED: "job_failed"}
 
 
 def requeue_scheduled(ids: list[int]) -> int:
@@ -587,7 +599,7 @@ def reclaim_expired() -> int:
             error_reason=outcomes.AttemptsExhausted.reason,
             error_message=f"{cap} attempts made; its worker was lost during the last one",
         )  # fmt: skip
-        moved += _requeue(rows.filter(attempts__lt=cap), reason="lease_expired")
+        moved += _requeue(rows.filter(attempts__lt=cap), reason=LEASE_EXPIRED)
     return moved
 
 
