@@ -14,10 +14,9 @@ counts as ``robots=N private=N`` on a second line). The first line printed names
 from __future__ import annotations
 
 import argparse
-import asyncio
 from pathlib import Path
 
-from gensite import Stats, handler, respond
+from gensite import Stats, respond, serve
 
 
 def addresses(hosts: int) -> list[str]:
@@ -69,13 +68,8 @@ def main() -> None:
             )
         return respond("404 Not Found", "text/plain", b"not found")
 
-    async def serve() -> None:
-        server = await asyncio.start_server(handler(answer), names, args.port, backlog=1024)
-        print(f"serving {args.hosts} hosts x {args.pages} pages on port {args.port}", flush=True)
-        async with server:
-            await server.serve_forever()
-
-    asyncio.run(serve())
+    banner = f"serving {args.hosts} hosts x {args.pages} pages on port {args.port}"
+    serve(answer, names, args.port, banner)
 
 
 if __name__ == "__main__":

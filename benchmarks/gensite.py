@@ -77,6 +77,19 @@ def handler(answer):
     return handle
 
 
+def serve(answer, names, port: int, banner: str) -> None:
+    """Serve ``answer`` (see :func:`handler`) on ``names`` (one address or several) until
+    killed; ``banner`` is printed once listening (callers wait for that line)."""
+
+    async def forever() -> None:
+        server = await asyncio.start_server(handler(answer), names, port, backlog=1024)
+        print(banner, flush=True)
+        async with server:
+            await server.serve_forever()
+
+    asyncio.run(forever())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("port", type=int)
@@ -105,13 +118,7 @@ def main() -> None:
             cache.clear()
         return respond("200 OK", "text/html; charset=utf-8", body)
 
-    async def serve() -> None:
-        server = await asyncio.start_server(handler(answer), "127.0.0.1", args.port, backlog=1024)
-        print(f"serving {args.pages} pages on 127.0.0.1:{args.port}", flush=True)
-        async with server:
-            await server.serve_forever()
-
-    asyncio.run(serve())
+    serve(answer, "127.0.0.1", args.port, f"serving {args.pages} pages on 127.0.0.1:{args.port}")
 
 
 if __name__ == "__main__":
