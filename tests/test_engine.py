@@ -166,3 +166,17 @@ def test_a_message_whose_job_is_cancelled_skips_what_it_has_not_started(redis, m
     rows = FrontierURL.objects.filter(pk__in=ids[1:])
     assert {(r.state, r.error_reason, r.attempts) for r in rows} == {("skipped", "cancelled", 0)}
     assert not leases._held
+
+
+def test_a_late_message_of_a_cancelled_job_ends_its_urls_skipped(redis):
+    with HostileSite() as site:
+        job = start(site)
+        ids = _scheduled(job, site, ["/p/1", "/p/2"])
+        jobs.cancel(job)
+        # a worker held /p/2 when the job was cancelled, and died: its lease ran out
+        expired = timezone.now() - timezone.timedelta(seconds=5)
+        FrontierURL.objects.filter(pk=ids[1]).update(state=URLState.LEASED, lease_until=expired)
+        assert engine.process_many(ids, job.pk) == []  # its message, delivered again
+        assert site.hits("/p/2") == 0
+    rows = FrontierURL.objects.filter(pk__in=ids)
+    assert {(r.state, r.error_reason) for r in rows} == {("skipped", "cancelled")}

@@ -203,14 +203,17 @@ def _leased(claim: Claim) -> QuerySet:
 
 
 def requeue_if_stopped(url_ids: list[int], job_id: int, now: datetime) -> int:
-    """After a failed claim: if the job is not running, its URLs wait in the frontier."""
+    """After a failed claim: if the job is not running, its URLs wait in the frontier (or end
+    skipped, if the job has ended)."""
     if CrawlJob.objects.filter(pk=job_id, state=JobState.RUNNING).exists():
         return 0  # the URLs were not claimable: duplicate or late messages
     rows = FrontierURL.objects.filter(
         Q(state=URLState.SCHEDULED) | Q(state=URLState.LEASED, lease_until__lt=now),
         pk__in=url_ids,
     )
-    return _requeue(rows)
+    moved = _requeue(rows)
+    _skip_if_ended(job_id, url_ids)
+    return moved
 
 
 def give_back(claims: list[Claim]) -> int:
@@ -222,15 +225,20 @@ def give_back(claims: list[Claim]) -> int:
         return 0
     mine = reduce(or_, (Q(pk=c.url.pk, attempts=c.attempt) for c in claims))
     moved = _requeue(FrontierURL.objects.filter(mine, state=URLState.LEASED), refund=True)
-    job_id = claims[0].job.pk
-    state = CrawlJob.objects.filter(pk=job_id).values_list("state", flat=True).first()
-    if state not in (JobState.RUNNING, JobState.PAUSED):  # read after the move: no race
-        ids = [c.url.pk for c in claims]
-        skip(FrontierURL.objects.filter(pk__in=ids), ENDED_JOB_REASON.get(state, "cancelled"))
+    _skip_if_ended(claims[0].job.pk, [c.url.pk for c in claims])
     return moved
 
 
 ENDED_JOB_REASON = {JobState.CANCELLED: "cancelled", JobState.FAILED: "job_failed"}
+
+
+def _skip_if_ended(job_id: int, url_ids: list[int]) -> None:
+    """URLs just put back in the frontier of a job that has ended are skipped, as its other
+    unfetched URLs were when it ended. Read after the move, so an end that committed in
+    between is seen here, and one that commits later skips them itself."""
+    state = CrawlJob.objects.filter(pk=job_id).values_list("state", flat=True).first()
+    if state not in (JobState.RUNNING, JobState.PAUSED):
+        skip(FrontierURL.objects.filter(pk__in=url_ids), ENDED_JOB_REASON.get(state, "cancelled"))
 
 
 def requeue_scheduled(ids: list[int]) -> int:
