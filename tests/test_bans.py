@@ -68,3 +68,13 @@ def test_a_jobs_own_markers_extend_the_list():
     assert bans.detect(job, HOST, 200, f"http://{HOST}/", b"<b>Please enable cookies</b>") == (
         "challenge: please enable cookies"
     )
+
+
+def test_markers_are_found_anywhere_in_the_scanned_head_and_the_first_one_is_named():
+    filler = b"<p>Our catalogue of shoes, boots and sandals.</p>" * 4000  # ~200 KB
+    late = filler + b'<div class="cf-turnstile"></div><script src="//hcaptcha.com/1">'
+    assert bans.detect(JOB, HOST, 200, f"http://{HOST}/p/1", late) == "challenge: cf-turnstile"
+    beyond = filler * 2 + b'<div class="g-recaptcha"></div>'  # past the first 256 KiB
+    assert bans.detect(JOB, HOST, 200, f"http://{HOST}/p/1", beyond) == ""
+    job = SimpleNamespace(pk=11, settings={"BAN_MARKERS": " , ,"})  # a list with no terms
+    assert bans.detect(job, HOST, 200, f"http://{HOST}/p/1", late) == ""
