@@ -58,6 +58,27 @@ def test_only_one_claim_wins_and_a_done_url_is_not_claimed_again(job):
     assert FrontierURL.objects.filter(job=job, depth=1, discovered_from=url).count() == 1
 
 
+
+def test_a_pages_links_are_inserted_each_as_it_is_with_its_host(job):
+    url = FrontierURL.objects.get(job=job)
+    schedule(url)
+    claim = transitions.claim(url.pk, job.pk)
+    links = [
+        "http://127.0.0.1:9/a%0Ab",  # an encoded line break stays one URL
+        "http://127.0.0.1:9/%C3%A9t%C3%A9?q=1,2&r='x'",
+        "http://localhost:8080/{}",
+        *(f"http://127.0.0.{i % 3 + 2}/p/{i}" for i in range(300)),
+    ]
+    transitions.record_page(claim, page_for(claim), sorted(links))
+    rows = FrontierURL.objects.filter(job=job, discovered_from=url).values_list("url", "host")
+    assert sorted(rows) == sorted((u, u.split("/")[2]) for u in links)
+    other = transitions.claim(FrontierURL.objects.get(job=job, url=links[0]).pk, job.pk)
+    assert other is None  # queued, not scheduled: claims take scheduled URLs only
+    schedule(FrontierURL.objects.get(job=job, url=links[0]))
+    done = transitions.claim(FrontierURL.objects.get(job=job, url=links[0]).pk, job.pk)
+    transitions.record_page(done, page_for(done), [])  # no links at all
+    assert FrontierURL.objects.filter(job=job).count() == len(links) + 1
+
 def test_a_claim_counts_the_wait_since_its_release(job):
     url = FrontierURL.objects.get(job=job)
     released = timezone.now() - timedelta(seconds=0.3)
