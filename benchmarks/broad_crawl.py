@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 import redis
-from common import ROOT, free_port, fresh_database, migrate
+from common import ROOT, free_port, fresh_database, machine_speed, migrate
 from crawl_vs_scrapy import Result, measure
 
 
@@ -37,6 +37,7 @@ def main() -> None:
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/14")
     parser.add_argument("--skip-scrapy", action="store_true")
     args = parser.parse_args()
+    print(machine_speed(), flush=True)
 
     port = free_port()
     seeds = Path(tempfile.mkstemp(prefix="broad-seeds-", suffix=".txt")[1])

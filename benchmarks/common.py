@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 import threading
+import timeit
 from pathlib import Path
 
 import psutil
@@ -22,6 +23,13 @@ def is_worker(process: psutil.Process) -> bool:
     """A crawl worker: started (``celery ... worker``) or forked by the crawl command (named
     ``crawl-worker1``; its command line is the command's)."""
     return process.name().startswith("crawl-worker") or "worker" in process.cmdline()
+
+
+def machine_speed() -> str:
+    """A fixed pure-Python workload timed on this machine: figures from different machines, or
+    from different hours of a shared one, compare only alongside it."""
+    best = min(timeit.repeat("sum(range(1_000_000))", number=20, repeat=5)) / 20
+    return f"machine: {os.cpu_count()} cores, sum(range(10**6)) in {best * 1000:.1f} ms"
 
 
 def free_port() -> int:

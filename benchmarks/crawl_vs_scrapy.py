@@ -33,7 +33,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import redis
-from common import ROOT, Sampler, django_shell, free_port, fresh_database, migrate, service_cpu
+from common import (
+    ROOT,
+    Sampler,
+    django_shell,
+    free_port,
+    fresh_database,
+    machine_speed,
+    migrate,
+    service_cpu,
+)
 
 
 @dataclass
@@ -203,6 +212,7 @@ def main() -> None:
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/14")
     parser.add_argument("--skip-scrapy", action="store_true")
     args = parser.parse_args()
+    print(machine_speed(), flush=True)
     sites = args.sites.split(",")
     if "docs" in sites and not (args.docs / "index.html").exists():
         sys.exit(f"{args.docs} not found: apt-get install python3.11-doc")

@@ -2,7 +2,8 @@
 change costs on the hot path (e.g. the anti-bot layer on a crawl with no bans).
 
     git worktree add /tmp/before <commit-before-the-change>
-    .venv/bin/python benchmarks/tree_vs_tree.py /tmp/before . [--pages 1000] [--rounds 3]
+    .venv/bin/python benchmarks/tree_vs_tree.py /tmp/before . [--pages 1000] [--rounds 3] \
+        [--size 150000 --links 300]
 
 Each round crawls the site once with each tree (alternating which goes first), through
 ``manage.py crawl`` in full durable form: a fresh PostgreSQL database per crawl (each tree
@@ -27,7 +28,7 @@ import urllib.request
 from pathlib import Path
 
 import redis
-from common import POSTGRES, free_port, fresh_database, service_cpu
+from common import POSTGRES, free_port, fresh_database, machine_speed, service_cpu
 from crawl_vs_scrapy import children_cpu
 
 
@@ -61,15 +62,18 @@ def main() -> None:
     parser.add_argument("before", type=Path)
     parser.add_argument("after", type=Path)
     parser.add_argument("--pages", type=int, default=1000)
+    parser.add_argument("--size", type=int, default=8_000, help="bytes per page, about")
+    parser.add_argument("--links", type=int, default=0, help="links per page (gensite.py)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/14")
     args = parser.parse_args()
+    print(machine_speed(), flush=True)
     trees = {"before": args.before.resolve(), "after": args.after.resolve()}
     port = free_port()
     site = subprocess.Popen(
         [sys.executable, str(Path(__file__).parent / "gensite.py"), str(port),
-         "--pages", str(args.pages)],
+         "--pages", str(args.pages), "--size", str(args.size), "--links", str(args.links)],
     )  # fmt: skip
     time.sleep(1.0)
     results: dict[str, list[tuple[float, float, int]]] = {"before": [], "after": []}
