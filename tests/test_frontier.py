@@ -58,7 +58,6 @@ def test_only_one_claim_wins_and_a_done_url_is_not_claimed_again(job):
     assert FrontierURL.objects.filter(job=job, depth=1, discovered_from=url).count() == 1
 
 
-
 def test_a_pages_links_are_inserted_each_as_it_is_with_its_host(job):
     url = FrontierURL.objects.get(job=job)
     schedule(url)
@@ -78,6 +77,7 @@ def test_a_pages_links_are_inserted_each_as_it_is_with_its_host(job):
     done = transitions.claim(FrontierURL.objects.get(job=job, url=links[0]).pk, job.pk)
     transitions.record_page(done, page_for(done), [])  # no links at all
     assert FrontierURL.objects.filter(job=job).count() == len(links) + 1
+
 
 def test_a_claim_counts_the_wait_since_its_release(job):
     url = FrontierURL.objects.get(job=job)
@@ -246,6 +246,18 @@ def test_a_swept_lease_on_the_last_attempt_fails_the_url(job, monkeypatch):
     assert transitions.reclaim_expired() == 1
     row = FrontierURL.objects.get(pk=url.pk)
     assert (row.state, row.error_reason) == ("failed", "attempts_exhausted")
+
+
+def test_a_swept_lease_of_a_cancelled_job_ends_skipped(job):
+    url = FrontierURL.objects.get(job=job)
+    schedule(url)
+    transitions.claim(url.pk, job.pk)  # its worker then dies mid-page, during the cancel
+    assert jobs.cancel(job)
+    assert FrontierURL.objects.get(pk=url.pk).state == URLState.LEASED  # in flight: kept
+    FrontierURL.objects.filter(pk=url.pk).update(lease_until=timezone.now() - timedelta(seconds=1))
+    assert transitions.reclaim_expired() == 1
+    row = FrontierURL.objects.get(pk=url.pk)
+    assert (row.state, row.error_reason) == (URLState.SKIPPED, "cancelled")  # not queued forever
 
 
 def test_a_timeout_ends_the_url_from_the_timeout_attempt_on(job):

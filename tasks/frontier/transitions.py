@@ -598,7 +598,8 @@ def give_up(claim: Claim) -> str:
 
 def reclaim_expired() -> int:
     """The lease sweep: URLs whose lease expired (their worker died) go back to the queue;
-    on their last attempt they fail. Returns how many moved."""
+    on their last attempt they fail; in a job that has ended meanwhile (cancelled, failed)
+    they are skipped, as its other unfetched URLs were. Returns how many moved."""
     now = timezone.now()
     expired = FrontierURL.objects.filter(state=URLState.LEASED, lease_until__lt=now)
     moved = 0
@@ -610,7 +611,10 @@ def reclaim_expired() -> int:
             error_reason=outcomes.AttemptsExhausted.reason,
             error_message=f"{cap} attempts made; its worker was lost during the last one",
         )  # fmt: skip
-        moved += _requeue(rows.filter(attempts__lt=cap), reason=LEASE_EXPIRED)
+        again = rows.filter(attempts__lt=cap)
+        ids = list(again.values_list("pk", flat=True))
+        moved += _requeue(again, reason=LEASE_EXPIRED)
+        _skip_if_ended(job.pk, ids)
     return moved
 
 
