@@ -7,7 +7,8 @@ twice.
 * SIGKILL and the broker loses the in-flight messages too: only the lease sweep can bring
   those URLs back. Without it they stay leased forever.
 * SIGTERM: a warm shutdown finishes in-flight pages and exits 0; new workers complete the
-  crawl and no page is fetched twice.
+  crawl and no page is fetched twice. On prefork workers too, a message's URLs not started
+  go back to the frontier at once rather than at the end of the message's time budget.
 """
 
 from __future__ import annotations
@@ -104,6 +105,34 @@ def test_sigterm_finishes_in_flight_pages_and_exits_zero(slow_site, workers, sch
     assert not finished(job)
     assert job.checkpoints.filter(reason="worker_shutdown").exists()
     workers(processes=2, concurrency=4)
+    wait_for(lambda: finished(job), 120, "the crawl to finish after the restart")
+    assert_exact_result(job, slow_site)
+    assert refetched(slow_site) == []
+
+
+def test_sigterm_on_prefork_workers_gives_back_what_their_messages_did_not_start(
+    slow_site, workers, worker_env, scheduler
+):
+    worker_env.update(  # only the shutdown may cut a message short (the limits still nest)
+        CRAWL_BATCH_BUDGET_S="30", CRAWL_TASK_SOFT_TIME_LIMIT_S="40", CRAWL_TASK_TIME_LIMIT_S="45"
+    )
+    pool = workers(processes=1, concurrency=2, pool="prefork")
+    job = start_job(slow_site)
+    # two messages in flight holding six URLs: at least four not started yet
+    wait_for(lambda: pages_done(job) >= 20 and leased(job) >= 6, 60, "messages of several URLs")
+    in_flight = set(
+        FrontierURL.objects.filter(job=job, state=URLState.LEASED).values_list("id", flat=True)
+    )
+    codes = pool.stop(grace=30)
+    assert set(codes.values()) == {0}
+    assert leased(job) == 0
+    rows = FrontierURL.objects.filter(id__in=in_flight)
+    given_back = rows.filter(state__in=[URLState.QUEUED, URLState.SCHEDULED], attempts=0)
+    assert given_back.exists()  # not started: back in the frontier, the attempt refunded
+    assert set(rows.values_list("state", flat=True)) <= {
+        URLState.DONE, URLState.FAILED, URLState.QUEUED, URLState.SCHEDULED
+    }  # fmt: skip
+    workers(processes=1, concurrency=4)
     wait_for(lambda: finished(job), 120, "the crawl to finish after the restart")
     assert_exact_result(job, slow_site)
     assert refetched(slow_site) == []

@@ -3,6 +3,8 @@ way processing can go wrong ends in a recorded outcome, and nothing is retried f
 
 from __future__ import annotations
 
+import multiprocessing
+
 import pytest
 from django.utils import timezone
 
@@ -180,3 +182,24 @@ def test_a_late_message_of_a_cancelled_job_ends_its_urls_skipped(redis):
         assert site.hits("/p/2") == 0
     rows = FrontierURL.objects.filter(pk__in=ids)
     assert {(r.state, r.error_reason) for r in rows} == {("skipped", "cancelled")}
+
+
+def test_a_warm_shutdown_reaches_the_workers_prefork_children_and_no_other_worker():
+    from tasks.worker import lifecycle
+
+    fork = multiprocessing.get_context("fork")
+    lifecycle._fresh_stop_flag()  # a worker starts (Celery's worker_init), before its pool
+    mine = lifecycle.stopping
+    seen = fork.Queue()
+    child = fork.Process(target=lambda: seen.put(lifecycle.stopping.wait(10)))  # a pool child
+    child.start()
+    try:
+        lifecycle._fresh_stop_flag()  # another worker, forked from the same parent
+        other = lifecycle.stopping
+        lifecycle.stopping = mine
+        lifecycle._stopping()  # Celery's worker_shutting_down, in the first worker only
+        assert seen.get(timeout=10) is True
+        assert not other.is_set()
+    finally:
+        child.join(10)
+        lifecycle._fresh_stop_flag()

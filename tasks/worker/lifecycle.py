@@ -5,7 +5,10 @@ Reads ``WORKER_MAX_RSS_MB`` and ``MEMORY_CHECK_EVERY``.
 
 * On warm shutdown (SIGTERM: stop consuming, finish in-flight pages), ``stopping`` is set (a
   message of several URLs gives back those it has not started) and the worker writes a
-  checkpoint for every job it worked on, after its last page committed.
+  checkpoint for every job it worked on, after its last page committed. Celery says so only
+  in the worker's main process; ``stopping`` is a process-shared flag made when that process
+  starts, so that its prefork children see it too (and no other worker forked from the same
+  parent, as the ``crawl`` command's are, does).
 * Every ``MEMORY_CHECK_EVERY`` tasks a worker compares its resident memory with
   ``WORKER_MAX_RSS_MB``; above it, it asks itself for a warm shutdown between tasks. Its
   supervisor (the ``crawl`` command, a Deployment, compose's restart policy) starts a fresh
@@ -15,9 +18,9 @@ Reads ``WORKER_MAX_RSS_MB`` and ``MEMORY_CHECK_EVERY``.
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import os
 import signal
-import threading
 
 import psutil
 from celery import signals
@@ -27,7 +30,14 @@ from tasks.defaults import setting
 log = logging.getLogger(__name__)
 touched_jobs: set[int] = set()  # jobs this worker process fetched pages for
 _tasks_run = 0
-stopping = threading.Event()  # set when the worker begins its warm shutdown
+stopping = multiprocessing.Event()  # set when the worker begins its warm shutdown
+
+
+@signals.worker_init.connect
+def _fresh_stop_flag(**kwargs) -> None:
+    """This worker's own flag, before its pool starts (its children inherit it)."""
+    global stopping
+    stopping = multiprocessing.Event()
 
 
 @signals.worker_shutting_down.connect
