@@ -77,6 +77,10 @@ class Handler(BaseHTTPRequestHandler):
                 time.sleep(0.2)
         elif path == "/reset":
             self.connection.shutdown(socket.SHUT_RDWR)  # closed without a response
+        elif path == "/login":
+            self.reply(200, Set_Cookie="sid=of-the-first-visitor; Path=/")
+        elif path == "/whoami":
+            self.reply(200, (self.headers.get("Cookie") or "-").encode())
 
 
 @pytest.fixture(scope="module")
@@ -95,6 +99,17 @@ def get(url: str, **kw):
 def test_ok(server):
     resp = get(server + "/ok")
     assert (resp.status, resp.content_type, resp.truncated) == (200, "text/html", False)
+
+
+def test_cookies_go_only_with_the_visitor_that_holds_them(server):
+    first = Visitor()
+    get(server + "/login", visitor=first)
+    assert {c.name: c.value for c in first.set_cookies} == {"sid": "of-the-first-visitor"}
+    assert get(server + "/whoami", visitor=first).body == b"sid=of-the-first-visitor"
+    # another identity, another job, or no visitor at all: none of the first one's cookies,
+    # though the same thread's pooled session carried them all
+    assert get(server + "/whoami", visitor=Visitor()).body == b"-"
+    assert get(server + "/whoami").body == b"-"
 
 
 def test_redirect_chain_is_followed_and_recorded(server):

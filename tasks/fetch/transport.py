@@ -163,9 +163,26 @@ class Adapter(HTTPAdapter):
         self.poolmanager.pool_classes_by_scheme = _pools(self.allow)
 
 
+class _NoCookies(requests.cookies.RequestsCookieJar):
+    """A session's jar that keeps nothing. The pooled session of a thread serves every job
+    and identity: the cookies a request sends are its visitor's alone, and those an answer
+    sets go to its visitor (``fetching.Visitor``), never to whoever asks next."""
+
+    def set_cookie(self, cookie, *args, **kwargs) -> None:
+        pass
+
+    def extract_cookies(self, response, request) -> None:
+        pass
+
+
 class _Session(requests.Session):
-    """A session that never follows redirects: the fetcher follows each hop itself (deadline,
-    scope, loops), so requests need not parse a Location it will not use."""
+    """A session that never follows redirects (the fetcher follows each hop itself: deadline,
+    scope, loops, so requests need not parse a Location it will not use) and keeps no
+    cookies of its own."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cookies = _NoCookies()
 
     def resolve_redirects(self, *args, **kwargs):
         return iter(())
