@@ -111,14 +111,18 @@ def test_sigterm_finishes_in_flight_pages_and_exits_zero(slow_site, workers, sch
 
 
 def test_sigterm_on_prefork_workers_gives_back_what_their_messages_did_not_start(
-    slow_site, workers, worker_env, scheduler
+    slow_site, workers, worker_env, scheduler, monkeypatch
 ):
+    monkeypatch.setenv("CRAWL_DISPATCH_BATCH_S", "3")  # messages of up to 16 pages of 0.15 s
     worker_env.update(  # only the shutdown may cut a message short (the limits still nest)
-        CRAWL_BATCH_BUDGET_S="30", CRAWL_TASK_SOFT_TIME_LIMIT_S="40", CRAWL_TASK_TIME_LIMIT_S="45"
+        CRAWL_BATCH_BUDGET_S="30",
+        CRAWL_TASK_SOFT_TIME_LIMIT_S="40",
+        CRAWL_TASK_TIME_LIMIT_S="45",
+        CRAWL_VISIBILITY_TIMEOUT_S="60",
     )
     pool = workers(processes=1, concurrency=2, pool="prefork")
     job = start_job(slow_site)
-    # two messages in flight holding six URLs: at least four not started yet
+    # two messages in flight holding six URLs or more: seconds of work not started yet
     wait_for(lambda: pages_done(job) >= 20 and leased(job) >= 6, 60, "messages of several URLs")
     in_flight = set(
         FrontierURL.objects.filter(job=job, state=URLState.LEASED).values_list("id", flat=True)

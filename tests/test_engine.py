@@ -4,6 +4,7 @@ way processing can go wrong ends in a recorded outcome, and nothing is retried f
 from __future__ import annotations
 
 import multiprocessing
+import time
 
 import pytest
 from django.utils import timezone
@@ -185,20 +186,32 @@ def test_a_late_message_of_a_cancelled_job_ends_its_urls_skipped(redis):
 
 
 def test_a_warm_shutdown_reaches_the_workers_prefork_children_and_no_other_worker():
+    from celery import signals
+
     from tasks.worker import lifecycle
 
+    def sees_it() -> bool:  # in a pool child: does it see its worker's shutdown?
+        deadline = time.monotonic() + 10
+        while not lifecycle.stopping.is_set():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.01)
+        return True
+
+    assert lifecycle._fresh_stop_flag in [ref() for _, ref in signals.worker_init.receivers]
     fork = multiprocessing.get_context("fork")
-    lifecycle._fresh_stop_flag()  # a worker starts (Celery's worker_init), before its pool
+    lifecycle._fresh_stop_flag()  # Celery's worker_init: a worker starts, before its pool forks
     mine = lifecycle.stopping
     seen = fork.Queue()
-    child = fork.Process(target=lambda: seen.put(lifecycle.stopping.wait(10)))  # a pool child
+    child = fork.Process(target=lambda: seen.put(sees_it()))
     child.start()
     try:
         lifecycle._fresh_stop_flag()  # another worker, forked from the same parent
         other = lifecycle.stopping
+        assert other is not mine
         lifecycle.stopping = mine
-        lifecycle._stopping()  # Celery's worker_shutting_down, in the first worker only
-        assert seen.get(timeout=10) is True
+        signals.worker_shutting_down.send(sender=None, sig="TERM", how="Warm", exitcode=0)
+        assert seen.get(timeout=15) is True
         assert not other.is_set()
     finally:
         child.join(10)

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 from tasks.fetch import outcomes
 from tasks.frontier import jobs, transitions
 from tasks.worker import metrics
-from web.models import FrontierURL, JobState, Page, URLState
+from web.models import CrawlJob, FrontierURL, JobState, Page, URLState
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -258,6 +260,33 @@ def test_a_swept_lease_of_a_cancelled_job_ends_skipped(job):
     assert transitions.reclaim_expired() == 1
     row = FrontierURL.objects.get(pk=url.pk)
     assert (row.state, row.error_reason) == (URLState.SKIPPED, "cancelled")  # not queued forever
+
+
+def test_urls_given_back_while_a_cancel_commits_end_skipped(job, monkeypatch):
+    url = FrontierURL.objects.get(job=job)
+    schedule(url)
+    claim = transitions.claim(url.pk, job.pk)
+    skipped_the_rest, commit = threading.Event(), threading.Event()
+
+    def announce(job) -> None:  # inside the cancel's transaction, after it skipped its URLs
+        skipped_the_rest.set()
+        commit.wait(10)
+
+    def cancel() -> None:
+        try:
+            jobs.cancel(CrawlJob.objects.get(pk=job.pk))
+        finally:
+            connection.close()
+
+    monkeypatch.setattr(jobs.webhooks, "announce", announce)
+    cancelling = threading.Thread(target=cancel)
+    cancelling.start()
+    assert skipped_the_rest.wait(10)  # the cancel saw this URL leased and left it alone
+    threading.Timer(0.3, commit.set).start()  # and commits while the give-back reads the job
+    transitions.give_back([claim])
+    cancelling.join(10)
+    row = FrontierURL.objects.get(pk=url.pk)
+    assert (row.state, row.error_reason) == (URLState.SKIPPED, "cancelled")  # not left queued
 
 
 def test_a_timeout_ends_the_url_from_the_timeout_attempt_on(job):

@@ -234,9 +234,14 @@ ENDED_JOB_REASON = {JobState.CANCELLED: "cancelled", JobState.FAILED: "job_faile
 
 def _skip_if_ended(job_id: int, url_ids: list[int]) -> None:
     """URLs just put back in the frontier of a job that has ended are skipped, as its other
-    unfetched URLs were when it ended. Read after the move, so an end that committed in
-    between is seen here, and one that commits later skips them itself."""
-    state = CrawlJob.objects.filter(pk=job_id).values_list("state", flat=True).first()
+    unfetched URLs were when it ended. Called after the move has committed; the job's state
+    is read with a lock on its row, which an end in progress holds until it commits (its
+    first statement changes the row): so either that end is seen here, or it starts later
+    and skips the moved URLs itself. The lock is held for the read alone (no frontier row
+    is locked under it, so no lock-order conflict with a release)."""
+    with transaction.atomic():
+        job = CrawlJob.objects.select_for_update(no_key=True).filter(pk=job_id)
+        state = job.values_list("state", flat=True).first()
     if state not in (JobState.RUNNING, JobState.PAUSED):
         skip(FrontierURL.objects.filter(pk__in=url_ids), ENDED_JOB_REASON.get(state, "cancelled"))
 
@@ -611,8 +616,8 @@ def reclaim_expired() -> int:
             error_reason=outcomes.AttemptsExhausted.reason,
             error_message=f"{cap} attempts made; its worker was lost during the last one",
         )  # fmt: skip
-        again = rows.filter(attempts__lt=cap)
-        ids = list(again.values_list("pk", flat=True))
+        ids = list(rows.filter(attempts__lt=cap).values_list("pk", flat=True))
+        again = FrontierURL.objects.filter(pk__in=ids, state=URLState.LEASED, lease_until__lt=now)
         moved += _requeue(again, reason=LEASE_EXPIRED)
         _skip_if_ended(job.pk, ids)
     return moved

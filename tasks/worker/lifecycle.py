@@ -17,6 +17,7 @@ Reads ``WORKER_MAX_RSS_MB`` and ``MEMORY_CHECK_EVERY``.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import multiprocessing
 import os
@@ -30,14 +31,34 @@ from tasks.defaults import setting
 log = logging.getLogger(__name__)
 touched_jobs: set[int] = set()  # jobs this worker process fetched pages for
 _tasks_run = 0
-stopping = multiprocessing.Event()  # set when the worker begins its warm shutdown
+
+
+class Flag:
+    """A flag in memory shared with the processes forked after it is made. Lock-free: it is
+    set from a signal handler (which may interrupt a read in the same thread) and read
+    before each URL; a process killed while reading it leaves nothing held."""
+
+    def __init__(self) -> None:
+        self._value = multiprocessing.RawValue(ctypes.c_bool, False)
+
+    def set(self) -> None:
+        self._value.value = True
+
+    def clear(self) -> None:
+        self._value.value = False
+
+    def is_set(self) -> bool:
+        return bool(self._value.value)
+
+
+stopping = Flag()  # set when the worker begins its warm shutdown
 
 
 @signals.worker_init.connect
 def _fresh_stop_flag(**kwargs) -> None:
     """This worker's own flag, before its pool starts (its children inherit it)."""
     global stopping
-    stopping = multiprocessing.Event()
+    stopping = Flag()
 
 
 @signals.worker_shutting_down.connect
