@@ -18,6 +18,7 @@ import signal
 import time
 
 import pytest
+from django.db.models import QuerySet
 
 from tasks.frontier import transitions
 from tasks.worker.supervisor import WorkerPool
@@ -45,6 +46,28 @@ def leased(job) -> int:
 
 def refetched(site: Site) -> list[str]:
     return [u for u, n in site.hits.items() if n > 1 and not u.endswith("/error")]
+
+
+def stop_warm(pool: WorkerPool, job) -> QuerySet:
+    """SIGTERM every worker of ``pool`` mid-crawl: they exit 0 holding no lease. Returns the
+    URLs that were in flight, each ended or back in the frontier (a message's URLs not
+    started are given back, and the scheduler, still running, may release them again)."""
+    in_flight = set(
+        FrontierURL.objects.filter(job=job, state=URLState.LEASED).values_list("id", flat=True)
+    )
+    codes = pool.stop(grace=30)
+    assert set(codes.values()) == {0}
+    assert leased(job) == 0  # every page in flight at SIGTERM was finished, not dropped
+    rows = FrontierURL.objects.filter(id__in=in_flight)
+    states = set(rows.values_list("state", flat=True))
+    assert states <= {URLState.DONE, URLState.FAILED, URLState.QUEUED, URLState.SCHEDULED}
+    return rows
+
+
+def finishes_exactly(job, site: Site) -> None:
+    wait_for(lambda: finished(job), 120, "the crawl to finish after the restart")
+    assert_exact_result(job, site)
+    assert refetched(site) == []
 
 
 def test_sigkill_mid_crawl_completes_through_redelivery(slow_site, workers, scheduler, monkeypatch):
@@ -92,22 +115,11 @@ def test_sigterm_finishes_in_flight_pages_and_exits_zero(slow_site, workers, sch
     pool = workers(processes=2, concurrency=4)
     job = start_job(slow_site)
     wait_for(lambda: pages_done(job) >= 40 and leased(job) >= 2, 60, "pages in flight")
-    in_flight = set(
-        FrontierURL.objects.filter(job=job, state=URLState.LEASED).values_list("id", flat=True)
-    )
-    codes = pool.stop(grace=30)
-    assert set(codes.values()) == {0}
-    assert leased(job) == 0  # every page in flight at SIGTERM was finished, not dropped
-    states = set(FrontierURL.objects.filter(id__in=in_flight).values_list("state", flat=True))
-    # ended, or back in the frontier: a message's URLs not started at SIGTERM are given back,
-    # and the scheduler (still running) may have released them again
-    assert states <= {URLState.DONE, URLState.FAILED, URLState.QUEUED, URLState.SCHEDULED}
+    stop_warm(pool, job)
     assert not finished(job)
     assert job.checkpoints.filter(reason="worker_shutdown").exists()
     workers(processes=2, concurrency=4)
-    wait_for(lambda: finished(job), 120, "the crawl to finish after the restart")
-    assert_exact_result(job, slow_site)
-    assert refetched(slow_site) == []
+    finishes_exactly(job, slow_site)
 
 
 def test_sigterm_on_prefork_workers_gives_back_what_their_messages_did_not_start(
@@ -124,22 +136,11 @@ def test_sigterm_on_prefork_workers_gives_back_what_their_messages_did_not_start
     job = start_job(slow_site)
     # two messages in flight holding six URLs or more: seconds of work not started yet
     wait_for(lambda: pages_done(job) >= 20 and leased(job) >= 6, 60, "messages of several URLs")
-    in_flight = set(
-        FrontierURL.objects.filter(job=job, state=URLState.LEASED).values_list("id", flat=True)
-    )
-    codes = pool.stop(grace=30)
-    assert set(codes.values()) == {0}
-    assert leased(job) == 0
-    rows = FrontierURL.objects.filter(id__in=in_flight)
-    given_back = rows.filter(state__in=[URLState.QUEUED, URLState.SCHEDULED], attempts=0)
+    in_flight = stop_warm(pool, job)
+    given_back = in_flight.filter(state__in=[URLState.QUEUED, URLState.SCHEDULED], attempts=0)
     assert given_back.exists()  # not started: back in the frontier, the attempt refunded
-    assert set(rows.values_list("state", flat=True)) <= {
-        URLState.DONE, URLState.FAILED, URLState.QUEUED, URLState.SCHEDULED
-    }  # fmt: skip
     workers(processes=1, concurrency=4)
-    wait_for(lambda: finished(job), 120, "the crawl to finish after the restart")
-    assert_exact_result(job, slow_site)
-    assert refetched(slow_site) == []
+    finishes_exactly(job, slow_site)
 
 
 def test_worker_above_its_memory_ceiling_restarts_itself_warm(worker_env, scheduler):
