@@ -211,9 +211,7 @@ def requeue_if_stopped(url_ids: list[int], job_id: int, now: datetime) -> int:
         Q(state=URLState.SCHEDULED) | Q(state=URLState.LEASED, lease_until__lt=now),
         pk__in=url_ids,
     )
-    moved = _requeue(rows)
-    _skip_if_ended(job_id, url_ids)
-    return moved
+    return _requeue_unless_ended(job_id, url_ids, rows)
 
 
 def give_back(claims: list[Claim]) -> int:
@@ -224,26 +222,30 @@ def give_back(claims: list[Claim]) -> int:
     if not claims:
         return 0
     mine = reduce(or_, (Q(pk=c.url.pk, attempts=c.attempt) for c in claims))
-    moved = _requeue(FrontierURL.objects.filter(mine, state=URLState.LEASED), refund=True)
-    _skip_if_ended(claims[0].job.pk, [c.url.pk for c in claims])
-    return moved
+    rows = FrontierURL.objects.filter(mine, state=URLState.LEASED)
+    return _requeue_unless_ended(claims[0].job.pk, [c.url.pk for c in claims], rows, refund=True)
 
 
 ENDED_JOB_REASON = {JobState.CANCELLED: "cancelled", JobState.FAILED: "job_failed"}
 
 
-def _skip_if_ended(job_id: int, url_ids: list[int]) -> None:
-    """URLs just put back in the frontier of a job that has ended are skipped, as its other
-    unfetched URLs were when it ended. Called after the move has committed; the job's state
-    is read with a lock on its row, which an end in progress holds until it commits (its
-    first statement changes the row): so either that end is seen here, or it starts later
-    and skips the moved URLs itself. The lock is held for the read alone (no frontier row
-    is locked under it, so no lock-order conflict with a release)."""
+def _requeue_unless_ended(job_id: int, url_ids: list[int], rows: QuerySet, **changes) -> int:
+    """``rows`` (URLs ``url_ids`` of job ``job_id``, not fetched) back to the queue, as
+    ``_requeue``; if the job has ended meanwhile (cancelled, failed), they are skipped, as
+    its other unfetched URLs were when it ended.
+
+    The state is read after the move has committed, with a lock on the job's row, which an
+    end in progress holds until it commits (its first statement changes the row): so either
+    that end is seen here, or it starts later and skips the moved URLs itself. The lock is
+    held for the read alone (no frontier row is locked under it, so no lock-order conflict
+    with a release)."""
+    moved = _requeue(rows, **changes)
     with transaction.atomic():
         job = CrawlJob.objects.select_for_update(no_key=True).filter(pk=job_id)
         state = job.values_list("state", flat=True).first()
     if state not in (JobState.RUNNING, JobState.PAUSED):
         skip(FrontierURL.objects.filter(pk__in=url_ids), ENDED_JOB_REASON.get(state, "cancelled"))
+    return moved
 
 
 def requeue_scheduled(ids: list[int]) -> int:
@@ -618,8 +620,7 @@ def reclaim_expired() -> int:
         )  # fmt: skip
         ids = list(rows.filter(attempts__lt=cap).values_list("pk", flat=True))
         again = FrontierURL.objects.filter(pk__in=ids, state=URLState.LEASED, lease_until__lt=now)
-        moved += _requeue(again, reason=LEASE_EXPIRED)
-        _skip_if_ended(job.pk, ids)
+        moved += _requeue_unless_ended(job.pk, ids, again, reason=LEASE_EXPIRED)
     return moved
 
 
