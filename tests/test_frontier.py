@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from contextlib import contextmanager
 from datetime import timedelta
 
 import pytest
@@ -306,3 +307,61 @@ def test_a_deferral_gives_the_attempt_back(job):
     row = FrontierURL.objects.get(pk=url.pk)
     assert (row.state, row.attempts, row.error_reason) == ("queued", 0, "throttled")
     assert row.not_before > timezone.now() + timedelta(seconds=4)
+
+
+@contextmanager
+def explained(plans: list[dict]):
+    """Each UPDATE or WITH statement run inside is first run under EXPLAIN ANALYZE and rolled
+    back; its plan goes to ``plans``."""
+
+    def explain(execute, sql, params, many, context):
+        if sql.lstrip().startswith(("UPDATE", "WITH")):
+            raw = context["cursor"].cursor
+            inside = context["connection"].in_atomic_block
+            raw.execute("SAVEPOINT explained" if inside else "BEGIN")
+            raw.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params)
+            plans.append(raw.fetchone()[0][0]["Plan"])
+            raw.execute("ROLLBACK TO SAVEPOINT explained" if inside else "ROLLBACK")
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(explain):
+        yield
+
+
+def frontier_rows_read(plan: dict) -> int:
+    """Rows the plan's scans of the frontier table read, kept or filtered out, all loops."""
+    table = FrontierURL._meta.db_table
+    indexes = {table + "_pkey", *(i.name for i in FrontierURL._meta.indexes)}
+    indexes |= {c.name for c in FrontierURL._meta.constraints}
+    read = 0
+    if plan["Node Type"] in ("Seq Scan", "Index Scan", "Index Only Scan"):
+        if plan["Relation Name"] == table:
+            read = plan["Actual Rows"] + plan.get("Rows Removed by Filter", 0)
+    elif plan["Node Type"] == "Bitmap Index Scan" and plan["Index Name"] in indexes:
+        read = plan["Actual Rows"]  # what its Bitmap Heap Scan then reads
+    read *= plan["Actual Loops"]
+    return read + sum(frontier_rows_read(p) for p in plan.get("Plans", []))
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's planner")
+def test_the_moves_of_a_page_read_their_own_rows_however_big_the_job(job):
+    """With statistics from when the job was one URL (a new or growing job), the release, the
+    claim, the page's statement and a deferral find their rows by key: none reads the job's
+    other URLs, or all its queued or leased ones, a cost that would grow with the crawl."""
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE " + FrontierURL._meta.db_table)
+    known = [f"http://127.0.0.1:9/known/{i}" for i in range(3000)]
+    transitions.insert_urls(job.pk, known, depth=1)
+    ids = list(FrontierURL.objects.filter(job=job).values_list("pk", flat=True)[:5])
+    links = [*known[:20], *(f"http://127.0.0.1:9/new/{i}" for i in range(20))]
+    plans = []
+    with explained(plans):
+        transitions.schedule(ids)
+        claims = transitions.claim_many(ids, job.pk)
+        transitions.record_page(claims[0], page_for(claims[0]), sorted(links))
+        transitions.defer(claims[1], 5, "throttled")
+    assert len(claims) == 5 and len(plans) == 4
+    read = [frontier_rows_read(p) for p in plans]
+    # an updated row's old and new index entries may both be read: at most twice the rows
+    assert all(r <= most for r, most in zip(read, [10, 10, 2 * (1 + len(links)), 2], strict=True))
+    assert FrontierURL.objects.filter(job=job).count() == 3021

@@ -352,7 +352,9 @@ def _regex_problem(pattern) -> str:
 
 
 class FrontierURL(models.Model):
-    job = models.ForeignKey(CrawlJob, on_delete=models.CASCADE, related_name="urls")
+    # No index of its own: the unique (job, url) and (job, state, ...) indexes lead with the
+    # job, and every state change of a URL would write one more index entry for nothing.
+    job = models.ForeignKey(CrawlJob, on_delete=models.CASCADE, related_name="urls", db_index=False)
     url = models.CharField(max_length=2048, help_text="Canonical URL (w3lib).")
     host = models.CharField(max_length=255, help_text="Lower-case host[:port] of the URL.")
     depth = models.PositiveSmallIntegerField(default=0)
@@ -386,10 +388,17 @@ class FrontierURL(models.Model):
             models.UniqueConstraint(fields=["job", "url"], name="frontier_unique_job_url"),
         ]
         indexes = [
-            # Counts by state, and the scheduler's next due URLs in (depth, id) order: equality
-            # on (job, state), then the order itself, so the scan stops after a batch whatever
-            # the planner's statistics say (a growing crawl outruns autovacuum's ANALYZE).
-            models.Index(fields=["job", "state", "depth", "id"], name="frontier_job_state_order"),
+            # The scheduler's next due URLs in (depth, id) order, and a job's pending counts:
+            # equality on (job, state), then the order itself, so the scan stops after a batch
+            # whatever the planner's statistics say (a growing crawl outruns autovacuum's
+            # ANALYZE). Pending URLs only: an ended URL leaves it (one index write less each),
+            # and a lookup of a job's URL by address, which names no state, can only take the
+            # unique (job, url) index, never a scan of the whole job through this one.
+            models.Index(
+                fields=["job", "state", "depth", "id"],
+                name="frontier_pending_order",
+                condition=Q(state__in=PENDING_STATES),
+            ),
             models.Index(
                 fields=["lease_until"], name="frontier_leased", condition=Q(state="leased")
             ),
@@ -404,7 +413,10 @@ class FrontierURL(models.Model):
 
 
 class Page(models.Model):
-    job = models.ForeignKey(CrawlJob, on_delete=models.CASCADE, related_name="pages")
+    # No index of its own: page_job_fetched (job, fetched_at) serves a job's pages.
+    job = models.ForeignKey(
+        CrawlJob, on_delete=models.CASCADE, related_name="pages", db_index=False
+    )
     url = models.OneToOneField(
         FrontierURL,
         on_delete=models.CASCADE,

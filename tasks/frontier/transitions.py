@@ -32,7 +32,7 @@ from functools import reduce
 from operator import or_
 
 from django.db import IntegrityError, OperationalError, connection, transaction
-from django.db.models import Count, F, Q, QuerySet, Value
+from django.db.models import BooleanField, Case, Count, F, Q, QuerySet, Value, When
 from django.db.models.functions import Concat
 from django.utils import timezone
 
@@ -84,17 +84,34 @@ def insert_urls(job_id: int, urls: Iterable[str], depth: int, parent_id: int | N
         FrontierURL.objects.bulk_create(rows, ignore_conflicts=True, batch_size=1000)
 
 
+def in_state(state: str) -> Case:
+    """``state = X`` as a condition no index matches: a statement that names its rows by key
+    then finds them by the primary key alone, never through an index of states (see
+    ``_CLAIM_SQL``), whatever the planner's statistics say."""
+    return Case(
+        When(state=state, then=Value(True)), default=Value(False), output_field=BooleanField()
+    )
+
+
 def schedule(ids: list[int]) -> int:
     """Queued -> scheduled: the scheduler is about to publish their messages."""
-    return FrontierURL.objects.filter(pk__in=ids, state=URLState.QUEUED).update(
+    return FrontierURL.objects.filter(in_state(URLState.QUEUED), pk__in=ids).update(
         state=URLState.SCHEDULED, scheduled_at=timezone.now(), released=True
     )
 
 
+# The rows are found by their primary key alone: the job and state conditions sit in a CASE,
+# which no index matches. Written plainly, they let the planner take the (job, state, ...)
+# index or the partial ones and read every URL of the job, or every scheduled URL, for the few
+# of one message: it does whenever its statistics are older than the job (a new job, or a
+# growing one), which makes each claim cost in proportion to the job.
 _CLAIM_SQL = """
 UPDATE {frontier} SET state = %s, lease_until = %s, updated_at = %s, attempts = attempts + 1
-WHERE id IN ({ids}) AND job_id = %s
-  AND (state = %s OR (state = %s AND lease_until < %s))
+WHERE id IN ({ids})
+  AND CASE WHEN job_id <> %s THEN false
+           WHEN state = %s THEN true
+           WHEN state = %s THEN lease_until < %s
+           ELSE false END
   AND EXISTS (SELECT 1 FROM {job} WHERE id = %s AND state = %s)
 RETURNING id, url, depth, attempts, scheduled_at, error_reason, error_message,
           (SELECT run FROM {job} WHERE id = %s)
@@ -198,7 +215,7 @@ def _requeue(
 
 def _leased(claim: Claim) -> QuerySet:
     return FrontierURL.objects.filter(
-        pk=claim.url.pk, state=URLState.LEASED, attempts=claim.attempt
+        in_state(URLState.LEASED), pk=claim.url.pk, attempts=claim.attempt
     )
 
 
@@ -222,7 +239,7 @@ def give_back(claims: list[Claim]) -> int:
     if not claims:
         return 0
     mine = reduce(or_, (Q(pk=c.url.pk, attempts=c.attempt) for c in claims))
-    rows = FrontierURL.objects.filter(mine, state=URLState.LEASED)
+    rows = FrontierURL.objects.filter(mine, in_state(URLState.LEASED))
     return _requeue_unless_ended(claims[0].job.pk, [c.url.pk for c in claims], rows, refund=True)
 
 
@@ -353,11 +370,16 @@ _PAGE_FIELDS = [f for f in Page._meta.concrete_fields if not f.primary_key]
 # Table and column names come from the models; every value is a bound parameter. The links
 # and their hosts go as one text each, a line per link: canonical URLs hold no line breaks
 # (URL parsing drops them), and one text costs the driver a tenth of a list's adaptation.
+# Every frontier row it reads is found by key, whatever the planner's statistics say: the
+# URL by its primary key alone (its lease check sits in a CASE, as the claim's below), each
+# link by the unique (job, url) index. OFFSET 0 keeps the known-link test a probe per link:
+# as an anti-join, the planner may read and sort every URL of the job for each page (it does
+# while its statistics are older than the job), a cost that grows with the crawl.
 _RECORD_SQL = """
 WITH fin AS (
     UPDATE {frontier} SET state = %s, lease_until = NULL, http_status = %s, error_reason = %s,
                           error_message = '', updated_at = %s, ladder_level = %s
-    WHERE id = %s AND state = %s AND attempts = %s
+    WHERE id = %s AND CASE WHEN state = %s THEN attempts = %s ELSE false END
     RETURNING id
 ), page AS (
     INSERT INTO {page} ({page_columns}) SELECT {page_values} FROM fin
@@ -370,7 +392,7 @@ WITH fin AS (
     SELECT %s, t.url, t.host, %s, %s, 0, %s, '', '', %s, fin.id
     FROM unnest(string_to_array(%s, E'\\n'), string_to_array(%s, E'\\n')) AS t(url, host)
     CROSS JOIN fin
-    WHERE NOT EXISTS (SELECT 1 FROM {frontier} f WHERE f.job_id = %s AND f.url = t.url)
+    WHERE NOT EXISTS (SELECT 1 FROM {frontier} f WHERE f.job_id = %s AND f.url = t.url OFFSET 0)
     ORDER BY t.url
     ON CONFLICT DO NOTHING
 )
