@@ -17,6 +17,7 @@ dies without asking (SIGKILL, a crash), the kernel sends them SIGTERM all the sa
 from __future__ import annotations
 
 import ctypes
+import gc
 import logging
 import os
 import signal
@@ -198,6 +199,10 @@ class WorkerPool:
         connections.close_all()  # a child must not share, nor close, this process's sessions
         sys.stdout.flush()
         sys.stderr.flush()
+        # What exists now (modules, settings, the app) lives as long as either process: frozen,
+        # the child's full collections never walk it (nor write to its pages, which stay
+        # shared), and neither does the collection that ends this process.
+        gc.freeze()
         parent = os.getpid()
         pid = os.fork()
         if pid == 0:
