@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 OUTAGE_BACKOFF_MAX_S = 10.0
 OUTAGE_PATIENCE_S = 600.0  # a database away longer than this ends the command (exit 1)
+STATE_POLL_S = 0.25  # how often the job's state is read between progress ticks
 # The job fields as the command line names them, for error messages.
 OPTION_OF = {
     "seeds": "SEED",
@@ -434,7 +435,7 @@ class Command(BaseCommand):
         rate = 0.0
         next_count = 0.0
         outage_since = None
-        while not interrupted.wait(1.0):
+        while self._tick(job, interrupted):
             for each in pools:
                 each.replace_dead()
             try:
@@ -482,6 +483,22 @@ class Command(BaseCommand):
                 self.stderr.write(f"\njob {job.pk} was paused elsewhere; stopping")
                 interrupted.set()
                 return
+
+    @staticmethod
+    def _tick(job: CrawlJob, interrupted: threading.Event) -> bool:
+        """Wait for the next progress tick: a second, or less once the job leaves RUNNING (a
+        read of its state every ``STATE_POLL_S``), so the command ends soon after the job.
+        False when interrupted."""
+        tick_at = time.monotonic() + 1.0
+        while not interrupted.wait(STATE_POLL_S):
+            if time.monotonic() >= tick_at:
+                return True
+            try:
+                if not CrawlJob.objects.filter(pk=job.pk, state=JobState.RUNNING).exists():
+                    return True
+            except DatabaseError:  # the tick reports the outage, once a second as ever
+                return not interrupted.wait(max(0.0, tick_at - time.monotonic()))
+        return False
 
     def _summary(self, job: CrawlJob, counts: dict, elapsed: float, output: Path | None) -> None:
         done = counts["done"]
