@@ -113,14 +113,19 @@ class Sampler(threading.Thread):
 
 
 def start_workers(
-    processes: int, concurrency: int, env: dict, metrics_port: int = 0, pool: str = "threads"
+    processes: int,
+    concurrency: int,
+    env: dict,
+    metrics_ports: list[int] | None = None,
+    pool: str = "threads",
 ) -> list[subprocess.Popen]:
-    """Celery crawl workers as a deployment runs them; worker i serves metrics on port + i."""
+    """Celery crawl workers as a deployment runs them; worker i serves metrics on
+    ``metrics_ports[i]`` (none if not given)."""
     procs = []
     for i in range(processes):
         worker_env = dict(env)
-        if metrics_port:
-            worker_env["CRAWL_WORKER_METRICS_PORT"] = str(metrics_port + i)
+        if metrics_ports:
+            worker_env["CRAWL_WORKER_METRICS_PORT"] = str(metrics_ports[i])
         procs.append(subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "crawlplatform", "worker", "--pool", pool,
              "--concurrency", str(concurrency), "--queues", "crawl", "--hostname", f"bench{i}@%h",

@@ -63,7 +63,8 @@ def main() -> None:
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/14")
     args = parser.parse_args()
 
-    port, metrics_port = free_port(), free_port()
+    port = free_port()
+    metrics_ports = [free_port() for _ in range(args.workers)]
     site = subprocess.Popen(
         [sys.executable, "benchmarks/gensite.py", str(port), "--pages", str(args.urls)],
         cwd=ROOT, stdout=subprocess.PIPE, text=True,
@@ -87,9 +88,9 @@ def main() -> None:
             cwd=ROOT, env=env, check=True, capture_output=True,
         )  # fmt: skip
 
-    workers = start_workers(args.workers, args.concurrency, env, metrics_port)
+    workers = start_workers(args.workers, args.concurrency, env, metrics_ports)
     scheduler = None
-    metric_urls = [f"http://127.0.0.1:{metrics_port + i}/metrics" for i in range(args.workers)]
+    metric_urls = [f"http://127.0.0.1:{p}/metrics" for p in metrics_ports]
     try:
         wait_until(lambda: all(answers(u) for u in metric_urls), 60, "workers to start")
         django_shell(env, f"from tasks.frontier import jobs;from web.models import CrawlJob;"
