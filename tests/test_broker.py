@@ -98,3 +98,17 @@ def test_every_view_of_the_queue_works_on_rabbitmq(rabbitmq, settings, admin_cli
     data = admin_client.get("/dashboard/data").json()
     assert data["values"]["ready"] == "0" and data["values"]["in_flight"] == "-", data
     assert "0 ready, - in flight" in admin_client.get("/admin/").content.decode()
+
+
+def test_a_redis_channel_keeps_one_client_while_its_pool_lasts():
+    """kombu builds a client per acknowledgement; the channel keeps one, and a new pool (after
+    a lost connection) gets a new client."""
+    with Connection(settings.CELERY_BROKER_URL) as conn:
+        channel = conn.default_channel
+        first = channel._create_client()
+        assert channel._create_client() is first
+        assert first.ping()
+        channel._pool = None  # what kombu does when the connection is lost
+        second = channel._create_client()
+        assert second is not first and second.connection_pool is channel.pool
+        assert second.ping()
