@@ -45,18 +45,45 @@ class WorkerStartupError(RuntimeError):
     """Workers die as soon as they start (a missing module, a wrong setting, ...)."""
 
 
+def worker_options(name: str, concurrency: int, pool: str, queue: str = "") -> dict:
+    """A crawl worker's options, named as ``celery worker`` names them; with no ``queue`` it
+    consumes its channel's queue (the ``CRAWL_CHANNEL`` of its environment)."""
+    return {
+        "pool": pool,
+        "concurrency": concurrency,
+        "queues": queue or None,
+        "hostname": f"{name}@%h",
+        "without_gossip": True,
+        "without_mingle": True,
+        "without_heartbeat": True,
+        "loglevel": "INFO",
+    }
+
+
 def worker_command(name: str, concurrency: int, pool: str, queue: str = "") -> list[str]:
-    """A worker's command line; with no ``queue`` it consumes its channel's queue (the
-    ``CRAWL_CHANNEL`` of its environment)."""
-    return [
-        sys.executable, "-m", "celery", "-A", "crawlplatform", "worker",
-        "--pool", pool,
-        "--concurrency", str(concurrency),
-        *(["--queues", queue] if queue else []),
-        "--hostname", f"{name}@%h",
-        "--without-gossip", "--without-mingle", "--without-heartbeat",
-        "--loglevel", "INFO",
-    ]  # fmt: skip
+    """A started worker's command line: ``celery -A crawlplatform worker`` with the options."""
+    argv = [sys.executable, "-m", "celery", "-A", "crawlplatform", "worker"]
+    for option, value in worker_options(name, concurrency, pool, queue).items():
+        if value is not None:
+            argv.append("--" + option.replace("_", "-"))
+            argv.extend([] if value is True else [str(value)])
+    return argv
+
+
+def _preload() -> None:
+    """Import, in the supervisor, what every forked worker would import after the fork: the
+    tasks and the engine, and Celery's worker, consumer and pools. Imported once here, it is
+    shared by all of them (copy-on-write) instead of being imported again in each."""
+    import celery.apps.worker  # noqa: F401
+    import celery.worker.consumer  # noqa: F401
+    from celery import concurrency
+
+    from crawlplatform.celery import app
+
+    for name in ("threads", "prefork", "solo"):
+        concurrency.get_implementation(name)
+    app.loader.import_default_modules()  # the task modules (tasks.tasks, the engine)
+    app.finalize(auto=True)
 
 
 class Forked:
@@ -95,8 +122,12 @@ def _name_process(name: str) -> None:
         pass  # not Linux
 
 
-def _run_forked(argv: list[str], log_path: Path | None, parent: int) -> None:
-    """In the forked child: become a Celery worker (``argv`` as after ``python -m``)."""
+def _run_forked(options: dict, log_path: Path | None, parent: int) -> None:
+    """In the forked child: become a Celery worker with ``options`` (``worker_options``).
+
+    The worker is built as ``celery worker`` builds it (``app.Worker``), without going through
+    Celery's command line, which imports every subcommand and plugin (Flower's among them):
+    about a quarter second of CPU per worker."""
     code = 1
     try:
         os.setsid()  # its own session, as a started worker: a terminal's Ctrl-C is not for it
@@ -109,14 +140,23 @@ def _run_forked(argv: list[str], log_path: Path | None, parent: int) -> None:
             os.dup2(out, 2)
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, signal.SIG_DFL)  # the supervisor's handlers are not the worker's
-        _name_process(argv[argv.index("--hostname") + 1].split("@")[0])
-        from celery.bin.celery import main
+        _name_process(options["hostname"].split("@")[0])
+        from celery import concurrency
+        from celery.utils.log import mlevel
+        from celery.utils.nodenames import default_nodename, host_format
 
         from crawlplatform.celery import app
 
         app._after_fork()  # connection pools a parent may have filled are not ours
-        sys.argv = argv
-        code = main()
+        given = dict(options)
+        worker = app.Worker(
+            hostname=host_format(default_nodename(given.pop("hostname"))),
+            pool_cls=concurrency.get_implementation(given.pop("pool")),
+            loglevel=mlevel(given.pop("loglevel")),
+            **given,
+        )
+        worker.start()
+        code = worker.exitcode
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except BaseException:  # noqa: BLE001 (reported in the worker's log, then the exit code)
@@ -194,7 +234,9 @@ class WorkerPool:
         )  # fmt: skip
 
     def _forked(self, name: str) -> Forked:
-        argv = worker_command(name, self.concurrency, self.pool, self.queue)[2:]
+        options = worker_options(name, self.concurrency, self.pool, self.queue)
+        if not self.forks:
+            _preload()
         log_path = self.log_dir / f"{name}.log" if self.log_dir is not None else None
         connections.close_all()  # a child must not share, nor close, this process's sessions
         sys.stdout.flush()
@@ -206,7 +248,7 @@ class WorkerPool:
         parent = os.getpid()
         pid = os.fork()
         if pid == 0:
-            _run_forked(argv, log_path, parent)
+            _run_forked(options, log_path, parent)
         self.forks += 1
         return Forked(pid)
 
