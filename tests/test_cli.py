@@ -12,10 +12,12 @@ import psutil
 import pytest
 from django.conf import settings
 from django.core.management import call_command
+from django.db.migrations.recorder import MigrationRecorder
 
 from tasks.frontier import jobs
 from tests.conftest import wait_for
 from tests.site import Site
+from web.management.commands.crawl import _migrated
 from web.models import Checkpoint, CrawlJob, JobState, Page
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -147,3 +149,14 @@ def test_sigkill_of_the_crawl_command_leaves_no_process_behind(worker_env, tmp_p
         proc.wait()
         gone, alive = psutil.wait_procs(children, timeout=60)
     assert not alive, [c.cmdline() for c in alive]
+
+
+def test_migrated_tells_a_database_with_a_migration_left_to_apply():
+    """The crawl command runs ``migrate`` only when a migration on disk is not applied."""
+    assert _migrated()  # the test database is migrated
+    recorded = MigrationRecorder.Migration.objects.filter(app="web").order_by("-id").first()
+    recorded.delete()
+    try:
+        assert not _migrated()
+    finally:
+        MigrationRecorder.Migration.objects.create(app="web", name=recorded.name)
