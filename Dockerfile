@@ -28,6 +28,8 @@ RUN apt-get update \
 COPY --from=build /wheels-render /wheels-render
 RUN pip install --no-cache-dir --no-deps /wheels-render/* && rm -rf /wheels-render
 COPY --chown=10001:10001 . .
+# Bytecode compiled once in the image, not by every container at every start.
+RUN python -m compileall -q crawlplatform tasks web
 USER 10001
 ENV CRAWL_CHROMIUM_PATH=/usr/bin/chromium
 CMD ["celery", "-A", "crawlplatform", "worker", "--pool", "prefork", "--concurrency", "2", \
@@ -35,6 +37,7 @@ CMD ["celery", "-A", "crawlplatform", "worker", "--pool", "prefork", "--concurre
 
 FROM base AS app
 COPY --chown=10001:10001 . .
+RUN python -m compileall -q crawlplatform tasks web
 USER 10001
 EXPOSE 8000
 CMD ["gunicorn", "-c", "crawlplatform/gunicorn_config.py", "crawlplatform.wsgi"]

@@ -28,7 +28,7 @@ import urllib.request
 from pathlib import Path
 
 import redis
-from common import POSTGRES, free_port, fresh_database, machine_speed, service_cpu
+from common import POSTGRES, compile_tree, free_port, fresh_database, machine_speed, service_cpu
 from crawl_vs_scrapy import children_cpu
 
 
@@ -70,6 +70,8 @@ def main() -> None:
     args = parser.parse_args()
     print(machine_speed(), flush=True)
     trees = {"before": args.before.resolve(), "after": args.after.resolve()}
+    for tree in trees.values():
+        compile_tree(tree)
     port = free_port()
     site = subprocess.Popen(
         [sys.executable, str(Path(__file__).parent / "gensite.py"), str(port),
