@@ -127,6 +127,9 @@ HEARTBEAT_INTERVAL_S = 5.0  # how often the heartbeat is written
 HEARTBEAT_STALE_S = 30.0  # an older heartbeat fails the liveness probe
 WORKER_METRICS_PORT = 0  # a worker serves Prometheus metrics on this port (0: off)
 DB_RETRY_S = 5  # a task that cannot reach the database is retried after this (a countdown)
+# The statements every page and release runs are prepared once per PostgreSQL connection;
+# off behind a pooler in transaction mode that does not keep them (PgBouncer before 1.21).
+DB_PREPARE = True
 
 # Checkpoints
 CHECKPOINT_INTERVAL_S = 60.0  # periodic checkpoint of every running job, seconds

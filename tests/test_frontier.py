@@ -365,3 +365,51 @@ def test_the_moves_of_a_page_read_their_own_rows_however_big_the_job(job):
     # an updated row's old and new index entries may both be read: at most twice the rows
     assert all(r <= most for r, most in zip(read, [10, 10, 2 * (1 + len(links)), 2], strict=True))
     assert FrontierURL.objects.filter(job=job).count() == 3021
+
+
+def frontier_entries_read() -> int:
+    """Rows and index entries of the frontier table this database has read so far (the
+    session's own counts flushed first)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_force_next_flush()")
+        cursor.execute(
+            "SELECT coalesce(sum(idx_tup_read), 0) + (SELECT seq_tup_read FROM"
+            " pg_stat_user_tables WHERE relid = %s::regclass)"
+            " FROM pg_stat_user_indexes WHERE relid = %s::regclass",
+            [FrontierURL._meta.db_table] * 2,
+        )
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's prepared statements")
+@pytest.mark.parametrize("prepare", [True, False])
+def test_claims_and_pages_are_prepared_and_read_their_own_rows_on_a_generic_plan(
+    job, prepare, monkeypatch
+):
+    """The claim and the page's statement are prepared once per connection (``DB_PREPARE``),
+    and PostgreSQL may then run them on a generic plan, made without the parameters' values:
+    that plan must find its rows by key too."""
+    monkeypatch.setenv("CRAWL_DB_PREPARE", str(prepare))
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE " + FrontierURL._meta.db_table)
+        cursor.execute("DEALLOCATE ALL")
+        cursor.execute("SET plan_cache_mode = force_generic_plan")
+    known = [f"http://127.0.0.1:9/known/{i}" for i in range(3000)]
+    transitions.insert_urls(job.pk, known, depth=1)
+    ids = list(FrontierURL.objects.filter(job=job).values_list("pk", flat=True)[:5])
+    links = [*known[:20], *(f"http://127.0.0.1:9/new/{i}" for i in range(20))]
+    transitions.schedule(ids)
+    before = frontier_entries_read()
+    try:
+        claims = transitions.claim_many(ids, job.pk)
+        transitions.record_page(claims[0], page_for(claims[0]), sorted(links))
+        read = frontier_entries_read() - before
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_prepared_statements")
+            prepared = cursor.fetchone()[0]
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("RESET plan_cache_mode")
+    assert len(claims) == 5 and prepared == (2 if prepare else 0)
+    # the claimed rows and each link's probe, old and new index entries, and the counts' query
+    assert read <= 2 * 5 + 2 * (1 + len(links)) + 10, read

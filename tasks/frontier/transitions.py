@@ -22,10 +22,12 @@ fails it, a swept lease on the last attempt fails it.
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import reduce
@@ -64,6 +66,51 @@ class Claim:
     level: int = 0  # its host's anti-bot ladder level during this attempt
     run: int = 1  # the job's run it was claimed in (read with the claim, never from a cache)
     deferred: bool = False  # it went back to wait without an attempt (politeness, robots)
+
+
+class _BoundCursor:
+    """A psycopg cursor that binds on the server, run through Django's execute wrappers (as
+    Django's cursors are: query counters, EXPLAIN in tests) and with Django's errors."""
+
+    def __init__(self, cursor) -> None:
+        self.cursor = cursor
+
+    def execute(self, sql: str, params: list) -> None:
+        run = self._run
+        for wrapper in reversed(connection.execute_wrappers):
+            run = functools.partial(wrapper, run)
+        with connection.wrap_database_errors:
+            run(sql, params, False, {"connection": connection, "cursor": self})
+
+    def _run(self, sql: str, params: list, many: bool, context: dict) -> None:
+        self.cursor.execute(sql, params)
+
+    def fetchone(self):
+        return self.cursor.fetchone()
+
+    def fetchall(self):
+        return self.cursor.fetchall()
+
+
+@contextmanager
+def prepared_cursor() -> Iterator:
+    """A cursor for the statements every page, message and release runs. On PostgreSQL it
+    binds parameters on the server and prepares each statement at its first run on a
+    connection (``DB_PREPARE``), so that PostgreSQL parses and plans it once per connection
+    instead of at every run, and no parameter is quoted into the text in Python. Django's own
+    cursors bind on the client, which never prepares, so the ORM's statements are not
+    affected by the connection's threshold. Elsewhere it is Django's cursor."""
+    if connection.vendor != "postgresql":
+        with connection.cursor() as cursor:
+            yield cursor
+        return
+    import psycopg
+
+    connection.ensure_connection()
+    raw = connection.connection
+    raw.prepare_threshold = 0 if setting("DB_PREPARE") else None
+    with connection.wrap_database_errors, psycopg.Cursor(raw) as cursor:
+        yield _BoundCursor(cursor)
 
 
 def insert_urls(job_id: int, urls: Iterable[str], depth: int, parent_id: int | None = None) -> None:
@@ -154,7 +201,7 @@ def claim_many(url_ids: list[int], job_id: int) -> list[Claim]:
     adapt = connection.ops.adapt_datetimefield_value
     sql = _CLAIM_SQL.format(frontier=FrontierURL._meta.db_table, job=CrawlJob._meta.db_table,
                             ids=", ".join(["%s"] * len(url_ids)))  # fmt: skip
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(sql, [
             URLState.LEASED, adapt(lease_until), adapt(now), *url_ids, job_id,
             URLState.SCHEDULED, URLState.LEASED, adapt(now), job_id, JobState.RUNNING, job_id,
@@ -453,7 +500,7 @@ def requeue_for_recrawl(job_id: int) -> int:
 def _record_page_statement(claim: Claim, page: Page, links: list[str], note: str) -> None:
     now = timezone.now()
     page_values = [f.get_db_prep_save(getattr(page, f.attname), connection) for f in _PAGE_FIELDS]
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(_RECORD_SQL, [
             URLState.DONE, page.status, note, now, claim.level, claim.url.pk, URLState.LEASED,
             claim.attempt,
