@@ -81,6 +81,8 @@ class Handler(BaseHTTPRequestHandler):
             self.reply(200, Set_Cookie="sid=of-the-first-visitor; Path=/")
         elif path == "/whoami":
             self.reply(200, (self.headers.get("Cookie") or "-").encode())
+        elif path == "/echo":
+            self.reply(200, "\n".join(f"{k}: {v}" for k, v in self.headers.items()).encode())
 
 
 @pytest.fixture(scope="module")
@@ -110,6 +112,23 @@ def test_cookies_go_only_with_the_visitor_that_holds_them(server):
     # though the same thread's pooled session carried them all
     assert get(server + "/whoami", visitor=Visitor()).body == b"-"
     assert get(server + "/whoami").body == b"-"
+
+
+def test_a_request_carries_its_user_agent_and_visitor_headers_in_a_fixed_order(server):
+    visitor = Visitor(headers={"accept": "text/html", "X-Team": "crawl", "user-agent": "other"})
+    resp = get(server + "/echo", visitor=visitor, conditional={"If-None-Match": '"v1"'})
+    sent = [line.split(": ", 1) for line in resp.body.decode().splitlines()]
+    names = [name.lower() for name, _ in sent]
+    # requests' session defaults first (the job's user agent wins over a visitor's), then the
+    # visitor's own, then a recrawl's validators; nothing twice
+    assert names[:5] == ["host", "user-agent", "accept-encoding", "accept", "connection"]
+    assert dict((k.lower(), v) for k, v in sent) | {"host": ""} == {
+        "host": "", "user-agent": "test", "accept-encoding": "gzip, deflate",
+        "accept": "text/html", "connection": "keep-alive", "x-team": "crawl",
+        "if-none-match": '"v1"',
+    }  # fmt: skip
+    assert len(names) == len(set(names)) and names.index("x-team") < names.index("if-none-match")
+    assert ["User-Agent", "test"] in resp.http["request"]
 
 
 def test_redirect_chain_is_followed_and_recorded(server):

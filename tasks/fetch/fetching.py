@@ -23,6 +23,8 @@ from urllib.parse import urljoin
 
 import requests
 import urllib3
+from requests.structures import CaseInsensitiveDict
+from requests.utils import default_headers
 
 from tasks.fetch import guard, outcomes
 from tasks.fetch.transport import check_target, session
@@ -204,6 +206,12 @@ class Visitor:
     )
 
 
+# What a request carries besides its visitor's headers, as requests' sessions send them. The
+# request is prepared here and sent as it is (requests' prepared-request flow): the session's
+# merging of its own headers, cookies, parameters and proxies into every request (a fifth of
+# a fetch's CPU) is left out, the session holding none of its own (``transport.py``).
+_SESSION_HEADERS = default_headers()
+
 _EVIDENCE_BYTES = 64 << 10  # of an error answer's body, kept for ban detection and review
 
 
@@ -240,9 +248,11 @@ def fetch(
     first (a proxy is the operator's choice, trusted with its own network)."""
     visitor = visitor or Visitor()
     started = time.monotonic()
-    headers = {**visitor.headers, "User-Agent": user_agent, "Accept-Encoding": "gzip, deflate",
-               **(conditional or {})}  # fmt: skip
-    proxies = {"http": visitor.proxy, "https": visitor.proxy} if visitor.proxy else None
+    headers = CaseInsensitiveDict(_SESSION_HEADERS)
+    headers.update(visitor.headers)
+    headers.update({"User-Agent": user_agent, "Accept-Encoding": "gzip, deflate"})
+    headers.update(conditional or {})
+    proxies = {"http": visitor.proxy, "https": visitor.proxy} if visitor.proxy else {}
     current = url
     seen = {url}
     redirects: list[str] = []
@@ -255,10 +265,10 @@ def fetch(
         try:
             if proxies:
                 check_target(current, allow)
-            resp = s.get(
-                current, headers=headers, timeout=timeout, allow_redirects=False, stream=True,
-                cookies=visitor.cookies, proxies=proxies,
-            )  # fmt: skip
+            request = requests.PreparedRequest()
+            request.prepare(method="GET", url=current, headers=headers, cookies=visitor.cookies)
+            resp = s.send(request, timeout=timeout, allow_redirects=False, stream=True,
+                          proxies=proxies, verify=True, cert=None)  # fmt: skip
         except requests.RequestException as exc:
             failure = outcomes.from_requests(exc)
             if proxies:
