@@ -16,6 +16,7 @@ S3-compatible bucket when ``BODY_STORE=s3://bucket/prefix`` (``crawlplatform/set
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import threading
@@ -59,7 +60,9 @@ def put(job_id: int, raw: bytes) -> str:
     """Store ``raw`` for the job (once per identical body); returns its name in the store."""
     name = name_for(job_id, raw)
     store = storage()
-    if not store.exists(name):
+    if isinstance(store, BodyFileStorage):
+        store.keep(name, raw)
+    elif not store.exists(name):
         store.save(name, ContentFile(_compressor().compress(raw)))
     return name
 
@@ -117,25 +120,38 @@ class BodyFileStorage(FileSystemStorage):
         options.setdefault("allow_overwrite", True)  # same name, same bytes: no renaming
         super().__init__(**options)
 
+    def keep(self, name: str, raw: bytes) -> None:
+        """``raw`` compressed under ``name`` unless a body is there already: the worker's
+        path, a name of ``name_for`` (no user's), so without ``Storage.save``'s validation and
+        renaming, which cost as much as the compression."""
+        full = os.path.join(self.location, name)
+        if not os.path.lexists(full):
+            self._write(full, [_compressor().compress(raw)])
+
     def _save(self, name: str, content) -> str:
-        full = Path(self.path(name))
+        self._write(self.path(name), content.chunks())
+        return name
+
+    @staticmethod
+    def _write(full: str, chunks) -> None:
         # Unique per process and thread: two workers writing the same body each write their
         # own file and rename it over the other's (same bytes).
-        temporary = full.with_name(f".part-{os.getpid()}-{threading.get_ident()}-{full.name}")
+        head, tail = os.path.split(full)
+        temporary = os.path.join(head, f".part-{os.getpid()}-{threading.get_ident()}-{tail}")
         try:
             fd = os.open(temporary, _CREATE, 0o644)
         except FileNotFoundError:  # the shard's first body
-            full.parent.mkdir(parents=True, exist_ok=True)
+            os.makedirs(head, exist_ok=True)
             fd = os.open(temporary, _CREATE, 0o644)
         try:
             with os.fdopen(fd, "wb") as out:
-                for chunk in content.chunks():
+                for chunk in chunks:
                     out.write(chunk)
             os.replace(temporary, full)
         except BaseException:
-            temporary.unlink(missing_ok=True)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temporary)
             raise
-        return name
 
 
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
