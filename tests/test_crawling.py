@@ -272,8 +272,12 @@ def test_per_host_rate_holds_across_three_worker_processes(redis, tmp_path):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_per_host_concurrency_holds_across_worker_processes(redis, tmp_path):
+@pytest.mark.parametrize("gap", [0.0, 0.1])
+def test_per_host_concurrency_holds_across_worker_processes(redis, tmp_path, gap):
+    """With a gap between requests, slots are reserved ahead: their in-flight places are
+    taken only when they open, and the cap holds all the same."""
     with Site(pages=40, delay=0.2) as site:
-        job = run_crawl(site.url("/p/0"), tmp_path, max_depth=1000, host_concurrency=2)
+        job = run_crawl(site.url("/p/0"), tmp_path, max_depth=1000, host_concurrency=2,
+                        delay=gap)  # fmt: skip
     assert site.max_in_flight == 2
     assert Page.objects.filter(job=job).count() == len(site.expected_done())

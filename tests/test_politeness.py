@@ -43,6 +43,20 @@ def test_in_flight_cap_per_host(redis):
     assert politeness.acquire(1, "h", 0, 2).granted
 
 
+def test_a_slot_reserved_ahead_takes_its_in_flight_place_when_it_opens(redis):
+    first = politeness.acquire(1, "h", 0.3, 1)  # open now: it holds the host's one place
+    second = politeness.acquire(1, "h", 0.3, 1)  # 0.3 s ahead: no place while it waits
+    assert first.granted and first.placed
+    assert second.granted and second.wait > 0.2 and not second.placed
+    assert not politeness.take_place(1, "h", second, 1)  # the first one is still in flight
+    politeness.finish(1, "h", first, signal=OK)
+    assert politeness.take_place(1, "h", second, 1) and second.placed
+    time.sleep(0.65)  # the next slot is open: refused while the second one holds the place
+    assert not politeness.acquire(1, "h", 0.3, 1).granted
+    politeness.finish(1, "h", second, signal=OK)
+    assert politeness.acquire(1, "h", 0.3, 1).placed
+
+
 def test_a_few_broken_urls_among_good_ones_never_slow_the_host(redis):
     report(OK, 20)
     report(OVERLOAD, 4)  # four 503s or timeouts among twenty good answers
