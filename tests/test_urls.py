@@ -49,6 +49,15 @@ def test_scope_defaults_to_the_seeds_hosts_with_subdomains():
     assert not scope.allows("https://badexample.com/a")
 
 
+def test_a_scope_of_many_domains_takes_their_subdomains_and_nothing_else():
+    domains = [f"site{i}.example" for i in range(5000)] + ["127.1.0.7", "co.uk"]
+    scope = Scope.for_job(job(allowed_domains=domains))
+    assert scope.allows("https://a.b.site4999.example/x") and scope.allows("http://127.1.0.7/")
+    assert scope.allows("http://shop.co.uk/") and not scope.allows("http://co.uk.evil.com/")
+    assert not scope.allows("https://xsite1.example/") and not scope.allows("http://0.7/")
+    assert not scope.allows("http://127.1.0.77/") and not scope.allows("https://example/")
+
+
 def test_subdomains_can_be_left_out():
     scope = Scope.for_job(job(allowed_domains=["example.com"], include_subdomains=False))
     assert scope.allows("https://example.com/a")

@@ -81,10 +81,19 @@ class Scope:
             max_length=setting("MAX_URL_LENGTH", job),
         )
 
+    def __post_init__(self) -> None:
+        self._domains = frozenset(self.domains)  # a broad crawl's scope has thousands
+
     def allows_host(self, hostname: str) -> bool:
-        if hostname in self.domains:
+        """One of the domains, or (with subdomains) under one: a look-up per label of the
+        name, however many domains the job has."""
+        if hostname in self._domains:
             return True
-        return self.subdomains and any(hostname.endswith("." + d) for d in self.domains)
+        while self.subdomains and "." in hostname:
+            hostname = hostname.split(".", 1)[1]
+            if hostname in self._domains:
+                return True
+        return False
 
     def allows(self, url: str) -> bool:
         """True if a canonical URL is inside the job's domains and patterns."""
