@@ -34,7 +34,7 @@ from functools import reduce
 from operator import or_
 
 from django.db import IntegrityError, OperationalError, connection, transaction
-from django.db.models import BooleanField, Case, Count, F, Q, QuerySet, Value, When
+from django.db.models import BooleanField, Case, Count, F, JSONField, Q, QuerySet, Value, When
 from django.db.models.functions import Concat
 from django.utils import timezone
 
@@ -497,14 +497,29 @@ def requeue_for_recrawl(job_id: int) -> int:
                     http_status=None, ladder_level=0)  # fmt: skip
 
 
+_PAGE_JSON = frozenset(f.attname for f in _PAGE_FIELDS if isinstance(f, JSONField))
+
+
+def _page_values(page: Page) -> list:
+    """The page's column values for the statement below. The engine sets each field to a
+    value of its column's type, which Django's preparation (``get_db_prep_save``, a fifth of
+    the statement's Python time) passes through unchanged on PostgreSQL, JSON apart: those
+    are adapted as Django adapts them."""
+    values = page.__dict__
+    adapt = connection.ops.adapt_json_value
+    return [
+        adapt(values[f.attname], f.encoder) if f.attname in _PAGE_JSON else values[f.attname]
+        for f in _PAGE_FIELDS
+    ]
+
+
 def _record_page_statement(claim: Claim, page: Page, links: list[str], note: str) -> None:
     now = timezone.now()
-    page_values = [f.get_db_prep_save(getattr(page, f.attname), connection) for f in _PAGE_FIELDS]
     with prepared_cursor() as cursor:
         cursor.execute(_RECORD_SQL, [
             URLState.DONE, page.status, note, now, claim.level, claim.url.pk, URLState.LEASED,
             claim.attempt,
-            *page_values,
+            *_page_values(page),
             claim.job.pk, claim.url.depth + 1, URLState.QUEUED, now, now,
             "\n".join(links), "\n".join(host_of(u) for u in links), claim.job.pk,
         ])  # fmt: skip
