@@ -670,9 +670,11 @@ def _store(
         if job.obey_nofollow and parsed.nofollow_hrefs:
             hrefs = [h for h in hrefs if h not in parsed.nofollow_hrefs]
         links = new_links(cache, parsed.base, hrefs)
+    links, forbidden = _robots_split(job, links)
     if "noindex" in directives:  # fetched, its links followed (unless nofollow), not kept
-        state = with_retries(lambda: record_page(claimed, None, links, NOINDEX, None, resp.status))
-        _committed(claimed, cache, links)
+        state = with_retries(lambda: record_page(claimed, None, links, NOINDEX, None, resp.status,
+                                                 forbidden))  # fmt: skip
+        _committed(claimed, cache, links + forbidden)
         return state
     if parsed is not None and job.extract:
         data = _extracted(claimed, parsed)
@@ -702,9 +704,24 @@ def _store(
         channel=CHANNEL,
         worker_version=VERSION,
     )
-    state = with_retries(lambda: record_page(claimed, page, links, note, redirect_target))
-    _committed(claimed, cache, links)
+    state = with_retries(
+        lambda: record_page(claimed, page, links, note, redirect_target, forbidden=forbidden)
+    )
+    _committed(claimed, cache, links + forbidden)
     return state
+
+
+def _robots_split(job, links: list[str]) -> tuple[list[str], list[str]]:
+    """The links to queue, and those the robots.txt this worker holds for their hosts forbids
+    (they enter the frontier skipped, as their fetch would have ended: no release, message or
+    claim for them, and no turn of their host's politeness)."""
+    if not job.obey_robots or not links:
+        return links, []
+    forbidden = [u for u in links if robots.forbids(job, u)]
+    if not forbidden:
+        return links, []
+    refused = set(forbidden)
+    return [u for u in links if u not in refused], forbidden
 
 
 def _committed(claimed: Claim, cache: _JobCache, links: list[str]) -> None:

@@ -78,6 +78,7 @@ def test_job_finishes_with_nothing_pending(crawl):
 def test_robots_disallowed_url_is_skipped_and_never_fetched(crawl):
     row = crawl.row("/private/secret")
     assert (row["state"], row["error_reason"]) == ("skipped", "robots")
+    assert row["attempts"] == 0  # skipped as its link was found: never released nor claimed
     assert crawl.site.hits("/private/secret") == 0
     assert crawl.site.hits("/robots.txt") == 1  # one fetch, shared by every worker
 

@@ -82,6 +82,26 @@ def test_a_pages_links_are_inserted_each_as_it_is_with_its_host(job):
     assert FrontierURL.objects.filter(job=job).count() == len(links) + 1
 
 
+def test_links_robots_forbids_enter_skipped_and_counted_and_known_ones_stay(job):
+    url = FrontierURL.objects.get(job=job)
+    schedule(url)
+    claim = transitions.claim(url.pk, job.pk)
+    queued = [f"http://127.0.0.1:9/open/{i}" for i in range(3)]
+    forbidden = ["http://127.0.0.1:9/private/a", "http://127.0.0.1:9/private/b", url.url]
+    counted = metrics.PAGES.labels(str(job.pk), "robots")
+    before = counted._value.get()
+    transitions.record_page(claim, page_for(claim), queued, forbidden=sorted(forbidden))
+    rows = {r["url"]: r for r in FrontierURL.objects.filter(job=job).values()}
+    assert {rows[u]["state"] for u in queued} == {URLState.QUEUED}
+    for u in forbidden[:2]:  # as a fetch would have ended them, without an attempt
+        assert (rows[u]["state"], rows[u]["error_reason"], rows[u]["attempts"]) == (
+            URLState.SKIPPED, "robots", 0)  # fmt: skip
+        assert rows[u]["error_message"] == "disallowed by robots.txt"
+        assert rows[u]["depth"] == 1 and rows[u]["discovered_from_id"] == url.pk
+    assert rows[url.url]["state"] == URLState.DONE  # a known URL is left as it is
+    assert counted._value.get() - before == 2
+
+
 def test_a_claim_counts_the_wait_since_its_release(job):
     url = FrontierURL.objects.get(job=job)
     released = timezone.now() - timedelta(seconds=0.3)

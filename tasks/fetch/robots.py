@@ -143,14 +143,32 @@ def _failure(entry: dict) -> outcomes.CrawlOutcome:
     )
 
 
+def _held(key: str) -> tuple[float, dict, Protego | None] | None:
+    """This process's parsed copy of a robots.txt, while it is fresh."""
+    hit = _parsed.get(key)
+    if hit is None or time.monotonic() - hit[0] > _LOCAL_S or time.time() > hit[1].get("until", 0):
+        return None
+    return hit
+
+
+def forbids(job, url: str) -> bool:
+    """Does the robots.txt this process holds for the URL's host forbid it? (for the links of
+    a page, before they enter the frontier). False when it holds none, or a stale one, or one
+    that could not be had: the fetch decides then, as for any URL."""
+    hit = _held(f"crawl:robots:{robots_url(url)}")
+    if hit is None or hit[2] is None or not 200 <= hit[1]["status"] < 300:
+        return False
+    return not hit[2].can_fetch(url, setting("ROBOTS_AGENT", job))
+
+
 def check(job, url: str, user_agent: str) -> Decision:
     """May ``url`` be fetched under its host's robots.txt? (fetched as ``user_agent``, matched
     for the job's product token ``ROBOTS_AGENT``)"""
     rurl = robots_url(url)
     key = f"crawl:robots:{rurl}"
-    now = time.monotonic()
-    hit = _parsed.get(key)
-    if hit is None or now - hit[0] > _LOCAL_S or time.time() > hit[1].get("until", 0):
+    hit = _held(key)
+    if hit is None:
+        now = time.monotonic()
         entry = _entry(key, rurl, user_agent, job)
         if entry is None:
             return Decision(allowed=False, retry_in=1.0, reason="robots_pending")

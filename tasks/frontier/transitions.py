@@ -113,9 +113,19 @@ def prepared_cursor() -> Iterator:
         yield _BoundCursor(cursor)
 
 
-def insert_urls(job_id: int, urls: Iterable[str], depth: int, parent_id: int | None = None) -> None:
-    """Add canonical URLs to the frontier; ones the job already has are left untouched."""
+def insert_urls(
+    job_id: int,
+    urls: Iterable[str],
+    depth: int,
+    parent_id: int | None = None,
+    skipped: outcomes.Skip | None = None,
+) -> None:
+    """Add canonical URLs to the frontier; ones the job already has are left untouched.
+    ``skipped``: they enter ended, with that outcome (robots.txt forbids them)."""
     now = timezone.now()
+    ended = {} if skipped is None else {
+        "state": URLState.SKIPPED, "error_reason": skipped.reason, "error_message": str(skipped),
+    }  # fmt: skip
     rows = [
         FrontierURL(
             job_id=job_id,
@@ -124,6 +134,7 @@ def insert_urls(job_id: int, urls: Iterable[str], depth: int, parent_id: int | N
             depth=depth,
             discovered_from_id=parent_id,
             not_before=now,
+            **ended,
         )
         for u in urls
     ]
@@ -360,12 +371,14 @@ def record_page(
     note: str = "",
     redirect_target: str | None = None,
     status: int | None = None,
+    forbidden: list[str] = (),
 ) -> str:
     """Commit a fetched page, its new links and the URL's DONE state as one transaction.
 
     Returns the URL's new state. ``note`` is an informational reason kept on a DONE URL
     (not_html, binary, truncated, sitemap, noindex). ``page`` None: the URL is done without
-    a page (the page said ``noindex``; ``status`` is its HTTP status).
+    a page (the page said ``noindex``; ``status`` is its HTTP status). ``forbidden``: new
+    links that robots.txt forbids, which enter the frontier skipped (``ROBOTS_FORBIDDEN``).
 
     A page reached through a redirect is stored once: this URL stores it only if it takes its
     in-scope target too (a new row, or a queued one, marked ``fetched_via_redirect`` so that
@@ -389,12 +402,13 @@ def record_page(
     """
     redirected = bool(redirect_target) and redirect_target != claim.url.url
     if connection.vendor == "postgresql" and not redirected and page is not None:
-        _record_page_statement(claim, page, sorted(links), note)
+        _record_page_statement(claim, page, sorted(links), sorted(forbidden), note)
         return URLState.DONE
-    if links:
-        known = FrontierURL.objects.filter(job_id=claim.job.pk, url__in=links)
+    if links or forbidden:
+        known = FrontierURL.objects.filter(job_id=claim.job.pk, url__in=[*links, *forbidden])
         seen = set(known.values_list("url", flat=True))
         links = [u for u in links if u not in seen]
+        forbidden = [u for u in forbidden if u not in seen]
     with transaction.atomic():
         if redirected and not _take_redirect_target(claim, redirect_target):
             duplicate = outcomes.DuplicateRedirect(
@@ -409,7 +423,15 @@ def record_page(
             _save_page(page)
         if links:
             insert_urls(claim.job.pk, sorted(links), claim.url.depth + 1, claim.url.pk)
+        if forbidden:
+            insert_urls(claim.job.pk, sorted(forbidden), claim.url.depth + 1, claim.url.pk,
+                        skipped=ROBOTS_FORBIDDEN)  # fmt: skip
+    metrics.skipped_at_discovery(claim.job.pk, ROBOTS_FORBIDDEN.reason, len(forbidden))
     return URLState.DONE
+
+
+# Links robots.txt forbids, as the fetch would have ended them (tasks/fetch/robots.py).
+ROBOTS_FORBIDDEN = outcomes.RobotsDisallowed("disallowed by robots.txt")
 
 
 _PAGE_FIELDS = [f for f in Page._meta.concrete_fields if not f.primary_key]
@@ -436,14 +458,18 @@ WITH fin AS (
 ), links AS (
     INSERT INTO {frontier} (job_id, url, host, depth, state, attempts, not_before, error_reason,
                             error_message, updated_at, discovered_from_id)
-    SELECT %s, t.url, t.host, %s, %s, 0, %s, '', '', %s, fin.id
-    FROM unnest(string_to_array(%s, E'\\n'), string_to_array(%s, E'\\n')) AS t(url, host)
+    SELECT %s, t.url, t.host, %s, CASE WHEN t.n > %s THEN %s ELSE %s END, 0, %s,
+           CASE WHEN t.n > %s THEN %s ELSE '' END, CASE WHEN t.n > %s THEN %s ELSE '' END,
+           %s, fin.id
+    FROM unnest(string_to_array(%s, E'\\n'), string_to_array(%s, E'\\n'))
+         WITH ORDINALITY AS t(url, host, n)
     CROSS JOIN fin
     WHERE NOT EXISTS (SELECT 1 FROM {frontier} f WHERE f.job_id = %s AND f.url = t.url OFFSET 0)
     ORDER BY t.url
     ON CONFLICT DO NOTHING
+    RETURNING state
 )
-SELECT count(*) FROM fin
+SELECT (SELECT count(*) FROM fin), (SELECT count(*) FROM links WHERE state = %s)
 """.format(  # noqa: S608
     frontier=FrontierURL._meta.db_table,
     page=Page._meta.db_table,
@@ -513,19 +539,28 @@ def _page_values(page: Page) -> list:
     ]
 
 
-def _record_page_statement(claim: Claim, page: Page, links: list[str], note: str) -> None:
+def _record_page_statement(
+    claim: Claim, page: Page, links: list[str], forbidden: list[str], note: str
+) -> None:
+    """The statement above; the links to queue come first, then the forbidden ones (each
+    link's line number tells them apart)."""
     now = timezone.now()
+    every = [*links, *forbidden]
+    skip, n = ROBOTS_FORBIDDEN, len(links)
     with prepared_cursor() as cursor:
         cursor.execute(_RECORD_SQL, [
             URLState.DONE, page.status, note, now, claim.level, claim.url.pk, URLState.LEASED,
             claim.attempt,
             *_page_values(page),
-            claim.job.pk, claim.url.depth + 1, URLState.QUEUED, now, now,
-            "\n".join(links), "\n".join(host_of(u) for u in links), claim.job.pk,
+            claim.job.pk, claim.url.depth + 1, n, URLState.SKIPPED, URLState.QUEUED, now,
+            n, skip.reason, n, str(skip), now,
+            "\n".join(every), "\n".join(host_of(u) for u in every), claim.job.pk,
+            URLState.SKIPPED,
         ])  # fmt: skip
-        (finished,) = cursor.fetchone()
+        finished, skipped = cursor.fetchone()
     if not finished:
         raise LeaseLost(f"lease on URL {claim.url.pk} (attempt {claim.attempt}) ended")
+    metrics.skipped_at_discovery(claim.job.pk, skip.reason, skipped)
 
 
 def _take_redirect_target(claim: Claim, target: str) -> bool:

@@ -45,6 +45,12 @@ def outcome(job_id: int, state: str, reason: str) -> None:
         PAGES.labels(str(job_id), "done" if state == "done" else reason or state).inc()
 
 
+def skipped_at_discovery(job_id: int, reason: str, n: int) -> None:
+    """Count links that entered the frontier already ended (robots.txt forbids them)."""
+    if n:
+        PAGES.labels(str(job_id), reason).inc(n)
+
+
 @signals.worker_ready.connect
 def _serve(**kwargs) -> None:
     port = setting("WORKER_METRICS_PORT")
