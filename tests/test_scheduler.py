@@ -63,6 +63,24 @@ def test_the_broker_holds_what_workers_take_in_the_lookahead_within_bounds(monke
     assert flow.busy(now) and not flow.busy(now + 2)  # only jobs that took messages lately
 
 
+def test_ready_messages_double_while_the_broker_runs_dry_and_settle_after(monkeypatch):
+    """A new crawl: its workers take all they are given at every pass. What may wait grows
+    twofold per pass up to READY_PER_JOB, and falls back once the broker no longer runs dry;
+    a URL for each slot is there from the first pass."""
+    monkeypatch.setenv("CRAWL_READY_MIN", "8")
+    monkeypatch.setenv("CRAWL_READY_PER_JOB", "100")
+    job = jobs.create_job(["http://127.0.0.1:9/"])
+    flow, now, targets = scheduler._Flow(), 0.0, []
+    assert flow.ready_target(job, 0, now, slots=16) == 16
+    for _ in range(7):
+        now += 0.1
+        targets.append(flow.ready_target(job, 0, now))  # all of it was taken
+        flow.released(job.pk, targets[-1], now)
+    assert targets == [8, 16, 32, 64, 100, 100, 100]
+    now += 0.1
+    assert flow.ready_target(job, 50, now) < 100  # half of it left: not dry any more
+
+
 def _register_worker(redis, slots: int) -> None:
     """A crawl worker in the registry, as its heartbeat writes it."""
     fields = {"heartbeat": time.time(), "queues": "crawl", "slots": slots}
@@ -83,11 +101,13 @@ def test_fast_pages_share_messages_and_slow_pages_go_one_by_one(redis, monkeypat
     assert _message_sizes() == [1] * 8
     redis.delete(*broker.priority_lists("crawl"))
     FrontierURL.objects.filter(job=job, state=URLState.SCHEDULED).update(state=URLState.DONE)
+    scheduler._flow.last.pop(job.pk)  # the pace is set here, not measured from these passes
     scheduler._flow.rate[job.pk] = 10.0  # slow: 2.5 pages/s per slot, 0.6 of one in 0.25 s
     assert scheduler.release(job)[0] == 8
     assert _message_sizes() == [1] * 8
     redis.delete(*broker.priority_lists("crawl"))
     FrontierURL.objects.filter(job=job, state=URLState.SCHEDULED).update(state=URLState.DONE)
+    scheduler._flow.last.pop(job.pk)
     scheduler._flow.rate[job.pk] = 100.0  # fast: 25 pages/s per slot, 6 in 0.25 s, at most 4
     assert scheduler.release(job)[0] == 15  # all that is left (READY_MIN messages of 4: 32)
     assert _message_sizes() == [3, 4, 4, 4]

@@ -157,23 +157,32 @@ class _Flow:
 
     def __init__(self) -> None:
         self.last: dict[int, tuple[float, int]] = {}  # job -> (when, scheduled after release)
-        self.rate: dict[int, float] = {}  # job -> messages taken per second (smoothed)
+        self.rate: dict[int, float] = {}  # job -> URLs taken per second (smoothed)
+        self.starved: dict[int, int] = {}  # job -> URLs to release at least: the broker ran dry
 
     def ready_target(
         self, job: CrawlJob, outstanding: int, now: float, size: int = 1, slots: int = 0
     ) -> int:
         """URLs that may wait in the broker: as many as the job's workers take in
         ``DISPATCH_LOOKAHEAD_S``, between ``READY_MIN`` messages of ``size`` URLs (or one
-        message for every two worker slots, when there are more) and ``READY_PER_JOB``."""
+        message for every two worker slots, when there are more, and a URL for each slot)
+        and ``READY_PER_JOB``; while the broker runs dry, twice what they took last."""
         last = self.last.get(job.pk)
         if last is not None and now > last[0]:
             taken = max(0, last[1] - outstanding)
             weight = 1 - math.exp(-(now - last[0]) / 0.5)  # about half a second of memory
             rate = self.rate.get(job.pk, 0.0)
             self.rate[job.pk] = rate + weight * (taken / (now - last[0]) - rate)
+            # The broker ran dry: the workers would have taken more than they were given.
+            # Twice what they took (as TCP's slow start doubles) lets a new crawl's ready
+            # messages grow to its pace in a few passes instead of the second or two the
+            # smoothed rate takes; it holds only while the broker runs dry, and sizes no
+            # message (idle slots take messages of slow pages as fast as those of fast ones).
+            self.starved[job.pk] = 2 * taken if taken and not outstanding else 0
         wanted = math.ceil(self.rate.get(job.pk, 0.0) * setting("DISPATCH_LOOKAHEAD_S", job))
-        least = max(setting("READY_MIN", job), slots // 2) * size
-        return min(setting("READY_PER_JOB", job) * size, max(least, wanted))
+        least = max(setting("READY_MIN", job) * size, slots // 2 * size, slots)
+        starved = self.starved.get(job.pk, 0)
+        return min(setting("READY_PER_JOB", job) * size, max(least, wanted, starved))
 
     def released(self, job_id: int, outstanding: int, now: float) -> None:
         self.last[job_id] = (now, outstanding)
@@ -310,10 +319,18 @@ def _hint(
     hints = [t for t in (_pace.next_opening(job.pk, now, horizon), _next_due(job)) if t is not None]
     if held_back:
         hints.append(setting("SCHEDULER_TICK_S"))
-    drain = _flow.drains_in(job.pk)
-    if drain is not None:
-        hints.append(drain / 2)
+    refill = _refill_in(job.pk)
+    if refill is not None:
+        hints.append(refill)
     return min(hints, default=None)
+
+
+def _refill_in(job_id: int) -> float | None:
+    """Seconds until the job's ready messages are worth topping up: half the time they last
+    at its measured rate, and no more than two ticks, since the measured rate lags behind a
+    crawl that speeds up (its first seconds) and the broker would run dry meanwhile."""
+    drain = _flow.drains_in(job_id)
+    return None if drain is None else min(drain / 2, 2 * setting("SCHEDULER_TICK_S"))
 
 
 AT_ONCE_S = 0.01  # a message may reach a URL this long before its host's slot opens, s
@@ -396,10 +413,11 @@ def release(job: CrawlJob, epoch: int | None = None) -> tuple[int, float | None]
     size, per_url = _pace_per_slot(job)
     target = _flow.ready_target(job, outstanding, now, size, _slots())
     _flow.released(job.pk, outstanding, now)
-    budget = min(target - outstanding, setting("SCHEDULER_BATCH", job))
+    batch = setting("SCHEDULER_BATCH", job)
+    budget = min(target - outstanding, batch)
     if budget <= 0:
-        drain = _flow.drains_in(job.pk)
-        return 0, setting("SCHEDULER_TICK_S") if drain is None else drain / 2
+        refill = _refill_in(job.pk)
+        return 0, setting("SCHEDULER_TICK_S") if refill is None else refill
     selection = _Selection(job, budget, now, horizon)
     # Pacing and caps turn some candidates down: look further ahead when they may apply.
     window = (
@@ -426,7 +444,7 @@ def release(job: CrawlJob, epoch: int | None = None) -> tuple[int, float | None]
         transaction.on_commit(lambda: publish(messages))
     _flow.released(job.pk, outstanding + len(chosen), now)
     selection.caps.save([(r[2], r[4]) for r in first])
-    more = selection.full
+    more = selection.full and budget == batch  # cut by the batch, not by the ready target
     return len(chosen), _hint(job, now, horizon, more=more, held_back=selection.held_back)
 
 
