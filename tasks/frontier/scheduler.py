@@ -272,11 +272,19 @@ def _max_pages_left(job: CrawlJob) -> int | None:
     return left
 
 
+_FENCE_SQL = f"""
+UPDATE {SchedulerFence._meta.db_table} SET epoch = epoch WHERE name = %s AND epoch = %s
+"""  # noqa: S608 (the model's table name; every value a bound parameter)
+
+
 def _check_fence(epoch: int | None) -> None:
     """Inside a release's transaction: the epoch is still ours (and stays so until commit)."""
     if epoch is None:
         return
-    if not SchedulerFence.objects.filter(name=FENCE, epoch=epoch).update(epoch=F("epoch")):
+    with transitions.prepared_cursor() as cursor:
+        cursor.execute(_FENCE_SQL, [FENCE, epoch])
+        ours = cursor.rowcount
+    if not ours:
         raise NotLeader(f"a newer scheduler leads (this one had epoch {epoch})")
 
 
@@ -408,7 +416,7 @@ def release(job: CrawlJob, epoch: int | None = None) -> tuple[int, float | None]
     ends with every host in it paced out, the pass looks again past them). Returns how many,
     and in how many seconds the job may have more to release (None: not before new work).
     """
-    outstanding = FrontierURL.objects.filter(job_id=job.pk, state=URLState.SCHEDULED).count()
+    outstanding = transitions.count_in(job.pk, URLState.SCHEDULED)
     now, horizon = time.monotonic(), setting("SCHEDULER_HORIZON_S", job)
     size, per_url = _pace_per_slot(job)
     target = _flow.ready_target(job, outstanding, now, size, _slots())

@@ -91,6 +91,10 @@ class _BoundCursor:
     def fetchall(self):
         return self.cursor.fetchall()
 
+    @property
+    def rowcount(self) -> int:
+        return self.cursor.rowcount
+
 
 @contextmanager
 def prepared_cursor() -> Iterator:
@@ -151,11 +155,35 @@ def in_state(state: str) -> Case:
     )
 
 
+_SCHEDULE_SQL = f"""
+UPDATE {FrontierURL._meta.db_table} SET state = %s, scheduled_at = %s, released = true
+WHERE id = ANY(%s) AND CASE WHEN state = %s THEN true ELSE false END
+"""  # noqa: S608 (the model's table name; every value a bound parameter)
+
+
 def schedule(ids: list[int]) -> int:
-    """Queued -> scheduled: the scheduler is about to publish their messages."""
-    return FrontierURL.objects.filter(in_state(URLState.QUEUED), pk__in=ids).update(
-        state=URLState.SCHEDULED, scheduled_at=timezone.now(), released=True
-    )
+    """Queued -> scheduled: the scheduler is about to publish their messages. On PostgreSQL
+    one prepared statement whatever the number of URLs (the ids go as one array)."""
+    if connection.vendor != "postgresql":
+        return FrontierURL.objects.filter(in_state(URLState.QUEUED), pk__in=ids).update(
+            state=URLState.SCHEDULED, scheduled_at=timezone.now(), released=True
+        )
+    with prepared_cursor() as cursor:
+        cursor.execute(_SCHEDULE_SQL, [URLState.SCHEDULED, timezone.now(), ids, URLState.QUEUED])
+        return cursor.rowcount
+
+
+_COUNT_SQL = f"""
+SELECT count(*) FROM {FrontierURL._meta.db_table} WHERE job_id = %s AND state = %s
+"""  # noqa: S608 (the model's table name; every value a bound parameter)
+
+
+def count_in(job_id: int, state: str) -> int:
+    """How many of the job's URLs are in ``state`` (a pending one: the index of pending URLs
+    answers), as a prepared statement: the scheduler asks at every pass."""
+    with prepared_cursor() as cursor:
+        cursor.execute(_COUNT_SQL, [job_id, state])
+        return cursor.fetchone()[0]
 
 
 # The rows are found by their primary key alone: the job and state conditions sit in a CASE,
