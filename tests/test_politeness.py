@@ -45,16 +45,17 @@ def test_in_flight_cap_per_host(redis):
 
 def test_a_slot_reserved_ahead_takes_its_in_flight_place_when_it_opens(redis):
     first = politeness.acquire(1, "h", 0.3, 1)  # open now: it holds the host's one place
-    second = politeness.acquire(1, "h", 0.3, 1)  # 0.3 s ahead: no place while it waits
     assert first.granted and first.placed
-    assert second.granted and second.wait > 0.2 and not second.placed
-    assert not politeness.take_place(1, "h", second, 1)  # the first one is still in flight
+    assert not politeness.acquire(1, "h", 0.3, 1).granted  # taken now: refused, nothing reserved
     politeness.finish(1, "h", first, signal=OK)
+    second = politeness.acquire(1, "h", 0.3, 1)  # 0.3 s ahead: no place while it waits ...
+    third = politeness.acquire(1, "h", 0.3, 1)  # ... nor this one, 0.6 s ahead
+    assert second.granted and 0.2 < second.wait <= 0.3 and not second.placed
+    assert third.granted and 0.5 < third.wait <= 0.6 and not third.placed
     assert politeness.take_place(1, "h", second, 1) and second.placed
-    time.sleep(0.65)  # the next slot is open: refused while the second one holds the place
-    assert not politeness.acquire(1, "h", 0.3, 1).granted
+    assert not politeness.take_place(1, "h", third, 1)  # the cap holds when they open
     politeness.finish(1, "h", second, signal=OK)
-    assert politeness.acquire(1, "h", 0.3, 1).placed
+    assert politeness.take_place(1, "h", third, 1)
 
 
 def test_a_few_broken_urls_among_good_ones_never_slow_the_host(redis):

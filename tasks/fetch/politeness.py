@@ -33,8 +33,9 @@ Host-level failures (refused, DNS, TLS) are neither: the circuit breaker handles
 
 * :func:`acquire` reserves the host's next slot and, when the slot is open now, an in-flight
   place (a slot reserved ahead takes its place when it opens, :func:`take_place`), or says how
-  long to wait when that is longer than ``HOST_MAX_WAIT_S``: the URL then goes back to the
-  frontier with a ``not_before`` instead of a worker sleeping on it.
+  long to wait when the places are all taken or the slot is further than ``HOST_MAX_WAIT_S``:
+  the URL then goes back to the frontier with a ``not_before`` instead of a worker sleeping
+  on it.
 * :func:`finish` frees the in-flight place and reports an overload signal or a Retry-After;
   an ordinary answer needs no call (requests are counted by :func:`acquire`).
 """
@@ -87,7 +88,7 @@ local delay = math.max(floor, adaptive, tonumber(redis.call('GET', KEYS[4]) or '
 local slot = math.max(now, tonumber(redis.call('GET', KEYS[1]) or '0'))
 local wait = slot - now
 local place = conc > 0 and wait <= 0
-if place then
+if conc > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
   if redis.call('ZCARD', KEYS[2]) >= conc then
     return {0, math.max(delay, PLACE_RETRY_MS), circuit, level, streak, jar, 0}
@@ -192,10 +193,11 @@ def acquire(
     ``jar_key``: a cookie jar (``tasks/fetch/sessions.py``) whose existence the same round
     trip reports, so that a host that never set a cookie costs no read of its jar.
 
-    With a per-host ``concurrency``, a slot open now comes with one of the host's in-flight
-    places (or is refused when they are all taken); a slot reserved ahead does not hold a
-    place while its worker waits for it (the requests in flight now may well be over by
-    then): the worker takes it when the slot opens, with :func:`take_place`."""
+    With a per-host ``concurrency``, a slot is refused while the host's in-flight places are
+    all taken. A slot open now comes with one of them; a slot reserved ahead does not hold
+    one while its worker waits for it (a request of the host claimed meanwhile would find
+    the place taken and go back to wait, though the places may all be free by then): the
+    worker takes it when the slot opens, with :func:`take_place`."""
     token = uuid.uuid4().hex
     granted, wait_ms, circuit_state, level, streak, jar, placed = script(_ACQUIRE)(
         keys=[
