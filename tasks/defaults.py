@@ -96,7 +96,7 @@ CIRCUIT_COOLDOWN_S = 30.0  # an open circuit lets one probe through after this, 
 ROBOTS_MAX_BYTES = 500 << 10  # robots.txt beyond this is ignored (RFC 9309 asks for 500 KiB)
 
 # Scheduler, leases and the broker
-SCHEDULER_TICK_S = 0.05  # pause between two passes while workers take messages, seconds
+SCHEDULER_TICK_S = 0.05  # passes are one or two of these apart while workers take messages, s
 SCHEDULER_IDLE_S = 5.0  # longest sleep of an idle scheduler (a wake-up or due work ends it)
 SCHEDULER_WAKE_S = 1.0  # sleeps longer than this end early when a worker adds work, seconds
 SCHEDULER_BATCH = 500  # URLs released per job per pass at most

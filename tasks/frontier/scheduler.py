@@ -22,9 +22,10 @@ scheduled or leased URL left is finished (decided by the database, never by an e
 in Redis). Queued URLs of a host whose circuit is open fail there, in bulk, without a
 message.
 
-Between passes it sleeps as long as nothing can be due: ``SCHEDULER_TICK_S`` while workers
-take messages, else until the next URL's ``not_before`` or a polite host's next slot, at most
-``SCHEDULER_IDLE_S``; a worker that adds work wakes it at once (``tasks/frontier/wakeup.py``).
+Between passes it sleeps as long as nothing can be due: while workers take messages, half
+the time its ready messages last at their rate, at most two ``SCHEDULER_TICK_S``, else until
+the next URL's ``not_before`` or a polite host's next slot, at most ``SCHEDULER_IDLE_S``; a
+worker that adds work wakes it at once (``tasks/frontier/wakeup.py``).
 An idle platform costs a pass every few seconds; a polite crawl about a pass per release.
 
 Every ``SWEEP_INTERVAL_S`` it also returns expired leases to the queue and re-publishes
