@@ -493,10 +493,6 @@ def _process_claimed(claimed: Claim, rendering: bool = False) -> str:
         return park(claimed, outcomes.Banned(f"render step skipped: {render.unavailable()}"))
     if slot.wait > 0:
         loop.wait(slot.wait)  # for the host's slot: not work, the worker's loop may rest
-        if job.host_concurrency and not politeness.take_place(
-            job.pk, host, slot, job.host_concurrency, job
-        ):
-            return defer(claimed, politeness.PLACE_RETRY_MS / 1000, "throttled")
         now = identity.current(job, host)  # another request may have rotated it meanwhile
         if now != who:
             who, slot.jar = now, True

@@ -275,8 +275,7 @@ def test_per_host_rate_holds_across_three_worker_processes(redis, tmp_path):
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("gap", [0.0, 0.1])
 def test_per_host_concurrency_holds_across_worker_processes(redis, tmp_path, gap):
-    """With a gap between requests, slots are reserved ahead: their in-flight places are
-    taken only when they open, and the cap holds all the same."""
+    """With a gap between requests too: slots are then reserved ahead of their time."""
     with Site(pages=40, delay=0.2) as site:
         job = run_crawl(site.url("/p/0"), tmp_path, max_depth=1000, host_concurrency=2,
                         delay=gap)  # fmt: skip

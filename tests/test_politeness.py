@@ -43,21 +43,6 @@ def test_in_flight_cap_per_host(redis):
     assert politeness.acquire(1, "h", 0, 2).granted
 
 
-def test_a_slot_reserved_ahead_takes_its_in_flight_place_when_it_opens(redis):
-    first = politeness.acquire(1, "h", 0.3, 1)  # open now: it holds the host's one place
-    assert first.granted and first.placed
-    assert not politeness.acquire(1, "h", 0.3, 1).granted  # taken now: refused, nothing reserved
-    politeness.finish(1, "h", first, signal=OK)
-    second = politeness.acquire(1, "h", 0.3, 1)  # 0.3 s ahead: no place while it waits ...
-    third = politeness.acquire(1, "h", 0.3, 1)  # ... nor this one, 0.6 s ahead
-    assert second.granted and 0.2 < second.wait <= 0.3 and not second.placed
-    assert third.granted and 0.5 < third.wait <= 0.6 and not third.placed
-    assert politeness.take_place(1, "h", second, 1) and second.placed
-    assert not politeness.take_place(1, "h", third, 1)  # the cap holds when they open
-    politeness.finish(1, "h", second, signal=OK)
-    assert politeness.take_place(1, "h", third, 1)
-
-
 def test_a_few_broken_urls_among_good_ones_never_slow_the_host(redis):
     report(OK, 20)
     report(OVERLOAD, 4)  # four 503s or timeouts among twenty good answers

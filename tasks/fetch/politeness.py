@@ -31,11 +31,9 @@ what servers mean, apart from what happens to single URLs (those retry on their 
 Host-level failures (refused, DNS, TLS) are neither: the circuit breaker handles those
 (``tasks/fetch/circuit.py``).
 
-* :func:`acquire` reserves the host's next slot and, when the slot is open now, an in-flight
-  place (a slot reserved ahead takes its place when it opens, :func:`take_place`), or says how
-  long to wait when the places are all taken or the slot is further than ``HOST_MAX_WAIT_S``:
-  the URL then goes back to the frontier with a ``not_before`` instead of a worker sleeping
-  on it.
+* :func:`acquire` reserves the host's next slot and an in-flight place, or says how long to
+  wait when that is longer than ``HOST_MAX_WAIT_S``: the URL then goes back to the frontier
+  with a ``not_before`` instead of a worker sleeping on it.
 * :func:`finish` frees the in-flight place and reports an overload signal or a Retry-After;
   an ordinary answer needs no call (requests are counted by :func:`acquire`).
 """
@@ -69,8 +67,6 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 """
 
-PLACE_RETRY_MS = 250  # a URL finding its host's in-flight places taken waits this long at least
-
 _ACQUIRE = (
     _DECAYED
     + """
@@ -85,17 +81,16 @@ local level, streak = tonumber(ladder[1] or '0'), tonumber(ladder[2] or '0')
 local jar = 0
 if KEYS[8] then jar = redis.call('EXISTS', KEYS[8]) end
 local delay = math.max(floor, adaptive, tonumber(redis.call('GET', KEYS[4]) or '0'))
-local slot = math.max(now, tonumber(redis.call('GET', KEYS[1]) or '0'))
-local wait = slot - now
-local place = conc > 0 and wait <= 0
 if conc > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
   if redis.call('ZCARD', KEYS[2]) >= conc then
-    return {0, math.max(delay, PLACE_RETRY_MS), circuit, level, streak, jar, 0}
+    return {0, math.max(delay, 250), circuit, level, streak, jar}
   end
 end
+local slot = math.max(now, tonumber(redis.call('GET', KEYS[1]) or '0'))
+local wait = slot - now
 if wait > max_wait then
-  return {0, wait, circuit, level, streak, jar, 0}
+  return {0, wait, circuit, level, streak, jar}
 end
 local window = tonumber(ARGV[7])
 local req, bad = counts(KEYS[5], now, window)
@@ -104,24 +99,13 @@ redis.call('PEXPIRE', KEYS[5], math.floor(window * 10))
 if delay > 0 then
   redis.call('SET', KEYS[1], math.floor(slot + delay), 'PX', math.floor(wait + delay + 60000))
 end
-if place then
-  redis.call('ZADD', KEYS[2], now + lease, ARGV[5])
-  redis.call('PEXPIRE', KEYS[2], lease + 60000)
+if conc > 0 then
+  redis.call('ZADD', KEYS[2], slot + lease, ARGV[5])
+  redis.call('PEXPIRE', KEYS[2], wait + lease + 60000)
 end
-return {1, wait, circuit, level, streak, jar, place and 1 or 0}
+return {1, wait, circuit, level, streak, jar}
 """
-).replace("PLACE_RETRY_MS", str(PLACE_RETRY_MS))
-
-# The in-flight place of a slot reserved ahead, taken when the slot opens (see acquire).
-_TAKE_PLACE = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[1]) then return 0 end
-redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[3])
-redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]) + 60000)
-return 1
-"""
+)
 
 _FINISH = (
     _DECAYED
@@ -183,7 +167,6 @@ class Slot:
     ladder: int = 0  # the host's anti-bot ladder level (tasks/fetch/ladder.py)
     ban_streak: bool = False  # bans counted toward its next level: report successes too
     jar: bool = True  # the cookie jar named to acquire() exists (False: no need to read it)
-    placed: bool = False  # it holds one of the host's in-flight places (see acquire)
 
 
 def acquire(
@@ -191,15 +174,9 @@ def acquire(
 ) -> Slot:
     """Reserve the host's next request slot for this worker, or say how long to wait.
     ``jar_key``: a cookie jar (``tasks/fetch/sessions.py``) whose existence the same round
-    trip reports, so that a host that never set a cookie costs no read of its jar.
-
-    With a per-host ``concurrency``, a slot is refused while the host's in-flight places are
-    all taken. A slot open now comes with one of them; a slot reserved ahead does not hold
-    one while its worker waits for it (a request of the host claimed meanwhile would find
-    the place taken and go back to wait, though the places may all be free by then): the
-    worker takes it when the slot opens, with :func:`take_place`."""
+    trip reports, so that a host that never set a cookie costs no read of its jar."""
     token = uuid.uuid4().hex
-    granted, wait_ms, circuit_state, level, streak, jar, placed = script(_ACQUIRE)(
+    granted, wait_ms, circuit_state, level, streak, jar = script(_ACQUIRE)(
         keys=[
             *keys(job_id, host),
             circuit.key(job_id, host),
@@ -217,17 +194,7 @@ def acquire(
         ],
     )
     return Slot(bool(granted), int(wait_ms) / 1000.0, token, bool(circuit_state), int(level),
-                int(streak) > 0, bool(jar) or not jar_key, bool(placed))  # fmt: skip
-
-
-def take_place(job_id: int, host: str, slot: Slot, concurrency: int, job=None) -> bool:
-    """Take an in-flight place for a slot reserved ahead, now that it is open; False when the
-    host's places are all taken (the URL waits in the frontier, as for a refused slot)."""
-    lease = int(setting("FETCH_DEADLINE_S", job) * 1000) + 5000
-    slot.placed = bool(
-        script(_TAKE_PLACE)(keys=[keys(job_id, host)[1]], args=[concurrency, lease, slot.token])
-    )
-    return slot.placed
+                int(streak) > 0, bool(jar) or not jar_key)  # fmt: skip
 
 
 def finish(
