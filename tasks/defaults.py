@@ -96,7 +96,7 @@ CIRCUIT_COOLDOWN_S = 30.0  # an open circuit lets one probe through after this, 
 ROBOTS_MAX_BYTES = 500 << 10  # robots.txt beyond this is ignored (RFC 9309 asks for 500 KiB)
 
 # Scheduler, leases and the broker
-SCHEDULER_TICK_S = 0.05  # passes are one or two of these apart while workers take messages, s
+SCHEDULER_TICK_S = 0.05  # passes are at most two of these apart while workers take messages, s
 SCHEDULER_IDLE_S = 5.0  # longest sleep of an idle scheduler (a wake-up or due work ends it)
 SCHEDULER_WAKE_S = 1.0  # sleeps longer than this end early when a worker adds work, seconds
 SCHEDULER_BATCH = 500  # URLs released per job per pass at most
@@ -129,6 +129,7 @@ WORKER_METRICS_PORT = 0  # a worker serves Prometheus metrics on this port (0: o
 DB_RETRY_S = 5  # a task that cannot reach the database is retried after this (a countdown)
 # The statements every page and release runs are prepared once per PostgreSQL connection;
 # off behind a pooler in transaction mode that does not keep them (PgBouncer before 1.21).
+# A property of the connections: read from the environment or live settings, not per job.
 DB_PREPARE = True
 
 # Checkpoints

@@ -49,6 +49,7 @@ from tasks.frontier import canary, channels, leases, wakeup
 from tasks.frontier.transitions import (
     IDENTITY_BANNED,
     RENDER_QUEUED,
+    ROBOTS_FORBIDDEN,
     Claim,
     LeaseLost,
     claim_many,
@@ -303,7 +304,7 @@ def _robots(claimed: Claim, cache: _JobCache, user_agent: str) -> str | None:
     if decision.retry_in is not None:
         return defer(claimed, decision.retry_in, decision.reason)
     if not decision.allowed:
-        return record_failure(claimed, outcomes.RobotsDisallowed("disallowed by robots.txt"))
+        return record_failure(claimed, ROBOTS_FORBIDDEN)
     host = host_of(claimed.url.url)
     if host not in cache.robots_seen:
         cache.robots_seen.put(host)
@@ -670,7 +671,7 @@ def _store(
     if "noindex" in directives:  # fetched, its links followed (unless nofollow), not kept
         state = with_retries(lambda: record_page(claimed, None, links, NOINDEX, None, resp.status,
                                                  forbidden))  # fmt: skip
-        _committed(claimed, cache, links + forbidden)
+        _committed(claimed, cache, links, forbidden)
         return state
     if parsed is not None and job.extract:
         data = _extracted(claimed, parsed)
@@ -703,7 +704,7 @@ def _store(
     state = with_retries(
         lambda: record_page(claimed, page, links, note, redirect_target, forbidden=forbidden)
     )
-    _committed(claimed, cache, links + forbidden)
+    _committed(claimed, cache, links, forbidden)
     return state
 
 
@@ -720,7 +721,11 @@ def _robots_split(job, links: list[str]) -> tuple[list[str], list[str]]:
     return [u for u in links if u not in refused], forbidden
 
 
-def _committed(claimed: Claim, cache: _JobCache, links: list[str]) -> None:
-    for url in links:
+def _committed(
+    claimed: Claim, cache: _JobCache, links: list[str], forbidden: list[str] = ()
+) -> None:
+    """The page's links are in the frontier: this process sends them no more; only those
+    queued are new work for the scheduler."""
+    for url in [*links, *forbidden]:
         cache.committed.put(url)
     claimed.new_links = bool(links)

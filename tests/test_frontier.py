@@ -406,9 +406,10 @@ def frontier_entries_read() -> int:
 def test_claims_and_pages_are_prepared_and_read_their_own_rows_on_a_generic_plan(
     job, prepare, monkeypatch
 ):
-    """The release's move, the claim and the page's statement are prepared once per
-    connection (``DB_PREPARE``), and PostgreSQL may then run them on a generic plan, made
-    without the parameters' values: that plan must find its rows by key too."""
+    """The release's move, the scheduler's count, the claim and the page's statement are
+    prepared once per connection (``DB_PREPARE``), and PostgreSQL may then run them on a
+    generic plan, made without the parameters' values: that plan must find its rows by key
+    too (the count: through the index of scheduled URLs)."""
     monkeypatch.setenv("CRAWL_DB_PREPARE", str(prepare))
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE " + FrontierURL._meta.db_table)
@@ -421,6 +422,7 @@ def test_claims_and_pages_are_prepared_and_read_their_own_rows_on_a_generic_plan
     transitions.schedule(ids)
     before = frontier_entries_read()
     try:
+        assert transitions.count_scheduled(job.pk) == 5
         claims = transitions.claim_many(ids, job.pk)
         transitions.record_page(claims[0], page_for(claims[0]), sorted(links))
         read = frontier_entries_read() - before
@@ -430,6 +432,7 @@ def test_claims_and_pages_are_prepared_and_read_their_own_rows_on_a_generic_plan
     finally:
         with connection.cursor() as cursor:
             cursor.execute("RESET plan_cache_mode")
-    assert len(claims) == 5 and prepared == (3 if prepare else 0)
-    # the claimed rows and each link's probe, old and new index entries, and the counts' query
-    assert read <= 2 * 5 + 2 * (1 + len(links)) + 10, read
+    assert len(claims) == 5 and prepared == (4 if prepare else 0)
+    # the counted and claimed rows and each link's probe, old and new index entries, and the
+    # query of the counts
+    assert read <= 5 + 2 * 5 + 2 * (1 + len(links)) + 10, read

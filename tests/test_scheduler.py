@@ -9,6 +9,7 @@ import pytest
 from django.conf import settings
 
 from tasks import broker
+from tasks.defaults import setting
 from tasks.frontier import channels, jobs, scheduler, transitions
 from tasks.worker import heartbeat
 from web.models import FrontierURL, JobState, URLState
@@ -79,6 +80,15 @@ def test_ready_messages_double_while_the_broker_runs_dry_and_settle_after(monkey
     assert targets == [8, 16, 32, 64, 100, 100, 100]
     now += 0.1
     assert flow.ready_target(job, 50, now) < 100  # half of it left: not dry any more
+
+
+def test_a_new_job_with_more_due_than_released_passes_again_within_a_tick(redis):
+    """Its first pass measures no rate yet: the next comes after a tick, not at the sweep."""
+    job = make_job(30)
+    _register_worker(redis, slots=4)
+    released, hint = scheduler.release(job)
+    assert 0 < released < 31
+    assert hint is not None and hint <= setting("SCHEDULER_TICK_S")
 
 
 def _register_worker(redis, slots: int) -> None:

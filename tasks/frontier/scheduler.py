@@ -321,8 +321,9 @@ def _hint(
 ) -> float | None:
     """Seconds until the job may have something to release; None: not before new work.
 
-    ``more``: the budget ran out with URLs still due; ``held_back``: due URLs wait for a free
-    in-flight place of their host (freed by a finishing page, which does not wake us)."""
+    ``more``: ``SCHEDULER_BATCH`` cut the pass with URLs still due; ``held_back``: due URLs
+    wait for a free in-flight place of their host (freed by a finishing page, which does not
+    wake us)."""
     if more:
         return 0.0
     hints = [t for t in (_pace.next_opening(job.pk, now, horizon), _next_due(job)) if t is not None]
@@ -335,11 +336,15 @@ def _hint(
 
 
 def _refill_in(job_id: int) -> float | None:
-    """Seconds until the job's ready messages are worth topping up: half the time they last
-    at its measured rate, and no more than two ticks, since the measured rate lags behind a
-    crawl that speeds up (its first seconds) and the broker would run dry meanwhile."""
+    """Seconds until the job's ready messages are worth topping up (None: it has none): half
+    the time they last at its measured rate, and no more than two ticks, since the measured
+    rate lags behind a crawl that speeds up (its first seconds) and the broker would run dry
+    meanwhile; a tick while no rate is measured yet (its first pass)."""
+    if not _flow.last.get(job_id, (0.0, 0))[1]:
+        return None
+    tick = setting("SCHEDULER_TICK_S")
     drain = _flow.drains_in(job_id)
-    return None if drain is None else min(drain / 2, 2 * setting("SCHEDULER_TICK_S"))
+    return tick if drain is None else min(drain / 2, 2 * tick)
 
 
 AT_ONCE_S = 0.01  # a message may reach a URL this long before its host's slot opens, s
@@ -417,7 +422,7 @@ def release(job: CrawlJob, epoch: int | None = None) -> tuple[int, float | None]
     ends with every host in it paced out, the pass looks again past them). Returns how many,
     and in how many seconds the job may have more to release (None: not before new work).
     """
-    outstanding = transitions.count_in(job.pk, URLState.SCHEDULED)
+    outstanding = transitions.count_scheduled(job.pk)
     now, horizon = time.monotonic(), setting("SCHEDULER_HORIZON_S", job)
     size, per_url = _pace_per_slot(job)
     target = _flow.ready_target(job, outstanding, now, size, _slots())

@@ -1,7 +1,7 @@
 """The frontier: every URL of a job, its state, and the moves between states, one function each.
 
-Reads ``LEASE_S``, ``RETRY_MAX_ATTEMPTS``, ``RETRY_TIMEOUT_ATTEMPTS``, ``RETRY_BACKOFF_BASE_S``
-and ``RETRY_BACKOFF_MAX_S``.
+Reads ``LEASE_S``, ``RETRY_MAX_ATTEMPTS``, ``RETRY_TIMEOUT_ATTEMPTS``, ``RETRY_BACKOFF_BASE_S``,
+``RETRY_BACKOFF_MAX_S`` and ``DB_PREPARE``.
 
 A URL is inserted once per job (``ON CONFLICT DO NOTHING`` on the unique (job, url) index:
 dedup is exact). The scheduler *schedules* it (in a message in the broker). A worker *claims*
@@ -26,7 +26,7 @@ import functools
 import logging
 import random
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -69,13 +69,15 @@ class Claim:
 
 
 class _BoundCursor:
-    """A psycopg cursor that binds on the server, run through Django's execute wrappers (as
-    Django's cursors are: query counters, EXPLAIN in tests) and with Django's errors."""
+    """A psycopg cursor that binds on the server, run as Django runs its own: through the
+    connection's execute wrappers (``connection.execute_wrapper``), refused inside a broken
+    atomic block, with Django's errors. Django's debug log of queries does not list it."""
 
     def __init__(self, cursor) -> None:
         self.cursor = cursor
 
     def execute(self, sql: str, params: list) -> None:
+        connection.validate_no_broken_transaction()
         run = self._run
         for wrapper in reversed(connection.execute_wrappers):
             run = functools.partial(wrapper, run)
@@ -100,10 +102,11 @@ class _BoundCursor:
 def prepared_cursor() -> Iterator:
     """A cursor for the statements every page, message and release runs. On PostgreSQL it
     binds parameters on the server and prepares each statement at its first run on a
-    connection (``DB_PREPARE``), so that PostgreSQL parses and plans it once per connection
-    instead of at every run, and no parameter is quoted into the text in Python. Django's own
-    cursors bind on the client, which never prepares, so the ORM's statements are not
-    affected by the connection's threshold. Elsewhere it is Django's cursor."""
+    connection (``DB_PREPARE``; psycopg keeps one per text and parameter types, a hundred at
+    most), so that PostgreSQL parses and plans it once per connection instead of at every
+    run, and no parameter is quoted into the text in Python. Django's own cursors bind on the
+    client, which never prepares, so the ORM's statements are not affected by the
+    connection's threshold. Elsewhere it is Django's cursor."""
     if connection.vendor != "postgresql":
         with connection.cursor() as cursor:
             yield cursor
@@ -122,14 +125,21 @@ def insert_urls(
     urls: Iterable[str],
     depth: int,
     parent_id: int | None = None,
-    skipped: outcomes.Skip | None = None,
+    skipped: Mapping[str, outcomes.Skip] | None = None,
 ) -> None:
     """Add canonical URLs to the frontier; ones the job already has are left untouched.
-    ``skipped``: they enter ended, with that outcome (robots.txt forbids them)."""
+    ``skipped``: URLs among them that enter ended, with their outcome (robots.txt forbids
+    them)."""
     now = timezone.now()
-    ended = {} if skipped is None else {
-        "state": URLState.SKIPPED, "error_reason": skipped.reason, "error_message": str(skipped),
-    }  # fmt: skip
+    skipped = skipped or {}
+
+    def ended(url: str) -> dict:
+        outcome = skipped.get(url)
+        if outcome is None:
+            return {}
+        return {"state": URLState.SKIPPED, "error_reason": outcome.reason,
+                "error_message": str(outcome)}  # fmt: skip
+
     rows = [
         FrontierURL(
             job_id=job_id,
@@ -138,7 +148,7 @@ def insert_urls(
             depth=depth,
             discovered_from_id=parent_id,
             not_before=now,
-            **ended,
+            **ended(u),
         )
         for u in urls
     ]
@@ -173,16 +183,19 @@ def schedule(ids: list[int]) -> int:
         return cursor.rowcount
 
 
-_COUNT_SQL = f"""
-SELECT count(*) FROM {FrontierURL._meta.db_table} WHERE job_id = %s AND state = %s
-"""  # noqa: S608 (the model's table name; every value a bound parameter)
+# The state is written out, not bound: a generic plan can use a partial index only when the
+# statement's own condition implies the index's (``frontier_scheduled``).
+_COUNT_SCHEDULED_SQL = f"""
+SELECT count(*) FROM {FrontierURL._meta.db_table}
+WHERE job_id = %s AND state = '{URLState.SCHEDULED}'
+"""  # noqa: S608 (the model's table name and a state's name; the job a bound parameter)
 
 
-def count_in(job_id: int, state: str) -> int:
-    """How many of the job's URLs are in ``state`` (a pending one: the index of pending URLs
-    answers), as a prepared statement: the scheduler asks at every pass."""
+def count_scheduled(job_id: int) -> int:
+    """How many of the job's URLs are in a message, as a prepared statement: the scheduler
+    asks at every pass."""
     with prepared_cursor() as cursor:
-        cursor.execute(_COUNT_SQL, [job_id, state])
+        cursor.execute(_COUNT_SCHEDULED_SQL, [job_id])
         return cursor.fetchone()[0]
 
 
@@ -399,7 +412,7 @@ def record_page(
     note: str = "",
     redirect_target: str | None = None,
     status: int | None = None,
-    forbidden: list[str] = (),
+    forbidden: Sequence[str] = (),
 ) -> str:
     """Commit a fetched page, its new links and the URL's DONE state as one transaction.
 
@@ -449,16 +462,14 @@ def record_page(
         _finish(claim, URLState.DONE, http_status=status, error_reason=note, error_message="")
         if page is not None:
             _save_page(page)
-        if links:
-            insert_urls(claim.job.pk, sorted(links), claim.url.depth + 1, claim.url.pk)
-        if forbidden:
-            insert_urls(claim.job.pk, sorted(forbidden), claim.url.depth + 1, claim.url.pk,
-                        skipped=ROBOTS_FORBIDDEN)  # fmt: skip
+        if links or forbidden:  # one insert in sorted order, as the statement's
+            insert_urls(claim.job.pk, sorted([*links, *forbidden]), claim.url.depth + 1,
+                        claim.url.pk, dict.fromkeys(forbidden, ROBOTS_FORBIDDEN))  # fmt: skip
     metrics.skipped_at_discovery(claim.job.pk, ROBOTS_FORBIDDEN.reason, len(forbidden))
     return URLState.DONE
 
 
-# Links robots.txt forbids, as the fetch would have ended them (tasks/fetch/robots.py).
+# A URL robots.txt forbids: at its fetch (tasks/engine.py) or as its link is found.
 ROBOTS_FORBIDDEN = outcomes.RobotsDisallowed("disallowed by robots.txt")
 
 

@@ -236,7 +236,10 @@ class WorkerPool:
     def _forked(self, name: str) -> Forked:
         options = worker_options(name, self.concurrency, self.pool, self.queue)
         if not self.forks:
-            _preload()
+            try:
+                _preload()
+            except Exception:  # noqa: BLE001 (each worker meets it again, and dies at start)
+                log.warning("the workers' modules cannot be loaded", exc_info=True)
         log_path = self.log_dir / f"{name}.log" if self.log_dir is not None else None
         connections.close_all()  # a child must not share, nor close, this process's sessions
         sys.stdout.flush()
