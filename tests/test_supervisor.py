@@ -11,9 +11,12 @@ from tasks.worker.supervisor import WorkerPool, WorkerStartupError
 from tests.conftest import wait_for
 
 
-def test_workers_dying_at_start_up_are_reported_not_restarted_forever(tmp_path):
-    pool = WorkerPool(1, 1, pool="no-such-pool", log_dir=tmp_path)
+@pytest.mark.parametrize("fork", [False, True])
+def test_workers_dying_at_start_up_are_reported_not_restarted_forever(tmp_path, fork):
+    """Started or forked from this process (as the crawl command's are): reported alike."""
+    pool = WorkerPool(1, 1, pool="no-such-pool", log_dir=tmp_path, fork=fork)
     pool.start()
+    assert pool.forks == (1 if fork else 0)
 
     def restarted_until_it_gives_up() -> bool:
         try:
