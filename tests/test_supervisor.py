@@ -9,28 +9,48 @@ import pytest
 
 from tasks.worker.supervisor import WorkerPool, WorkerStartupError
 from tests.conftest import wait_for
+from tests.polling import wait_until
 
 
-@pytest.mark.parametrize("fork", [False, True])
-def test_workers_dying_at_start_up_are_reported_not_restarted_forever(tmp_path, fork):
-    """Started or forked from this process (as the crawl command's are): reported alike."""
-    pool = WorkerPool(1, 1, pool="no-such-pool", log_dir=tmp_path, fork=fork)
+def _until_it_gives_up(log_dir: Path, fork: bool) -> tuple[int, int]:
+    """Start a pool whose worker cannot start and replace it until the pool gives up:
+    (workers forked, restarts)."""
+    pool = WorkerPool(1, 1, pool="no-such-pool", log_dir=log_dir, fork=fork)
     pool.start()
-    assert pool.forks == (1 if fork else 0)
 
     def restarted_until_it_gives_up() -> bool:
         try:
             pool.replace_dead()
         except WorkerStartupError as exc:
-            assert "worker" in str(exc) and str(tmp_path) in str(exc)
+            assert "worker" in str(exc) and str(log_dir) in str(exc)
             return True
         return False
 
     try:
-        wait_for(restarted_until_it_gives_up, 60, "the pool to give up", every=0.2)
+        wait_until(restarted_until_it_gives_up, 60, "the pool to give up", every=0.2)
     finally:
         pool.stop(grace=5)
-    assert pool.restarts == 2
+    return pool.forks, pool.restarts
+
+
+def test_workers_dying_at_start_up_are_reported_not_restarted_forever(tmp_path):
+    assert _until_it_gives_up(tmp_path, fork=False) == (0, 2)
+
+
+def test_forked_workers_dying_at_start_up_are_reported_alike(tmp_path):
+    """Forked as the crawl command's are, from a process with one thread (this one may have
+    others left by earlier tests: a pool does not fork then)."""
+    code = (
+        "import sys, django; from pathlib import Path; django.setup(); "
+        "from tests.test_supervisor import _until_it_gives_up; "
+        "print(*_until_it_gives_up(Path(sys.argv[1]), fork=True))"
+    )
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings"}
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], env=env, text=True,
+                         capture_output=True, cwd=root)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["3", "2"]  # the first and both replacements forked
 
 
 @pytest.mark.django_db(transaction=True)
