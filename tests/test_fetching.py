@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import os
 import socket
 import ssl
 import subprocess
@@ -101,6 +102,37 @@ def get(url: str, **kw):
 def test_ok(server):
     resp = get(server + "/ok")
     assert (resp.status, resp.content_type, resp.truncated) == (200, "text/html", False)
+
+
+def test_a_kept_alive_connection_serves_whichever_thread_fetches_next():
+    """On a broad crawl a host's next URL seldom comes back to the thread that fetched its
+    last one: a process's threads share its connection pools, so none opens a connection (a
+    TLS handshake, on most sites) to a host that has one idle. A forked child opens its own."""
+    opened = []
+
+    class Counting(Handler):
+        def setup(self) -> None:
+            opened.append(self.client_address)
+            super().setup()
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Counting)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{srv.server_address[1]}/ok"
+    statuses = []
+    try:
+        for _ in range(4):
+            thread = threading.Thread(target=lambda: statuses.append(get(url).status))
+            thread.start()
+            thread.join()
+        assert statuses == [200] * 4 and len(opened) == 1
+        child = os.fork()
+        if child == 0:
+            os._exit(0 if get(url).status == 200 else 1)
+        assert os.waitpid(child, 0)[1] == 0
+        assert get(url).status == 200 and len(opened) == 2  # the parent's is still its own
+    finally:
+        srv.shutdown()
+        srv.server_close()
 
 
 def test_cookies_go_only_with_the_visitor_that_holds_them(server):

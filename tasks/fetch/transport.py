@@ -1,5 +1,6 @@
-"""How a request leaves: a pooled ``requests`` session per thread whose connections resolve
-the host once, through :func:`resolve`, and connect to the address they resolved.
+"""How a request leaves: a ``requests`` session per thread, over connection pools the process's
+threads share, whose connections resolve the host once, through :func:`resolve`, and connect
+to the address they resolved.
 
 Reads ``RESOLVE``: ``host=address`` overrides of name resolution, comma-separated, like curl's
 ``--resolve`` (``docs.internal=10.0.0.7``, or ``host=`` for a name that must not resolve).
@@ -14,6 +15,7 @@ address that was checked. Per-identity routes build on the same place.
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
 import threading
@@ -31,6 +33,25 @@ from tasks.defaults import setting
 from tasks.fetch import guard
 
 _local = threading.local()
+_adapters: dict[tuple[guard.Network, ...], Adapter] = {}  # per guard policy, shared by threads
+_adapters_lock = threading.Lock()
+POOL_HOSTS = 256  # hosts whose idle connections a process keeps (least recently used go first)
+# Connections kept per host: a process with more threads at one host than this closes the
+# extra ones after use (and urllib3 logs "Connection pool is full").
+POOL_PER_HOST = 32
+POLICIES = 16  # guard policies with pools of their own at once (a job's networks make one)
+
+
+def _forget_pools() -> None:
+    """In a forked child: the parent's connections are the parent's (two processes on one
+    socket would interleave their requests), and its lock may have been held by a thread the
+    child does not have."""
+    global _adapters_lock
+    _adapters.clear()
+    _adapters_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pools)
 _overrides_cache: tuple[str, dict[str, str]] = ("", {})
 
 
@@ -177,8 +198,8 @@ class _NoCookies(requests.cookies.RequestsCookieJar):
 
 class _Session(requests.Session):
     """A session that never follows redirects (the fetcher follows each hop itself: deadline,
-    scope, loops, so requests need not parse a Location it will not use) and keeps no
-    cookies of its own."""
+    scope, loops, so requests need not parse a Location it will not use), keeps no cookies of
+    its own, and leaves its pools open when closed (the process's other threads use them)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -187,23 +208,41 @@ class _Session(requests.Session):
     def resolve_redirects(self, *args, **kwargs):
         return iter(())
 
+    def close(self) -> None:
+        pass
+
+
+def _adapter(allow: tuple[guard.Network, ...]) -> Adapter:
+    """The process's pools for one guard policy. urllib3's pool manager is thread-safe, and a
+    pool shared by the threads lets a host's kept-alive connection serve whichever thread
+    fetches from the host next: on a broad crawl a host's next URL seldom comes back to the
+    thread that fetched its last one."""
+    with _adapters_lock:
+        found = _adapters.get(allow)
+        if found is None:
+            if len(_adapters) >= POLICIES:
+                _adapters.pop(next(iter(_adapters))).close()
+            found = _adapters[allow] = Adapter(
+                allow, pool_connections=POOL_HOSTS, pool_maxsize=POOL_PER_HOST, max_retries=0
+            )
+        return found
+
 
 def session(allow: tuple[guard.Network, ...] = ()) -> requests.Session:
-    """This thread's pooled session for one guard policy (requests sessions are not
-    thread-safe; a pooled connection is reused only under the policy that checked it).
+    """This thread's session for one guard policy (requests sessions are not thread-safe),
+    over the process's pools for that policy (a pooled connection is reused only under the
+    policy that checked it).
 
     Proxies from the environment are not used: a request goes to the address the guard
     checked, or nowhere."""
+    adapter = _adapter(allow)
     sessions = _local.__dict__.setdefault("sessions", {})
     s = sessions.get(allow)
-    if s is None:
-        if len(sessions) >= 16:
-            for old in sessions.values():
-                old.close()
+    if s is None or s.get_adapter("http://") is not adapter:
+        if len(sessions) >= POLICIES:
             sessions.clear()
         s = sessions[allow] = _Session()
         s.trust_env = False
-        adapter = Adapter(allow, pool_connections=64, pool_maxsize=16, max_retries=0)
         s.mount("http://", adapter)
         s.mount("https://", adapter)
     return s
