@@ -217,6 +217,9 @@ def _adapter(allow: tuple[guard.Network, ...]) -> Adapter:
     pool shared by the threads lets a host's kept-alive connection serve whichever thread
     fetches from the host next: on a broad crawl a host's next URL seldom comes back to the
     thread that fetched its last one."""
+    found = _adapters.get(allow)  # every fetch asks: the lock only to make one
+    if found is not None:
+        return found
     with _adapters_lock:
         found = _adapters.get(allow)
         if found is None:
@@ -238,7 +241,7 @@ def session(allow: tuple[guard.Network, ...] = ()) -> requests.Session:
     adapter = _adapter(allow)
     sessions = _local.__dict__.setdefault("sessions", {})
     s = sessions.get(allow)
-    if s is None or s.get_adapter("http://") is not adapter:
+    if s is None or s.adapters.get("http://") is not adapter:  # a new one since
         if len(sessions) >= POLICIES:
             sessions.clear()
         s = sessions[allow] = _Session()
