@@ -160,3 +160,16 @@ def test_migrated_tells_a_database_with_a_migration_left_to_apply():
         assert not _migrated()
     finally:
         MigrationRecorder.Migration.objects.create(app="web", name=recorded.name)
+
+
+def test_a_command_runs_with_the_collector_on_and_its_start_up_frozen(worker_env):
+    """``manage.py`` loads its modules with the cyclic collector off: by the time the command
+    runs, collection is back on and what start-up made is in the permanent generation."""
+    code = "import gc; print(gc.isenabled(), gc.get_freeze_count())"
+    done = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-v0", "-c", code],
+        cwd=settings.BASE_DIR, env=worker_env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    enabled, frozen = done.stdout.split()
+    assert enabled == "True", done.stderr
+    assert int(frozen) > 10_000  # Django's, Celery's and the platform's modules
