@@ -52,6 +52,7 @@ import uuid
 from pathlib import Path
 
 from django.conf import settings
+from django.core.exceptions import EmptyResultSet
 from django.db import DatabaseError, close_old_connections, connection, connections, transaction
 from django.db.models import F, Min
 from django.utils import timezone
@@ -611,6 +612,7 @@ class Scheduler:
         self._last_checkpoint = time.monotonic()
         self._listening = False
         self._checked: dict[int, str] = {}  # job -> the configuration last found applicable
+        self._running_sql: tuple | None = None  # the running jobs' statement and parameters
 
     def shutdown(self) -> None:
         self.stop.set()
@@ -642,13 +644,19 @@ class Scheduler:
             client.delete(LEADER_KEY)
         self.epoch = None
 
-    def _running(self):
+    def _running(self) -> list[CrawlJob]:
         # A broad crawl's job row holds thousands of seeds and allowed domains, which a pass
         # does not read: left out, a pass decodes a few hundred bytes of JSON, not megabytes.
-        running = CrawlJob.objects.filter(state=JobState.RUNNING).defer(*HEAVY_FIELDS)
-        if self.job_ids is not None:
-            running = running.filter(pk__in=self.job_ids)
-        return list(running)
+        # The ORM builds the statement once: building it cost a pass more than running it.
+        if self._running_sql is None:
+            running = CrawlJob.objects.filter(state=JobState.RUNNING).defer(*HEAVY_FIELDS)
+            if self.job_ids is not None:
+                running = running.filter(pk__in=self.job_ids)
+            try:
+                self._running_sql = running.query.sql_with_params()
+            except EmptyResultSet:  # no job to look at
+                self._running_sql = ()
+        return list(CrawlJob.objects.raw(*self._running_sql)) if self._running_sql else []
 
     def _pass_job(self, job: CrawlJob) -> tuple[int, float | None]:
         """Release one job's due URLs; a job whose configuration cannot be applied fails, and
