@@ -355,3 +355,19 @@ def test_beat_maintenance_rides_out_a_database_outage(redis, caplog):
         connection.settings_dict.update(saved)
     assert result.successful()
     assert [r for r in caplog.records if "maintain: database or Redis unavailable" in r.message]
+
+
+def test_one_scheduler_sees_jobs_start_and_pause_between_its_passes(redis):
+    """A scheduler builds its running-jobs statement once; each pass still reads the jobs as
+    they are now, without their heavy fields."""
+    sched = scheduler.Scheduler()
+    assert sched._running() == []
+    job = make_job(3)
+    running = sched._running()
+    assert [j.pk for j in running] == [job.pk]
+    assert running[0].get_deferred_fields() == set(scheduler.HEAVY_FIELDS)
+    jobs.pause(job)
+    assert sched._running() == []
+    assert sched.tick()[0] == 0
+    jobs.resume(job)
+    assert sched.tick()[0] > 0

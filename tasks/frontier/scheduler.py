@@ -52,7 +52,6 @@ import uuid
 from pathlib import Path
 
 from django.conf import settings
-from django.core.exceptions import EmptyResultSet
 from django.db import DatabaseError, close_old_connections, connection, connections, transaction
 from django.db.models import F, Min
 from django.utils import timezone
@@ -602,8 +601,7 @@ HEAVY_FIELDS = ("seeds", "allowed_domains", "stats")  # loaded on first use, if 
 class Scheduler:
     """The scheduling loop; ``run`` until ``stop`` is set (or :meth:`shutdown` is called)."""
 
-    def __init__(self, job_ids: list[int] | None = None) -> None:
-        self.job_ids = job_ids
+    def __init__(self) -> None:
         self.identity = uuid.uuid4().hex
         self.stop = threading.Event()
         self.epoch: int | None = None
@@ -612,7 +610,7 @@ class Scheduler:
         self._last_checkpoint = time.monotonic()
         self._listening = False
         self._checked: dict[int, str] = {}  # job -> the configuration last found applicable
-        self._running_sql: tuple | None = None  # the running jobs' statement and parameters
+        self._running_sql: tuple[str, tuple] | None = None  # the running jobs' statement
 
     def shutdown(self) -> None:
         self.stop.set()
@@ -650,13 +648,8 @@ class Scheduler:
         # The ORM builds the statement once: building it cost a pass more than running it.
         if self._running_sql is None:
             running = CrawlJob.objects.filter(state=JobState.RUNNING).defer(*HEAVY_FIELDS)
-            if self.job_ids is not None:
-                running = running.filter(pk__in=self.job_ids)
-            try:
-                self._running_sql = running.query.sql_with_params()
-            except EmptyResultSet:  # no job to look at
-                self._running_sql = ()
-        return list(CrawlJob.objects.raw(*self._running_sql)) if self._running_sql else []
+            self._running_sql = running.query.sql_with_params()
+        return list(CrawlJob.objects.raw(*self._running_sql))
 
     def _pass_job(self, job: CrawlJob) -> tuple[int, float | None]:
         """Release one job's due URLs; a job whose configuration cannot be applied fails, and
