@@ -371,3 +371,19 @@ def test_one_scheduler_sees_jobs_start_and_pause_between_its_passes(redis):
     assert sched.tick()[0] == 0
     jobs.resume(job)
     assert sched.tick()[0] > 0
+
+
+def test_workers_registering_one_after_another_are_all_counted_within_a_quarter_second(redis):
+    """The slots the first passes size messages by: a count read while only the first of the
+    crawl's workers had registered is read again soon, not kept for ``SLOTS_CACHE_S``."""
+    _register_worker(redis, slots=8)
+    assert scheduler._slots() == 8
+    redis.hset(heartbeat.PREFIX + "second@host",
+               mapping={"heartbeat": time.time(), "queues": "crawl", "slots": 8})  # fmt: skip
+    scheduler._slots_read[0] -= scheduler.NO_SLOTS_CACHE_S  # a quarter second later
+    assert scheduler._slots() == 16
+    scheduler._slots_read[0] -= scheduler.NO_SLOTS_CACHE_S  # the same count again: settled
+    assert scheduler._slots() == 16
+    redis.delete(heartbeat.PREFIX + "second@host")
+    scheduler._slots_read[0] -= scheduler.NO_SLOTS_CACHE_S
+    assert scheduler._slots() == 16  # a settled count is read every SLOTS_CACHE_S

@@ -349,21 +349,26 @@ def _refill_in(job_id: int) -> float | None:
 
 AT_ONCE_S = 0.01  # a message may reach a URL this long before its host's slot opens, s
 SLOTS_CACHE_S = 2.0  # the workers' slots are read from their registry at most this often ...
-NO_SLOTS_CACHE_S = 0.25  # ... or this often while none is registered (workers starting)
-_slots_read: list[float] = [-SLOTS_CACHE_S, 0]  # when, how many
+NO_SLOTS_CACHE_S = 0.25  # ... or this often while none is registered or their count moves
+_slots_read: list[float] = [-SLOTS_CACHE_S, 0, 0]  # when, how many, how many the read before
 
 
 def _slots() -> int:
-    """Pages the online crawl workers work on at once (their registry, ``heartbeat.py``)."""
+    """Pages the online crawl workers work on at once (their registry, ``heartbeat.py``).
+
+    Workers started together register one after another: while the count moves it is read
+    again soon, so that a crawl's first seconds are not sized for the first worker alone."""
     now = time.monotonic()
-    if now - _slots_read[0] >= (SLOTS_CACHE_S if _slots_read[1] else NO_SLOTS_CACHE_S):
+    when, count, before = _slots_read
+    settled = count and count == before
+    if now - when >= (SLOTS_CACHE_S if settled else NO_SLOTS_CACHE_S):
         wall, render = time.time(), {settings.RENDER_QUEUE}
         crawling = [
             w
             for w in heartbeat.workers()
             if heartbeat.online(w, wall) and set(str(w["queues"]).split(",")) - render
         ]
-        _slots_read[:] = [now, sum(int(w["slots"]) for w in crawling)]
+        _slots_read[:] = [now, sum(int(w["slots"]) for w in crawling), count]
     return int(_slots_read[1])
 
 
