@@ -32,7 +32,8 @@ Other variables (default in brackets):
 - ``SECURE_COOKIES`` [``false``]: session and CSRF cookies only over HTTPS
 - ``SECURE_SSL_REDIRECT`` [``false``]: redirect HTTP to HTTPS (probes and ``/metrics`` exempt)
 - ``SECURE_HSTS_SECONDS`` [``0``]: ``Strict-Transport-Security`` max-age, subdomains included
-- ``LOG_LEVEL`` [``INFO``]: root log level
+- ``LOG_LEVEL`` [``INFO``]: root log level (also of the workers ``manage.py crawl`` starts;
+  deployed workers take ``--loglevel`` from their command line)
 - ``CELERY_WORKER_SEND_TASK_EVENTS`` [``false``]: task events for Flower's task list (on in
   compose and k8s)
 - ``HEALTH_TOKEN`` [unset]: bearer token for ``/healthz/details`` (staff users need none)

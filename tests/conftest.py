@@ -40,7 +40,7 @@ def _forget_job_caches():
     transitions._jobs.clear()
     scheduling._flow, scheduling._pace = scheduling._Flow(), scheduling._Pace()
     scheduling._due.clear()
-    scheduling._slots_read[0] = -scheduling.SLOTS_CACHE_S
+    scheduling._slots_read[:] = [-scheduling.SLOTS_CACHE_S, 0, 0]
     engine._caches.clear()
     defaults.live = {}  # live settings of an earlier test's database
     channels.forget()
@@ -99,6 +99,7 @@ def worker_env(transactional_db, redis, fast) -> dict[str, str]:
         "REDIS_URL": settings.REDIS_URL,
         "CRAWL_DATA_DIR": str(settings.DATA_DIR),
         "DJANGO_SETTINGS_MODULE": "crawlplatform.settings",
+        "LOG_LEVEL": "INFO",  # tests read the workers' INFO lines, whatever the shell sets
     }
 
 
@@ -153,6 +154,7 @@ def crawl_to_end(
         "REDIS_URL": settings.REDIS_URL,
         "CRAWL_DATA_DIR": str(settings.DATA_DIR),
         "DJANGO_SETTINGS_MODULE": "crawlplatform.settings",
+        "LOG_LEVEL": "INFO",  # tests read the workers' INFO lines, whatever the shell sets
     }
     pool = WorkerPool(processes, concurrency, env=worker_env, log_dir=tmp_path / "logs")
     sched = Scheduler()

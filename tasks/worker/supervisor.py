@@ -192,8 +192,8 @@ class WorkerPool:
         self.prefix = prefix
         self.env = {**os.environ, **(env or {})}
         # The workers log at the level their environment asks of every process (LOG_LEVEL):
-        # Celery's two lines per message (received, succeeded) are INFO, about 2% of a busy
-        # worker's CPU that a crawl run with LOG_LEVEL=WARNING does not want.
+        # Celery's lines per message (received, succeeded) are INFO, about 2% of a busy
+        # worker's Python time that a crawl run with LOG_LEVEL=WARNING does not want.
         self.loglevel = self.env.get("LOG_LEVEL") or "INFO"
         self.log_dir = log_dir
         self.fork = fork
