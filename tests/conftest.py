@@ -93,8 +93,12 @@ def database_url() -> str:
 @pytest.fixture
 def worker_env(transactional_db, redis, fast) -> dict[str, str]:
     """Environment for subprocesses (workers, the CLI): the test database and Redis."""
+    return {**fast, **_services_env()}
+
+
+def _services_env() -> dict[str, str]:
+    """What a subprocess needs to work on the test database, Redis and data directory."""
     return {
-        **fast,
         "DATABASE_URL": database_url(),
         "REDIS_URL": settings.REDIS_URL,
         "CRAWL_DATA_DIR": str(settings.DATA_DIR),
@@ -147,16 +151,8 @@ def crawl_to_end(
     Redis) and a scheduler thread, to the job's end; returns the job and the seconds from its
     start (workers get ``warm_up`` seconds to start before the clock does)."""
     broker.client().flushdb()
-    worker_env = {
-        **LOCAL,
-        **env,
-        "DATABASE_URL": database_url(),
-        "REDIS_URL": settings.REDIS_URL,
-        "CRAWL_DATA_DIR": str(settings.DATA_DIR),
-        "DJANGO_SETTINGS_MODULE": "crawlplatform.settings",
-        "LOG_LEVEL": "INFO",  # tests read the workers' INFO lines, whatever the shell sets
-    }
-    pool = WorkerPool(processes, concurrency, env=worker_env, log_dir=tmp_path / "logs")
+    workers_env = {**LOCAL, **env, **_services_env()}
+    pool = WorkerPool(processes, concurrency, env=workers_env, log_dir=tmp_path / "logs")
     sched = Scheduler()
     thread = threading.Thread(target=sched.run, daemon=True)
     with pytest.MonkeyPatch.context() as mp:

@@ -88,26 +88,40 @@ def test_workers_and_the_scheduler_start_without_the_web_side():
     assert not loaded & {"web.admin", "web.api", "web.specs", "web.dashboard", "jsonschema"}
 
 
-@pytest.mark.django_db(transaction=True)
-def test_workers_log_at_the_level_their_environment_asks(worker_env, tmp_path):
-    """Celery's line for each message received is INFO: a worker run with LOG_LEVEL=WARNING
-    does not pay for it in every message; one at INFO still has it."""
+def _received_logged(log_dir: Path, fork: bool) -> dict[str, bool]:
+    """Start a pool of one worker under each LOG_LEVEL, give it a message and stop it:
+    whether its log has Celery's line for the message received, by level."""
     received = re.compile(r"tasks\.fetch_urls\[[0-9a-f-]+\] received")
-    pools = {}
+    found = {}
     for level in ("INFO", "WARNING"):
-        env = {**worker_env, "LOG_LEVEL": level}
-        pools[level] = WorkerPool(1, 1, env=env, queue=f"log-{level}", prefix=f"log{level}",
-                                  log_dir=tmp_path)  # fmt: skip
-        pools[level].start()
-    logs = {level: tmp_path / f"log{level}1.log" for level in pools}
-    try:
-        for level in pools:
-            fetch_urls.apply_async(([0], 0), queue=f"log-{level}")  # no such URL: no work
-        wait_for(lambda: logs["INFO"].exists() and received.search(logs["INFO"].read_text()), 30,
-                 "the INFO worker's message")  # fmt: skip
-        wait_for(lambda: not broker.depth("log-WARNING")["ready"], 30,
-                 "the WARNING worker to take its message")  # fmt: skip
-    finally:
-        for pool in pools.values():
+        os.environ["LOG_LEVEL"] = level  # a pool's workers may fork only in its environment
+        queue = f"log-{level}"
+        pool = WorkerPool(1, 1, queue=queue, prefix=queue, log_dir=log_dir, fork=fork)
+        pool.start()
+        try:
+            fetch_urls.apply_async(([0], 0), queue=queue)  # no such URL: no work
+            wait_until(lambda q=queue: not broker.depth(q)["ready"], 30, "the worker to take it")
+        finally:
             pool.stop(grace=15)  # a warm stop: a message taken is done and logged by now
-    assert not received.search(logs["WARNING"].read_text())
+        assert pool.forks == int(fork)
+        found[level] = bool(received.search((log_dir / f"{queue}1.log").read_text()))
+    return found
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("fork", [False, True], ids=["started", "forked"])
+def test_workers_log_at_the_level_their_environment_asks(worker_env, tmp_path, fork):
+    """Celery's line for each message received is INFO: a worker run with LOG_LEVEL=WARNING
+    does not pay for it in every message; one at INFO still has it. Started workers and the
+    crawl command's forked ones alike (in a fresh interpreter: a pool forks only from a
+    process with one thread)."""
+    code = (
+        "import sys, django; from pathlib import Path; django.setup(); "
+        "from tests.test_supervisor import _received_logged; "
+        f"print(_received_logged(Path(sys.argv[1]), fork={fork}))"
+    )
+    env, root = {**os.environ, **worker_env}, Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], env=env, text=True,
+                         capture_output=True, cwd=root)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[-2] == "{'INFO': True, 'WARNING': False}"

@@ -45,11 +45,9 @@ class WorkerStartupError(RuntimeError):
     """Workers die as soon as they start (a missing module, a wrong setting, ...)."""
 
 
-def worker_options(
-    name: str, concurrency: int, pool: str, queue: str = "", loglevel: str = "INFO"
-) -> dict:
-    """A crawl worker's options, named as ``celery worker`` names them; with no ``queue`` it
-    consumes its channel's queue (the ``CRAWL_CHANNEL`` of its environment)."""
+def worker_options(name: str, concurrency: int, pool: str, queue: str, loglevel: str) -> dict:
+    """A crawl worker's options, named as ``celery worker`` names them; with no ``queue`` (an
+    empty one) it consumes its channel's queue (the ``CRAWL_CHANNEL`` of its environment)."""
     return {
         "pool": pool,
         "concurrency": concurrency,
@@ -62,9 +60,7 @@ def worker_options(
     }
 
 
-def worker_command(
-    name: str, concurrency: int, pool: str, queue: str = "", loglevel: str = "INFO"
-) -> list[str]:
+def worker_command(name: str, concurrency: int, pool: str, queue: str, loglevel: str) -> list[str]:
     """A started worker's command line: ``celery -A crawlplatform worker`` with the options."""
     argv = [sys.executable, "-m", "celery", "-A", "crawlplatform", "worker"]
     for option, value in worker_options(name, concurrency, pool, queue, loglevel).items():
