@@ -56,6 +56,18 @@ def test_bytes_invalid_in_their_charset_are_replaced_not_fatal():
     assert parsed.links == ["http://h/x"]
 
 
+def test_a_utf8_body_reads_as_its_decoded_text_does():
+    """A UTF-8 body goes to the parser as it came: its byte-order mark is no text, and each
+    invalid sequence is one replacement character, as in the decoded text kept for extraction."""
+    body = b"\xef\xbb\xbf<title>caf\xc3\xa9 \xe2\x98\x95 \xff\xc3 x</title>" \
+           b"<a href='/caf\xc3\xa9\xed\xa0\x80'>x</a>"  # fmt: skip
+    parsed = parse_html(body, "text/html", "http://h/")
+    assert parsed.encoding == "utf-8"
+    assert parsed.title == "caf\u00e9 \u2615 \ufffd\ufffd x"
+    assert parsed.links == ["http://h/caf\u00e9\ufffd\ufffd\ufffd"]
+    assert parsed.text.startswith("<title>caf\u00e9 \u2615 \ufffd\ufffd x</title>")
+
+
 def test_rel_nofollow_links_are_reported_only_when_every_link_to_them_says_so():
     html = (b'<a rel="NoFollow sponsored" href="/ad#x">ad</a><a href="/both" rel="nofollow">1</a>'
             b'<a href="/both">2</a><area rel="nofollow" href="/map"><a rel="noopener" href="/ok">'

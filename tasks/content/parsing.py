@@ -88,7 +88,8 @@ def robots_directives(meta: frozenset[str], header_values: list[str], agent: str
 
 def parse_html(body: bytes, content_type_header: str, url: str, agent: str = "") -> Parsed:
     encoding, text = html_to_unicode(content_type_header, body)
-    doc = LexborHTMLParser(text)
+    # Lexbor reads UTF-8: a UTF-8 body is given as it came, not encoded again from the text.
+    doc = LexborHTMLParser(body if encoding == "utf-8" else text)
     title_el = doc.css_first("title")
     title = _SPACES.sub(" ", title_el.text() if title_el is not None else "").strip()[:_TITLE_MAX]
     base = url
