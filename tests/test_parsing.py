@@ -57,8 +57,8 @@ def test_bytes_invalid_in_their_charset_are_replaced_not_fatal():
 
 
 def test_a_utf8_body_reads_as_its_decoded_text_does():
-    """A UTF-8 body goes to the parser as it came: its byte-order mark is no text, and each
-    invalid sequence is one replacement character, as in the decoded text kept for extraction."""
+    """A UTF-8 body goes to the parser as it came, declared or not: each invalid sequence is
+    one replacement character, as in the decoded text kept for extraction."""
     body = b"\xef\xbb\xbf<title>caf\xc3\xa9 \xe2\x98\x95 \xff\xc3 x</title>" \
            b"<a href='/caf\xc3\xa9\xed\xa0\x80'>x</a>"  # fmt: skip
     parsed = parse_html(body, "text/html", "http://h/")
@@ -66,6 +66,8 @@ def test_a_utf8_body_reads_as_its_decoded_text_does():
     assert parsed.title == "caf\u00e9 \u2615 \ufffd\ufffd x"
     assert parsed.links == ["http://h/caf\u00e9\ufffd\ufffd\ufffd"]
     assert parsed.text.startswith("<title>caf\u00e9 \u2615 \ufffd\ufffd x</title>")
+    undeclared = parse_html(body.removeprefix(b"\xef\xbb\xbf"), "text/html", "http://h/")
+    assert (undeclared.encoding, undeclared.title) == ("utf-8", parsed.title)
 
 
 def test_rel_nofollow_links_are_reported_only_when_every_link_to_them_says_so():

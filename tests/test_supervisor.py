@@ -124,4 +124,4 @@ def test_workers_log_at_the_level_their_environment_asks(worker_env, tmp_path, f
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], env=env, text=True,
                          capture_output=True, cwd=root)  # fmt: skip
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split("\n")[-2] == "{'INFO': True, 'WARNING': False}"
+    assert out.stdout.splitlines()[-1] == "{'INFO': True, 'WARNING': False}"

@@ -15,6 +15,7 @@ crawler's robots token) and the ``X-Robots-Tag`` header (unscoped, or scoped to 
 from __future__ import annotations
 
 import re
+from codecs import BOM_UTF8
 from dataclasses import dataclass
 from urllib.parse import urljoin
 
@@ -87,9 +88,10 @@ def robots_directives(meta: frozenset[str], header_values: list[str], agent: str
 
 
 def parse_html(body: bytes, content_type_header: str, url: str, agent: str = "") -> Parsed:
-    encoding, text = html_to_unicode(content_type_header, body)
-    # Lexbor reads UTF-8: a UTF-8 body is given as it came, not encoded again from the text.
-    doc = LexborHTMLParser(body if encoding == "utf-8" else text)
+    encoding, text = html_to_unicode(content_type_header, body, default_encoding="utf-8")
+    # Lexbor reads UTF-8: a UTF-8 body is given as it came (less its byte-order mark, which
+    # lexbor would keep as text), not encoded again from the decoded text.
+    doc = LexborHTMLParser(body.removeprefix(BOM_UTF8) if encoding == "utf-8" else text)
     title_el = doc.css_first("title")
     title = _SPACES.sub(" ", title_el.text() if title_el is not None else "").strip()[:_TITLE_MAX]
     base = url

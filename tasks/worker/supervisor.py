@@ -190,7 +190,7 @@ class WorkerPool:
         # The workers log at the level their environment asks of every process (LOG_LEVEL):
         # Celery's lines per message (received, succeeded) are INFO, about 2% of a busy
         # worker's Python time that a crawl run with LOG_LEVEL=WARNING does not want.
-        self.loglevel = self.env.get("LOG_LEVEL") or "INFO"
+        self.loglevel = self.env.get("LOG_LEVEL") or settings.LOGGING["root"]["level"]
         self.log_dir = log_dir
         self.fork = fork
         self.forks = 0  # workers started as forks of this process
