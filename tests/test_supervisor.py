@@ -36,6 +36,30 @@ def _until_it_gives_up(log_dir: Path, fork: bool) -> tuple[int, int]:
     return pool.forks, pool.restarts
 
 
+def _in_a_fresh_interpreter(helper: str, path: Path | None, *args: str, **env: str) -> str:
+    """What ``helper`` of this module returns (its last printed line), called with ``path``
+    and ``args`` in a new Python process with Django set up (``env`` on top of this one's):
+    a pool forks only from a process with one thread, and imports are seen from scratch."""
+    call = ", ".join(["Path(sys.argv[1])"] * (path is not None) + list(args))
+    code = ("import sys, django; from pathlib import Path; django.setup(); "
+            f"from tests.test_supervisor import {helper}; print({helper}({call}))")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code, *([str(path)] if path else [])],
+                         env={**os.environ, **env}, capture_output=True, text=True,
+                         cwd=Path(__file__).resolve().parent.parent)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    return out.stdout.splitlines()[-1]
+
+
+def _web_side_loaded() -> str:
+    """The web side's modules (and the job specs' schema library) a worker and the scheduler
+    have imported, once they have imported what they need."""
+    import crawlplatform.celery  # noqa: F401
+    import tasks.tasks  # noqa: F401
+    from tasks.frontier import scheduler  # noqa: F401
+
+    return " ".join(sorted(m for m in sys.modules if m.startswith(("web.", "jsonschema"))))
+
+
 def test_workers_dying_at_start_up_are_reported_not_restarted_forever(tmp_path):
     assert _until_it_gives_up(tmp_path, fork=False) == (0, 2)
 
@@ -43,17 +67,9 @@ def test_workers_dying_at_start_up_are_reported_not_restarted_forever(tmp_path):
 def test_forked_workers_dying_at_start_up_are_reported_alike(tmp_path):
     """Forked as the crawl command's are, from a process with one thread (this one may have
     others left by earlier tests: a pool does not fork then)."""
-    code = (
-        "import sys, django; from pathlib import Path; django.setup(); "
-        "from tests.test_supervisor import _until_it_gives_up; "
-        "print(*_until_it_gives_up(Path(sys.argv[1]), fork=True))"
-    )
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings"}
-    root = Path(__file__).resolve().parent.parent
-    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], env=env, text=True,
-                         capture_output=True, cwd=root)  # fmt: skip
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["3", "2"]  # the first and both replacements forked
+    forked = _in_a_fresh_interpreter("_until_it_gives_up", tmp_path, "fork=True",
+                                     DJANGO_SETTINGS_MODULE="tests.settings")  # fmt: skip
+    assert forked == "(3, 2)"  # the first and both replacements forked
 
 
 @pytest.mark.django_db(transaction=True)
@@ -75,15 +91,8 @@ def test_workers_and_the_scheduler_start_without_the_web_side():
     """Start-up CPU is paid by every worker process: what a crawl task needs is imported, and
     neither the admin, the API nor the job-spec schemas (loaded by the URL configuration of
     the processes that serve pages)."""
-    code = (
-        "import sys, django; django.setup(); import crawlplatform.celery, tasks.tasks; "
-        "from tasks.frontier import scheduler; "
-        "print(' '.join(sorted(m for m in sys.modules if m.startswith(('web.', 'jsonschema')))))"
-    )
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "crawlplatform.settings"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         check=True, cwd=Path(__file__).resolve().parent.parent)  # fmt: skip
-    loaded = set(out.stdout.split())
+    settings_module = {"DJANGO_SETTINGS_MODULE": "crawlplatform.settings"}
+    loaded = set(_in_a_fresh_interpreter("_web_side_loaded", None, **settings_module).split())
     assert "web.models" in loaded  # the check sees what was imported
     assert not loaded & {"web.admin", "web.api", "web.specs", "web.dashboard", "jsonschema"}
 
@@ -115,13 +124,5 @@ def test_workers_log_at_the_level_their_environment_asks(worker_env, tmp_path, f
     does not pay for it in every message; one at INFO still has it. Started workers and the
     crawl command's forked ones alike (in a fresh interpreter: a pool forks only from a
     process with one thread)."""
-    code = (
-        "import sys, django; from pathlib import Path; django.setup(); "
-        "from tests.test_supervisor import _received_logged; "
-        f"print(_received_logged(Path(sys.argv[1]), fork={fork}))"
-    )
-    env, root = {**os.environ, **worker_env}, Path(__file__).resolve().parent.parent
-    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], env=env, text=True,
-                         capture_output=True, cwd=root)  # fmt: skip
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines()[-1] == "{'INFO': True, 'WARNING': False}"
+    found = _in_a_fresh_interpreter("_received_logged", tmp_path, f"fork={fork}", **worker_env)
+    assert found == "{'INFO': True, 'WARNING': False}"
