@@ -48,12 +48,13 @@ def main() -> None:
     os.environ["BODY_STORE"] = store
     django.setup()
     from tasks.content import bodies, extraction, parsing
+    from tasks.rules import selectors
 
     pages = [p.read_bytes() for p in sorted(args.docs.rglob("*.html"))]
     header = "text/html; charset=utf-8"
     url = "http://docs.local/3/library/index.html"
-    rules = extraction.rules_of(
-        [extraction.parse_rule("title=h1"), extraction.parse_rule("links=a[]@href")]
+    rules = selectors.rules_of(
+        [selectors.parse_rule("title=h1"), selectors.parse_rule("links=a[]@href")]
     )
     texts = {id(b): parsing.parse_html(b, header, url).text for b in pages}
 

@@ -28,14 +28,13 @@ from celery.exceptions import SoftTimeLimitExceeded
 from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
 from redis.exceptions import RedisError
 
+from tasks import dispatch
 from tasks.content import bodies, extraction, parsing, sitemaps
-from tasks.content.urls import Scope, canonicalize, host_of
 from tasks.defaults import setting
 from tasks.fetch import (
     bans,
     circuit,
     fetching,
-    guard,
     identity,
     ladder,
     outcomes,
@@ -67,6 +66,8 @@ from tasks.frontier.transitions import (
     to_render,
     with_retries,
 )
+from tasks.rules import guard, selectors
+from tasks.rules.urls import Scope, canonicalize, host_of
 from tasks.worker import lifecycle, loop, metrics
 from web.models import CrawlJob, JobState, Page, URLState
 
@@ -587,12 +588,10 @@ def _validators(claimed: Claim) -> dict[str, str] | None:
 
 def hand_to_render(claimed: Claim) -> str:
     """The URL goes to a render worker (its own queue); this attempt did not fetch it."""
-    from tasks.frontier import scheduler
-
     to_render(claimed)
     url_id, job_id, depth = claimed.url.pk, claimed.job.pk, claimed.url.depth
     transaction.on_commit(
-        lambda: scheduler.publish([([url_id], job_id, depth, "")], queue="render")
+        lambda: dispatch.publish([dispatch.Message([url_id], job_id, depth, "")], render=True)
     )
     claimed.reason = RENDER_QUEUED
     return URLState.SCHEDULED
@@ -614,7 +613,7 @@ def _directives(job, resp: fetching.Response, parsed: parsing.Parsed | None) -> 
 def _extracted(claimed: Claim, parsed: parsing.Parsed) -> dict:
     """The job's extraction rules on the page; a page they cannot be applied to keeps its
     other content (the reason is logged)."""
-    rules = extraction.applies(extraction.rules_of(claimed.job.extract), claimed.url.url)
+    rules = selectors.applies(selectors.rules_of(claimed.job.extract), claimed.url.url)
     if not rules:
         return {}
     try:

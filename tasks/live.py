@@ -22,6 +22,7 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from django.db import close_old_connections, connection, transaction
@@ -39,6 +40,7 @@ FIRST_LOAD_WAIT_S = 5.0  # a process starting waits this long at most for the li
 _listener: threading.Thread | None = None
 _lock = threading.Lock()
 _first_load = threading.Event()
+_handlers: dict[str, Callable[..., None]] = {}  # announcement kind -> what it runs here
 
 
 class Refused(ValueError):
@@ -124,24 +126,25 @@ def _reload() -> None:
         _first_load.set()
 
 
-def _forget_job(job_id: int) -> None:
-    from tasks.frontier import transitions
-
-    transitions._jobs.pop(job_id, None)
+def on_announce(kind: str, handler: Callable[..., None]) -> None:
+    """Run ``handler(*words)`` in this process at each announcement ``KIND WORDS...`` (``job
+    12``: a job changed; ``channels``: the weights did), so that a module that caches what
+    changed drops its copy; the module registers itself when it is imported."""
+    _handlers[kind] = handler
 
 
 def _handle(data: bytes) -> None:
     """One announcement: a job, the channel weights, or the live settings changed. Anything
     else on the channel reloads the settings (never stops the listener)."""
-    what = data.decode(errors="replace").split()
-    if len(what) == 2 and what[0] == "job" and what[1].isdigit():
-        _forget_job(int(what[1]))
-    elif what == ["channels"]:
-        from tasks.frontier import channels
-
-        channels.forget()
-    else:
-        _reload()
+    kind, *words = data.decode(errors="replace").split() or [""]
+    handler = _handlers.get(kind)
+    try:
+        if handler is not None:
+            handler(*words)
+            return
+    except (TypeError, ValueError):
+        pass  # not an announcement this process knows: read everything again
+    _reload()
 
 
 def _listen() -> None:

@@ -11,11 +11,13 @@ import logging
 
 from celery import shared_task
 from django.db import DatabaseError, close_old_connections, connection
+from redis.exceptions import RedisError
 
 from tasks import engine
 from tasks.defaults import setting
-from tasks.frontier import transitions
+from tasks.frontier import jobs, scheduler, transitions, webhooks
 from tasks.worker import lifecycle
+from web.models import CrawlJob
 
 log = logging.getLogger(__name__)
 
@@ -60,9 +62,6 @@ def render_url(self, url_id: int, job_id: int) -> None:
 def recrawl_job(job_id: int) -> None:
     """Run an ended job again (its schedule, through celery beat; ``tasks/frontier/
     schedules.py``). A job still running, or paused, is left alone until its next time."""
-    from tasks.frontier import jobs
-    from web.models import CrawlJob
-
     close_old_connections()
     job = CrawlJob.objects.filter(pk=job_id).first()
     if job is None:
@@ -76,8 +75,6 @@ def recrawl_job(job_id: int) -> None:
 def notify_job(self, job_id: int, state: str, run: int) -> None:
     """Call a job's completion webhook (``tasks/frontier/webhooks.py``), again after a 5xx or
     no answer, ``WEBHOOK_RETRY_S`` doubling, up to ``WEBHOOK_ATTEMPTS`` calls."""
-    from tasks.frontier import webhooks
-
     close_old_connections()
     attempt = self.request.retries + 1
     try:
@@ -98,10 +95,6 @@ def maintain() -> None:
     published twice is harmless. With the database or Redis away it logs one line and waits
     for its next run.
     """
-    from redis.exceptions import RedisError
-
-    from tasks.frontier import scheduler
-
     close_old_connections()
     try:
         scheduler.sweep()

@@ -24,7 +24,7 @@ from django.utils import timezone
 from tasks.defaults import setting
 from tasks.fetch import circuit, politeness, render
 from tasks.frontier import jobs, transitions
-from tasks.worker import heartbeat
+from tasks.worker import registry
 from tests.conftest import wait_for
 from tests.site import Site
 from tests.webserver import ROOT, WebServer
@@ -181,7 +181,7 @@ def walk_through(browser, base: str, site: Site, shots: Screenshots) -> None:
     )
     dash.wait_for_timeout(2_500)  # one more refresh: the final counts
     assert dash.evaluate("window.sameDocument") is True
-    counts = transitions.counts(job.pk)
+    counts = jobs.counts(job.pk)
     assert count(dash, "done") == counts["done"] > 0
     assert count(dash, "queued") == count(dash, "leased") == 0
     assert dash.locator("tbody[data-table=checkpoints] tr").count() >= 2  # pause, finish
@@ -280,7 +280,7 @@ def test_workers_register_with_version_and_channel_and_leave_on_shutdown(
 ):
     client.force_login(User.objects.create_user("ada", password=PASSWORD))
     pool = workers(processes=1, concurrency=2)
-    found = wait_for(heartbeat.workers, 30, "the worker in the registry")
+    found = wait_for(registry.workers, 30, "the worker in the registry")
     assert [(w["name"].split("@")[0], w["channel"], w["queues"]) for w in found] == [
         ("worker1", "main", "crawl")
     ]
@@ -288,5 +288,5 @@ def test_workers_register_with_version_and_channel_and_leave_on_shutdown(
     assert time.time() - found[0]["started"] < 60
     assert client.get("/dashboard/data").json()["values"]["workers"] == "1"
     pool.stop(grace=15)
-    assert heartbeat.workers() == []
+    assert registry.workers() == []
     assert client.get("/dashboard/data").json()["values"]["workers"] == "0"

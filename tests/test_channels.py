@@ -10,7 +10,7 @@ from contextlib import ExitStack
 
 import pytest
 
-from tasks import broker
+from tasks import broker, dispatch
 from tasks.frontier import channels, jobs
 from tasks.worker.supervisor import WorkerPool
 from tests.conftest import wait_for
@@ -145,7 +145,7 @@ def test_a_broken_canary_is_rolled_back_and_the_crawl_still_gets_every_page_once
 def test_routing_weights_rollback_moves_queued_urls_and_the_command(redis, capsys):
     from django.core.management import CommandError, call_command
 
-    from tasks.frontier import scheduler, transitions
+    from tasks.frontier import transitions
 
     channels.set_weights({"blue": 70, "green": 30}, "test")
     hosts = [f"h{i}.example:80" for i in range(400)]
@@ -162,7 +162,8 @@ def test_routing_weights_rollback_moves_queued_urls_and_the_command(redis, capsy
     transitions.insert_urls(job.pk, [f"http://127.0.0.1:9/{i}" for i in range(5)], depth=1)
     ids = list(FrontierURL.objects.filter(job=job).values_list("id", flat=True))
     transitions.schedule(ids)
-    scheduler.publish([(ids[:1], job.pk, 0, "crawl.green"), (ids[1:], job.pk, 0, "crawl.green")])
+    dispatch.publish([dispatch.Message(ids[:1], job.pk, 0, "crawl.green"),
+                      dispatch.Message(ids[1:], job.pk, 0, "crawl.green")])
     assert broker.depth("crawl.green")["ready"] == 2  # one message of one URL, one of four
     split, moved = channels.rollback("green", "test")
     assert (split, moved) == ({"blue": 100}, len(ids))

@@ -27,6 +27,7 @@ from warcio.archiveiterator import ArchiveIterator
 from tasks.content import bodies, extraction
 from tasks.frontier import jobs, schedules
 from tasks.frontier.scheduler import Scheduler
+from tasks.rules import selectors
 from tasks.worker.supervisor import WorkerPool
 from tests.budgets import LOCAL
 from tests.conftest import crawl_to_end, wait_for
@@ -118,7 +119,7 @@ def test_bodies_round_trip_byte_exact_on_an_s3_compatible_server(s3_server, sett
 
 
 def test_extraction_rules_are_parsed_validated_and_applied():
-    rule = extraction.parse_rule
+    rule = selectors.parse_rule
     assert rule("title=h1") == {"name": "title", "selector": "h1", "attr": "", "all": False,
                                 "pattern": ""}  # fmt: skip
     assert rule("links=a[]@href")["all"] and rule("links=a[]@href")["attr"] == "href"
@@ -127,26 +128,26 @@ def test_extraction_rules_are_parsed_validated_and_applied():
     assert rule("n=input[name=q]@value")["selector"] == "input[name=q]"
     with pytest.raises(ValueError, match="NAME=SELECTOR"):
         rule("no-selector")
-    (problem,) = extraction.problems([rule("bad=a[")])
+    (problem,) = selectors.problems([rule("bad=a[")])
     assert "'bad'" in problem and "not a valid CSS selector" in problem
-    assert extraction.problems([rule("a=h1"), rule("a=h2")]) == ["'a' is given twice"]
+    assert selectors.problems([rule("a=h1"), rule("a=h2")]) == ["'a' is given twice"]
     html = ('<h1> Big \n title </h1><a href="/x" class="k j">1</a><a href="/y">2</a>'
             '<meta name="d" content="desc">')  # fmt: skip
-    rules = extraction.rules_of([rule("t=h1"), rule("links=a[]@href"), rule("cls=a@class"),
+    rules = selectors.rules_of([rule("t=h1"), rule("links=a[]@href"), rule("cls=a@class"),
                                  rule("none=h2"), rule("all_none=h3[]"),
                                  rule("d=meta[name=d]@content")])  # fmt: skip
     assert extraction.extract(rules, html) == {
         "t": "Big title", "links": ["/x", "/y"], "cls": "k j", "none": None, "all_none": [],
         "d": "desc",
     }  # fmt: skip
-    only = extraction.rules_of([rule("t=h1", pattern=r"/a/\d+$")])
-    assert extraction.applies(only, "http://h/a/1") and not extraction.applies(only, "http://h/")
+    only = selectors.rules_of([rule("t=h1", pattern=r"/a/\d+$")])
+    assert selectors.applies(only, "http://h/a/1") and not selectors.applies(only, "http://h/")
 
 
 @pytest.mark.django_db
 def test_a_job_with_a_bad_selector_or_schedule_is_refused_naming_the_field():
     with pytest.raises(jobs.JobError) as refused:
-        jobs.create_job(["http://127.0.0.1:9/"], extract=[extraction.parse_rule("x=div >")],
+        jobs.create_job(["http://127.0.0.1:9/"], extract=[selectors.parse_rule("x=div >")],
                         schedule="every 5s")  # fmt: skip
     assert set(refused.value.fields) == {"extract", "schedule"}
     assert "at least a minute" in refused.value.fields["schedule"][0]
@@ -254,7 +255,7 @@ def _export(job: CrawlJob, target: Path, fmt: str | None = None) -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_export_in_every_format_while_the_job_runs_and_after_it_ended(worker_env, tmp_path):
-    rules = [extraction.parse_rule("title=h1"), extraction.parse_rule("links=a[]@href")]
+    rules = [selectors.parse_rule("title=h1"), selectors.parse_rule("links=a[]@href")]
     with Site(pages=120, delay=0.05) as site, _fleet(worker_env, tmp_path / "logs", 1, 2):
         job = jobs.create_job([site.url("/p/0")], max_depth=100, extract=rules)
         jobs.start(job)
@@ -408,7 +409,7 @@ def test_bodies_go_to_s3_from_worker_processes(s3_server, worker_env, tmp_path, 
 
 @pytest.mark.django_db
 def test_admin_exports_shows_stored_bodies_with_rules_tried_and_deletes_in_batches(admin_client):
-    rules = [extraction.parse_rule("title=h1"), extraction.parse_rule("links=a[]@href")]
+    rules = [selectors.parse_rule("title=h1"), selectors.parse_rule("links=a[]@href")]
     job = jobs.create_job(["http://127.0.0.1:9/"], extract=rules)
     jobs.start(job)
     url = FrontierURL.objects.get(job=job)

@@ -11,8 +11,8 @@ import psutil
 import pytest
 
 from tasks import broker
+from tasks.dispatch import Message, publish
 from tasks.frontier import jobs
-from tasks.frontier.scheduler import publish
 from tasks.worker.supervisor import WorkerPool
 from tests.conftest import wait_for
 from tests.site import Site
@@ -110,8 +110,8 @@ def test_redelivered_task_for_done_url_fetches_nothing(site, workers, scheduler)
         )
     )
     # every URL delivered a second time, in messages of one and of several URLs
-    messages = [([url_id], job_id, depth, "crawl") for url_id, job_id, depth in done[:5]]
-    messages += [([r[0] for r in done[i : i + 4]], job.pk, 0, "crawl")
+    messages = [Message([url_id], job_id, depth, "crawl") for url_id, job_id, depth in done[:5]]
+    messages += [Message([r[0] for r in done[i : i + 4]], job.pk, 0, "crawl")
                  for i in range(5, len(done), 4)]  # fmt: skip
     publish(messages)
     wait_for(lambda: broker.depth() == {"ready": 0, "unacked": 0}, 30, "the redeliveries to drain")

@@ -15,8 +15,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import requests
 
-from tasks.fetch import guard, outcomes, transport
+from tasks.fetch import outcomes, transport
 from tasks.fetch.fetching import FetchLimits, Visitor, fetch, parse_retry_after
+from tasks.rules import guard
 
 LIMITS = FetchLimits(
     connect_timeout=2, read_timeout=1, deadline=2, max_bytes=1 << 20, max_redirects=5

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tasks.fetch import guard
+from tasks.rules import guard
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from tasks.frontier import jobs, transitions
+from tasks.frontier import jobs
 from tasks.frontier.scheduler import Scheduler
 from web.models import CrawlJob, FrontierURL, JobState, URLState
 
@@ -86,4 +86,4 @@ def test_a_running_job_whose_configuration_went_bad_fails_and_others_go_on(redis
     assert bad.state == JobState.FAILED and "exclude_patterns" in bad.error
     assert FrontierURL.objects.get(job=bad).error_reason == "job_failed"
     assert FrontierURL.objects.get(job=good).state == URLState.SCHEDULED
-    assert transitions.counts(good.pk)["scheduled"] == 1
+    assert jobs.counts(good.pk)["scheduled"] == 1

@@ -42,7 +42,7 @@ def test_a_parked_url_keeps_the_sites_answer_and_its_level(job):
     item = Review.objects.get(url=url)
     assert (item.host, item.level, item.status) == (HOST, 4, 200)
     assert "g-recaptcha" in item.body and item.headers["Content-Type"] == "text/html"
-    assert transitions.counts(job.pk).get("needs_review") == 1
+    assert jobs.counts(job.pk).get("needs_review") == 1
 
 
 def test_review_command_lists_requeues_with_cookies_and_drops(job, redis):

@@ -11,7 +11,7 @@ from django.conf import settings
 from tasks import broker
 from tasks.defaults import setting
 from tasks.frontier import channels, jobs, scheduler, transitions
-from tasks.worker import heartbeat
+from tasks.worker import registry
 from web.models import FrontierURL, JobState, URLState
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -94,7 +94,7 @@ def test_a_new_job_with_more_due_than_released_passes_again_within_a_tick(redis)
 def _register_worker(redis, slots: int) -> None:
     """A crawl worker in the registry, as its heartbeat writes it."""
     fields = {"heartbeat": time.time(), "queues": "crawl", "slots": slots}
-    redis.hset(heartbeat.PREFIX + "test@host", mapping=fields)
+    redis.hset(registry.PREFIX + "test@host", mapping=fields)
     scheduler._slots_read[0] = -scheduler.SLOTS_CACHE_S  # read the registry again
 
 
@@ -378,12 +378,12 @@ def test_workers_registering_one_after_another_are_all_counted_within_a_quarter_
     crawl's workers had registered is read again soon, not kept for ``SLOTS_CACHE_S``."""
     _register_worker(redis, slots=8)
     assert scheduler._slots() == 8
-    redis.hset(heartbeat.PREFIX + "second@host",
+    redis.hset(registry.PREFIX + "second@host",
                mapping={"heartbeat": time.time(), "queues": "crawl", "slots": 8})  # fmt: skip
     scheduler._slots_read[0] -= scheduler.NO_SLOTS_CACHE_S  # a quarter second later
     assert scheduler._slots() == 16
     scheduler._slots_read[0] -= scheduler.NO_SLOTS_CACHE_S  # the same count again: settled
     assert scheduler._slots() == 16
-    redis.delete(heartbeat.PREFIX + "second@host")
+    redis.delete(registry.PREFIX + "second@host")
     scheduler._slots_read[0] -= scheduler.NO_SLOTS_CACHE_S
     assert scheduler._slots() == 16  # a settled count is read every SLOTS_CACHE_S

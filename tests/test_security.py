@@ -27,9 +27,10 @@ from django.conf import settings
 from django.utils import timezone
 
 from crawlplatform import security
-from tasks.fetch import guard, outcomes
+from tasks.fetch import outcomes
 from tasks.fetch.fetching import FetchLimits, fetch
 from tasks.frontier import jobs
+from tasks.rules import guard
 from tests.budgets import FAST
 from tests.conftest import crawl_to_end
 from tests.hostile import HostileSite

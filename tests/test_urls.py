@@ -1,6 +1,6 @@
 from types import SimpleNamespace
 
-from tasks.content.urls import Scope, canonicalize, host_of
+from tasks.rules.urls import Scope, canonicalize, host_of
 
 
 def test_canonical_form_sorts_query_drops_fragment_default_port_and_lowercases_host():

@@ -25,7 +25,8 @@ from redis.exceptions import RedisError
 from tasks import defaults, live
 from tasks.content import bodies, extraction
 from tasks.fetch import ladder, proxies
-from tasks.frontier import canary, channels, jobs, review, schedules, transitions, wakeup
+from tasks.frontier import canary, channels, jobs, review, schedules
+from tasks.rules import selectors
 from web import access, export, specs
 from web.models import (
     Channel,
@@ -37,7 +38,6 @@ from web.models import (
     Page,
     Review,
     SettingChange,
-    URLState,
 )
 
 _PREVIEW_BYTES = 20_000
@@ -297,7 +297,7 @@ class CrawlJobAdmin(OwnJobs, admin.ModelAdmin):
 
     @admin.display(description="progress")
     def progress(self, job: CrawlJob) -> str:
-        return _progress(getattr(job, "url_counts", None) or transitions.counts(job.pk))
+        return _progress(getattr(job, "url_counts", None) or jobs.counts(job.pk))
 
     @admin.display(description="pages/s")
     def rate(self, job: CrawlJob) -> str:
@@ -388,11 +388,7 @@ class FrontierURLAdmin(OwnJobs, admin.ModelAdmin):
     @admin.action(description="Requeue: fetch the selected failed, skipped or parked URLs again")
     def requeue(self, request: HttpRequest, queryset: QuerySet) -> None:
         chosen = queryset.count()
-        n = transitions.requeue_ended(queryset) + review.requeue(
-            queryset.filter(state=URLState.NEEDS_REVIEW)
-        )
-        if n:
-            wakeup.nudge()
+        n = review.requeue_chosen(queryset)
         self.message_user(request, f"{n} of {chosen} URLs requeued", messages.SUCCESS)
         if n < chosen:
             self.message_user(
@@ -435,7 +431,7 @@ class PageAdmin(OwnJobs, admin.ModelAdmin):
         if not page.body_key:
             return "no stored body to try them on"
         try:
-            rules = extraction.applies(extraction.rules_of(page.job.extract), page.url.url)
+            rules = selectors.applies(selectors.rules_of(page.job.extract), page.url.url)
             found = extraction.extract(rules, self._text(page))
         except Exception as exc:  # noqa: BLE001
             return f"cannot apply the rules: {type(exc).__name__}: {exc}"

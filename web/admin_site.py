@@ -15,7 +15,7 @@ from django.utils import timezone
 from redis.exceptions import RedisError
 
 from tasks.frontier import channels
-from tasks.worker import heartbeat
+from tasks.worker import registry
 from web import access
 from web.models import JobState, Page, Review
 
@@ -36,7 +36,7 @@ def fleet(request: HttpRequest) -> dict[str, Any]:
     try:
         summary["queue"] = channels.depth()
         now = time.time()
-        summary["workers"] = sum(heartbeat.online(w, now) for w in heartbeat.workers())
+        summary["workers"] = sum(registry.online(w, now) for w in registry.workers())
     except RedisError as exc:
         summary["problems"].append(f"Redis: {exc}")
     return summary

@@ -37,7 +37,7 @@ from rest_framework.response import Response
 from rest_framework.routers import SimpleRouter
 from rest_framework.views import APIView
 
-from tasks.frontier import jobs, transitions
+from tasks.frontier import jobs
 from web import access
 from web.export import Export
 from web.models import CrawlJob, FrontierURL, Page
@@ -206,7 +206,7 @@ class JobViewSet(viewsets.ModelViewSet):
         return Response({
             "state": job.state,
             "run": job.run,
-            "frontier": transitions.counts(job.pk),
+            "frontier": jobs.counts(job.pk),
             "pages": Page.objects.filter(job_id=job.pk).count(),
             "outcomes": dict(outcomes),
             "stats": job.stats,

@@ -4,7 +4,7 @@ Each page is a template rendered from a payload (values, tables, bars, charts) t
 twin (``.../data``) serves again; ``static/dashboard/dashboard.js`` asks for it every
 ``REFRESH_S`` and updates the page in place. Fleet numbers are the ones ``/metrics`` reports
 (``web/metrics.py``: broker depth, due backlog, throttled hosts, open circuits) and the worker
-registry (``tasks/worker/heartbeat.py``); a job's URL counts are ``transitions.counts``.
+registry (``tasks/worker/heartbeat.py``); a job's URL counts are ``jobs.counts``.
 
 Who sees what (``web/access.py``): every signed-in person sees fleet-wide numbers; the jobs,
 and the hosts named in throttles and circuits, are only those of jobs they may see; another
@@ -36,8 +36,8 @@ from django.urls import path, reverse
 from django.utils import timezone
 from redis.exceptions import RedisError
 
-from tasks.frontier import channels, transitions
-from tasks.worker import heartbeat as registry
+from tasks.frontier import channels, jobs
+from tasks.worker import registry
 from web import access, metrics
 from web.models import (
     TERMINAL_STATES,
@@ -127,8 +127,8 @@ def _job_key(job: CrawlJob, what: str) -> str:
 def counts_of(job: CrawlJob) -> dict[str, int]:
     """URL count by state; an ended job's are final, so they are not counted at every look."""
     if job.state in TERMINAL_STATES:
-        return _cached(_job_key(job, "counts"), ENDED_TTL_S, lambda: transitions.counts(job.pk))
-    return transitions.counts(job.pk)
+        return _cached(_job_key(job, "counts"), ENDED_TTL_S, lambda: jobs.counts(job.pk))
+    return jobs.counts(job.pk)
 
 
 # Pages per minute -----------------------------------------------------------------------

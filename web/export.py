@@ -39,8 +39,7 @@ from warcio.timeutils import datetime_to_iso_date
 from warcio.warcwriter import WARCWriter
 
 from tasks.content import bodies
-from tasks.frontier.transitions import NOT_MODIFIED
-from web.models import CrawlJob, FrontierURL, URLState
+from web.models import NOT_MODIFIED, CrawlJob, FrontierURL, URLState
 
 FORMATS = ("jsonl", "csv", "warc")
 FIELDS = [

@@ -22,7 +22,8 @@ from django.utils import timezone
 
 from tasks import broker
 from tasks.defaults import setting
-from tasks.fetch import fetching, guard, transport
+from tasks.fetch import fetching, transport
+from tasks.rules import guard
 
 _started = time.monotonic()
 _rss_samples: list[tuple[float, int]] = []  # (monotonic, rss) of this process, last 10 min

@@ -22,7 +22,7 @@ from tasks import broker
 from tasks.defaults import setting
 from tasks.fetch.politeness import decayed_delay
 from tasks.frontier import channels
-from tasks.worker import heartbeat as registry
+from tasks.worker import registry
 from web.models import ChannelEvent, CrawlJob, FrontierURL, JobState, Review, URLState
 
 _THROTTLE_SCAN_MAX = 1000  # host delay keys reported at most

@@ -28,10 +28,8 @@ from django.db.models import Q
 from django.utils import timezone
 
 from tasks import defaults
-from tasks.content import extraction
-from tasks.content.urls import seed_problem
-from tasks.fetch import guard
-from tasks.frontier import channels, schedules
+from tasks.rules import channels, guard, schedules, selectors
+from tasks.rules.urls import seed_problem
 
 MAX_DEPTH_LIMIT = 32767  # depths are stored as small integers
 PROXY_SCHEMES = ("http", "https", "socks5", "socks5h")
@@ -77,6 +75,7 @@ class URLState(models.TextChoices):
 
 # URLs in these states still owe work: a job with none of them left is finished.
 PENDING_STATES = (URLState.QUEUED, URLState.SCHEDULED, URLState.LEASED)
+NOT_MODIFIED = "not_modified"  # a done URL's note: the site answered 304 to a recrawl
 TERMINAL_STATES = frozenset({JobState.FINISHED, JobState.CANCELLED, JobState.FAILED})
 
 
@@ -274,7 +273,7 @@ class CrawlJob(models.Model):
                     add("path_caps", f"{pattern!r}: {limit!r} is not a whole number >= 0")
         for problem in defaults.problems(self.settings):
             add("settings", problem)
-        for problem in extraction.problems(self.extract):
+        for problem in selectors.problems(self.extract):
             add("extract", problem)
         if problem := schedules.problem(self.schedule or ""):
             add("schedule", problem)

@@ -26,8 +26,9 @@ import urllib3
 from requests.structures import CaseInsensitiveDict
 from requests.utils import default_headers
 
-from tasks.fetch import guard, outcomes
+from tasks.fetch import outcomes
 from tasks.fetch.transport import check_target, session
+from tasks.rules import guard
 
 _CHUNK = 64 << 10
 

@@ -25,7 +25,8 @@ from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
 
 from tasks.defaults import setting
-from tasks.fetch import fetching, guard, outcomes, transport
+from tasks.fetch import fetching, outcomes, transport
+from tasks.rules import guard
 
 log = logging.getLogger(__name__)
 _local = threading.local()

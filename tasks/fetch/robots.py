@@ -9,7 +9,7 @@ on its own backoff (``robots_unavailable``) and robots.txt is asked for again af
 ``ROBOTS_ERROR_TTL_S``. A host that cannot be reached at all (refused, DNS, TLS) is the
 host's failure, not robots.txt's: the URL gets that outcome and it counts toward the host's
 circuit breaker, which is asked before robots.txt is fetched; a host whose address the
-guard refuses fails its URLs as ``blocked_address`` (``tasks/fetch/guard.py``; a redirect of
+guard refuses fails its URLs as ``blocked_address`` (``tasks/rules/guard.py``; a redirect of
 robots.txt to a refused address only makes robots.txt unfollowable). robots.txt is fetched
 with the platform's ``USER_AGENT`` and its groups are matched against the product token
 ``ROBOTS_AGENT``, whatever user agents a job presents to pages (``tasks/fetch/identity.py``);
@@ -29,9 +29,10 @@ from urllib.parse import urlsplit
 from protego import Protego
 
 from tasks.broker import client
-from tasks.content.urls import host_of
 from tasks.defaults import setting
-from tasks.fetch import circuit, fetching, guard, outcomes
+from tasks.fetch import circuit, fetching, outcomes
+from tasks.rules import guard
+from tasks.rules.urls import host_of
 
 log = logging.getLogger(__name__)
 _parsed: dict[str, tuple[float, dict, Protego | None]] = {}  # per process, at most _LOCAL_S old

@@ -8,7 +8,7 @@ Names under ``.invalid`` never resolve (RFC 6761 reserves them), without asking 
 Everything else goes to the system resolver (``getaddrinfo``).
 
 Resolution happens here, in the connection, rather than inside urllib3, so that there is one
-place where an address is chosen for a request: the address guard (``tasks/fetch/guard.py``)
+place where an address is chosen for a request: the address guard (``tasks/rules/guard.py``)
 checks every resolved address before a connection is tried, and the connection goes to the
 address that was checked. Per-identity routes build on the same place.
 """
@@ -30,7 +30,7 @@ from urllib3.exceptions import ConnectTimeoutError, NameResolutionError, NewConn
 from urllib3.util.timeout import _DEFAULT_TIMEOUT
 
 from tasks.defaults import setting
-from tasks.fetch import guard
+from tasks.rules import guard
 
 _local = threading.local()
 _adapters: dict[tuple[guard.Network, ...], Adapter] = {}  # per guard policy, shared by threads

@@ -27,14 +27,16 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import time
 import zlib
 
 from django.conf import settings
 from django.db import transaction
 
+from crawlplatform.release import VERSION
 from tasks import broker, live
+from tasks.rules.channels import name_problem
+from tasks.worker import registry
 
 log = logging.getLogger(__name__)
 
@@ -50,9 +52,7 @@ def mine() -> str:
 
 def version() -> str:
     """The version this process's workers report and mark their pages with."""
-    import crawlplatform
-
-    return os.environ.get("CRAWL_VERSION") or crawlplatform.__version__
+    return os.environ.get("CRAWL_VERSION") or VERSION
 
 
 def queue(name: str) -> str:
@@ -85,6 +85,9 @@ def forget() -> None:
     _cache = None
 
 
+live.on_announce("channels", forget)
+
+
 def bucket(host: str) -> int:
     return zlib.crc32(host.encode()) % 100
 
@@ -114,9 +117,7 @@ def _rows() -> set[str]:
 
 def known() -> list[str]:
     """Channels with a weight row, or with workers, or ``main``."""
-    from tasks.worker import heartbeat
-
-    return sorted(_rows() | {str(w["channel"]) for w in heartbeat.workers() if w["channel"]})
+    return sorted(_rows() | {str(w["channel"]) for w in registry.workers() if w["channel"]})
 
 
 def depth() -> dict[str, int]:
@@ -127,15 +128,6 @@ def depth() -> dict[str, int]:
 
 class Refused(ValueError):
     """A change of channel weights that cannot be made."""
-
-
-_NAME = re.compile(r"[A-Za-z0-9_-]{1,40}")
-
-
-def name_problem(name: str) -> str:
-    """Why ``name`` cannot name a channel ("" if it can): it becomes part of a queue's name."""
-    ok = isinstance(name, str) and _NAME.fullmatch(name)
-    return "" if ok else f"{name!r} is not a channel name (letters, digits, - and _)"
 
 
 def record(channel: str, kind: str, detail: str) -> None:

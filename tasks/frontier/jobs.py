@@ -15,16 +15,16 @@ from urllib.parse import urljoin
 
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, transaction
-from django.db.models import F, Max
+from django.db.models import Count, F, Max
 from django.utils import timezone
 from redis.exceptions import RedisError
 
 from tasks import live
 from tasks.content import bodies
-from tasks.content.urls import canonicalize
 from tasks.fetch import sessions
 from tasks.frontier import schedules, transitions, wakeup, webhooks
-from web.models import Checkpoint, CrawlJob, FrontierURL, JobState, Page, Review
+from tasks.rules.urls import canonicalize
+from web.models import Checkpoint, CrawlJob, FrontierURL, JobState, Page, Review, URLState
 
 log = logging.getLogger(__name__)
 
@@ -158,6 +158,23 @@ def fail(job: CrawlJob, error: str) -> bool:
     return True
 
 
+def counts(job_id: int) -> dict[str, int]:
+    """URL count by state for one job (every state present, zero if none)."""
+    found = dict(
+        FrontierURL.objects.filter(job_id=job_id)
+        .values_list("state")
+        .annotate(n=Count("id"))
+        .values_list("state", "n")
+    )
+    return {state: found.get(state, 0) for state in URLState.values}
+
+
+def requeue_in_flight(job_id: int) -> int:
+    """The job's scheduled and leased URLs back to the queue: a private broker that started
+    empty holds none of their messages, and no other worker can hold their leases."""
+    return transitions.requeue_job(job_id, [URLState.SCHEDULED, URLState.LEASED])
+
+
 RECRAWLABLE = (JobState.FINISHED, JobState.CANCELLED, JobState.FAILED)
 
 
@@ -207,7 +224,7 @@ def finished(job: CrawlJob) -> None:
     """What a job keeps when a run ends: its counters (with the run's changes) and a
     checkpoint; then its webhook is called."""
     stats = {"run": job.run, "pages": job.pages.count(), **changes(job),
-             "frontier": transitions.counts(job.pk)}  # fmt: skip
+             "frontier": counts(job.pk)}  # fmt: skip
     CrawlJob.objects.filter(pk=job.pk).update(stats=stats)
     job.stats = stats
     checkpoint(job, "finish")
@@ -259,7 +276,7 @@ def _batched(sql: str, job_id: int) -> None:
 
 def checkpoint(job: CrawlJob, reason: str) -> Checkpoint:
     """Write the job's next checkpoint; concurrent writers get distinct versions."""
-    by_state = transitions.counts(job.pk)
+    by_state = counts(job.pk)
     counters = {
         "pages": job.pages.count(),
         "released": job.released,

@@ -37,6 +37,15 @@ def requeue(rows: QuerySet) -> int:
     return n
 
 
+def requeue_chosen(rows: QuerySet) -> int:
+    """Fetch the chosen URLs again, whatever they ended as: failed and skipped ones of jobs
+    that can still run, and parked ones (:func:`requeue`); the scheduler is woken for them."""
+    n = transitions.requeue_ended(rows)
+    if n:
+        wakeup.nudge()
+    return n + requeue(rows.filter(state=URLState.NEEDS_REVIEW))
+
+
 def drop(rows: QuerySet) -> int:
     """Parked URLs fail, with the reason they were parked for."""
     return transitions.drop_reviewed(rows)

@@ -59,9 +59,10 @@ from redis.exceptions import RedisError
 
 from tasks import broker, live
 from tasks.defaults import setting
+from tasks.dispatch import Message, publish
 from tasks.fetch import circuit, outcomes, politeness
 from tasks.frontier import canary, channels, jobs, transitions, wakeup, webhooks
-from tasks.worker import heartbeat
+from tasks.worker import registry
 from web.models import PENDING_STATES, CrawlJob, FrontierURL, JobState, SchedulerFence, URLState
 
 log = logging.getLogger(__name__)
@@ -83,32 +84,6 @@ return 0
 
 class NotLeader(Exception):
     """A newer leader raised the fencing epoch: this scheduler must write nothing more."""
-
-
-Message = tuple[list[int], int, int, str]  # url ids, job id, broker priority 0-9, queue
-
-
-def publish(messages: list[Message], queue: str = "") -> None:
-    """One crawl message per (url ids of one job, job id, broker priority 0-9 (0 first),
-    channel queue); ``queue`` ``render``: render tasks on the render queue (``RENDER_QUEUE``),
-    one per URL."""
-    from tasks.tasks import fetch_url, fetch_urls, render_url
-
-    if not messages:
-        return
-    # One batch: on Redis, one pipeline for the whole release instead of a round trip per
-    # message (kombu's Producer.batch; other transports publish each at once).
-    with fetch_urls.app.producer_or_acquire() as producer, producer.batch():
-        for url_ids, job_id, prio, channel_queue in messages:
-            options = {"priority": broker.message_priority(prio), "producer": producer}
-            if queue == "render":
-                for url_id in url_ids:
-                    render_url.apply_async((url_id, job_id), queue=settings.RENDER_QUEUE,
-                                           **options)  # fmt: skip
-            elif len(url_ids) == 1:  # a task every worker version knows (upgrades)
-                fetch_url.apply_async((url_ids[0], job_id), queue=channel_queue, **options)
-            else:
-                fetch_urls.apply_async((url_ids, job_id), queue=channel_queue, **options)
 
 
 def priority(depth: int, job_priority: int) -> int:
@@ -365,8 +340,8 @@ def _slots() -> int:
         wall, render = time.time(), {settings.RENDER_QUEUE}
         crawling = [
             w
-            for w in heartbeat.workers()
-            if heartbeat.online(w, wall) and set(str(w["queues"]).split(",")) - render
+            for w in registry.workers()
+            if registry.online(w, wall) and set(str(w["queues"]).split(",")) - render
         ]
         _slots_read[:] = [now, sum(int(w["slots"]) for w in crawling), count]
     return int(_slots_read[1])
@@ -405,7 +380,7 @@ def _messages(
     for row in sorted(chosen, key=lambda r: opens[r[0]]):
         key = (priority(row[1], job.priority), channels.route(job.channel, row[2], split))
         if row[5] == transitions.LEASE_EXPIRED:
-            alone.append(([row[0]], job.pk, *key))
+            alone.append(Message([row[0]], job.pk, *key))
             continue
         at = opens[row[0]]
         filling = packing.setdefault(key, [])
@@ -415,7 +390,8 @@ def _messages(
             filling.append(message)
         message[1].append(row[0])
         message[0] = max(message[0], at) + per_url
-    return alone + [(ids, job.pk, *key) for key, found in packing.items() for _, ids in found]
+    packed = [Message(ids, job.pk, *key) for key, found in packing.items() for _, ids in found]
+    return alone + packed
 
 
 def release(job: CrawlJob, epoch: int | None = None) -> tuple[int, float | None]:
@@ -581,10 +557,10 @@ def reconcile() -> int:
         return 0
     FrontierURL.objects.filter(pk__in=[r[0] for r in rows]).update(scheduled_at=timezone.now())
     split = channels.weights(cached=False)
-    messages = [([r[0]], r[1], r[2], channels.route(r[5], r[4], split)) for r in rows]
+    messages = [Message([r[0]], r[1], r[2], channels.route(r[5], r[4], split)) for r in rows]
     publish([m for m, r in zip(messages, rows, strict=True) if r[3] != transitions.RENDER_QUEUED])
     publish([m for m, r in zip(messages, rows, strict=True) if r[3] == transitions.RENDER_QUEUED],
-            queue="render")  # fmt: skip
+            render=True)  # fmt: skip
     log.warning("reconcile: re-published %d scheduled URLs whose messages were lost or stuck",
                 len(rows))  # fmt: skip
     return len(rows)

@@ -1,7 +1,6 @@
 """Recrawl schedules: a job's ``schedule`` as a django-celery-beat periodic task.
 
-A schedule is a cron line of five fields (minute hour day-of-month month day-of-week, UTC) or
-an interval ``every N`` with a unit ``s``, ``m``, ``h`` or ``d`` (at least a minute). Beat
+A schedule (``tasks/rules/schedules.py`` checks it) is a cron line or an interval. Beat
 (``DatabaseScheduler``) sends ``tasks.recrawl_job`` with the job's id when it is due; a job
 still running then is left alone (the run after it catches up).
 """
@@ -9,47 +8,10 @@ still running then is left alone (the run after it catches up).
 from __future__ import annotations
 
 import json
-import re
 
-from celery.schedules import crontab
+from tasks.rules.schedules import parse
 
-_EVERY = re.compile(r"^every\s+(\d+)\s*([smhd])$", re.IGNORECASE)
-_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-MIN_INTERVAL_S = 60
-MAX_INTERVAL_S = 366 * 86400  # beat stores intervals as 32-bit seconds
 TASK = "tasks.recrawl_job"
-
-
-def parse(text: str) -> tuple[str, object]:
-    """``("interval", seconds)`` or ``("cron", [five fields])``; ValueError if neither."""
-    text = text.strip()
-    if found := _EVERY.match(text):
-        seconds = int(found[1]) * _UNIT_S[found[2].lower()]
-        if seconds < MIN_INTERVAL_S:
-            raise ValueError(f"{text!r}: the interval must be at least a minute")
-        if seconds > MAX_INTERVAL_S:
-            raise ValueError(f"{text!r}: the interval must be at most a year")
-        return "interval", seconds
-    fields = text.split()
-    if len(fields) != 5:
-        raise ValueError(
-            f'{text!r} is neither a cron line of five fields ("0 3 * * *") nor "every N[smhd]"'
-        )
-    try:
-        crontab(*fields)
-    except ValueError as exc:
-        raise ValueError(f"{text!r} is not a valid cron line: {exc}") from None
-    return "cron", fields
-
-
-def problem(text: str) -> str:
-    if not text.strip():
-        return ""
-    try:
-        parse(text)
-    except ValueError as exc:
-        return str(exc)
-    return ""
 
 
 def task_name(job_id: int) -> str:

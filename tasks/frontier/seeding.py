@@ -31,9 +31,9 @@ from typing import IO
 from django.db import connection, transaction
 from django.utils import timezone
 
-from tasks.content.urls import canonicalize, host_of
 from tasks.defaults import setting
 from tasks.frontier import transitions
+from tasks.rules.urls import canonicalize, host_of
 from web.models import CrawlJob, FrontierURL, URLState
 
 _Chunk = list[tuple[str, str]]  # (canonical URL, host)

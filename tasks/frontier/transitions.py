@@ -34,15 +34,16 @@ from functools import reduce
 from operator import or_
 
 from django.db import IntegrityError, OperationalError, connection, transaction
-from django.db.models import BooleanField, Case, Count, F, JSONField, Q, QuerySet, Value, When
+from django.db.models import BooleanField, Case, F, JSONField, Q, QuerySet, Value, When
 from django.db.models.functions import Concat
 from django.utils import timezone
 
-from tasks.content.urls import host_of
+from tasks import live
 from tasks.defaults import setting
 from tasks.fetch import outcomes
+from tasks.rules.urls import host_of
 from tasks.worker import metrics
-from web.models import CrawlJob, FrontierURL, JobState, Page, Review, URLState
+from web.models import NOT_MODIFIED, CrawlJob, FrontierURL, JobState, Page, Review, URLState
 
 log = logging.getLogger(__name__)
 _TRANSIENT_SQLSTATES = {"40P01", "40001", "55P03"}  # deadlock, serialization, lock timeout
@@ -229,6 +230,13 @@ def job_config(job_id: int) -> CrawlJob | None:
             return None
         hit = _jobs[job_id] = (now, job)
     return hit[1]
+
+
+def _forget_job(job_id: str) -> None:
+    _jobs.pop(int(job_id), None)
+
+
+live.on_announce("job", _forget_job)  # the job was edited: read it again at its next claim
 
 
 def claim(url_id: int, job_id: int) -> Claim | None:
@@ -538,9 +546,6 @@ def _save_page(page: Page) -> None:
     page.save(force_update=True)
 
 
-NOT_MODIFIED = "not_modified"  # a done URL's note: the site answered 304 to a recrawl
-
-
 def record_unchanged(claim: Claim) -> str:
     """A recrawl's conditional request answered 304: the URL is done and its page, body and
     data stay those of the run that fetched them, confirmed by this run."""
@@ -798,14 +803,3 @@ def skip(rows: QuerySet, reason: str) -> int:
     return rows.filter(state__in=[URLState.QUEUED, URLState.SCHEDULED]).update(
         state=URLState.SKIPPED, error_reason=reason, scheduled_at=None
     )
-
-
-def counts(job_id: int) -> dict[str, int]:
-    """URL count by state for one job (every state present, zero if none)."""
-    found = dict(
-        FrontierURL.objects.filter(job_id=job_id)
-        .values_list("state")
-        .annotate(n=Count("id"))
-        .values_list("state", "n")
-    )
-    return {state: found.get(state, 0) for state in URLState.values}

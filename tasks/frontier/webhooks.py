@@ -28,9 +28,10 @@ import requests
 from django.db import transaction
 from django.utils import timezone
 
-from tasks import broker
+from tasks import broker, dispatch
 from tasks.defaults import setting
-from tasks.fetch import guard, transport
+from tasks.fetch import transport
+from tasks.rules import guard
 from web.models import CrawlJob, JobState
 
 log = logging.getLogger(__name__)
@@ -70,10 +71,8 @@ def announce(job: CrawlJob) -> None:
     CrawlJob.objects.filter(pk=job.pk).update(webhook_status=PENDING)
 
     def send() -> None:
-        from tasks.tasks import notify_job
-
         try:
-            notify_job.delay(job.pk, job.state, job.run)
+            dispatch.notify_job(job.pk, job.state, job.run)
         except Exception as exc:  # noqa: BLE001 (the sweep sends a pending one again)
             log.warning("job=%s webhook not queued (%s); the sweep sends it later", job.pk, exc)
 

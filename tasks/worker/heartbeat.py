@@ -9,10 +9,10 @@ the file goes stale and the liveness probe fails; the web's ``/metrics`` shows e
 heartbeat and last-task ages, so a worker that stops consuming while work waits is visible.
 ``READY_FILE`` exists from ``worker_ready`` until shutdown.
 
-The same hash is the registry of workers (:func:`workers`, read by ``/metrics`` and the
-dashboard): each heartbeat also writes the worker's version, its channel, the queues it
-consumes, its slots (pages it works on at once: what the scheduler sizes messages by), pid and
-start time, in the same round trip, so a registry that Redis lost comes
+The same hash is the registry of workers (``tasks/worker/registry.py``, read by ``/metrics``,
+the dashboard and the scheduler): each heartbeat also writes the worker's version, its
+channel, the queues it consumes, its slots (pages it works on at once: what the scheduler sizes
+messages by), pid and start time, in the same round trip, so a registry that Redis lost comes
 back with the next heartbeat. A worker that stops consuming (warm shutdown) removes itself;
 one that dies leaves a hash that expires after ``4 x HEARTBEAT_STALE_S``.
 
@@ -31,10 +31,10 @@ from pathlib import Path
 from celery import bootsteps, signals
 
 from tasks.defaults import setting
+from tasks.worker import registry
 
 log = logging.getLogger(__name__)
 _last_task = 0.0
-PREFIX = "crawl:worker:"  # + the worker's hostname: its heartbeat and registry entry
 
 
 def _touch(path: str) -> None:
@@ -53,7 +53,7 @@ class Heartbeat(bootsteps.StartStopStep):
         self.identity: dict[str, str | int | float] = {"started": time.time()}
 
     def start(self, consumer) -> None:
-        self.key = PREFIX + consumer.hostname
+        self.key = registry.PREFIX + consumer.hostname
         from tasks.frontier import channels
 
         queues = sorted(queue.name for queue in consumer.task_consumer.queues)
@@ -88,40 +88,6 @@ class Heartbeat(bootsteps.StartStopStep):
             client().delete(self.key)
         except Exception as exc:  # the entry expires by itself
             log.debug("worker not removed from the registry: %s", exc)
-
-
-def online(worker: dict, now: float) -> bool:
-    """Whether a registered worker counts as online: its heartbeat is fresh, as the liveness
-    probe judges it."""
-    return now - float(worker["heartbeat"]) < setting("HEARTBEAT_STALE_S")
-
-
-def workers() -> list[dict[str, str | int | float]]:
-    """Workers in the registry, by name: ``name``, ``version``, ``channel``, ``queues``,
-    ``slots``, ``pid``, ``started``, ``heartbeat`` and ``last_task`` (Unix times; 0: no task
-    yet)."""
-    from tasks.broker import client
-
-    redis = client()
-    keys = sorted(redis.scan_iter(match=PREFIX + "*", count=500))
-    pipe = redis.pipeline(transaction=False)
-    for key in keys:
-        pipe.hgetall(key)
-    found = []
-    for key, fields in zip(keys, pipe.execute() if keys else [], strict=True):
-        if not fields:  # expired between the scan and the read
-            continue
-        text = {k.decode(): v.decode() for k, v in fields.items()}
-        found.append({
-            "name": key.decode()[len(PREFIX) :],
-            "version": text.get("version", ""),
-            "channel": text.get("channel", ""),
-            "queues": text.get("queues", ""),
-            "slots": int(text.get("slots") or 0),
-            "pid": int(text.get("pid") or 0),
-            **{f: float(text.get(f) or 0) for f in ("started", "heartbeat", "last_task")},
-        })  # fmt: skip
-    return found
 
 
 @signals.task_postrun.connect

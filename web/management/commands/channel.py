@@ -21,7 +21,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from tasks import broker
 from tasks.defaults import setting
 from tasks.frontier import canary, channels
-from tasks.worker import heartbeat
+from tasks.worker import registry
 from web.models import ChannelEvent
 
 
@@ -78,7 +78,7 @@ class Command(BaseCommand):
     def status(self) -> None:
         split = channels.weights(cached=False)
         now = time.time()
-        workers = [w for w in heartbeat.workers() if heartbeat.online(w, now)]
+        workers = [w for w in registry.workers() if registry.online(w, now)]
         self.stdout.write(f"{'channel':<12} {'weight':>6} {'queued':>7}  workers (version)")
         for name in channels.known():
             queue = channels.queue(name)

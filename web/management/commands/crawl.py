@@ -37,13 +37,13 @@ from django.db.migrations.loader import MigrationLoader
 from django.db.migrations.recorder import MigrationRecorder
 
 from crawlplatform.embedded import EmbeddedRedis
-from tasks.content import extraction
 from tasks.defaults import setting
-from tasks.frontier import jobs, transitions
+from tasks.frontier import jobs
 from tasks.frontier.scheduler import Scheduler
+from tasks.rules import selectors
 from tasks.worker.supervisor import WorkerPool, WorkerStartupError
 from web import export
-from web.models import TERMINAL_STATES, CrawlJob, JobState, URLState
+from web.models import TERMINAL_STATES, CrawlJob, JobState
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -86,7 +86,7 @@ def _rules(given: list[str], pattern: str) -> list[dict]:
     rules = []
     for item in given:
         try:
-            rules.append(extraction.parse_rule(item, pattern))
+            rules.append(selectors.parse_rule(item, pattern))
         except ValueError as exc:
             raise CommandError(f"--extract: {exc}") from None
     return rules
@@ -333,7 +333,7 @@ class Command(BaseCommand):
                 raise CommandError(f"job {job.pk} is {job.state}; nothing to resume")
             if fresh_broker:
                 # The private broker starts empty and no other worker can hold a lease on it.
-                n = transitions.requeue_job(job.pk, [URLState.SCHEDULED, URLState.LEASED])
+                n = jobs.requeue_in_flight(job.pk)
                 self.stderr.write(f"job {job.pk}: {n} URLs requeued from the last run")
             if job.state == JobState.PAUSED:
                 jobs.resume(job)
@@ -440,7 +440,7 @@ class Command(BaseCommand):
             scheduler.shutdown()
             thread.join(timeout=10)
         with_database(job.refresh_from_db, "reading the job")
-        counts = with_database(lambda: transitions.counts(job.pk), "counting URLs")
+        counts = with_database(lambda: jobs.counts(job.pk), "counting URLs")
         elapsed = time.monotonic() - started
         if interrupted.is_set():
             with_database(lambda: jobs.checkpoint(job, "interrupt"), "writing a checkpoint")
@@ -473,7 +473,7 @@ class Command(BaseCommand):
                 # Counting is a scan of the job's frontier: on a big one, count less often, so
                 # that the progress line never costs more than about 5% of a database core.
                 before = time.monotonic()
-                counts = transitions.counts(job.pk)
+                counts = jobs.counts(job.pk)
             except DatabaseError as exc:
                 connection.close()  # the next try gets a fresh connection
                 if outage_since is None:

@@ -11,7 +11,7 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from tasks.frontier import jobs, transitions
+from tasks.frontier import jobs
 from web.models import CrawlJob
 
 ACTIONS = {"pause": jobs.pause, "resume": jobs.resume, "cancel": jobs.cancel,
@@ -40,7 +40,7 @@ class Command(BaseCommand):
                 self.stdout.write(f"job {job.pk}: {before} -> {job.state}")
             else:
                 self.stdout.write(f"job {job.pk} is {job.state}: nothing to {action}")
-        counts = transitions.counts(job.pk)
+        counts = jobs.counts(job.pk)
         self.stdout.write(f"job {job.pk} ({job.name}): {job.state}")
         self.stdout.write("  urls: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
         latest = job.checkpoints.order_by("-version").first()
