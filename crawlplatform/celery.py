@@ -4,6 +4,7 @@ import os
 
 from celery import Celery, signals
 
+from tasks.defaults import setting
 from tasks.worker import loop
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "crawlplatform.settings")
@@ -12,7 +13,6 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "crawlplatform.settings")
 # worker never serves. `migrate`, run by every deployment, runs the checks.
 os.environ.setdefault("CELERY_SKIP_CHECKS", "true")
 
-EVENT_LOOP_TICK_S = 0.01  # longest gap of a busy threads-pool worker's loop between two turns
 
 app = Celery("crawlplatform")
 app.config_from_object("django.conf:settings", namespace="CELERY")
@@ -88,4 +88,4 @@ _patch_redis_channel()
 def _tick_threaded_event_loop(sender=None, **kwargs) -> None:
     pool = getattr(sender, "pool", None)
     if sender is not None and type(pool).__module__ == "celery.concurrency.thread":
-        loop.install(sender, EVENT_LOOP_TICK_S)
+        loop.install(sender, setting("WORKER_LOOP_TICK_S"))

@@ -28,6 +28,10 @@ FETCH_READ_TIMEOUT_S = 20.0  # longest silence while reading, seconds
 FETCH_DEADLINE_S = 60.0  # whole fetch, all redirects included, seconds
 FETCH_MAX_BYTES = 10 << 20  # decoded bodies above this are cut off, stored and marked truncated
 FETCH_MAX_REDIRECTS = 10  # hops followed before the URL fails as too_many_redirects
+EVIDENCE_MAX_BYTES = 64 << 10  # of an error answer's body, kept for ban detection and review
+POOL_HOSTS = 256  # hosts whose idle connections a process keeps (least recently used go first)
+POOL_PER_HOST = 32  # idle connections kept per host and guard policy
+POOL_POLICIES = 16  # guard policies with pools of their own at once (a job's networks make one)
 USER_AGENT = "crawlplatform/1.0 (+https://github.com/crawlplatform)"  # default job user agent
 ROBOTS_AGENT = "crawlplatform"  # robots.txt groups match this token, whatever UA is presented
 
@@ -45,13 +49,11 @@ RETRY_BACKOFF_BASE_S = 2.0  # first wait; doubles each attempt, half of it rando
 RETRY_BACKOFF_MAX_S = 600.0  # cap on one wait, and on an honoured Retry-After, seconds
 
 # Scope
-MAX_DEPTH = 5  # links followed from a seed; seeds are depth 0
 MAX_URL_LENGTH = 2048  # longer URLs are not added to the frontier
 LINK_CACHE_SIZE = 20_000  # entries per link cache, per worker process and job (a few MB each)
 SEED_CHUNK = 50_000  # seed-file lines canonicalized and committed together (manage.py seed)
 
 # Politeness (per host, across every worker; see tasks/fetch/politeness.py and robots.py)
-HOST_DELAY_S = 0.0  # minimum gap between requests to one host (the CLI's --delay), seconds
 HOST_MAX_WAIT_S = 2.0  # a worker waits this long for its host's slot at most; else re-queued
 THROTTLE_WINDOW_S = 30.0  # half-life of a host's recent outcome counts, seconds
 THROTTLE_MIN_SIGNALS = 3.0  # overload signals (decayed count) before a host can be struggling
@@ -65,6 +67,8 @@ THROTTLE_LATENCY_FACTOR = (
 )
 ROBOTS_TTL_S = 86400  # robots.txt is fetched again after this, seconds
 ROBOTS_ERROR_TTL_S = 2.0  # a 5xx or unreachable robots.txt is asked for again after this, seconds
+ROBOTS_LOCAL_S = 60.0  # a parsed robots.txt is kept in a process this long before Redis is asked, s
+ROBOTS_LOCAL_MAX = 10_000  # parsed robots.txt files kept per process
 
 # Anti-bot: identities, ban detection and the ladder (see tasks/fetch/ladder.py)
 PROXY_REST_S = 300.0  # a banned or failing proxy gets no requests this long (doubling), seconds
@@ -81,6 +85,7 @@ BAN_WORDS = (  # phrases of a tiny block page (comma-separated, any case)
 )
 BAN_TINY_RATIO = 0.1  # a 200 below this share of the host's usual size may be a block page
 BAN_TINY_MAX_BYTES = 16 << 10  # ... and below this size, bytes
+BAN_SCAN_BYTES = 256 << 10  # ban markers are looked for in this many first bytes of a body
 LADDER_CLIMB_BANS = 3  # ban signals in a row from a host that move it one level up
 LADDER_DESCEND_SUCCESSES = 20  # successes in a row, after LADDER_QUIET_S, for one level down
 LADDER_QUIET_S = 300.0  # no ban for this long before a host steps down, seconds
@@ -113,6 +118,9 @@ LEASE_S = 10.0  # a worker's claim on a URL, renewed while it works; expired: ba
 LEASE_RENEW_S = 3.0  # how often a worker renews the leases of the pages it works on, seconds
 SWEEP_INTERVAL_S = 2.0  # how often expired leases and lost messages are looked for, seconds
 SCHEDULED_STALE_S = 10.0  # a released URL nobody claimed this long has its message sent again
+LEASE_RENEW_CHUNK = 200  # leases renewed per statement (SQLite caps an expression's depth)
+JOB_DELETE_BATCH = 5000  # rows deleted per statement when a job is deleted
+CHANNEL_WEIGHTS_CACHE_S = 1.0  # the weights are read at most this often (a change is announced), s
 TASK_SOFT_TIME_LIMIT_S = 90.0  # a page still running after this raises SoftTimeLimitExceeded
 TASK_TIME_LIMIT_S = 120.0  # hard kill of a stuck task (prefork pool)
 VISIBILITY_TIMEOUT_S = 300  # an unacked message goes back to the queue after this, seconds
@@ -127,6 +135,9 @@ HEARTBEAT_INTERVAL_S = 5.0  # how often the heartbeat is written
 HEARTBEAT_STALE_S = 30.0  # an older heartbeat fails the liveness probe
 WORKER_METRICS_PORT = 0  # a worker serves Prometheus metrics on this port (0: off)
 DB_RETRY_S = 5  # a task that cannot reach the database is retried after this (a countdown)
+WORKER_LOOP_TICK_S = 0.01  # longest gap of a busy threads-pool worker's loop between turns, s
+WORKER_STARTUP_GRACE_S = 15.0  # a crawl command's worker that exits sooner has "died at start", s
+WORKER_QUICK_DEATHS = 3  # workers dead at start in a row before the crawl command gives up
 # The statements every page and release runs are prepared once per PostgreSQL connection;
 # off behind a pooler in transaction mode that does not keep them (PgBouncer before 1.21).
 # A property of the connections: read from the environment or live settings, not per job.
@@ -134,6 +145,14 @@ DB_PREPARE = True
 
 # Checkpoints
 CHECKPOINT_INTERVAL_S = 60.0  # periodic checkpoint of every running job, seconds
+
+# Live configuration (tasks/live.py)
+LIVE_RESYNC_S = 30.0  # live values are read again this often whatever the channel said, seconds
+LIVE_FIRST_LOAD_WAIT_S = 5.0  # a process starting waits this long at most for the live values, s
+
+# Metrics (web/metrics.py)
+METRICS_THROTTLE_HOSTS_MAX = 1000  # hosts whose adaptive delay is reported at most
+METRICS_DUE_COUNT_MAX = 10_000  # due URLs counted per job at most: plenty to size any worker fleet
 
 # Canary analysis (tasks/frontier/canary.py): a channel with part of the weight against the
 # channel with the most, over a sliding window
@@ -145,6 +164,8 @@ CANARY_PARSE_MARGIN = 0.05  # parse-error share above the stable channel's that 
 CANARY_LATENCY_FACTOR = 2.0  # a p95 latency above the stable one's x this (and +1 s): back
 CANARY_STEPS = "5,10,30,100"  # weights a canary steps up through while it stays healthy, %
 CANARY_STEP_MIN_S = 300.0  # a step lasts at least this long (and its window is full), seconds
+CANARY_SLOT_S = 10  # outcome counts are kept per channel in slots this long, seconds
+CANARY_FLUSH_S = 1.0  # a worker process adds its counts to Redis at most this often, seconds
 
 # Completion webhooks (tasks/frontier/webhooks.py)
 WEBHOOK_ATTEMPTS = 6  # calls of a job's webhook at most (a 5xx, 408, 429 or no answer: again)
@@ -169,6 +190,7 @@ RESTART_ONLY = frozenset({
     "TASK_SOFT_TIME_LIMIT_S", "TASK_TIME_LIMIT_S", "VISIBILITY_TIMEOUT_S",
     "UNACKED_RESTORE_INTERVAL_S", "HEARTBEAT_INTERVAL_S", "HEARTBEAT_FILE", "READY_FILE",
     "SCHEDULER_HEARTBEAT_FILE", "WORKER_METRICS_PORT", "RENDER_CONCURRENCY", "LINK_CACHE_SIZE",
+    "WORKER_LOOP_TICK_S", "POOL_HOSTS", "POOL_PER_HOST",
 })  # fmt: skip
 _SETTING_TYPES = bool | int | float | str
 live: dict[str, Any] = {}  # live values in force in this process (tasks/live.py keeps them)

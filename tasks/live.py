@@ -8,7 +8,7 @@ committed, then announced on the Redis channel ``crawl:config``. Each process th
 :func:`start` keeps the live values in memory (``defaults.live``, read by ``defaults.setting``
 between a job's own override and the environment) and a thread subscribed to the channel
 that loads them again from the database at each announcement, each reconnect, and every
-``RESYNC_S`` (an announcement lost while Redis was away is caught up then). A job edited
+``LIVE_RESYNC_S`` (an announcement lost while Redis was away is caught up then). A job edited
 while it runs is announced the same way, and workers drop their cached copy of it; so are
 new channel weights (``tasks/frontier/channels.py``).
 
@@ -30,13 +30,12 @@ from redis.exceptions import RedisError
 
 from tasks import defaults
 from tasks.broker import client
+from tasks.defaults import setting
 
 log = logging.getLogger(__name__)
 
 CHANNEL = "crawl:config"
-RESYNC_S = 30.0  # live values are read again this often whatever the channel said, seconds
 loaded_at = 0.0  # when ``values`` were last read (monotonic), 0: never
-FIRST_LOAD_WAIT_S = 5.0  # a process starting waits this long at most for the live values
 _listener: threading.Thread | None = None
 _lock = threading.Lock()
 _first_load = threading.Event()
@@ -99,8 +98,10 @@ def announce(what: str) -> None:
     """Tell every process that live values (or a job, ``job ID``) changed."""
     try:
         client().publish(CHANNEL, what)
-    except RedisError as exc:  # processes read the database again within RESYNC_S anyway
-        log.warning("live change not announced (%s): in force within %.0f s", exc, RESYNC_S)
+    except RedisError as exc:  # processes read the database again within LIVE_RESYNC_S anyway
+        log.warning(
+            "live change not announced (%s): in force within %.0f s", exc, setting("LIVE_RESYNC_S")
+        )
 
 
 def load() -> dict[str, Any]:
@@ -155,9 +156,9 @@ def _listen() -> None:
             pubsub.subscribe(CHANNEL)
             _reload()  # what changed while this process was not subscribed
             while True:
-                message = pubsub.get_message(timeout=RESYNC_S)
+                message = pubsub.get_message(timeout=setting("LIVE_RESYNC_S"))
                 if message is None:
-                    if time.monotonic() - loaded_at >= RESYNC_S:
+                    if time.monotonic() - loaded_at >= setting("LIVE_RESYNC_S"):
                         _reload()
                     continue
                 _handle(message["data"])
@@ -182,4 +183,4 @@ def start() -> None:
             return
         _listener = threading.Thread(target=_listen, name="live-settings", daemon=True)
         _listener.start()
-    _first_load.wait(FIRST_LOAD_WAIT_S)
+    _first_load.wait(setting("LIVE_FIRST_LOAD_WAIT_S"))

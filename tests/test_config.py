@@ -1,8 +1,12 @@
 """The configuration keeps its promises: no loss in Celery, time budgets that nest."""
 
+import re
+from pathlib import Path
+
 from django.conf import settings
 
 from crawlplatform.celery import app
+from tasks import defaults
 from tasks.defaults import setting
 from tasks.tasks import fetch_url, fetch_urls
 
@@ -52,3 +56,19 @@ def test_per_job_settings_override_the_environment(monkeypatch):
     monkeypatch.setenv("CRAWL_FETCH_DEADLINE_S", "9")
     assert setting("FETCH_DEADLINE_S") == 9.0
     assert setting("FETCH_DEADLINE_S", Job()) == 7.0
+
+
+def test_every_setting_is_read_by_the_code():
+    """A knob that nothing reads would be documented, settable live, and change nothing."""
+    root = Path(__file__).resolve().parent.parent
+    code = "\n".join(
+        p.read_text()
+        for package in ("tasks", "web", "crawlplatform")
+        for p in (root / package).rglob("*.py")
+        if p != root / "tasks" / "defaults.py" and "migrations" not in p.parts
+    )
+    read = re.compile(
+        r'setting\(\s*"(\w+)"|(?:defaults|crawl)\.([A-Z][A-Z0-9_]+)\b|"([A-Z][A-Z0-9_]+)"'
+    )
+    used = {name for found in read.findall(code) for name in found if name}
+    assert sorted(set(defaults.names()) - used) == []

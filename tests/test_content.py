@@ -382,7 +382,7 @@ def test_deleting_a_job_removes_its_rows_and_bodies_in_batches(worker_env, tmp_p
         job, _ = crawl_to_end(site.url("/"), tmp_path, {})
         other, _ = crawl_to_end(site.url("/"), tmp_path, {})
     assert _blobs(job.pk) and Page.objects.filter(job=job).count() > 5
-    monkeypatch.setattr(jobs, "DELETE_BATCH", 2)
+    monkeypatch.setenv("CRAWL_JOB_DELETE_BATCH", "2")
     deleted = jobs.delete(job.pk)
     assert deleted > 0 and not _blobs(job.pk)
     assert not CrawlJob.objects.filter(pk=job.pk).exists()

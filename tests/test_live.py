@@ -83,8 +83,8 @@ def test_a_live_change_reaches_running_workers_within_a_second(workers, schedule
 
 def test_bad_values_are_refused_and_unset_goes_back_to_the_default(redis):
     for args, why in [
-        (("HOST_DELAY_S", "soon"), "'soon' is not a number >= 0"),
-        (("HOST_DELAY_S", "-1"), "-1 is not a number >= 0"),
+        (("RETRY_BACKOFF_BASE_S", "soon"), "'soon' is not a number >= 0"),
+        (("RETRY_BACKOFF_BASE_S", "-1"), "-1 is not a number >= 0"),
         (("RETRY_MAX_ATTEMPTS", "2.5"), "2.5 is not a whole number >= 0"),
         (("OBEY_NOTHING", "1"), "no such setting"),
         (("TASK_TIME_LIMIT_S", "500"), "read when a process starts"),
@@ -93,12 +93,12 @@ def test_bad_values_are_refused_and_unset_goes_back_to_the_default(redis):
             call_command("config", "set", *args)
     assert not LiveSetting.objects.exists() and not SettingChange.objects.exists()
 
-    call_command("config", "set", "HOST_DELAY_S", "0.5", "--by", "ops")
+    call_command("config", "set", "RETRY_BACKOFF_BASE_S", "0.5", "--by", "ops")
     live.load()
-    assert defaults.setting("HOST_DELAY_S") == 0.5
-    call_command("config", "unset", "HOST_DELAY_S", "--by", "ops")
+    assert defaults.setting("RETRY_BACKOFF_BASE_S") == 0.5
+    call_command("config", "unset", "RETRY_BACKOFF_BASE_S", "--by", "ops")
     live.load()
-    assert defaults.setting("HOST_DELAY_S") == defaults.HOST_DELAY_S
+    assert defaults.setting("RETRY_BACKOFF_BASE_S") == defaults.RETRY_BACKOFF_BASE_S
     assert [(c.old, c.new, c.who) for c in SettingChange.objects.order_by("id")] == [
         (None, 0.5, "ops"),
         (0.5, None, "ops"),
@@ -107,18 +107,18 @@ def test_bad_values_are_refused_and_unset_goes_back_to_the_default(redis):
 
 def test_the_admin_changes_live_settings_through_the_same_checks(redis, admin_client):
     response = admin_client.post(
-        "/admin/web/livesetting/add/", {"name": "HOST_DELAY_S", "text": "soon"}
+        "/admin/web/livesetting/add/", {"name": "RETRY_BACKOFF_BASE_S", "text": "soon"}
     )
     assert "is not a number" in response.content.decode()
     response = admin_client.post(
-        "/admin/web/livesetting/add/", {"name": "HOST_DELAY_S", "text": "0.25"}
+        "/admin/web/livesetting/add/", {"name": "RETRY_BACKOFF_BASE_S", "text": "0.25"}
     )
     assert response.status_code == 302
-    assert LiveSetting.objects.get(name="HOST_DELAY_S").value == 0.25
+    assert LiveSetting.objects.get(name="RETRY_BACKOFF_BASE_S").value == 0.25
     response = admin_client.post(
-        "/admin/web/livesetting/HOST_DELAY_S/change/", {"text": "0.5"}, follow=True
+        "/admin/web/livesetting/RETRY_BACKOFF_BASE_S/change/", {"text": "0.5"}, follow=True
     )
-    assert LiveSetting.objects.get(name="HOST_DELAY_S").value == 0.5
+    assert LiveSetting.objects.get(name="RETRY_BACKOFF_BASE_S").value == 0.5
     audit = [(c.old, c.new, c.who) for c in SettingChange.objects.order_by("id")]
     assert audit == [(None, 0.25, "admin"), (0.25, 0.5, "admin")]
     assert "0.5" in admin_client.get("/admin/web/settingchange/").content.decode()
@@ -128,6 +128,6 @@ def test_the_listener_outlives_a_message_it_does_not_understand(redis):
     live.start()
     live.announce("job not-a-number")  # once a crash of the listener thread
     live.announce("")
-    LiveSetting.objects.create(name="HOST_DELAY_S", value=0.75, updated_by="test")
-    live.announce("setting HOST_DELAY_S")
-    wait_for(lambda: defaults.setting("HOST_DELAY_S") == 0.75, 5, "the listener to reload")
+    LiveSetting.objects.create(name="RETRY_BACKOFF_BASE_S", value=0.75, updated_by="test")
+    live.announce("setting RETRY_BACKOFF_BASE_S")
+    wait_for(lambda: defaults.setting("RETRY_BACKOFF_BASE_S") == 0.75, 5, "the listener to reload")

@@ -25,15 +25,12 @@ from tasks.frontier import channels
 from tasks.worker import registry
 from web.models import ChannelEvent, CrawlJob, FrontierURL, JobState, Review, URLState
 
-_THROTTLE_SCAN_MAX = 1000  # host delay keys reported at most
-DUE_COUNT_MAX = 10_000  # due URLs counted per job at most: plenty to size any worker fleet
-
 
 def _scan(client, pattern: str) -> list[bytes]:
     keys = []
     for key in client.scan_iter(match=pattern, count=500):
         keys.append(key)
-        if len(keys) >= _THROTTLE_SCAN_MAX:
+        if len(keys) >= setting("METRICS_THROTTLE_HOSTS_MAX"):
             break
     return keys
 
@@ -67,9 +64,11 @@ def due_backlog() -> int:
         due = FrontierURL.objects.filter(job_id=job.pk, state=URLState.QUEUED, not_before__lte=now)
         if job.delay > 0 or job.host_concurrency:
             slots = job.host_concurrency or 1
-            total += slots * due.values("host").distinct()[:DUE_COUNT_MAX].count()
+            total += (
+                slots * due.values("host").distinct()[: setting("METRICS_DUE_COUNT_MAX")].count()
+            )
         else:
-            total += due.values("id")[:DUE_COUNT_MAX].count()
+            total += due.values("id")[: setting("METRICS_DUE_COUNT_MAX")].count()
     return total
 
 

@@ -29,7 +29,6 @@ from ahocorasick_rs import BytesAhoCorasick, MatchKind
 
 from tasks.defaults import setting
 
-_SCAN = 256 << 10  # markers are looked for in the first 256 KiB of a body
 _sizes: dict[tuple[int, str], float] = {}  # (job, host) -> average log of stored page sizes
 
 
@@ -70,7 +69,7 @@ def learn_size(job_id: int, host: str, size: int) -> None:
 
 def detect(job, host: str, status: int, final_url: str, body: bytes) -> str:
     """Why this answer is a block page ('' if it is not)."""
-    head = body[:_SCAN].lower()
+    head = body[: setting("BAN_SCAN_BYTES")].lower()
     marker = _first_term(setting("BAN_MARKERS", job), head)
     if marker:
         return f"challenge: {marker.decode()}"

@@ -26,6 +26,7 @@ import urllib3
 from requests.structures import CaseInsensitiveDict
 from requests.utils import default_headers
 
+from tasks.defaults import setting
 from tasks.fetch import outcomes
 from tasks.fetch.transport import check_target, session
 from tasks.rules import guard
@@ -213,8 +214,6 @@ class Visitor:
 # a fetch's CPU) is left out, the session holding none of its own (``transport.py``).
 _SESSION_HEADERS = default_headers()
 
-_EVIDENCE_BYTES = 64 << 10  # of an error answer's body, kept for ban detection and review
-
 
 def _evidence(failure: outcomes.CrawlOutcome, resp: requests.Response, limits: FetchLimits,
               started: float) -> outcomes.CrawlOutcome:  # fmt: skip
@@ -222,7 +221,7 @@ def _evidence(failure: outcomes.CrawlOutcome, resp: requests.Response, limits: F
     failure.headers = dict(resp.headers)
     try:
         small = FetchLimits(limits.connect_timeout, limits.read_timeout, limits.deadline,
-                            _EVIDENCE_BYTES, limits.max_redirects)  # fmt: skip
+                            setting("EVIDENCE_MAX_BYTES"), limits.max_redirects)  # fmt: skip
         failure.body = _read_body(resp, small, started)[0]
     except (outcomes.CrawlOutcome, requests.RequestException, urllib3.exceptions.HTTPError):
         failure.body = b""

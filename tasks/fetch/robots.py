@@ -35,9 +35,7 @@ from tasks.rules import guard
 from tasks.rules.urls import host_of
 
 log = logging.getLogger(__name__)
-_parsed: dict[str, tuple[float, dict, Protego | None]] = {}  # per process, at most _LOCAL_S old
-_LOCAL_S = 60.0
-_LOCAL_MAX = 10_000  # parsed robots.txt kept per process
+_parsed: dict[str, tuple[float, dict, Protego | None]] = {}  # per process, ROBOTS_LOCAL_S old
 
 
 @dataclass
@@ -147,7 +145,11 @@ def _failure(entry: dict) -> outcomes.CrawlOutcome:
 def _held(key: str) -> tuple[float, dict, Protego | None] | None:
     """This process's parsed copy of a robots.txt, while it is fresh."""
     hit = _parsed.get(key)
-    if hit is None or time.monotonic() - hit[0] > _LOCAL_S or time.time() > hit[1].get("until", 0):
+    if (
+        hit is None
+        or time.monotonic() - hit[0] > setting("ROBOTS_LOCAL_S")
+        or time.time() > hit[1].get("until", 0)
+    ):
         return None
     return hit
 
@@ -175,7 +177,7 @@ def check(job, url: str, user_agent: str) -> Decision:
             return Decision(allowed=False, retry_in=1.0, reason="robots_pending")
         ok = 200 <= entry["status"] < 300
         parser = _parse(entry["body"], rurl) if ok else None
-        if len(_parsed) >= _LOCAL_MAX:
+        if len(_parsed) >= setting("ROBOTS_LOCAL_MAX"):
             _parsed.clear()
         hit = _parsed[key] = (now, entry, parser)
     _, entry, parser = hit

@@ -35,11 +35,8 @@ from tasks.rules import guard
 _local = threading.local()
 _adapters: dict[tuple[guard.Network, ...], Adapter] = {}  # per guard policy, shared by threads
 _adapters_lock = threading.Lock()
-POOL_HOSTS = 256  # hosts whose idle connections a process keeps (least recently used go first)
 # Connections kept per host: a process with more threads at one host than this closes the
 # extra ones after use (and urllib3 logs "Connection pool is full").
-POOL_PER_HOST = 32
-POLICIES = 16  # guard policies with pools of their own at once (a job's networks make one)
 
 
 def _forget_pools() -> None:
@@ -223,10 +220,13 @@ def _adapter(allow: tuple[guard.Network, ...]) -> Adapter:
     with _adapters_lock:
         found = _adapters.get(allow)
         if found is None:
-            if len(_adapters) >= POLICIES:
+            if len(_adapters) >= setting("POOL_POLICIES"):
                 _adapters.pop(next(iter(_adapters))).close()
             found = _adapters[allow] = Adapter(
-                allow, pool_connections=POOL_HOSTS, pool_maxsize=POOL_PER_HOST, max_retries=0
+                allow,
+                pool_connections=setting("POOL_HOSTS"),
+                pool_maxsize=setting("POOL_PER_HOST"),
+                max_retries=0,
             )
         return found
 
@@ -242,7 +242,7 @@ def session(allow: tuple[guard.Network, ...] = ()) -> requests.Session:
     sessions = _local.__dict__.setdefault("sessions", {})
     s = sessions.get(allow)
     if s is None or s.adapters.get("http://") is not adapter:  # a new one since
-        if len(sessions) >= POLICIES:
+        if len(sessions) >= setting("POOL_POLICIES"):
             sessions.clear()
         s = sessions[allow] = _Session()
         s.trust_env = False

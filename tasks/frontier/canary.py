@@ -34,8 +34,6 @@ from tasks.frontier import channels
 
 log = logging.getLogger(__name__)
 
-CANARY_SLOT_S = 10  # outcome counts are kept per channel in slots this long, seconds
-FLUSH_S = 1.0  # a worker process adds its counts to Redis at most this often, seconds
 LATENCY_BOUNDS_S = (0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60)  # histogram bin upper bounds
 KINDS = ("ok", "failed", "ban", "parse")
 BAN_REASONS = frozenset({"banned", "identity_banned"})
@@ -71,7 +69,7 @@ def count(state: str | None, reason: str, deferred: bool, seconds: float) -> Non
         _pending[kind(state, reason)] += 1
         _pending[f"lat{latency_bin}"] += 1
         now = time.monotonic()
-        if now - _flushed < FLUSH_S:
+        if now - _flushed < setting("CANARY_FLUSH_S"):
             return
         counts, _flushed = dict(_pending), now
         _pending.clear()
@@ -79,12 +77,12 @@ def count(state: str | None, reason: str, deferred: bool, seconds: float) -> Non
 
 
 def _flush(counts: dict[str, int]) -> None:
-    key = _key(channels.mine(), int(time.time() // CANARY_SLOT_S))
+    key = _key(channels.mine(), int(time.time() // setting("CANARY_SLOT_S")))
     try:
         pipe = broker.client().pipeline(transaction=False)
         for field, n in counts.items():
             pipe.hincrby(key, field, n)
-        pipe.expire(key, int(setting("CANARY_WINDOW_S")) * 2 + CANARY_SLOT_S)
+        pipe.expire(key, int(setting("CANARY_WINDOW_S")) * 2 + setting("CANARY_SLOT_S"))
         pipe.execute()
     except Exception as exc:  # noqa: BLE001 (analysis has a window: a lost second is noise)
         log.debug("canary counts not added: %s", exc)
@@ -92,8 +90,8 @@ def _flush(counts: dict[str, int]) -> None:
 
 def window(channel: str) -> Counter[str]:
     """A channel's counts over the last ``CANARY_WINDOW_S``."""
-    now_slot = int(time.time() // CANARY_SLOT_S)
-    slots = max(1, int(setting("CANARY_WINDOW_S") // CANARY_SLOT_S))
+    now_slot = int(time.time() // setting("CANARY_SLOT_S"))
+    slots = max(1, int(setting("CANARY_WINDOW_S") // setting("CANARY_SLOT_S")))
     pipe = broker.client().pipeline(transaction=False)
     for slot in range(now_slot - slots + 1, now_slot + 1):
         pipe.hgetall(_key(channel, slot))

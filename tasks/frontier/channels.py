@@ -35,13 +35,13 @@ from django.db import transaction
 
 from crawlplatform.release import VERSION
 from tasks import broker, live
+from tasks.defaults import setting
 from tasks.rules.channels import name_problem
 from tasks.worker import registry
 
 log = logging.getLogger(__name__)
 
 DEFAULT = "main"
-CACHE_S = 1.0  # the scheduler reads the weights at most this often (a change is announced)
 _cache: tuple[float, dict[str, int]] | None = None
 
 
@@ -70,7 +70,7 @@ def weights(cached: bool = True) -> dict[str, int]:
     """Channel -> weight (percent, summing to 100); ``{main: 100}`` when none is set."""
     global _cache
     now = time.monotonic()
-    if cached and _cache is not None and now - _cache[0] < CACHE_S:
+    if cached and _cache is not None and now - _cache[0] < setting("CHANNEL_WEIGHTS_CACHE_S"):
         return _cache[1]
     from web.models import Channel
 

@@ -21,6 +21,7 @@ from redis.exceptions import RedisError
 
 from tasks import live
 from tasks.content import bodies
+from tasks.defaults import setting
 from tasks.fetch import sessions
 from tasks.frontier import schedules, transitions, wakeup, webhooks
 from tasks.rules.urls import canonicalize
@@ -231,9 +232,6 @@ def finished(job: CrawlJob) -> None:
     webhooks.announce(job)
 
 
-DELETE_BATCH = 5000
-
-
 def delete(job_id: int) -> int:
     """Delete a job, its URLs, pages, reviews and checkpoints, and its stored bodies.
 
@@ -266,11 +264,11 @@ _UNLINK = (
 
 
 def _batched(sql: str, job_id: int) -> None:
-    """Run a statement that handles DELETE_BATCH rows at most until it handles fewer."""
+    """Run a statement that handles JOB_DELETE_BATCH rows at most until it handles fewer."""
     while True:
         with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(sql, [job_id, DELETE_BATCH])
-            if cursor.rowcount < DELETE_BATCH:
+            cursor.execute(sql, [job_id, setting("JOB_DELETE_BATCH")])
+            if cursor.rowcount < setting("JOB_DELETE_BATCH"):
                 return
 
 

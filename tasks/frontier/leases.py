@@ -63,15 +63,14 @@ def renew() -> int:
         held = list(_held.items())
     until = timezone.now() + timedelta(seconds=setting("LEASE_S"))
     renewed = 0
-    for start in range(0, len(held), RENEW_CHUNK):  # SQLite caps an expression's depth
-        chunk = held[start : start + RENEW_CHUNK]
+    for start in range(
+        0, len(held), setting("LEASE_RENEW_CHUNK")
+    ):  # SQLite caps an expression's depth
+        chunk = held[start : start + setting("LEASE_RENEW_CHUNK")]
         mine = reduce(or_, (Q(pk=url_id, attempts=attempt) for url_id, (attempt, _) in chunk))
         leased = FrontierURL.objects.filter(mine, transitions.in_state(URLState.LEASED))
         renewed += leased.update(lease_until=until)
     return renewed
-
-
-RENEW_CHUNK = 200  # leases renewed per statement
 
 
 def _renew_forever() -> None:

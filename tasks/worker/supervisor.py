@@ -33,11 +33,10 @@ from django.db import connections
 
 from crawlplatform import orphans
 from crawlplatform.orphans import guarded
+from tasks.defaults import setting
 
 log = logging.getLogger(__name__)
 
-STARTUP_GRACE_S = 15.0  # a worker that exits sooner than this after its start "died at start"
-MAX_QUICK_DEATHS = 3  # in a row, before the pool gives up
 PR_SET_NAME = 15  # prctl: the process's name (comm)
 
 
@@ -274,9 +273,9 @@ class WorkerPool:
             code = self.procs.pop(name).returncode
             lived = time.monotonic() - self.started.pop(name)
             # A worker that chose to stop (exit 0: memory ceiling, warm shutdown) is no failure.
-            quick = lived < STARTUP_GRACE_S and code != 0
+            quick = lived < setting("WORKER_STARTUP_GRACE_S") and code != 0
             self.quick_deaths = self.quick_deaths + 1 if quick else 0
-            if self.quick_deaths >= MAX_QUICK_DEATHS:
+            if self.quick_deaths >= setting("WORKER_QUICK_DEATHS"):
                 where = f"see {self.log_dir / (name + '.log')}" if self.log_dir else "see above"
                 raise WorkerStartupError(
                     f"workers exit right after starting (exit {code}, {self.quick_deaths} "
