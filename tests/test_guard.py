@@ -32,6 +32,8 @@ from tasks.rules import guard
         ("::ffff:169.254.169.254", "link-local (cloud metadata lives here) (inside an IPv6 form)"),
         ("2002:7f00:1::", "loopback (inside an IPv6 form)"),  # 6to4 of 127.0.0.1
         ("64:ff9b::a00:1", "private (inside an IPv6 form)"),  # NAT64 of 10.0.0.1
+        ("fec0::1", "site-local"),  # deprecated, yet routed inside some networks
+        ("64:ff9b:1:ffff::808:808", "reserved"),  # local-use NAT64: not judged by its low bits
     ],
 )
 def test_non_public_addresses_are_named(address, kind):

@@ -14,7 +14,8 @@ cannot resolve to a public address for the check and to a private one for the co
   reserved, unspecified, documentation and benchmarking ranges: everything that is not
   globally routable;
 * the same addresses written as IPv6: IPv4-mapped (``::ffff:127.0.0.1``), 6to4, Teredo and
-  NAT64 forms are judged by the IPv4 address inside them.
+  NAT64 (``64:ff9b::/96``) forms are judged by the IPv4 address inside them; deprecated
+  site-local (``fec0::/10``) and local-use NAT64 (``64:ff9b:1::/48``) addresses are refused.
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ from tasks.defaults import setting
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
-_NAT64 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
+# The well-known NAT64 prefix embeds an IPv4 address in its last 32 bits; the local-use prefix
+# (64:ff9b:1::/48, RFC 8215) embeds it where its operator chose: judged as itself (reserved).
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
 _CGNAT = ipaddress.ip_network("100.64.0.0/10")
 
 
@@ -71,7 +74,7 @@ def _embedded_v4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
         return ip.sixtofour
     if ip.teredo is not None:
         return ip.teredo[1]
-    if any(ip in net for net in _NAT64):
+    if ip in _NAT64:
         return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
     return None
 
@@ -90,6 +93,7 @@ def kind(ip: Address) -> str:
         (ip.is_multicast, "multicast"),
         (isinstance(ip, ipaddress.IPv4Address) and ip in _CGNAT, "shared (CGNAT)"),
         (ip.is_reserved, "reserved"),
+        (isinstance(ip, ipaddress.IPv6Address) and ip.is_site_local, "site-local"),
         (ip.is_private, "private"),
         (not ip.is_global, "non-global"),
     ]
