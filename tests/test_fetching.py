@@ -23,6 +23,8 @@ LIMITS = FetchLimits(
     connect_timeout=2, read_timeout=1, deadline=2, max_bytes=1 << 20, max_redirects=5
 )
 BOMB = gzip.compress(b"\0" * (20 << 20))
+# 3 MiB of gzip that decodes to nothing: empty stored deflate blocks, five bytes each
+EMPTY_BLOCKS = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff" + b"\x00\x00\x00\xff\xff" * (600 << 10)
 LOOPBACK = guard.networks("127.0.0.0/8")  # the test server's network, allowed past the guard
 
 
@@ -64,6 +66,8 @@ class Handler(BaseHTTPRequestHandler):
             self.reply(200, b"<p>" + b"x" * (3 << 20))
         elif path == "/bomb":
             self.reply(200, BOMB, Content_Encoding="gzip")
+        elif path == "/empty-blocks":
+            self.reply(200, EMPTY_BLOCKS, Content_Encoding="gzip")
         elif path == "/gzip":
             self.reply(200, gzip.compress(b"<title>zipped</title>"), Content_Encoding="gzip")
         elif path == "/hang":
@@ -211,6 +215,12 @@ def test_gzip_is_decoded_and_a_gzip_bomb_is_capped(server):
     assert get(server + "/gzip").body == b"<title>zipped</title>"
     bomb = get(server + "/bomb")
     assert bomb.truncated and len(bomb.body) == LIMITS.max_bytes
+
+
+def test_received_bytes_are_capped_even_when_they_decode_to_nothing(server):
+    resp = get(server + "/empty-blocks")
+    assert resp.truncated and resp.body == b""
+    assert len(resp.raw_body) <= LIMITS.max_bytes
 
 
 def test_read_timeout(server):

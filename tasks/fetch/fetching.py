@@ -143,13 +143,14 @@ def _read_body(
     resp: requests.Response, limits: FetchLimits, started: float
 ) -> tuple[bytes, bool, bytes]:
     """The decoded body, whether it was cut at the cap, and the bytes as received (the same
-    object when nothing was encoded)."""
+    object when nothing was encoded). The cap holds for the bytes received as well as for the
+    decoded ones: a compressed stream that decodes to little or nothing is cut all the same."""
     # read1 returns what one socket read brings, so the deadline is checked between reads: a
     # fetch ends at most one read timeout after its deadline, however slowly bytes trickle in.
     decoder = _Decoder(resp.headers.get("content-encoding", ""), limits.max_bytes)
     chunks: list[bytes] = []
     received: list[bytes] | None = [] if decoder.kind else None
-    size = 0
+    size = received_size = 0
     truncated = False
     while raw := resp.raw.read1(_CHUNK, decode_content=False):
         if time.monotonic() - started > limits.deadline:
@@ -159,11 +160,14 @@ def _read_body(
         if received is not None:
             received.append(raw)
         size += len(chunk)
-        if size > limits.max_bytes:
+        received_size += len(raw)
+        if size > limits.max_bytes or received_size > limits.max_bytes:
             truncated = True
             break
     body = b"".join(chunks)[: limits.max_bytes] if truncated else b"".join(chunks)
-    return body, truncated, body if received is None else b"".join(received)
+    if received is None:
+        return body, truncated, body
+    return body, truncated, b"".join(received)[: limits.max_bytes]
 
 
 _SECRET_HEADERS = {"cookie", "authorization", "proxy-authorization"}  # never recorded
