@@ -172,6 +172,8 @@ WEBHOOK_ATTEMPTS = 6  # calls of a job's webhook at most (a 5xx, 408, 429 or no 
 WEBHOOK_RETRY_S = 5.0  # first wait before calling again; doubles each attempt, seconds
 WEBHOOK_TIMEOUT_S = 10.0  # connect and read timeout of one call, seconds
 WEBHOOK_RESEND_S = 120.0  # a notification still pending this long is sent again, seconds
+WEBHOOK_RESENDS = 3  # ... this many times at most; then it is recorded as failed
+WEBHOOK_DEADLINE_S = 30.0  # one call's whole exchange, however slowly the receiver answers, s
 
 
 def _parse(raw: str, default: Any) -> Any:

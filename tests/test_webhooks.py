@@ -7,6 +7,7 @@ import hashlib
 import hmac
 import json
 import threading
+import time
 from datetime import timedelta
 from http.server import BaseHTTPRequestHandler
 
@@ -118,3 +119,100 @@ def test_a_webhook_that_keeps_failing_is_given_up_and_a_lost_one_sent_again(redi
         assert broker.depth()["ready"] == 1
         assert webhooks.resend_pending() == 0 and broker.depth()["ready"] == 1
     assert CrawlJob(webhook_url="ftp://x/").problems(seeds=False)["webhook_url"]
+
+
+class Trickler(LocalSite):
+    """Answers a POST with a status line, then ``forever``: a header line, or body bytes,
+    every 0.1 s, each within any read timeout, until the caller hangs up."""
+
+    def __init__(self, forever: str) -> None:
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers["Content-Length"]))
+                self.wfile.write(b"HTTP/1.1 200 OK\r\n")
+                if forever == "body":
+                    self.wfile.write(b"Content-Type: text/plain\r\n\r\n")
+                try:
+                    for n in range(600):
+                        line = b"X-Slow-%d: 1\r\n" % n if forever == "headers" else b"x" * 1024
+                        self.wfile.write(line)
+                        self.wfile.flush()
+                        time.sleep(0.1)
+                except OSError:
+                    pass  # the caller hung up
+
+            def log_message(self, *args) -> None:
+                pass
+
+        super().__init__(Handler)
+
+
+def _in_a_thread(call, within: float):
+    """Run ``call``; what it raised or returned, or a failure if it is still running."""
+    outcome: list = []
+
+    def run() -> None:
+        try:
+            outcome.append(call())
+        except Exception as exc:  # noqa: BLE001 (handed to the test)
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(within)
+    assert not thread.is_alive(), f"the call still runs after {within} s"
+    return outcome[0]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("forever", ["headers", "body"])
+def test_a_receiver_that_never_finishes_answering_holds_no_thread(redis, monkeypatch, forever):
+    monkeypatch.setenv("CRAWL_ALLOWED_NETWORKS", "127.0.0.0/8")
+    monkeypatch.setenv("CRAWL_WEBHOOK_DEADLINE_S", "1")
+    with Trickler(forever) as receiver:
+        job = jobs.create_job(["http://127.0.0.1:9/"], webhook_url=receiver.url("/h"))
+        jobs.start(job)
+        jobs.cancel(job)
+        started = time.monotonic()
+        outcome = _in_a_thread(lambda: webhooks.deliver(job.pk, job.state, job.run, 1), 10)
+        took = time.monotonic() - started
+    status = CrawlJob.objects.get(pk=job.pk).webhook_status
+    if forever == "headers":  # no answer: another attempt may get one
+        assert isinstance(outcome, webhooks.Retry) and status == "attempt 1: no answer within 1 s"
+        assert 1 <= took < 5
+    else:  # the status line is the answer; its body is not read
+        assert outcome is None and status.startswith("delivered: HTTP 200")
+        assert took < 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_error_of_our_own_ends_the_delivery_instead_of_leaving_it_pending(redis, monkeypatch):
+    monkeypatch.setenv("CRAWL_ALLOWED_NETWORKS", "127.0.0.0/8")
+    with Receiver() as receiver:
+        job = jobs.create_job(["http://127.0.0.1:9/"], webhook_url=receiver.url("/h"))
+        jobs.start(job)
+        jobs.cancel(job)
+
+        def broken(job):
+            raise RuntimeError("summary cannot be built")
+
+        monkeypatch.setattr(webhooks, "payload", broken)
+        webhooks.deliver(job.pk, job.state, job.run, 1)
+    status = CrawlJob.objects.get(pk=job.pk).webhook_status
+    assert status == "failed: RuntimeError: summary cannot be built"
+    assert receiver.calls == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_notification_lost_again_and_again_is_resent_a_bounded_number_of_times(redis):
+    job = jobs.create_job(["http://127.0.0.1:9/"], webhook_url="http://127.0.0.1:9/h")
+    jobs.start(job)
+    jobs.cancel(job)
+    every, resends = defaults.WEBHOOK_RESEND_S, defaults.WEBHOOK_RESENDS
+    long_ago = timezone.now() - timedelta(seconds=every * (resends + 1) + 1)
+    CrawlJob.objects.filter(pk=job.pk).update(webhook_status=webhooks.PENDING,
+                                              finished_at=long_ago)  # fmt: skip
+    assert webhooks.resend_pending() == 0
+    assert CrawlJob.objects.get(pk=job.pk).webhook_status == (
+        f"failed: not delivered after {resends} resends"
+    )

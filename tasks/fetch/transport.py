@@ -19,6 +19,8 @@ import os
 import socket
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import lru_cache
 from urllib.parse import urlsplit
 
@@ -114,11 +116,40 @@ def connect(
             if source_address:
                 sock.bind(source_address)
             sock.connect(address)
+            opened = getattr(_local, "opened", None)
+            if opened is not None:
+                opened.append(sock)
             return sock
         except OSError as exc:
             error = exc
             sock.close()
     raise error
+
+
+@contextmanager
+def deadline(seconds: float) -> Iterator[None]:
+    """Connections this thread opens inside the block are shut down once ``seconds`` have
+    passed, wherever their exchange stands. Timeouts bound each read, not their sum: without
+    this a server could hold a call for ever with headers or a body that trickle in. A pooled
+    connection opened before the block is not covered (ask for ``Connection: close``)."""
+    opened: list[socket.socket] = []
+
+    def expire() -> None:
+        for sock in list(opened):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # already closed
+
+    timer = threading.Timer(seconds, expire)
+    timer.daemon = True
+    _local.opened = opened
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+        _local.opened = None
 
 
 def check_target(url: str, allow: tuple[guard.Network, ...]) -> None:

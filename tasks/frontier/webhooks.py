@@ -8,11 +8,15 @@ attempt of one notification, so a receiver can drop repeats). It goes through th
 transport, so the address guard applies: a webhook cannot reach a private or internal address
 that crawls may not reach either.
 
-Delivery is a Celery task (acks-late: a worker that dies mid-call leaves it to another). A 5xx,
-408, 429 or no answer is tried again after ``WEBHOOK_RETRY_S``, doubling, up to
-``WEBHOOK_ATTEMPTS`` calls; any other answer ends it. The job's ``webhook_status`` says where it
-stands; a notification still ``pending`` after ``WEBHOOK_RESEND_S`` (its message was lost
-with the broker) is sent again by the sweep, once per ``WEBHOOK_RESEND_S``.
+Delivery is a Celery task (acks-late: a worker that dies mid-call leaves it to another). One
+call lasts ``WEBHOOK_DEADLINE_S`` at most, however slowly the receiver answers (its connection
+is shut down then), and only the status line and headers of the answer are read. A 5xx, 408,
+429 or no answer is tried again after ``WEBHOOK_RETRY_S``, doubling, up to ``WEBHOOK_ATTEMPTS``
+calls; any other answer ends it, and so does an error of the platform's own (recorded as
+``failed: ...``). The job's ``webhook_status`` says where it stands; a notification still
+``pending`` after ``WEBHOOK_RESEND_S`` (its message was lost with the broker) is sent again by
+the sweep, once per ``WEBHOOK_RESEND_S``, ``WEBHOOK_RESENDS`` times at most; then it is
+recorded as failed.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import hashlib
 import hmac
 import json
 import logging
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -84,10 +89,13 @@ def resend_pending() -> int:
     most once per ``WEBHOOK_RESEND_S`` each (the sweep runs every few seconds, and a message
     may only be waiting for a worker)."""
     every = setting("WEBHOOK_RESEND_S")
-    stale = timezone.now() - timedelta(seconds=every)
-    found = CrawlJob.objects.filter(
-        webhook_status=PENDING, state__in=list(EVENTS), finished_at__lt=stale
-    )
+    now = timezone.now()
+    pending = CrawlJob.objects.filter(webhook_status=PENDING, state__in=list(EVENTS))
+    resends = setting("WEBHOOK_RESENDS")
+    lost = pending.filter(finished_at__lt=now - timedelta(seconds=every * (resends + 1)))
+    if given_up := lost.update(webhook_status=f"failed: not delivered after {resends} resends"):
+        log.warning("%d webhook notifications given up after %d resends", given_up, resends)
+    found = pending.filter(finished_at__lt=now - timedelta(seconds=every))
     n = 0
     for job in found:
         if broker.client().set(f"crawl:webhook:resent:{job.pk}", 1, nx=True, ex=int(every)):
@@ -101,7 +109,18 @@ def _status(job_id: int, text: str) -> None:
 
 
 def deliver(job_id: int, state: str, run: int, attempt: int) -> None:
-    """One call of the job's webhook; raises Retry when another attempt may get through."""
+    """One call of the job's webhook; raises Retry when another attempt may get through. Every
+    other way it ends is recorded in the job's ``webhook_status``."""
+    try:
+        _call(job_id, state, run, attempt)
+    except Retry:
+        raise
+    except Exception as exc:  # noqa: BLE001 (never left pending: it would be resent for ever)
+        _status(job_id, f"failed: {type(exc).__name__}: {exc}")
+        log.exception("job=%s webhook failed", job_id)
+
+
+def _call(job_id: int, state: str, run: int, attempt: int) -> None:
     job = CrawlJob.objects.select_related("owner").filter(pk=job_id).first()
     if job is None or not job.webhook_url or (job.state, job.run) != (state, run):
         return  # deleted, unhooked, or running again: this notification is out of date
@@ -112,18 +131,25 @@ def deliver(job_id: int, state: str, run: int, attempt: int) -> None:
         "X-Crawl-Event": EVENTS[state],
         "X-Crawl-Delivery": f"job-{job_id}-run-{run}-{EVENTS[state]}",
         "X-Crawl-Signature": sign(job.webhook_secret, body),
+        "Connection": "close",  # a connection of this call only: the deadline covers it
     }
-    timeout = setting("WEBHOOK_TIMEOUT_S")
-    with transport.session(guard.allowed(job)) as session:
+    timeout, limit = setting("WEBHOOK_TIMEOUT_S"), setting("WEBHOOK_DEADLINE_S")
+    started = time.monotonic()
+    with transport.session(guard.allowed(job)) as session, transport.deadline(limit):
         try:
-            answer = session.post(job.webhook_url, data=body, headers=headers,
+            answer = session.post(job.webhook_url, data=body, headers=headers, stream=True,
                                   timeout=(timeout, timeout), allow_redirects=False)  # fmt: skip
+            answer.close()  # the body is not read: the status is the answer
+            if time.monotonic() - started >= limit:  # cut mid-headers: no answer after all
+                raise requests.Timeout(f"headers not complete after {limit:g} s")
         except (guard.BlockedAddress, ValueError, UnicodeError) as exc:
             _status(job_id, f"refused: {exc}")
             log.warning("job=%s webhook refused: %s", job_id, exc)
             return
         except requests.RequestException as exc:
-            _status(job_id, f"attempt {attempt}: {type(exc).__name__}")
+            late = time.monotonic() - started >= limit
+            why = f"no answer within {limit:g} s" if late else type(exc).__name__
+            _status(job_id, f"attempt {attempt}: {why}")
             raise Retry(str(exc)) from None
     when = timezone.now().isoformat(timespec="seconds")
     if answer.status_code >= 500 or answer.status_code in _AGAIN:
