@@ -17,7 +17,7 @@ from django.db.migrations.recorder import MigrationRecorder
 from tasks.frontier import jobs
 from tests.conftest import wait_for
 from tests.site import Site
-from web.management.commands.crawl import _migrated
+from web.management.crawling import migrated
 from web.models import Checkpoint, CrawlJob, JobState, Page
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -153,11 +153,11 @@ def test_sigkill_of_the_crawl_command_leaves_no_process_behind(worker_env, tmp_p
 
 def test_migrated_tells_a_database_with_a_migration_left_to_apply():
     """The crawl command runs ``migrate`` only when a migration on disk is not applied."""
-    assert _migrated()  # the test database is migrated
+    assert migrated()  # the test database is migrated
     recorded = MigrationRecorder.Migration.objects.filter(app="web").order_by("-id").first()
     recorded.delete()
     try:
-        assert not _migrated()
+        assert not migrated()
     finally:
         MigrationRecorder.Migration.objects.create(app="web", name=recorded.name)
 

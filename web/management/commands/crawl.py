@@ -15,133 +15,26 @@ workers and the private redis-server it starts end with it, however it ends.
 
 from __future__ import annotations
 
-import importlib
-import logging
 import math
 import os
-import pkgutil
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
 
-from django.apps import apps
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import DatabaseError, connection
-from django.db.migrations.loader import MigrationLoader
-from django.db.migrations.recorder import MigrationRecorder
 
 from crawlplatform.embedded import EmbeddedRedis
 from tasks.defaults import setting
 from tasks.frontier import jobs
 from tasks.frontier.scheduler import Scheduler
-from tasks.rules import selectors
 from tasks.worker.supervisor import WorkerPool, WorkerStartupError
 from web import export
+from web.management import crawling
 from web.models import TERMINAL_STATES, CrawlJob, JobState
-
-log = logging.getLogger(__name__)
-T = TypeVar("T")
-OUTAGE_BACKOFF_MAX_S = 10.0
-OUTAGE_PATIENCE_S = 600.0  # a database away longer than this ends the command (exit 1)
-STATE_POLL_S = 0.25  # how often the job's state is read between progress ticks
-# The job fields as the command line names them, for error messages.
-OPTION_OF = {
-    "seeds": "SEED",
-    "allowed_domains": "--allow-domain",
-    "include_patterns": "--include",
-    "exclude_patterns": "--exclude",
-    "max_depth": "--max-depth",
-    "max_pages": "--max-pages",
-    "max_pages_per_host": "--max-pages-per-host",
-    "delay": "--delay",
-    "host_concurrency": "--host-concurrency",
-    "name": "--name",
-    "settings": "--allow-network",
-    "user_agents": "--user-agent",
-    "proxies": "--proxy",
-    "headers": "--header",
-    "warmup_path": "--warmup",
-    "render": "--render",
-    "extract": "--extract",
-}
-
-
-def _headers(given: list[str]) -> dict[str, str]:
-    headers = {}
-    for item in given:
-        name, sep, value = item.partition(":")
-        if not sep or not name.strip():
-            raise CommandError(f'--header: {item!r} is not "Name: value"')
-        headers[name.strip()] = value.strip()
-    return headers
-
-
-def _rules(given: list[str], pattern: str) -> list[dict]:
-    rules = []
-    for item in given:
-        try:
-            rules.append(selectors.parse_rule(item, pattern))
-        except ValueError as exc:
-            raise CommandError(f"--extract: {exc}") from None
-    return rules
-
-
-def _allowed_networks(cidrs: list[str]) -> dict:
-    """The job's ALLOWED_NETWORKS setting from ``--allow-network`` (and the environment's)."""
-    if not cidrs:
-        return {}
-    from_env = os.environ.get("CRAWL_ALLOWED_NETWORKS", "")
-    return {"ALLOWED_NETWORKS": ",".join(c for c in [from_env, *cidrs] if c)}
-
-
-def _migrated() -> bool:
-    """Every migration on disk is applied already: nothing for ``migrate`` to do. Read from
-    the migrations' file names and the database's record of them, without importing the
-    migrations (which ``migrate`` does even when it has nothing to apply: a tenth of a second
-    of every crawl's start). Anything else (a new migration, a squashed one not yet recorded,
-    an empty database) leaves it to ``migrate``."""
-    recorder = MigrationRecorder(connection)
-    if not recorder.has_table():
-        return False
-    applied = set(recorder.applied_migrations())
-    for config in apps.get_app_configs():
-        module_name, _ = MigrationLoader.migrations_module(config.label)
-        try:
-            module = importlib.import_module(module_name) if module_name else None
-        except ModuleNotFoundError:
-            continue
-        for _, name, is_pkg in pkgutil.iter_modules(getattr(module, "__path__", [])):
-            if not is_pkg and name[0] not in "_~" and (config.label, name) not in applied:
-                return False
-    return True
-
-
-def with_database(call: Callable[[], T], what: str, patience: float = OUTAGE_PATIENCE_S) -> T:
-    """Run ``call``, waiting out a database outage with a bounded backoff (one line for it);
-    after ``patience`` seconds of outage the error is raised."""
-    wait, since = 0.5, None
-    while True:
-        try:
-            result = call()
-        except DatabaseError as exc:
-            connection.close()
-            if since is None:
-                since = time.monotonic()
-                log.warning("database unavailable while %s (%s); waiting for it", what, exc)
-            elif time.monotonic() - since > patience:
-                raise
-            time.sleep(wait)
-            wait = min(wait * 2, OUTAGE_BACKOFF_MAX_S)
-            continue
-        if since is not None:
-            log.warning("database back after %.0f s", time.monotonic() - since)
-        return result
 
 
 class Command(BaseCommand):
@@ -306,7 +199,7 @@ class Command(BaseCommand):
         if embedded is not None:
             embedded.start()
         try:
-            if not _migrated():
+            if not crawling.migrated():
                 call_command("migrate", verbosity=0, interactive=False)
             job = self._job(opts, fresh_broker=embedded is not None)
             code = self._run(job, opts)
@@ -356,19 +249,19 @@ class Command(BaseCommand):
                 include_subdomains=not opts["no_subdomains"],
                 use_sitemaps=opts["sitemaps"],
                 obey_robots=not opts["ignore_robots"],
-                settings=_allowed_networks(opts["allow_network"]),
+                settings=crawling.allowed_networks(opts["allow_network"]),
                 user_agents=opts["user_agent"],
                 proxies=opts["proxy"],
-                headers=_headers(opts["header"]),
+                headers=crawling.parse_headers(opts["header"]),
                 warmup_path=opts["warmup"],
                 render=opts["render"],
-                extract=_rules(opts["extract"], opts["extract_pages"]),
+                extract=crawling.parse_rules(opts["extract"], opts["extract_pages"]),
                 store_bodies=not opts["no_bodies"],
                 obey_nofollow=opts["obey_nofollow"],
             )
         except jobs.JobError as exc:
             lines = [
-                f"{OPTION_OF.get(field, field)}: {message}"
+                f"{crawling.OPTION_OF.get(field, field)}: {message}"
                 for field, messages in exc.fields.items()
                 for message in messages
             ]
@@ -422,7 +315,7 @@ class Command(BaseCommand):
         }
         started = time.monotonic()
         try:
-            self._wait(job, pools, interrupted, started)
+            crawling.show_progress(job, pools, interrupted, started, self.stderr)
         except WorkerStartupError as exc:
             jobs.pause(job)
             raise CommandError(
@@ -431,7 +324,7 @@ class Command(BaseCommand):
             ) from None
         finally:
             if interrupted.is_set():
-                with_database(lambda: jobs.pause(job), "pausing the job", patience=60)
+                crawling.with_database(lambda: jobs.pause(job), "pausing the job", patience=60)
                 self.stderr.write("\npausing: in-flight pages finish ...")
             for each in pools:  # a second Ctrl-C or TERM must not orphan the workers
                 each.stop(grace=setting("FETCH_DEADLINE_S", job) + 15)
@@ -439,108 +332,20 @@ class Command(BaseCommand):
                 signal.signal(sig, handler)
             scheduler.shutdown()
             thread.join(timeout=10)
-        with_database(job.refresh_from_db, "reading the job")
-        counts = with_database(lambda: jobs.counts(job.pk), "counting URLs")
+        crawling.with_database(job.refresh_from_db, "reading the job")
+        counts = crawling.with_database(lambda: jobs.counts(job.pk), "counting URLs")
         elapsed = time.monotonic() - started
         if interrupted.is_set():
-            with_database(lambda: jobs.checkpoint(job, "interrupt"), "writing a checkpoint")
+            crawling.with_database(
+                lambda: jobs.checkpoint(job, "interrupt"), "writing a checkpoint"
+            )
             self.stderr.write(
                 f"job {job.pk} paused with {counts['done']} pages done. "
                 f"Continue with: python manage.py crawl --resume {job.pk}"
             )
             return 130
-        with_database(
-            lambda: self._summary(job, counts, elapsed, opts["output"]), "writing the results"
+        crawling.with_database(
+            lambda: crawling.summary(job, counts, elapsed, opts["output"], self.stdout),
+            "writing the results",
         )
         return 0 if job.state == JobState.FINISHED else 1
-
-    def _wait(
-        self, job: CrawlJob, pools: list[WorkerPool], interrupted: threading.Event, started: float
-    ) -> None:
-        tty = sys.stderr.isatty()
-        last_line = 0.0
-        last_done, last_t = None, started
-        rate = 0.0
-        next_count = 0.0
-        outage_since = None
-        while self._tick(job, interrupted):
-            for each in pools:
-                each.replace_dead()
-            try:
-                job.refresh_from_db()
-                if time.monotonic() < next_count and job.state == JobState.RUNNING:
-                    continue
-                # Counting is a scan of the job's frontier: on a big one, count less often, so
-                # that the progress line never costs more than about 5% of a database core.
-                before = time.monotonic()
-                counts = jobs.counts(job.pk)
-            except DatabaseError as exc:
-                connection.close()  # the next try gets a fresh connection
-                if outage_since is None:
-                    outage_since = time.monotonic()
-                    self.stderr.write(f"\ndatabase unavailable ({exc}); waiting for it")
-                continue
-            if outage_since is not None:
-                self.stderr.write(f"database back after {time.monotonic() - outage_since:.0f} s")
-                outage_since = None
-            now = time.monotonic()
-            next_count = now + 20 * (now - before)
-            done = counts["done"]
-            if last_done is not None and now > last_t:
-                rate = (
-                    0.7 * rate + 0.3 * (done - last_done) / (now - last_t)
-                    if rate
-                    else (done - last_done) / (now - last_t)
-                )
-            last_done, last_t = done, now
-            pending = counts["queued"] + counts["scheduled"] + counts["leased"]
-            line = (
-                f"done {done} | queued {pending} | failed {counts['failed']} | "
-                f"skipped {counts['skipped']} | {rate:.1f} pages/s"
-            )
-            if tty:
-                self.stderr.write("\r" + line.ljust(78), ending="")
-            elif now - last_line >= 5:
-                self.stderr.write(line)
-                last_line = now
-            if job.state in TERMINAL_STATES:
-                if tty:
-                    self.stderr.write("")
-                return
-            if job.state == JobState.PAUSED:
-                self.stderr.write(f"\njob {job.pk} was paused elsewhere; stopping")
-                interrupted.set()
-                return
-
-    @staticmethod
-    def _tick(job: CrawlJob, interrupted: threading.Event) -> bool:
-        """Wait for the next progress tick: a second, or less once the job leaves RUNNING (a
-        read of its state every ``STATE_POLL_S``), so the command ends soon after the job.
-        False when interrupted."""
-        tick_at = time.monotonic() + 1.0
-        while not interrupted.wait(STATE_POLL_S):
-            if time.monotonic() >= tick_at:
-                return True
-            try:
-                if not CrawlJob.objects.filter(pk=job.pk, state=JobState.RUNNING).exists():
-                    return True
-            except DatabaseError:  # the tick reports the outage, once a second as ever
-                return not interrupted.wait(max(0.0, tick_at - time.monotonic()))
-        return False
-
-    def _summary(self, job: CrawlJob, counts: dict, elapsed: float, output: Path | None) -> None:
-        done = counts["done"]
-        self.stdout.write(
-            f"job {job.pk} {job.state}: {done} pages, {counts['failed']} failed, "
-            f"{counts['skipped']} skipped in {elapsed:.1f} s "
-            f"({done / max(elapsed, 1e-9):.1f} pages/s)"
-        )
-        if job.run > 1:
-            change = jobs.changes(job)
-            self.stdout.write(
-                f"run {job.run}: {change['new']} new, {change['changed']} changed, "
-                f"{change['unchanged']} unchanged, {change['gone']} gone"
-            )
-        if output is not None:
-            written = export.save(job, export.format_of(str(output)), str(output))
-            self.stdout.write(f"wrote {written.rows} rows to {output}")

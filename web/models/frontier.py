@@ -1,0 +1,198 @@
+"""Frontier URLs, pages, checkpoints and reviews: what a crawl found, fetched and parked.
+
+A URL's states are ``URLState``; every transition is a compare-and-set ``UPDATE`` that returns
+whether this caller won, so two workers (or a worker and the sweep) never both act on one row.
+The transitions all live in ``tasks/frontier/transitions.py``::
+
+    queued -> scheduled (scheduler) -> leased (worker claim) -> done | failed | skipped
+    leased -> queued (retry later, deferred, or the lease expired)
+    leased(expired) -> leased (redelivery) ; scheduled -> queued (job paused)
+    queued | scheduled -> skipped (cancel, max_pages, caps) ; queued -> failed (host circuit open)
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from web.models.jobs import CrawlJob
+
+
+class URLState(models.TextChoices):
+    QUEUED = "queued", "queued (waiting in the frontier)"
+    SCHEDULED = "scheduled", "scheduled (message in the broker)"
+    LEASED = "leased", "leased (a worker is fetching it)"
+    DONE = "done"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+    NEEDS_REVIEW = "needs_review", "needs review (parked: blocked whatever the ladder tried)"
+
+
+# URLs in these states still owe work: a job with none of them left is finished.
+PENDING_STATES = (URLState.QUEUED, URLState.SCHEDULED, URLState.LEASED)
+NOT_MODIFIED = "not_modified"  # a done URL's note: the site answered 304 to a recrawl
+
+
+class FrontierURL(models.Model):
+    # No index of its own: the unique (job, url) and (job, state, ...) indexes lead with the
+    # job, and every state change of a URL would write one more index entry for nothing.
+    job = models.ForeignKey(CrawlJob, on_delete=models.CASCADE, related_name="urls", db_index=False)
+    url = models.CharField(max_length=2048, help_text="Canonical URL (w3lib).")
+    host = models.CharField(max_length=255, help_text="Lower-case host[:port] of the URL.")
+    depth = models.PositiveSmallIntegerField(default=0)
+    state = models.CharField(max_length=16, choices=URLState.choices, default=URLState.QUEUED)
+    attempts = models.PositiveSmallIntegerField(default=0, help_text="Fetch attempts started.")
+    released = models.BooleanField(
+        default=False,
+        db_default=False,
+        help_text="Handed to a worker at least once: counts against max_pages and caps once.",
+    )
+    ladder_level = models.PositiveSmallIntegerField(
+        default=0,
+        db_default=0,
+        help_text="Its host's anti-bot ladder level when its last attempt ran (0: normal).",
+    )
+    not_before = models.DateTimeField(
+        default=timezone.now, help_text="Not released to workers before this time."
+    )
+    scheduled_at = models.DateTimeField(null=True, blank=True)
+    lease_until = models.DateTimeField(null=True, blank=True)
+    error_reason = models.CharField(max_length=40, blank=True, help_text="Outcome code.")
+    error_message = models.TextField(blank=True)
+    http_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    discovered_from = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["job", "url"], name="frontier_unique_job_url"),
+        ]
+        indexes = [
+            # The scheduler's next due URLs in (depth, id) order, and a job's pending counts:
+            # equality on (job, state), then the order itself, so the scan stops after a batch
+            # whatever the planner's statistics say (a growing crawl outruns autovacuum's
+            # ANALYZE). Pending URLs only: an ended URL leaves it (one index write less each),
+            # and a lookup of a job's URL by address, which names no state, can only take the
+            # unique (job, url) index, never a scan of the whole job through this one.
+            models.Index(
+                fields=["job", "state", "depth", "id"],
+                name="frontier_pending_order",
+                condition=Q(state__in=PENDING_STATES),
+            ),
+            models.Index(
+                fields=["lease_until"], name="frontier_leased", condition=Q(state="leased")
+            ),
+            models.Index(
+                fields=["scheduled_at"], name="frontier_scheduled", condition=Q(state="scheduled")
+            ),
+        ]
+        verbose_name = "frontier URL"
+
+    def __str__(self) -> str:
+        return self.url
+
+
+class Page(models.Model):
+    # No index of its own: page_job_fetched (job, fetched_at) serves a job's pages.
+    job = models.ForeignKey(
+        CrawlJob, on_delete=models.CASCADE, related_name="pages", db_index=False
+    )
+    url = models.OneToOneField(
+        FrontierURL,
+        on_delete=models.CASCADE,
+        related_name="page",
+        help_text="At most one page per frontier URL: enforced by the database.",
+    )
+    final_url = models.CharField(max_length=2048, help_text="After redirects.")
+    status = models.PositiveSmallIntegerField()
+    content_type = models.CharField(max_length=200, blank=True)
+    title = models.TextField(blank=True)
+    size = models.PositiveIntegerField(help_text="Decoded body bytes stored.")
+    truncated = models.BooleanField(default=False, help_text="Body cut at FETCH_MAX_BYTES.")
+    elapsed_ms = models.PositiveIntegerField()
+    fetched_at = models.DateTimeField()
+    content_hash = models.CharField(max_length=64, help_text="SHA-256 of the decoded body.")
+    data = models.JSONField(default=dict, blank=True, help_text="Extracted fields.")
+    body_key = models.CharField(
+        max_length=200,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="The raw body's name in the body store; empty: not stored.",
+    )
+    http = models.JSONField(
+        default=dict,
+        blank=True,
+        db_default={},
+        help_text="The exchange as sent and received: protocol, reason phrase, request and "
+        "response headers (name, value pairs in order).",
+    )
+    run = models.PositiveIntegerField(
+        default=1, db_default=1, help_text="The job's last run that fetched or confirmed it."
+    )
+    first_run = models.PositiveIntegerField(
+        default=1, db_default=1, help_text="The run that found it."
+    )
+    modified_run = models.PositiveIntegerField(
+        default=1, db_default=1, help_text="The run that last saw its content change."
+    )
+    checked_at = models.DateTimeField(
+        null=True, blank=True, help_text="When a run last confirmed it (200 or 304)."
+    )
+    channel = models.CharField(
+        max_length=40, blank=True, help_text="The release channel of the worker that fetched it."
+    )
+    worker_version = models.CharField(
+        max_length=40, blank=True, help_text="The version of the worker that fetched it."
+    )
+
+    class Meta:
+        indexes = [models.Index(fields=["job", "fetched_at"], name="page_job_fetched")]
+
+    def __str__(self) -> str:
+        return self.final_url
+
+
+class Checkpoint(models.Model):
+    job = models.ForeignKey(CrawlJob, on_delete=models.CASCADE, related_name="checkpoints")
+    version = models.PositiveIntegerField(help_text="Monotonic per job.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    reason = models.CharField(max_length=40, help_text="pause, shutdown, periodic, finish, ...")
+    counters = models.JSONField(default=dict)
+    frontier = models.JSONField(default=dict, help_text="URL count by state.")
+    sessions = models.JSONField(
+        default=dict, blank=True, help_text="The job's cookie jars, restored on resume."
+    )
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["job", "version"], name="checkpoint_unique_version"),
+        ]
+        ordering = ["-job_id", "-version"]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} v{self.version} ({self.reason})"
+
+
+class Review(models.Model):
+    """What a person needs to decide about a parked URL: why, and what the site answered."""
+
+    url = models.OneToOneField(FrontierURL, on_delete=models.CASCADE, related_name="review")
+    job = models.ForeignKey(CrawlJob, on_delete=models.CASCADE, related_name="reviews")
+    host = models.CharField(max_length=255)
+    reason = models.CharField(max_length=200, help_text="What the ban detector saw.")
+    level = models.PositiveSmallIntegerField(help_text="The ladder level it was parked at.")
+    status = models.PositiveSmallIntegerField(null=True, blank=True, help_text="Last HTTP status.")
+    headers = models.JSONField(default=dict, blank=True, help_text="Last response headers.")
+    body = models.TextField(blank=True, help_text="Last response body (first 256 KiB).")
+    screenshot = models.BinaryField(null=True, blank=True, help_text="PNG, when rendered.")
+    parked_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["job", "host"], name="review_job_host")]
+
+    def __str__(self) -> str:
+        return f"{self.url_id} ({self.reason})"
