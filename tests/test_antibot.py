@@ -20,7 +20,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 AGENTS = ["Mozilla/5.0 (X11; Linux x86_64) Firefox/140.0", "Mozilla/5.0 (Macintosh) Safari/19"]
 PASSWORD = "pr0xy-s3cret-8f2a"  # noqa: S105 (a test proxy's password; must appear in no log)
-SECRET_ENV = {"CRAWL_TEST_PROXY_PASSWORD": PASSWORD}
+SECRET_ENV = {"CRAWL_PROXY_TEST_PASSWORD": PASSWORD}
 SETTINGS = {"LADDER_BACKOFF_DELAY_S": 0.2, "PROXY_REST_S": 1.0}
 
 
@@ -69,7 +69,7 @@ def test_a_defended_site_is_crawled_through_rotating_identities(redis, tmp_path)
         ForwardProxy("127.0.0.3", kind="socks5") as socks,
         ForwardProxy("127.0.0.4") as plain,
     ):
-        pool = [authed.url("crawler:${CRAWL_TEST_PROXY_PASSWORD}"), socks.url(), plain.url()]
+        pool = [authed.url("crawler:${CRAWL_PROXY_TEST_PASSWORD}"), socks.url(), plain.url()]
         job, _ = crawl_to_end(
             site.url("/"), tmp_path, SECRET_ENV, timeout=150, max_depth=5,
             user_agents=AGENTS, proxies=pool, warmup_path="/", settings=SETTINGS,
@@ -93,7 +93,7 @@ def test_render_auto_finds_the_javascript_section(worker_env, tmp_path):
     ):
         proc = run_cli(
             {**worker_env, **SECRET_ENV}, site.url("/"), "--render", "auto",
-            "--proxy", authed.url("crawler:${CRAWL_TEST_PROXY_PASSWORD}"),
+            "--proxy", authed.url("crawler:${CRAWL_PROXY_TEST_PASSWORD}"),
             "--user-agent", AGENTS[0], "--warmup", "/", "--max-depth", "5",
             "--concurrency", "4", "--output", str(out), "--name", "render-auto",
         )  # fmt: skip

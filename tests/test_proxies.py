@@ -8,8 +8,9 @@ from types import SimpleNamespace
 import pytest
 
 from tasks.fetch import identity, proxies
+from tasks.rules import proxy_urls
 
-POOL = ["http://${P_USER}:${P_PASS}@127.0.0.1:3128", "socks5://127.0.0.1:1080",
+POOL = ["http://${CRAWL_PROXY_USER}:${CRAWL_PROXY_PASS}@127.0.0.1:3128", "socks5://127.0.0.1:1080",
         "http://127.0.0.1:8080"]  # fmt: skip
 AGENTS = ["A/1", "B/2"]
 
@@ -69,11 +70,11 @@ def test_a_host_moves_off_a_resting_proxy_and_rotation_happens_once(redis):
 
 
 def test_credentials_come_from_the_environment_and_are_not_in_labels(redis, monkeypatch):
-    monkeypatch.setenv("P_USER", "me")
-    monkeypatch.setenv("P_PASS", "hunter2")
-    assert proxies.expand(POOL[0]) == "http://me:hunter2@127.0.0.1:3128"
+    monkeypatch.setenv("CRAWL_PROXY_USER", "me")
+    monkeypatch.setenv("CRAWL_PROXY_PASS", "hunter2")
+    assert proxy_urls.expand(POOL[0]) == "http://me:hunter2@127.0.0.1:3128"
     label = proxies.label(POOL[0])
-    assert "hunter2" not in label and "P_PASS" not in label and "127.0.0.1:3128" in label
+    assert "hunter2" not in label and "CRAWL_PROXY_PASS" not in label and "127.0.0.1:3128" in label
 
 
 def test_no_pools_means_one_fixed_identity(redis):
@@ -89,13 +90,46 @@ def test_a_proxy_variable_missing_on_the_worker_fails_the_request_naming_it(redi
     from tasks.frontier import jobs, transitions
     from web.models import FrontierURL
 
-    monkeypatch.setenv("P_USER", "me")
-    monkeypatch.delenv("P_PASS", raising=False)
+    monkeypatch.setenv("CRAWL_PROXY_USER", "me")
+    monkeypatch.delenv("CRAWL_PROXY_PASS", raising=False)
     job = jobs.create_job(["http://127.0.0.1:9/a"], proxies=[POOL[0]], obey_robots=False)
     jobs.start(job)
     url = FrontierURL.objects.get(job=job)
     transitions.schedule([url.pk])
     assert engine.process(url.pk, job.pk) == "queued"  # retried: another worker may have it
     row = FrontierURL.objects.get(pk=url.pk)
-    assert row.error_reason == "proxy_error" and "needs ${P_PASS}" in row.error_message
+    assert row.error_reason == "proxy_error" and "needs ${CRAWL_PROXY_PASS}" in row.error_message
     assert "hunter2" not in row.error_message
+
+
+def test_a_proxy_may_read_only_the_operators_proxy_variables():
+    assert proxy_urls.problem("http://x:${CRAWL_PROXY_PASSWORD}@proxy:3128") == ""
+    for template in ("http://x:${SECRET_KEY}@proxy:3128", "http://${DATABASE_URL}:1"):
+        assert "a proxy may only read CRAWL_PROXY_* variables" in proxy_urls.problem(template)
+        with pytest.raises(proxy_urls.Unusable):  # a template stored before the rule held
+            proxy_urls.expand(template)
+
+
+@pytest.mark.django_db
+def test_a_job_naming_another_variable_is_refused_when_saved():
+    from web.models import CrawlJob
+
+    job = CrawlJob(seeds=["http://127.0.0.1:9/"], proxies=["http://x:${SECRET_KEY}@proxy:3128"])
+    assert "${SECRET_KEY}" in job.problems(seeds=False)["proxies"][0]
+
+
+@pytest.mark.parametrize(
+    "template", ["http://me:${CRAWL_PROXY_MARK}@127.0.0.1:9", "http://${CRAWL_PROXY_MARK}:9"]
+)
+def test_no_error_message_carries_an_expanded_proxy_credential(monkeypatch, template):
+    from tasks.fetch import fetching, outcomes
+    from tasks.rules import guard
+
+    marker = "marker-7f3a9.invalid"  # as a password, and as a host that does not resolve
+    monkeypatch.setenv("CRAWL_PROXY_MARK", marker)
+    limits = fetching.FetchLimits(1, 1, 2, 1 << 20, 3)
+    visitor = fetching.Visitor(proxy=proxy_urls.expand(template))
+    with pytest.raises(outcomes.CrawlOutcome) as failed:
+        fetching.fetch("http://127.0.0.1:9/page", user_agent="t", limits=limits,
+                       allow=guard.networks("127.0.0.0/8"), visitor=visitor)  # fmt: skip
+    assert marker not in str(failed.value)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from tasks.broker import client, script
 from tasks.defaults import setting
 from tasks.fetch import proxies
+from tasks.rules import proxy_urls
 
 _ROTATE = """
 local gen = tonumber(redis.call('HGET', KEYS[1], 'gen') or '0')
@@ -51,8 +52,8 @@ class Identity:
 
     @property
     def proxy(self) -> str | None:
-        """The proxy URL with its credentials (never log it): see ``proxies.expand``."""
-        return proxies.expand(self.proxy_template) if self.proxy_template else None
+        """The proxy URL with its credentials (never log it): ``tasks/rules/proxy_urls.py``."""
+        return proxy_urls.expand(self.proxy_template) if self.proxy_template else None
 
     @property
     def proxy_id(self) -> str:

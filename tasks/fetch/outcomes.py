@@ -58,6 +58,8 @@ import requests
 import socks
 import urllib3
 
+from tasks.rules import proxy_urls
+
 
 class CrawlOutcome(Exception):
     reason = "error"
@@ -156,7 +158,8 @@ def through_proxy(failure: CrawlOutcome, exc: Exception) -> CrawlOutcome:
         isinstance(e, socks.ProxyConnectionError) for e in chain
     )
     if proxy_side or failure.host_level:
-        return ProxyFailed(f"proxy unreachable: {failure}"[:500])
+        failure = ProxyFailed(f"proxy unreachable: {failure}")
+    failure.args = (proxy_urls.redact(str(failure))[:500],)  # no proxy credential in a message
     return failure
 
 

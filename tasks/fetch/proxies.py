@@ -2,10 +2,11 @@
 
 Reads ``PROXY_REST_S`` and ``PROXY_FAILURES``.
 
-A job's proxies are URL templates (``http://${PROXY_USER}:${PROXY_PASSWORD}@proxy1:3128``):
-``${VAR}`` is filled from the worker's environment when the proxy is used, so a password lives
-in a Secret, not in the job; logs and the admin show a proxy by its id (a hash of the template)
-and host, never its credentials. Per (job, proxy) Redis counts successes, bans, errors and a
+A job's proxies are URL templates (``http://${CRAWL_PROXY_USER}:${CRAWL_PROXY_PASSWORD}@
+proxy1:3128``): ``${CRAWL_PROXY_*}`` is filled from the worker's environment when the proxy is
+used (``tasks/rules/proxy_urls.py``; no other variable), so a password lives in a Secret, not in
+the job; logs and the admin show a proxy by its id (a hash of the template) and host, never
+its credentials. Per (job, proxy) Redis counts successes, bans, errors and a
 latency average; a proxy that was banned or could not be reached ``PROXY_FAILURES`` times in a
 row (on any host of the job: one CAPTCHA page among successes is the page's, not the proxy's)
 *rests* for ``PROXY_REST_S`` (doubling for each rest in a row) and gets no requests meanwhile.
@@ -14,14 +15,10 @@ row (on any host of the job: one CAPTCHA page among successes is the page's, not
 from __future__ import annotations
 
 import hashlib
-import os
-import re
 from urllib.parse import urlsplit
 
 from tasks.broker import client, script
 from tasks.defaults import setting
-
-_VAR = re.compile(r"\$\{(\w+)\}")
 
 _RECORD = """
 local t = redis.call('TIME')
@@ -48,11 +45,6 @@ return 1
 def proxy_id(template: str) -> str:
     """A short stable name for a proxy, safe to log."""
     return hashlib.sha1(template.encode(), usedforsecurity=False).hexdigest()[:10]
-
-
-def expand(template: str) -> str:
-    """The proxy URL with ``${VAR}`` filled from the environment (KeyError names a missing one)."""
-    return _VAR.sub(lambda m: os.environ[m.group(1)], template)
 
 
 def label(template: str) -> str:

@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 
 from tasks.defaults import setting
 from tasks.fetch import fetching, outcomes, transport
-from tasks.rules import guard
+from tasks.rules import guard, proxy_urls
 
 log = logging.getLogger(__name__)
 _local = threading.local()
@@ -137,7 +137,8 @@ def _render(url, user_agent, limits, allow, in_scope, visitor) -> fetching.Respo
                 raise outcomes.DeadlineExceeded(
                     f"not rendered after {limits.deadline:g} s"
                 ) from None
-            raise outcomes.ProtocolError(f"render failed: {str(exc)[:400]}") from None
+            why = proxy_urls.redact(str(exc))[:400]  # the proxy's credentials never in a message
+            raise outcomes.ProtocolError(f"render failed: {why}") from None
         if answer is None:
             raise outcomes.ProtocolError("render: no answer")
         if not in_scope(page.url):

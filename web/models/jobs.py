@@ -19,20 +19,10 @@ from django.db import models
 from django.utils import timezone
 
 from tasks import defaults
-from tasks.rules import channels, guard, schedules, selectors
+from tasks.rules import channels, guard, proxy_urls, schedules, selectors
 from tasks.rules.urls import seed_problem
 
 MAX_DEPTH_LIMIT = 32767  # depths are stored as small integers
-PROXY_SCHEMES = ("http", "https", "socks5", "socks5h")
-
-
-def _proxy_url_ok(url: str) -> bool:
-    """A proxy URL template the transport can use: a known scheme and a host."""
-    try:
-        parts = urlsplit(url)
-        return parts.scheme in PROXY_SCHEMES and bool(parts.hostname) and parts.port != 0
-    except ValueError:
-        return False
 
 
 class JobState(models.TextChoices):
@@ -257,10 +247,11 @@ class CrawlJob(models.Model):
             isinstance(u, str) and u.strip() and "\n" not in u for u in self.user_agents
         ):
             add("user_agents", "must be a list of one-line user agents")
-        if not isinstance(self.proxies, list) or not all(
-            isinstance(p, str) and _proxy_url_ok(p) for p in self.proxies
-        ):
-            add("proxies", f"must be a list of {', '.join(PROXY_SCHEMES)} URLs")
+        if not isinstance(self.proxies, list):
+            add("proxies", f"must be a list of {', '.join(proxy_urls.SCHEMES)} URLs")
+        else:
+            for problem in filter(None, map(proxy_urls.problem, self.proxies)):
+                add("proxies", problem)
         if not isinstance(self.headers, dict) or not all(
             isinstance(k, str) and isinstance(v, str) and "\n" not in k + v
             for k, v in self.headers.items()
