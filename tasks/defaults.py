@@ -50,6 +50,7 @@ RETRY_BACKOFF_MAX_S = 600.0  # cap on one wait, and on an honoured Retry-After, 
 
 # Scope
 MAX_URL_LENGTH = 2048  # longer URLs are not added to the frontier
+PATTERN_MAX_LENGTH = 1000  # a job's regexes (scope, path caps, extraction) are this long at most
 LINK_CACHE_SIZE = 20_000  # entries per link cache, per worker process and job (a few MB each)
 SEED_CHUNK = 50_000  # seed-file lines canonicalized and committed together (manage.py seed)
 

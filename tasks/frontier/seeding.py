@@ -20,7 +20,6 @@ import io
 import itertools
 import multiprocessing
 import os
-import re
 import sys
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -33,6 +32,7 @@ from django.utils import timezone
 
 from tasks.defaults import setting
 from tasks.frontier import transitions
+from tasks.rules import patterns
 from tasks.rules.urls import canonicalize, host_of
 from web.models import CrawlJob, FrontierURL, URLState
 
@@ -50,13 +50,13 @@ class SeedReport:
         self.rejected[reason] = self.rejected.get(reason, 0) + n
 
 
-_exclude: tuple[re.Pattern, ...] = ()
+_exclude = patterns.Patterns(())
 _max_length = 0
 
 
 def _init_worker(exclude: list[str], max_length: int) -> None:
     global _exclude, _max_length
-    _exclude = tuple(re.compile(p) for p in exclude)
+    _exclude = patterns.compiled(tuple(exclude))
     _max_length = max_length
 
 
@@ -70,7 +70,7 @@ def _canonicalize_chunk(lines: list[str]) -> tuple[_Chunk, dict[str, int]]:
             why = "not_http_url"
         elif len(url) > _max_length:
             why = "too_long"
-        elif any(p.search(url) for p in _exclude):
+        elif _exclude.any(url):
             why = "excluded"
         else:
             out.append((url, host_of(url)))

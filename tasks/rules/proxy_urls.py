@@ -28,7 +28,7 @@ class Unusable(ValueError):
 def problem(template: object) -> str:
     """Why ``template`` cannot be a proxy ("" if it can)."""
     if not isinstance(template, str):
-        return f"{template!r} is not a proxy URL"
+        return f"must be a list of {', '.join(SCHEMES)} URLs ({template!r} is not)"
     refused = sorted({v for v in _VAR.findall(template) if not v.startswith(PREFIX)})
     if refused:
         names = ", ".join("${" + v + "}" for v in refused)
@@ -38,7 +38,7 @@ def problem(template: object) -> str:
         usable = parts.scheme in SCHEMES and bool(parts.hostname) and parts.port != 0
     except ValueError:
         usable = False
-    return "" if usable else f"must be a {', '.join(SCHEMES)} URL"
+    return "" if usable else f"must be a list of {', '.join(SCHEMES)} URLs ({template!r} is not)"
 
 
 def expand(template: str) -> str:

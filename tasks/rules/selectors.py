@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from tasks.rules import patterns
+
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,99}$")
 # A trailing "[]" (every match) and "@attr", in either order: "[]" is never CSS by itself.
 _SUFFIX = re.compile(
@@ -102,11 +104,8 @@ def problems(rules: Any) -> list[str]:
         pattern = rule.get("pattern", "")
         if not isinstance(pattern, str):
             found.append(f"{name!r}: the pattern must be a string")
-        elif pattern:
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                found.append(f"{name!r}: {pattern!r} is not a valid regular expression: {exc}")
+        elif pattern and (problem := patterns.problem(pattern)):
+            found.append(f"{name!r}: {problem}")
     return found
 
 
@@ -116,4 +115,4 @@ def rules_of(raw: list[dict[str, Any]]) -> list[Rule]:
 
 def applies(rules: list[Rule], url: str) -> list[Rule]:
     """The rules whose pattern (if any) the URL matches."""
-    return [r for r in rules if not r.pattern or re.search(r.pattern, url)]
+    return [r for r in rules if not r.pattern or patterns.search(r.pattern, url)]

@@ -8,7 +8,6 @@ server could be asked for (a host longer than DNS allows, an impossible port).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -16,6 +15,7 @@ from urllib.parse import urlsplit, urlunsplit
 from w3lib.url import canonicalize_url
 
 from tasks.defaults import setting
+from tasks.rules import patterns
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 MAX_HOST_LENGTH = 255  # host[:port] as stored in the frontier (DNS names stop at 253)
@@ -64,8 +64,8 @@ class Scope:
 
     domains: tuple[str, ...]
     subdomains: bool
-    include: tuple[re.Pattern, ...]
-    exclude: tuple[re.Pattern, ...]
+    include: patterns.Patterns
+    exclude: patterns.Patterns
     max_depth: int
     max_length: int
 
@@ -75,8 +75,8 @@ class Scope:
         return cls(
             domains=tuple(d.lower().lstrip(".") for d in domains if d),
             subdomains=getattr(job, "include_subdomains", True),
-            include=tuple(re.compile(p) for p in job.include_patterns),
-            exclude=tuple(re.compile(p) for p in job.exclude_patterns),
+            include=patterns.compiled(tuple(job.include_patterns)),
+            exclude=patterns.compiled(tuple(job.exclude_patterns)),
             max_depth=job.max_depth,
             max_length=setting("MAX_URL_LENGTH", job),
         )
@@ -102,6 +102,6 @@ class Scope:
         hostname = urlsplit(url).hostname or ""
         if not self.allows_host(hostname):
             return False
-        if self.include and not any(p.search(url) for p in self.include):
+        if self.include and not self.include.any(url):
             return False
-        return not any(p.search(url) for p in self.exclude)
+        return not self.exclude.any(url)

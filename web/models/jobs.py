@@ -8,7 +8,6 @@ refuse a configuration the crawl could not apply, with a message naming the fiel
 
 from __future__ import annotations
 
-import re
 import secrets
 from urllib.parse import urlsplit
 
@@ -19,7 +18,7 @@ from django.db import models
 from django.utils import timezone
 
 from tasks import defaults
-from tasks.rules import channels, guard, proxy_urls, schedules, selectors
+from tasks.rules import channels, guard, patterns, proxy_urls, schedules, selectors
 from tasks.rules.urls import seed_problem
 
 MAX_DEPTH_LIMIT = 32767  # depths are stored as small integers
@@ -226,14 +225,14 @@ class CrawlJob(models.Model):
                 add(name, "must be a list of strings")
         for name in ("include_patterns", "exclude_patterns"):
             for pattern in getattr(self, name) if isinstance(getattr(self, name), list) else []:
-                if problem := _regex_problem(pattern):
+                if problem := patterns.problem(pattern):
                     add(name, problem)
         caps = self.path_caps
         if not isinstance(caps, dict):
             add("path_caps", 'must be an object of REGEX: count, e.g. {"/calendar/": 50}')
         else:
             for pattern, limit in caps.items():
-                if problem := _regex_problem(pattern):
+                if problem := patterns.problem(pattern):
                     add("path_caps", problem)
                 if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
                     add("path_caps", f"{pattern!r}: {limit!r} is not a whole number >= 0")
@@ -307,11 +306,3 @@ def webhook_problem(url: str) -> str:
     return "" if ok else f"{url!r} is not an http(s) URL"
 
 
-def _regex_problem(pattern) -> str:
-    if not isinstance(pattern, str):
-        return f"{pattern!r} is not a string"
-    try:
-        re.compile(pattern)
-    except re.error as exc:
-        return f"{pattern!r} is not a valid regular expression: {exc}"
-    return ""
