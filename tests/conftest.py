@@ -14,8 +14,7 @@ from django.db import connection
 
 from crawlplatform.embedded import EmbeddedRedis
 from tasks import broker, defaults, engine
-from tasks.frontier import channels, jobs, transitions
-from tasks.frontier import scheduler as scheduling
+from tasks.frontier import channels, jobs, pacing, transitions
 from tasks.frontier.scheduler import Scheduler
 from tasks.worker.supervisor import WorkerPool
 from tests.budgets import FAST, LOCAL
@@ -38,9 +37,9 @@ def _forget_job_caches():
     nor live settings, nor an earlier test's channel weights, nor the scheduler's view of a
     job's pace."""
     transitions._jobs.clear()
-    scheduling._flow, scheduling._pace = scheduling._Flow(), scheduling._Pace()
-    scheduling._due.clear()
-    scheduling._slots_read[:] = [-scheduling.SLOTS_CACHE_S, 0, 0]
+    pacing.flow, pacing.pace = pacing.Flow(), pacing.Pace()
+    pacing.due.clear()
+    pacing.slots_read[:] = [-pacing.SLOTS_CACHE_S, 0, 0]
     engine._caches.clear()
     defaults.live = {}  # live settings of an earlier test's database
     channels.forget()

@@ -1,0 +1,82 @@
+"""Reconcile and sweep: the books the scheduler keeps besides releasing.
+
+Every ``SWEEP_INTERVAL_S`` the scheduler (and Celery beat, ``tasks.tasks.maintain``) returns
+expired leases to the queue, sends pending webhook notifications again, and re-publishes
+scheduled URLs whose messages are gone (Redis flushed) or stuck (reserved by a worker that
+died) once they have waited ``SCHEDULED_STALE_S``.
+
+Reads ``SCHEDULED_STALE_S``.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from django.conf import settings
+from django.utils import timezone
+
+from tasks import broker
+from tasks.defaults import setting
+from tasks.dispatch import Message, publish
+from tasks.frontier import channels, transitions, webhooks
+from web.models import FrontierURL, URLState
+
+log = logging.getLogger(__name__)
+
+
+def reconcile() -> int:
+    """Re-publish scheduled URLs whose messages are gone or stuck; returns how many.
+
+    Every SCHEDULED row is in a message (one message may carry several). When the broker's
+    ready messages carry fewer URLs than there are scheduled rows, some messages are lost
+    (Redis flushed) or reserved by a worker that died (they come back only after the
+    visibility timeout); the oldest rows not in a ready message that have waited
+    ``SCHEDULED_STALE_S`` are published again. On Redis the ready messages are read in place;
+    RabbitMQ only counts them (and not the reserved ones), so there the rows that waited that
+    long are published again, up to the difference. A duplicate message is harmless (the claim
+    is a compare-and-set), and a flushed broker holds no reserved ones at all, so after a flush
+    every scheduled row is published again at once.
+    """
+    scheduled = FrontierURL.objects.filter(state=URLState.SCHEDULED)
+    expected = scheduled.count()
+    if not expected:
+        return 0
+    held = broker.depth()  # unacked: every queue's
+    queues = [*channels.queues(), settings.RENDER_QUEUE]
+    waiting = channels.waiting(queues)  # URLs of the ready messages; None: cannot be read
+    if waiting is None:
+        missing = expected - sum(broker.depth(q)["ready"] for q in queues)
+    else:
+        missing = expected - len(waiting & set(scheduled.values_list("id", flat=True)))
+    if missing <= 0:
+        return 0
+    if held["unacked"] != 0:  # some may be reserved by workers: only those that waited too long
+        stale = timezone.now() - timezone.timedelta(seconds=setting("SCHEDULED_STALE_S"))
+        scheduled = scheduled.filter(scheduled_at__lt=stale)
+    rows = [
+        row for row in scheduled.order_by("scheduled_at").values_list(
+            "id", "job_id", "depth", "error_reason", "host", "job__channel"
+        )[: missing + len(waiting or ())]
+        if not waiting or row[0] not in waiting
+    ][:missing]  # fmt: skip
+    if not rows:
+        return 0
+    FrontierURL.objects.filter(pk__in=[r[0] for r in rows]).update(scheduled_at=timezone.now())
+    split = channels.weights(cached=False)
+    messages = [Message([r[0]], r[1], r[2], channels.route(r[5], r[4], split)) for r in rows]
+    publish([m for m, r in zip(messages, rows, strict=True) if r[3] != transitions.RENDER_QUEUED])
+    publish([m for m, r in zip(messages, rows, strict=True) if r[3] == transitions.RENDER_QUEUED],
+            render=True)  # fmt: skip
+    log.warning("reconcile: re-published %d scheduled URLs whose messages were lost or stuck",
+                len(rows))  # fmt: skip
+    return len(rows)
+
+
+def sweep() -> int:
+    """Expired leases back to the queue, lost messages published again (also run by beat)."""
+    swept = transitions.reclaim_expired()
+    if swept:
+        log.warning("sweep: %d expired leases returned to the queue (or failed)", swept)
+    if resent := webhooks.resend_pending():
+        log.warning("sweep: %d webhook notifications sent again", resent)
+    return swept + reconcile()
