@@ -11,6 +11,7 @@ Reads ``SCHEDULED_STALE_S``.
 from __future__ import annotations
 
 import logging
+from typing import NamedTuple
 
 from django.conf import settings
 from django.utils import timezone
@@ -22,6 +23,17 @@ from tasks.frontier import channels, transitions, webhooks
 from web.models import FrontierURL, URLState
 
 log = logging.getLogger(__name__)
+
+
+class Stale(NamedTuple):
+    """A scheduled URL as reconcile reads it, to publish its message again."""
+
+    id: int
+    job_id: int
+    depth: int
+    error_reason: str  # ``render_queued``: a worker handed it to the render queue
+    host: str
+    channel: str  # its job's channel: which channel queue the message goes to
 
 
 def reconcile() -> int:
@@ -53,20 +65,20 @@ def reconcile() -> int:
     if held["unacked"] != 0:  # some may be reserved by workers: only those that waited too long
         stale = timezone.now() - timezone.timedelta(seconds=setting("SCHEDULED_STALE_S"))
         scheduled = scheduled.filter(scheduled_at__lt=stale)
-    rows = [
-        row for row in scheduled.order_by("scheduled_at").values_list(
-            "id", "job_id", "depth", "error_reason", "host", "job__channel"
-        )[: missing + len(waiting or ())]
-        if not waiting or row[0] not in waiting
-    ][:missing]  # fmt: skip
+    found = scheduled.order_by("scheduled_at").values_list(
+        "id", "job_id", "depth", "error_reason", "host", "job__channel"
+    )[: missing + len(waiting or ())]
+    rows = [r for r in map(Stale._make, found) if not waiting or r.id not in waiting][:missing]
     if not rows:
         return 0
-    FrontierURL.objects.filter(pk__in=[r[0] for r in rows]).update(scheduled_at=timezone.now())
+    FrontierURL.objects.filter(pk__in=[r.id for r in rows]).update(scheduled_at=timezone.now())
     split = channels.weights(cached=False)
-    messages = [Message([r[0]], r[1], r[2], channels.route(r[5], r[4], split)) for r in rows]
-    publish([m for m, r in zip(messages, rows, strict=True) if r[3] != transitions.RENDER_QUEUED])
-    publish([m for m, r in zip(messages, rows, strict=True) if r[3] == transitions.RENDER_QUEUED],
-            render=True)  # fmt: skip
+    messages = [
+        Message([r.id], r.job_id, r.depth, channels.route(r.channel, r.host, split)) for r in rows
+    ]
+    pairs = list(zip(messages, rows, strict=True))
+    publish([m for m, r in pairs if r.error_reason != transitions.RENDER_QUEUED])
+    publish([m for m, r in pairs if r.error_reason == transitions.RENDER_QUEUED], render=True)
     log.warning("reconcile: re-published %d scheduled URLs whose messages were lost or stuck",
                 len(rows))  # fmt: skip
     return len(rows)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+from typing import NamedTuple
 
 from django.db import connection, transaction
 from django.db.models import F
@@ -44,10 +45,18 @@ def priority(depth: int, job_priority: int) -> int:
     return max(0, min(9, depth - job_priority))
 
 
-Row = tuple[int, int, str, bool, str, str]  # id, depth, host, released before, url, last reason
+class Candidate(NamedTuple):
+    """A due URL as a release reads it."""
+
+    id: int
+    depth: int
+    host: str
+    released: bool  # released before: a retry, not a first release (caps and max_pages)
+    url: str
+    error_reason: str  # its last attempt's reason (``lease_expired``: its worker was lost)
 
 
-def _candidates(job: CrawlJob, limit: int, blocked: list[str]) -> list[Row]:
+def _candidates(job: CrawlJob, limit: int, blocked: list[str]) -> list[Candidate]:
     qs = FrontierURL.objects.filter(
         job_id=job.pk, state=URLState.QUEUED, not_before__lte=timezone.now()
     )
@@ -56,7 +65,8 @@ def _candidates(job: CrawlJob, limit: int, blocked: list[str]) -> list[Row]:
     qs = qs.order_by("depth", "id")
     if connection.features.has_select_for_update_skip_locked:
         qs = qs.select_for_update(skip_locked=True)
-    return list(qs.values_list("id", "depth", "host", "released", "url", "error_reason")[:limit])
+    found = qs.values_list("id", "depth", "host", "released", "url", "error_reason")
+    return [Candidate._make(row) for row in found[:limit]]
 
 
 class _Caps:
@@ -112,7 +122,7 @@ def _max_pages_left(job: CrawlJob) -> int | None:
     return left
 
 
-def _fail_open_hosts(job: CrawlJob, by_host: dict[str, list[Row]]) -> None:
+def _fail_open_hosts(job: CrawlJob, by_host: dict[str, list[Candidate]]) -> None:
     for host, reason in circuit.open_hosts(job.pk, list(by_host)).items():
         unreachable = outcomes.HostUnreachable(f"{reason or 'unreachable'} (circuit open)")
         failed = transitions.fail_host(job.pk, host, unreachable)
@@ -125,7 +135,7 @@ AT_ONCE_S = 0.01  # a message may reach a URL this long before its host's slot o
 
 
 def _messages(
-    job: CrawlJob, chosen: list[Row], opens: dict[int, float], size: int, per_url: float
+    job: CrawlJob, chosen: list[Candidate], opens: dict[int, float], size: int, per_url: float
 ) -> list[Message]:
     """The release's messages: URLs of one channel queue and priority share a message when
     the slot that takes it reaches each of them no sooner than its host's slot opens.
@@ -139,18 +149,18 @@ def _messages(
     split = channels.weights()
     packing: dict[tuple[int, str], list[list]] = {}  # key -> [[reached at, url ids], ...]
     alone: list[Message] = []
-    for row in sorted(chosen, key=lambda r: opens[r[0]]):
-        key = (priority(row[1], job.priority), channels.route(job.channel, row[2], split))
-        if row[5] == transitions.LEASE_EXPIRED:
-            alone.append(Message([row[0]], job.pk, *key))
+    for row in sorted(chosen, key=lambda r: opens[r.id]):
+        key = (priority(row.depth, job.priority), channels.route(job.channel, row.host, split))
+        if row.error_reason == transitions.LEASE_EXPIRED:
+            alone.append(Message([row.id], job.pk, *key))
             continue
-        at = opens[row[0]]
+        at = opens[row.id]
         filling = packing.setdefault(key, [])
         message = next((m for m in filling if len(m[1]) < size and m[0] + AT_ONCE_S >= at), None)
         if message is None:
             message = [at, []]
             filling.append(message)
-        message[1].append(row[0])
+        message[1].append(row.id)
         message[0] = max(message[0], at) + per_url
     packed = [Message(ids, job.pk, *key) for key, found in packing.items() for _, ids in found]
     return alone + packed
@@ -193,14 +203,14 @@ def release(job: CrawlJob, epoch: int | None = None) -> tuple[int, float | None]
         if not selection.chosen:
             return 0, pacing.hint(job, now, horizon, held_back=selection.held_back)
         chosen = selection.chosen
-        first = [r for r in chosen if not r[3]]
+        first = [r for r in chosen if not r.released]
         if first:
             CrawlJob.objects.filter(pk=job.pk).update(released=F("released") + len(first))
             job.released += len(first)
         messages = _messages(job, chosen, selection.opens, size, per_url)
         transaction.on_commit(lambda: publish(messages))
     pacing.flow.released(job.pk, outstanding + len(chosen), now)
-    selection.caps.save([(r[2], r[4]) for r in first])
+    selection.caps.save([(r.host, r.url) for r in first])
     more = selection.full and budget == batch  # cut by the batch, not by the ready target
     return len(chosen), pacing.hint(job, now, horizon, more=more, held_back=selection.held_back)
 
@@ -212,7 +222,7 @@ class _Selection:
         self.job, self.budget, self.now, self.horizon = job, budget, now, horizon
         self.caps = _Caps(job)
         self.left: int | None = None
-        self.chosen: list[Row] = []
+        self.chosen: list[Candidate] = []
         self.excluded = set(pacing.pace.blocked(job.pk, now, horizon))  # hosts not to look at again
         self.taken: dict[str, int] = {}
         self.opens: dict[int, float] = {}  # chosen URL -> seconds until its host's slot
@@ -222,14 +232,14 @@ class _Selection:
     def full(self) -> bool:
         return len(self.chosen) >= self.budget
 
-    def look(self, rows: list[Row]) -> None:
+    def look(self, rows: list[Candidate]) -> None:
         """Choose among ``rows`` round-robin by host; schedule the chosen ones."""
         job, before = self.job, len(self.chosen)
-        by_host: dict[str, list[Row]] = {}
+        by_host: dict[str, list[Candidate]] = {}
         for row in rows:
-            by_host.setdefault(row[2], []).append(row)
+            by_host.setdefault(row.host, []).append(row)
         _fail_open_hosts(job, by_host)
-        self.excluded.update(h for h in {r[2] for r in rows} if h not in by_host)
+        self.excluded.update(h for h in {r.host for r in rows} if h not in by_host)
         delays = politeness.host_delays(job.pk, list(by_host), job.delay, job)
         self.caps.load(set(by_host))
         capped: dict[str, list[int]] = {}
@@ -244,15 +254,15 @@ class _Selection:
                     self.excluded.add(host)
                     self.held_back = True  # due, but the host's in-flight places are taken
                     continue
-                first = not row[3]
+                first = not row.released
                 if self.left is not None and first:
                     if self.left <= 0:
                         continue  # max_pages reached: skipped above, or on the next pass
                     self.left -= 1
                 if self.caps.active and first:
-                    reason = self.caps.admit(host, row[4])
+                    reason = self.caps.admit(host, row.url)
                     if reason:
-                        capped.setdefault(reason, []).append(row[0])
+                        capped.setdefault(reason, []).append(row.id)
                         continue
                 delay, wait = delays[host]
                 opens_in = pacing.pace.take(job.pk, host, delay, wait, self.now, self.horizon)
@@ -260,11 +270,11 @@ class _Selection:
                     by_host.pop(host, None)
                     self.excluded.add(host)
                     continue
-                self.opens[row[0]] = opens_in
+                self.opens[row.id] = opens_in
                 self.taken[host] = self.taken.get(host, 0) + 1
                 self.chosen.append(row)
                 if self.full:
                     break
         for reason, ids in capped.items():
             transitions.skip(FrontierURL.objects.filter(pk__in=ids), reason)
-        transitions.schedule([r[0] for r in self.chosen[before:]])
+        transitions.schedule([r.id for r in self.chosen[before:]])
