@@ -59,9 +59,6 @@ class Pace:
         self.released_until = {k: t for k, t in self.released_until.items() if t > now}
 
 
-pace = Pace()
-
-
 class Flow:
     """How fast each job's workers take its messages: sets how many may wait in the broker."""
 
@@ -111,91 +108,101 @@ class Flow:
         return outstanding / rate if rate > 0.1 and outstanding else None
 
 
-flow = Flow()
-
-due: dict[int, tuple[float, float | None]] = {}  # job -> (when read, seconds to its next due)
 DUE_CACHE_S = 1.0  # the next due time is read at most this often per job (a wake-up rereads)
-
-
-def _next_due(job: CrawlJob) -> float | None:
-    """Seconds until the job's next waiting URL is due (None: none waits)."""
-    now = time.monotonic()
-    cached = due.get(job.pk)
-    if cached is not None and now - cached[0] < DUE_CACHE_S:
-        return None if cached[1] is None else max(0.0, cached[1] - (now - cached[0]))
-    at = timezone.now()
-    waiting = FrontierURL.objects.filter(job_id=job.pk, state=URLState.QUEUED, not_before__gt=at)
-    first = waiting.aggregate(t=Min("not_before"))["t"]
-    seconds = None if first is None else (first - at).total_seconds()
-    due[job.pk] = (now, seconds)
-    return seconds
-
-
-def hint(
-    job: CrawlJob, now: float, horizon: float, *, more: bool = False, held_back: bool = False
-) -> float | None:
-    """Seconds until the job may have something to release; None: not before new work.
-
-    ``more``: ``SCHEDULER_BATCH`` cut the pass with URLs still due; ``held_back``: due URLs
-    wait for a free in-flight place of their host (freed by a finishing page, which does not
-    wake us)."""
-    if more:
-        return 0.0
-    hints = [t for t in (pace.next_opening(job.pk, now, horizon), _next_due(job)) if t is not None]
-    if held_back:
-        hints.append(setting("SCHEDULER_TICK_S"))
-    refill = refill_in(job.pk)
-    if refill is not None:
-        hints.append(refill)
-    return min(hints, default=None)
-
-
-def refill_in(job_id: int) -> float | None:
-    """Seconds until the job's ready messages are worth topping up (None: it has none): half
-    the time they last at its measured rate, and no more than two ticks, since the measured
-    rate lags behind a crawl that speeds up (its first seconds) and the broker would run dry
-    meanwhile; a tick while no rate is measured yet (its first pass)."""
-    if not flow.last.get(job_id, (0.0, 0))[1]:
-        return None
-    tick = setting("SCHEDULER_TICK_S")
-    drain = flow.drains_in(job_id)
-    return tick if drain is None else min(drain / 2, 2 * tick)
-
-
 SLOTS_CACHE_S = 2.0  # the workers' slots are read from their registry at most this often ...
 NO_SLOTS_CACHE_S = 0.25  # ... or this often while none is registered or their count moves
-slots_read: list[float] = [-SLOTS_CACHE_S, 0, 0]  # when, how many, how many the read before
 
 
-def worker_slots() -> int:
-    """Pages the online crawl workers work on at once (their registry, ``heartbeat.py``).
+class Pacing:
+    """What a scheduler remembers between its passes: its hosts' pace, its jobs' flow, when
+    their next URLs are due and the workers' slots. Each :class:`Scheduler` owns one."""
 
-    Workers started together register one after another: while the count moves it is read
-    again soon, so that a crawl's first seconds are not sized for the first worker alone."""
-    now = time.monotonic()
-    when, count, before = slots_read
-    settled = count and count == before
-    if now - when >= (SLOTS_CACHE_S if settled else NO_SLOTS_CACHE_S):
-        wall, render = time.time(), {settings.RENDER_QUEUE}
-        crawling = [
-            w
-            for w in registry.workers()
-            if registry.online(w, wall) and set(str(w["queues"]).split(",")) - render
-        ]
-        slots_read[:] = [now, sum(int(w["slots"]) for w in crawling), count]
-    return int(slots_read[1])
+    def __init__(self) -> None:
+        self.pace = Pace()
+        self.flow = Flow()
+        self.due: dict[int, tuple[float, float | None]] = {}  # job -> (when read, s to next due)
+        self.slots_read: list[float] = [-SLOTS_CACHE_S, 0, 0]  # when, how many, the read before
 
+    def next_due(self, job: CrawlJob) -> float | None:
+        """Seconds until the job's next waiting URL is due (None: none waits)."""
+        now = time.monotonic()
+        cached = self.due.get(job.pk)
+        if cached is not None and now - cached[0] < DUE_CACHE_S:
+            return None if cached[1] is None else max(0.0, cached[1] - (now - cached[0]))
+        at = timezone.now()
+        waiting = FrontierURL.objects.filter(
+            job_id=job.pk, state=URLState.QUEUED, not_before__gt=at
+        )
+        first = waiting.aggregate(t=Min("not_before"))["t"]
+        seconds = None if first is None else (first - at).total_seconds()
+        self.due[job.pk] = (now, seconds)
+        return seconds
 
-def pace_per_slot(job: CrawlJob) -> tuple[int, float]:
-    """URLs per message for the job now, and the seconds one URL takes in a worker slot.
+    def hint(
+        self,
+        job: CrawlJob,
+        now: float,
+        horizon: float,
+        *,
+        more: bool = False,
+        held_back: bool = False,
+    ) -> float | None:
+        """Seconds until the job may have something to release; None: not before new work.
 
-    A message holds a slot for about ``DISPATCH_BATCH_S`` at the rate the job's URLs are
-    taken (1 to ``DISPATCH_BATCH`` URLs): fast pages share messages, and so their per-message
-    cost; slow pages, or a job whose pace is not known yet, go one by one, so that no URL
-    waits in a slot behind another's slow fetch."""
-    most, slots = setting("DISPATCH_BATCH", job), worker_slots()
-    rate = flow.rate.get(job.pk, 0.0)
-    if most <= 1 or slots <= 0 or rate <= 0:
-        return 1, 0.0
-    per_url = slots / rate
-    return max(1, min(most, int(setting("DISPATCH_BATCH_S", job) / per_url))), per_url
+        ``more``: ``SCHEDULER_BATCH`` cut the pass with URLs still due; ``held_back``: due
+        URLs wait for a free in-flight place of their host (freed by a finishing page, which
+        does not wake us)."""
+        if more:
+            return 0.0
+        opening = self.pace.next_opening(job.pk, now, horizon)
+        hints = [t for t in (opening, self.next_due(job)) if t is not None]
+        if held_back:
+            hints.append(setting("SCHEDULER_TICK_S"))
+        refill = self.refill_in(job.pk)
+        if refill is not None:
+            hints.append(refill)
+        return min(hints, default=None)
+
+    def refill_in(self, job_id: int) -> float | None:
+        """Seconds until the job's ready messages are worth topping up (None: it has none):
+        half the time they last at its measured rate, and no more than two ticks, since the
+        measured rate lags behind a crawl that speeds up (its first seconds) and the broker
+        would run dry meanwhile; a tick while no rate is measured yet (its first pass)."""
+        if not self.flow.last.get(job_id, (0.0, 0))[1]:
+            return None
+        tick = setting("SCHEDULER_TICK_S")
+        drain = self.flow.drains_in(job_id)
+        return tick if drain is None else min(drain / 2, 2 * tick)
+
+    def worker_slots(self) -> int:
+        """Pages the online crawl workers work on at once (their registry, ``heartbeat.py``).
+
+        Workers started together register one after another: while the count moves it is
+        read again soon, so that a crawl's first seconds are not sized for the first worker
+        alone."""
+        now = time.monotonic()
+        when, count, before = self.slots_read
+        settled = count and count == before
+        if now - when >= (SLOTS_CACHE_S if settled else NO_SLOTS_CACHE_S):
+            wall, render = time.time(), {settings.RENDER_QUEUE}
+            crawling = [
+                w
+                for w in registry.workers()
+                if registry.online(w, wall) and set(str(w["queues"]).split(",")) - render
+            ]
+            self.slots_read[:] = [now, sum(int(w["slots"]) for w in crawling), count]
+        return int(self.slots_read[1])
+
+    def pace_per_slot(self, job: CrawlJob) -> tuple[int, float]:
+        """URLs per message for the job now, and the seconds one URL takes in a worker slot.
+
+        A message holds a slot for about ``DISPATCH_BATCH_S`` at the rate the job's URLs are
+        taken (1 to ``DISPATCH_BATCH`` URLs): fast pages share messages, and so their
+        per-message cost; slow pages, or a job whose pace is not known yet, go one by one, so
+        that no URL waits in a slot behind another's slow fetch."""
+        most, slots = setting("DISPATCH_BATCH", job), self.worker_slots()
+        rate = self.flow.rate.get(job.pk, 0.0)
+        if most <= 1 or slots <= 0 or rate <= 0:
+            return 1, 0.0
+        per_url = slots / rate
+        return max(1, min(most, int(setting("DISPATCH_BATCH_S", job) / per_url))), per_url

@@ -34,7 +34,8 @@ from tasks import broker
 from tasks.defaults import setting
 from tasks.dispatch import Message, publish
 from tasks.fetch import circuit, outcomes, politeness
-from tasks.frontier import channels, leadership, pacing, transitions
+from tasks.frontier import channels, leadership, transitions
+from tasks.frontier.pacing import Pace, Pacing
 from web.models import CrawlJob, FrontierURL, URLState
 
 log = logging.getLogger(__name__)
@@ -166,14 +167,16 @@ def _messages(
     return alone + packed
 
 
-def release(job: CrawlJob, epoch: int | None = None) -> tuple[int, float | None]:
+def release(job: CrawlJob, pacing: Pacing, epoch: int | None = None) -> tuple[int, float | None]:
     """Move due URLs of ``job`` to SCHEDULED, host-fair and paced, and publish them.
 
     Hosts take turns (round-robin over the shallowest due URLs), a polite host gets no more
     URLs than it can be sent within ``SCHEDULER_HORIZON_S``, and hosts that are paced out are
     left out of the query so that they cannot crowd the others out (if a look at the due URLs
-    ends with every host in it paced out, the pass looks again past them). Returns how many,
-    and in how many seconds the job may have more to release (None: not before new work).
+    ends with every host in it paced out, the pass looks again past them). ``pacing`` is the
+    calling scheduler's memory of its passes; ``epoch`` its fencing epoch (None: unfenced).
+    Returns how many, and in how many seconds the job may have more to release (None: not
+    before new work).
     """
     outstanding = transitions.count_scheduled(job.pk)
     now, horizon = time.monotonic(), setting("SCHEDULER_HORIZON_S", job)
@@ -185,7 +188,7 @@ def release(job: CrawlJob, epoch: int | None = None) -> tuple[int, float | None]
     if budget <= 0:
         refill = pacing.refill_in(job.pk)
         return 0, setting("SCHEDULER_TICK_S") if refill is None else refill
-    selection = _Selection(job, budget, now, horizon)
+    selection = _Selection(job, budget, now, horizon, pacing.pace)
     # Pacing and caps turn some candidates down: look further ahead when they may apply.
     window = (
         budget * 4 if job.delay > 0 or job.host_concurrency or selection.caps.active else budget
@@ -218,12 +221,12 @@ def release(job: CrawlJob, epoch: int | None = None) -> tuple[int, float | None]
 class _Selection:
     """The URLs one release picks, look after look at the due URLs (inside its transaction)."""
 
-    def __init__(self, job: CrawlJob, budget: int, now: float, horizon: float) -> None:
-        self.job, self.budget, self.now, self.horizon = job, budget, now, horizon
+    def __init__(self, job: CrawlJob, budget: int, now: float, horizon: float, pace: Pace) -> None:
+        self.job, self.budget, self.now, self.horizon, self.pace = job, budget, now, horizon, pace
         self.caps = _Caps(job)
         self.left: int | None = None
         self.chosen: list[Candidate] = []
-        self.excluded = set(pacing.pace.blocked(job.pk, now, horizon))  # hosts not to look at again
+        self.excluded = set(pace.blocked(job.pk, now, horizon))  # hosts not to look at again
         self.taken: dict[str, int] = {}
         self.opens: dict[int, float] = {}  # chosen URL -> seconds until its host's slot
         self.held_back = False  # due URLs wait for a free in-flight place of their host
@@ -265,7 +268,7 @@ class _Selection:
                         capped.setdefault(reason, []).append(row.id)
                         continue
                 delay, wait = delays[host]
-                opens_in = pacing.pace.take(job.pk, host, delay, wait, self.now, self.horizon)
+                opens_in = self.pace.take(job.pk, host, delay, wait, self.now, self.horizon)
                 if opens_in is None:
                     by_host.pop(host, None)
                     self.excluded.add(host)

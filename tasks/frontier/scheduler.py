@@ -36,8 +36,9 @@ from redis.exceptions import RedisError
 
 from tasks import live
 from tasks.defaults import setting
-from tasks.frontier import canary, jobs, leadership, pacing, wakeup
+from tasks.frontier import canary, jobs, leadership, wakeup
 from tasks.frontier.leadership import NotLeader
+from tasks.frontier.pacing import Pacing
 from tasks.frontier.reconcile import sweep
 from tasks.frontier.release import release
 from web.models import PENDING_STATES, CrawlJob, FrontierURL, JobState
@@ -67,6 +68,7 @@ class Scheduler:
         self.identity = uuid.uuid4().hex
         self.stop = threading.Event()
         self.epoch: int | None = None
+        self.pacing = Pacing()
         self._last_sweep = 0.0
         self._last_analysis = 0.0
         self._last_checkpoint = time.monotonic()
@@ -116,7 +118,7 @@ class Scheduler:
             jobs.fail(job, f"configuration cannot be applied: {text}")
             return 0, None
         try:
-            released, hint = release(job, self.epoch)
+            released, hint = release(job, self.pacing, self.epoch)
         except (NotLeader, DatabaseError, RedisError):
             raise
         except Exception:
@@ -140,7 +142,7 @@ class Scheduler:
         if now - self._last_sweep >= sweep_every:
             self._last_sweep = now
             sweep()
-            pacing.pace.forget_before(now)
+            self.pacing.pace.forget_before(now)
         if running and now - self._last_analysis >= canary.ANALYSE_EVERY_S:
             self._last_analysis = now
             for decision in canary.analyse():
@@ -168,7 +170,7 @@ class Scheduler:
             return
         asked, self._listening = self._listening, True
         if asked and wakeup.wait(seconds):
-            pacing.due.clear()  # new work: what is due next may have changed
+            self.pacing.due.clear()  # new work: what is due next may have changed
         wakeup.listen(setting("SCHEDULER_IDLE_S") + 1)  # for the next pass
 
     def run(self) -> None:
