@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import threading
 import time
 
@@ -277,6 +279,37 @@ def test_job_priority_moves_its_urls_ahead():
     assert release.priority(5, 0) == 5
     assert release.priority(5, 3) == 2
     assert release.priority(30, 0) == 9
+
+
+def _published_priorities(redis) -> dict[int, int]:
+    """Each URL of the crawl queue's ready messages and its message's priority, as the Redis
+    broker holds them (kombu's envelopes: the priority in ``properties``, the task base64)."""
+    found = {}
+    for name in broker.priority_lists("crawl"):
+        for raw in redis.lrange(name, 0, -1):
+            envelope = json.loads(raw)
+            body = base64.b64decode(envelope["body"])
+            for url_id, _ in channels.task_urls(body):
+                found[url_id] = envelope["properties"]["priority"]
+    return found
+
+
+def test_released_and_republished_urls_carry_the_priority_of_their_depth(redis, pacing):
+    """A message lost from the broker is published again with the priority it had, not with
+    its URL's depth (issue 34, item 4)."""
+    job = make_job(2)
+    deep = list(FrontierURL.objects.filter(job=job, depth=1).order_by("id"))
+    FrontierURL.objects.filter(pk=deep[0].pk).update(depth=5)
+    FrontierURL.objects.filter(pk=deep[1].pk).update(depth=30)
+    depths = dict(FrontierURL.objects.filter(job=job).values_list("id", "depth"))
+    assert sorted(depths.values()) == [0, 5, 30]
+    expected = {pk: release.priority(depth, job.priority) for pk, depth in depths.items()}
+    assert sorted(expected.values()) == [0, 5, 9]
+    assert release.release(job, pacing)[0] == 3
+    assert _published_priorities(redis) == expected
+    redis.flushdb()  # every message lost: reconcile publishes them again
+    assert reconcile.reconcile() == 3
+    assert _published_priorities(redis) == expected
 
 
 def test_a_dead_leaders_lease_is_taken_over_within_seconds(redis):

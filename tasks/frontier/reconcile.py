@@ -20,6 +20,7 @@ from tasks import broker
 from tasks.defaults import setting
 from tasks.dispatch import Message, publish
 from tasks.frontier import channels, transitions, webhooks
+from tasks.frontier.release import priority
 from web.models import FrontierURL, URLState
 
 log = logging.getLogger(__name__)
@@ -34,6 +35,7 @@ class Stale(NamedTuple):
     error_reason: str  # ``render_queued``: a worker handed it to the render queue
     host: str
     channel: str  # its job's channel: which channel queue the message goes to
+    job_priority: int  # its job's priority, which moves the message's priority ahead
 
 
 def reconcile() -> int:
@@ -66,7 +68,7 @@ def reconcile() -> int:
         stale = timezone.now() - timezone.timedelta(seconds=setting("SCHEDULED_STALE_S"))
         scheduled = scheduled.filter(scheduled_at__lt=stale)
     found = scheduled.order_by("scheduled_at").values_list(
-        "id", "job_id", "depth", "error_reason", "host", "job__channel"
+        "id", "job_id", "depth", "error_reason", "host", "job__channel", "job__priority"
     )[: missing + len(waiting or ())]
     rows = [r for r in map(Stale._make, found) if not waiting or r.id not in waiting][:missing]
     if not rows:
@@ -74,7 +76,13 @@ def reconcile() -> int:
     FrontierURL.objects.filter(pk__in=[r.id for r in rows]).update(scheduled_at=timezone.now())
     split = channels.weights(cached=False)
     messages = [
-        Message([r.id], r.job_id, r.depth, channels.route(r.channel, r.host, split)) for r in rows
+        Message(
+            [r.id],
+            r.job_id,
+            priority(r.depth, r.job_priority),
+            channels.route(r.channel, r.host, split),
+        )
+        for r in rows
     ]
     pairs = list(zip(messages, rows, strict=True))
     publish([m for m, r in pairs if r.error_reason != transitions.RENDER_QUEUED])
