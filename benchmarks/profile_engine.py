@@ -30,7 +30,8 @@ from django.db import connection  # noqa: E402
 from pyinstrument import Profiler  # noqa: E402
 
 from tasks import engine  # noqa: E402
-from tasks.frontier import jobs, scheduler  # noqa: E402
+from tasks.frontier import jobs, release  # noqa: E402
+from tasks.frontier.pacing import Pacing  # noqa: E402
 from web.models import FrontierURL, URLState  # noqa: E402
 
 
@@ -48,14 +49,15 @@ def main() -> None:
 
     job = jobs.create_job([args.url], max_depth=100, max_pages=args.pages)
     jobs.start(job)
-    scheduler.publish = lambda rows: None  # messages are not needed: we process inline
+    release.publish = lambda rows: None  # messages are not needed: we process inline
     profiler = Profiler()
+    pacing = Pacing()  # what the scheduler remembers between passes
     done = 0
     started = time.process_time()
     with connection.execute_wrapper(count), nullcontext() if args.no_profile else profiler:
         while True:
             job.refresh_from_db()
-            scheduler.release(job)
+            release.release(job, pacing)
             ids = list(
                 FrontierURL.objects.filter(job=job, state=URLState.SCHEDULED).values_list(
                     "id", flat=True

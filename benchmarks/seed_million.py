@@ -110,9 +110,10 @@ def main() -> None:
     }
 
     code = (
-        "import time;from tasks.frontier import scheduler;from web.models import CrawlJob;"
+        "import time;from tasks.frontier import release;from tasks.frontier.pacing import Pacing;"
+        "from web.models import CrawlJob;"
         f"job=CrawlJob.objects.get(pk={job_id});t=time.perf_counter();"
-        "n,_=scheduler.release(job);print(n, time.perf_counter()-t)"
+        "n,_=release.release(job,Pacing());print(n, time.perf_counter()-t)"
     )
     released, pass_s = subprocess.run(
         [sys.executable, "manage.py", "shell", "-v0", "-c", code],

@@ -2,7 +2,7 @@
 import ``tasks/tasks.py`` (which imports them).
 
 A crawl message is a :class:`Message`: the ids of one or a few URLs of one job, the
-platform's priority 0-9 (0 first; ``scheduler.priority`` computes it from a URL's depth and
+platform's priority 0-9 (0 first; ``release.priority`` computes it from a URL's depth and
 its job's priority) and the channel queue it goes to. Render tasks go to ``RENDER_QUEUE``,
 one per URL. Every task is sent with ``ignore_result``: nothing reads a crawl task's result.
 """

@@ -180,7 +180,7 @@ def process_many(url_ids: list[int], job_id: int, rendering: bool = False) -> li
     state of each one that was ours to do.
 
     The message's URLs can all be fetched by the time the worker reaches them
-    (``tasks/frontier/scheduler.py`` packs them so) and are held by this worker's lease
+    (``tasks/frontier/release.py`` packs them so) and are held by this worker's lease
     renewal from the claim on. The message ends early when it has worked ``BATCH_BUDGET_S``,
     the worker is shutting down, or the job stopped running (looked up at most every
     ``JOB_STATE_CHECK_S``): the URLs it has not started go back to the frontier, due now, their

@@ -15,7 +15,7 @@ from redis.exceptions import RedisError
 
 from tasks import engine
 from tasks.defaults import setting
-from tasks.frontier import jobs, scheduler, transitions, webhooks
+from tasks.frontier import jobs, reconcile, transitions, webhooks
 from tasks.worker import lifecycle
 from web.models import CrawlJob
 
@@ -97,7 +97,7 @@ def maintain() -> None:
     """
     close_old_connections()
     try:
-        scheduler.sweep()
+        reconcile.sweep()
     except (DatabaseError, RedisError) as exc:
         connection.close()
         log.warning("maintain: database or Redis unavailable (%s); next run retries", exc)

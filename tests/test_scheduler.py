@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import threading
 import time
 
@@ -10,11 +12,26 @@ from django.conf import settings
 
 from tasks import broker
 from tasks.defaults import setting
-from tasks.frontier import channels, jobs, scheduler, transitions
+from tasks.frontier import (
+    channels,
+    jobs,
+    leadership,
+    reconcile,
+    release,
+    scheduler,
+    transitions,
+)
+from tasks.frontier.pacing import NO_SLOTS_CACHE_S, SLOTS_CACHE_S, Flow, Pacing
 from tasks.worker import registry
 from web.models import FrontierURL, JobState, URLState
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def pacing() -> Pacing:
+    """A scheduler's memory of its passes, as the one a Scheduler owns."""
+    return Pacing()
 
 
 def make_job(urls: int, **fields):
@@ -24,11 +41,13 @@ def make_job(urls: int, **fields):
     return job
 
 
-def test_release_is_bounded_by_the_ready_budget_and_publishes_after_commit(redis, monkeypatch):
+def test_release_is_bounded_by_the_ready_budget_and_publishes_after_commit(
+    redis, monkeypatch, pacing
+):
     monkeypatch.setenv("CRAWL_READY_MIN", "10")
     job = make_job(30)
-    assert scheduler.release(job)[0] == 10
-    assert scheduler.release(job)[0] == 0  # ten messages already wait
+    assert release.release(job, pacing)[0] == 10
+    assert release.release(job, pacing)[0] == 0  # ten messages already wait
     assert broker.depth() == {"ready": 10, "unacked": 0}
     scheduled = FrontierURL.objects.filter(job=job, state=URLState.SCHEDULED)
     assert list(scheduled.values_list("depth", flat=True)) == [0] + [1] * 9  # seeds first
@@ -39,7 +58,7 @@ def test_the_broker_holds_what_workers_take_in_the_lookahead_within_bounds(monke
     monkeypatch.setenv("CRAWL_READY_PER_JOB", "100")
     monkeypatch.setenv("CRAWL_DISPATCH_LOOKAHEAD_S", "0.03")
     job = jobs.create_job(["http://127.0.0.1:9/"])
-    flow, now, outstanding = scheduler._Flow(), 0.0, 0
+    flow, now, outstanding = Flow(), 0.0, 0
     assert flow.ready_target(job, outstanding, now) == 8  # nothing known yet: the floor
     assert flow.ready_target(job, outstanding, now, size=4) == 32  # eight messages of four
     assert flow.ready_target(job, outstanding, now, size=4, slots=16) == 32
@@ -71,7 +90,7 @@ def test_ready_messages_double_while_the_broker_runs_dry_and_settle_after(monkey
     monkeypatch.setenv("CRAWL_READY_MIN", "8")
     monkeypatch.setenv("CRAWL_READY_PER_JOB", "100")
     job = jobs.create_job(["http://127.0.0.1:9/"])
-    flow, now, targets = scheduler._Flow(), 0.0, []
+    flow, now, targets = Flow(), 0.0, []
     assert flow.ready_target(job, 0, now, slots=16) == 16
     for _ in range(7):
         now += 0.1
@@ -82,95 +101,97 @@ def test_ready_messages_double_while_the_broker_runs_dry_and_settle_after(monkey
     assert flow.ready_target(job, 50, now) < 100  # half of it left: not dry any more
 
 
-def test_a_new_job_with_more_due_than_released_passes_again_within_a_tick(redis):
+def test_a_new_job_with_more_due_than_released_passes_again_within_a_tick(redis, pacing):
     """Its first pass measures no rate yet: the next comes after a tick, not at the sweep."""
     job = make_job(30)
-    _register_worker(redis, slots=4)
-    released, hint = scheduler.release(job)
+    _register_worker(redis, pacing, slots=4)
+    released, hint = release.release(job, pacing)
     assert 0 < released < 31
     assert hint is not None and hint <= setting("SCHEDULER_TICK_S")
 
 
-def _register_worker(redis, slots: int) -> None:
+def _register_worker(redis, pacing: Pacing, slots: int) -> None:
     """A crawl worker in the registry, as its heartbeat writes it."""
     fields = {"heartbeat": time.time(), "queues": "crawl", "slots": slots}
     redis.hset(registry.PREFIX + "test@host", mapping=fields)
-    scheduler._slots_read[0] = -scheduler.SLOTS_CACHE_S  # read the registry again
+    pacing.slots_read[0] = -SLOTS_CACHE_S  # read the registry again
 
 
 def _message_sizes() -> list[int]:
     return sorted(len(channels.task_urls(body)) for body in broker.peek("crawl"))
 
 
-def test_fast_pages_share_messages_and_slow_pages_go_one_by_one(redis, monkeypatch):
+def test_fast_pages_share_messages_and_slow_pages_go_one_by_one(redis, monkeypatch, pacing):
     monkeypatch.setenv("CRAWL_DISPATCH_BATCH", "4")
     monkeypatch.setenv("CRAWL_DISPATCH_BATCH_S", "0.25")
     job = make_job(30)
-    _register_worker(redis, slots=4)
-    assert scheduler.release(job)[0] == 8  # the job's pace is not known yet: one per message
+    _register_worker(redis, pacing, slots=4)
+    assert release.release(job, pacing)[0] == 8  # the job's pace is not known yet: one per message
     assert _message_sizes() == [1] * 8
     redis.delete(*broker.priority_lists("crawl"))
     FrontierURL.objects.filter(job=job, state=URLState.SCHEDULED).update(state=URLState.DONE)
-    scheduler._flow.last.pop(job.pk)  # the pace is set here, not measured from these passes
-    scheduler._flow.rate[job.pk] = 10.0  # slow: 2.5 pages/s per slot, 0.6 of one in 0.25 s
-    assert scheduler.release(job)[0] == 8
+    pacing.flow.last.pop(job.pk)  # the pace is set here, not measured from these passes
+    pacing.flow.rate[job.pk] = 10.0  # slow: 2.5 pages/s per slot, 0.6 of one in 0.25 s
+    assert release.release(job, pacing)[0] == 8
     assert _message_sizes() == [1] * 8
     redis.delete(*broker.priority_lists("crawl"))
     FrontierURL.objects.filter(job=job, state=URLState.SCHEDULED).update(state=URLState.DONE)
-    scheduler._flow.last.pop(job.pk)
-    scheduler._flow.rate[job.pk] = 100.0  # fast: 25 pages/s per slot, 6 in 0.25 s, at most 4
-    assert scheduler.release(job)[0] == 15  # all that is left (READY_MIN messages of 4: 32)
+    pacing.flow.last.pop(job.pk)
+    pacing.flow.rate[job.pk] = 100.0  # fast: 25 pages/s per slot, 6 in 0.25 s, at most 4
+    assert release.release(job, pacing)[0] == 15  # all that is left (READY_MIN messages of 4: 32)
     assert _message_sizes() == [3, 4, 4, 4]
-    assert scheduler.reconcile() == 0  # every scheduled URL is in a ready message
+    assert reconcile.reconcile() == 0  # every scheduled URL is in a ready message
     redis.delete(*broker.priority_lists("crawl"))  # lost: each is published again
-    assert scheduler.reconcile() == 15
+    assert reconcile.reconcile() == 15
     assert _message_sizes() == [1] * 15
 
 
-def test_a_url_whose_worker_was_lost_goes_alone(redis, monkeypatch):
+def test_a_url_whose_worker_was_lost_goes_alone(redis, monkeypatch, pacing):
     monkeypatch.setenv("CRAWL_DISPATCH_BATCH", "4")
     job = make_job(7)
     lost = FrontierURL.objects.get(job=job, url="http://127.0.0.1:9/3")
     FrontierURL.objects.filter(pk=lost.pk).update(error_reason=transitions.LEASE_EXPIRED)
-    _register_worker(redis, slots=4)
-    scheduler._flow.rate[job.pk] = 100.0
-    assert scheduler.release(job)[0] == 8
+    _register_worker(redis, pacing, slots=4)
+    pacing.flow.rate[job.pk] = 100.0
+    assert release.release(job, pacing)[0] == 8
     messages = [[u for u, _ in channels.task_urls(body)] for body in broker.peek("crawl")]
     assert [lost.pk] in messages  # its page may be what kills workers: no neighbours
     assert sorted(len(m) for m in messages) == [1, 1, 2, 4]  # the seed: a priority of its own
 
 
-def test_urls_of_a_polite_host_released_ahead_of_their_slot_go_one_by_one(redis, monkeypatch):
+def test_urls_of_a_polite_host_released_ahead_of_their_slot_go_one_by_one(
+    redis, monkeypatch, pacing
+):
     monkeypatch.setenv("CRAWL_DISPATCH_BATCH", "4")
     job = make_job(30, delay=0.5)
-    _register_worker(redis, slots=1)
-    scheduler._flow.rate[job.pk] = 100.0
-    assert scheduler.release(job)[0] == 5  # slots at 0, 0.5, 1, 1.5 and 2 s: the horizon
+    _register_worker(redis, pacing, slots=1)
+    pacing.flow.rate[job.pk] = 100.0
+    assert release.release(job, pacing)[0] == 5  # slots at 0, 0.5, 1, 1.5 and 2 s: the horizon
     assert _message_sizes() == [1] * 5  # a message must not wait in a slot for the next one
 
 
-def test_urls_waiting_for_not_before_are_not_released(redis):
+def test_urls_waiting_for_not_before_are_not_released(redis, pacing):
     job = make_job(0)
     FrontierURL.objects.filter(job=job).update(not_before="2999-01-01T00:00:00Z")
-    assert scheduler.release(job)[0] == 0
+    assert release.release(job, pacing)[0] == 0
 
 
-def test_max_pages_skips_the_rest(redis):
+def test_max_pages_skips_the_rest(redis, pacing):
     job = make_job(20, max_pages=5)
-    assert scheduler.release(job)[0] == 5
-    assert scheduler.release(job)[0] == 0
+    assert release.release(job, pacing)[0] == 5
+    assert release.release(job, pacing)[0] == 0
     assert FrontierURL.objects.filter(job=job, state=URLState.SKIPPED).count() == 16
     assert FrontierURL.objects.get(job=job, depth=0).state == URLState.SCHEDULED
 
 
-def test_a_url_back_from_an_expired_lease_is_released_after_max_pages(redis):
+def test_a_url_back_from_an_expired_lease_is_released_after_max_pages(redis, pacing):
     job = make_job(20, max_pages=5)
-    assert scheduler.release(job)[0] == 5
+    assert release.release(job, pacing)[0] == 5
     url = FrontierURL.objects.filter(job=job, state=URLState.SCHEDULED).first()
     FrontierURL.objects.filter(pk=url.pk).update(state=URLState.LEASED, attempts=1)
     FrontierURL.objects.filter(pk=url.pk).update(lease_until="2000-01-01T00:00:00Z")
     assert transitions.reclaim_expired() == 1  # its worker died: back to the queue
-    assert scheduler.release(job)[0] == 1  # a retry, not a sixth page: the job can finish
+    assert release.release(job, pacing)[0] == 1  # a retry, not a sixth page: the job can finish
     assert FrontierURL.objects.get(pk=url.pk).state == URLState.SCHEDULED
     assert FrontierURL.objects.filter(job=job, state=URLState.SKIPPED).count() == 16
 
@@ -185,34 +206,34 @@ def test_job_finishes_only_when_no_url_is_pending(redis):
     assert job.checkpoints.get().reason == "finish"
 
 
-def test_reconcile_republishes_what_the_broker_lost(redis):
+def test_reconcile_republishes_what_the_broker_lost(redis, pacing):
     job = make_job(4)
-    assert scheduler.release(job)[0] == 5
-    assert scheduler.reconcile() == 0
+    assert release.release(job, pacing)[0] == 5
+    assert reconcile.reconcile() == 0
     redis.flushdb()  # Redis restarted without persistence
-    assert scheduler.reconcile() == 5
+    assert reconcile.reconcile() == 5
     assert broker.depth()["ready"] == 5
-    assert scheduler.reconcile() == 0
+    assert reconcile.reconcile() == 0
 
 
-def test_reconcile_puts_a_lost_render_task_back_on_the_render_queue(redis):
+def test_reconcile_puts_a_lost_render_task_back_on_the_render_queue(redis, pacing):
     job = make_job(2)
-    assert scheduler.release(job)[0] == 3
+    assert release.release(job, pacing)[0] == 3
     url = FrontierURL.objects.filter(job=job, state=URLState.SCHEDULED).first()
     claim = transitions.claim(url.pk, job.pk)
     transitions.to_render(claim)  # a worker handed it to the render workers ...
     redis.flushdb()  # ... and Redis lost every message
-    assert scheduler.reconcile() == 3
+    assert reconcile.reconcile() == 3
     assert broker.depth(settings.RENDER_QUEUE)["ready"] == 1
     assert broker.depth()["ready"] == 2
     row = FrontierURL.objects.get(pk=url.pk)
     assert (row.state, row.attempts) == ("scheduled", 0)  # handing over used no attempt
 
 
-def test_per_host_delay_releases_one_url_per_host_per_slot(redis):
+def test_per_host_delay_releases_one_url_per_host_per_slot(redis, pacing):
     job = make_job(5, delay=30)
-    assert scheduler.release(job)[0] == 1
-    assert scheduler.release(job)[0] == 0
+    assert release.release(job, pacing)[0] == 1
+    assert release.release(job, pacing)[0] == 0
 
 
 def test_only_one_scheduler_leads(redis):
@@ -222,14 +243,14 @@ def test_only_one_scheduler_leads(redis):
     assert b.is_leader()
 
 
-def test_priority_lists_are_named_as_the_transport_names_them(redis):
+def test_priority_lists_are_named_as_the_transport_names_them(redis, pacing):
     job = make_job(0)
     FrontierURL.objects.filter(job=job).update(depth=5)
-    scheduler.release(job)[0]
+    release.release(job, pacing)[0]
     assert redis.llen(broker.priority_lists("crawl")[1]) == 1  # priority 5 -> step 3
 
 
-def test_a_busy_polite_host_cannot_starve_the_others(redis):
+def test_a_busy_polite_host_cannot_starve_the_others(redis, pacing):
     job = jobs.create_job(
         ["http://busy.test/"], delay=1.0, allowed_domains=["busy.test", "calm.test"]
     )
@@ -238,7 +259,7 @@ def test_a_busy_polite_host_cannot_starve_the_others(redis):
     transitions.insert_urls(job.pk, [f"http://calm.test/{i}" for i in range(3)], depth=1)
     released = 0
     for _ in range(3):
-        released += scheduler.release(job)[0]
+        released += release.release(job, pacing)[0]
     hosts = list(
         FrontierURL.objects.filter(job=job, state=URLState.SCHEDULED).values_list("host", flat=True)
     )
@@ -247,17 +268,48 @@ def test_a_busy_polite_host_cannot_starve_the_others(redis):
     assert released == len(hosts)
 
 
-def test_host_cap_skips_first_attempts_beyond_it(redis):
+def test_host_cap_skips_first_attempts_beyond_it(redis, pacing):
     job = make_job(10, max_pages_per_host=4)
-    assert scheduler.release(job)[0] == 4
+    assert release.release(job, pacing)[0] == 4
     assert FrontierURL.objects.filter(job=job, error_reason="host_cap").count() == 7
 
 
 def test_job_priority_moves_its_urls_ahead():
-    assert scheduler.priority(0, 0) == 0
-    assert scheduler.priority(5, 0) == 5
-    assert scheduler.priority(5, 3) == 2
-    assert scheduler.priority(30, 0) == 9
+    assert release.priority(0, 0) == 0
+    assert release.priority(5, 0) == 5
+    assert release.priority(5, 3) == 2
+    assert release.priority(30, 0) == 9
+
+
+def _published_priorities(redis) -> dict[int, int]:
+    """Each URL of the crawl queue's ready messages and its message's priority, as the Redis
+    broker holds them (kombu's envelopes: the priority in ``properties``, the task base64)."""
+    found = {}
+    for name in broker.priority_lists("crawl"):
+        for raw in redis.lrange(name, 0, -1):
+            envelope = json.loads(raw)
+            body = base64.b64decode(envelope["body"])
+            for url_id, _ in channels.task_urls(body):
+                found[url_id] = envelope["properties"]["priority"]
+    return found
+
+
+def test_released_and_republished_urls_carry_the_priority_of_their_depth(redis, pacing):
+    """A message lost from the broker is published again with the priority it had, not with
+    its URL's depth (issue 34, item 4)."""
+    job = make_job(2)
+    deep = list(FrontierURL.objects.filter(job=job, depth=1).order_by("id"))
+    FrontierURL.objects.filter(pk=deep[0].pk).update(depth=5)
+    FrontierURL.objects.filter(pk=deep[1].pk).update(depth=30)
+    depths = dict(FrontierURL.objects.filter(job=job).values_list("id", "depth"))
+    assert sorted(depths.values()) == [0, 5, 30]
+    expected = {pk: release.priority(depth, job.priority) for pk, depth in depths.items()}
+    assert sorted(expected.values()) == [0, 5, 9]
+    assert release.release(job, pacing)[0] == 3
+    assert _published_priorities(redis) == expected
+    redis.flushdb()  # every message lost: reconcile publishes them again
+    assert reconcile.reconcile() == 3
+    assert _published_priorities(redis) == expected
 
 
 def test_a_dead_leaders_lease_is_taken_over_within_seconds(redis):
@@ -265,7 +317,7 @@ def test_a_dead_leaders_lease_is_taken_over_within_seconds(redis):
     assert leader.is_leader()
     started = time.monotonic()
     while not standby.is_leader():  # the leader stopped renewing: it died
-        assert time.monotonic() - started < scheduler.LEADER_TTL_S + 1
+        assert time.monotonic() - started < leadership.LEADER_TTL_S + 1
         time.sleep(0.2)
     assert not leader.is_leader()
 
@@ -284,17 +336,17 @@ def test_periodic_checkpoints_and_beat_maintenance(redis, monkeypatch):
     assert FrontierURL.objects.filter(job=job, error_reason="lease_expired").count() == 3
 
 
-def test_a_leader_whose_lease_ran_out_mid_pass_writes_nothing(redis):
+def test_a_leader_whose_lease_ran_out_mid_pass_writes_nothing(redis, pacing):
     job = make_job(5)
     old, new = scheduler.Scheduler(), scheduler.Scheduler()
     assert old.is_leader()
-    redis.delete(scheduler.LEADER_KEY)  # its lease ran out during a slow pass
+    redis.delete(leadership.LEADER_KEY)  # its lease ran out during a slow pass
     assert new.is_leader() and new.epoch > old.epoch
-    with pytest.raises(scheduler.NotLeader):
-        scheduler.release(job, old.epoch)
+    with pytest.raises(leadership.NotLeader):
+        release.release(job, pacing, old.epoch)
     assert not FrontierURL.objects.filter(job=job, state=URLState.SCHEDULED).exists()
     assert broker.depth()["ready"] == 0
-    assert scheduler.release(job, new.epoch)[0] == 6
+    assert release.release(job, pacing, new.epoch)[0] == 6
 
 
 def test_a_standby_touches_its_heartbeat_so_its_probes_pass(redis, monkeypatch, tmp_path):
@@ -373,17 +425,19 @@ def test_one_scheduler_sees_jobs_start_and_pause_between_its_passes(redis):
     assert sched.tick()[0] > 0
 
 
-def test_workers_registering_one_after_another_are_all_counted_within_a_quarter_second(redis):
+def test_workers_registering_one_after_another_are_all_counted_within_a_quarter_second(
+    redis, pacing
+):
     """The slots the first passes size messages by: a count read while only the first of the
     crawl's workers had registered is read again soon, not kept for ``SLOTS_CACHE_S``."""
-    _register_worker(redis, slots=8)
-    assert scheduler._slots() == 8
+    _register_worker(redis, pacing, slots=8)
+    assert pacing.worker_slots() == 8
     redis.hset(registry.PREFIX + "second@host",
                mapping={"heartbeat": time.time(), "queues": "crawl", "slots": 8})  # fmt: skip
-    scheduler._slots_read[0] -= scheduler.NO_SLOTS_CACHE_S  # a quarter second later
-    assert scheduler._slots() == 16
-    scheduler._slots_read[0] -= scheduler.NO_SLOTS_CACHE_S  # the same count again: settled
-    assert scheduler._slots() == 16
+    pacing.slots_read[0] -= NO_SLOTS_CACHE_S  # a quarter second later
+    assert pacing.worker_slots() == 16
+    pacing.slots_read[0] -= NO_SLOTS_CACHE_S  # the same count again: settled
+    assert pacing.worker_slots() == 16
     redis.delete(registry.PREFIX + "second@host")
-    scheduler._slots_read[0] -= scheduler.NO_SLOTS_CACHE_S
-    assert scheduler._slots() == 16  # a settled count is read every SLOTS_CACHE_S
+    pacing.slots_read[0] -= NO_SLOTS_CACHE_S
+    assert pacing.worker_slots() == 16  # a settled count is read every SLOTS_CACHE_S
