@@ -45,6 +45,7 @@ from tasks.fetch import (
     sessions,
 )
 from tasks.frontier import canary, channels, leases, wakeup
+from tasks.frontier.db import lend_connection_back, with_retries
 from tasks.frontier.transitions import (
     IDENTITY_BANNED,
     RENDER_QUEUED,
@@ -56,7 +57,6 @@ from tasks.frontier.transitions import (
     give_back,
     give_up,
     insert_urls,
-    lend_connection_back,
     park,
     past_last_attempt,
     record_failure,
@@ -64,7 +64,6 @@ from tasks.frontier.transitions import (
     record_unchanged,
     retry_banned,
     to_render,
-    with_retries,
 )
 from tasks.rules import guard, selectors
 from tasks.rules.urls import Scope, canonicalize, host_of

@@ -61,7 +61,7 @@ from tasks import broker, live
 from tasks.defaults import setting
 from tasks.dispatch import Message, publish
 from tasks.fetch import circuit, outcomes, politeness
-from tasks.frontier import canary, channels, jobs, transitions, wakeup, webhooks
+from tasks.frontier import canary, channels, db, jobs, transitions, wakeup, webhooks
 from tasks.worker import registry
 from web.models import PENDING_STATES, CrawlJob, FrontierURL, JobState, SchedulerFence, URLState
 
@@ -257,7 +257,7 @@ def _check_fence(epoch: int | None) -> None:
     """Inside a release's transaction: the epoch is still ours (and stays so until commit)."""
     if epoch is None:
         return
-    with transitions.prepared_cursor() as cursor:
+    with db.prepared_cursor() as cursor:
         cursor.execute(_FENCE_SQL, [FENCE, epoch])
         ours = cursor.rowcount
     if not ours:

@@ -1,7 +1,7 @@
 """The frontier: every URL of a job, its state, and the moves between states, one function each.
 
-Reads ``LEASE_S``, ``RETRY_MAX_ATTEMPTS``, ``RETRY_TIMEOUT_ATTEMPTS``, ``RETRY_BACKOFF_BASE_S``,
-``RETRY_BACKOFF_MAX_S`` and ``DB_PREPARE``.
+Reads ``LEASE_S``, ``RETRY_MAX_ATTEMPTS``, ``RETRY_TIMEOUT_ATTEMPTS``, ``RETRY_BACKOFF_BASE_S``
+and ``RETRY_BACKOFF_MAX_S``.
 
 A URL is inserted once per job (``ON CONFLICT DO NOTHING`` on the unique (job, url) index:
 dedup is exact). The scheduler *schedules* it (in a message in the broker). A worker *claims*
@@ -22,31 +22,29 @@ fails it, a swept lease on the last attempt fails it.
 
 from __future__ import annotations
 
-import functools
 import logging
 import random
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import reduce
 from operator import or_
 
-from django.db import IntegrityError, OperationalError, connection, transaction
-from django.db.models import BooleanField, Case, F, JSONField, Q, QuerySet, Value, When
+from django.db import IntegrityError, connection, transaction
+from django.db.models import F, JSONField, Q, QuerySet, Value
 from django.db.models.functions import Concat
 from django.utils import timezone
 
 from tasks import live
 from tasks.defaults import setting
 from tasks.fetch import outcomes
+from tasks.frontier.db import in_state, prepared_cursor
 from tasks.rules.urls import host_of
 from tasks.worker import metrics
 from web.models import NOT_MODIFIED, CrawlJob, FrontierURL, JobState, Page, Review, URLState
 
 log = logging.getLogger(__name__)
-_TRANSIENT_SQLSTATES = {"40P01", "40001", "55P03"}  # deadlock, serialization, lock timeout
 FETCHED_VIA_REDIRECT = "fetched_via_redirect"
 LEASE_EXPIRED = "lease_expired"  # a waiting URL's reason: its worker was lost while it held it
 
@@ -67,58 +65,6 @@ class Claim:
     level: int = 0  # its host's anti-bot ladder level during this attempt
     run: int = 1  # the job's run it was claimed in (read with the claim, never from a cache)
     deferred: bool = False  # it went back to wait without an attempt (politeness, robots)
-
-
-class _BoundCursor:
-    """A psycopg cursor that binds on the server, run as Django runs its own: through the
-    connection's execute wrappers (``connection.execute_wrapper``), refused inside a broken
-    atomic block, with Django's errors. Django's debug log of queries does not list it."""
-
-    def __init__(self, cursor) -> None:
-        self.cursor = cursor
-
-    def execute(self, sql: str, params: list) -> None:
-        connection.validate_no_broken_transaction()
-        run = self._run
-        for wrapper in reversed(connection.execute_wrappers):
-            run = functools.partial(wrapper, run)
-        with connection.wrap_database_errors:
-            run(sql, params, False, {"connection": connection, "cursor": self})
-
-    def _run(self, sql: str, params: list, many: bool, context: dict) -> None:
-        self.cursor.execute(sql, params)
-
-    def fetchone(self):
-        return self.cursor.fetchone()
-
-    def fetchall(self):
-        return self.cursor.fetchall()
-
-    @property
-    def rowcount(self) -> int:
-        return self.cursor.rowcount
-
-
-@contextmanager
-def prepared_cursor() -> Iterator:
-    """A cursor for the statements every page, message and release runs. On PostgreSQL it
-    binds parameters on the server and prepares each statement at its first run on a
-    connection (``DB_PREPARE``; psycopg keeps one per text and parameter types, a hundred at
-    most), so that PostgreSQL parses and plans it once per connection instead of at every
-    run, and no parameter is quoted into the text in Python. Django's own cursors bind on the
-    client, which never prepares, so the ORM's statements are not affected by the
-    connection's threshold. Elsewhere it is Django's cursor."""
-    if connection.vendor != "postgresql":
-        with connection.cursor() as cursor:
-            yield cursor
-        return
-    import psycopg
-
-    connection.ensure_connection()
-    raw = connection.connection
-    raw.prepare_threshold = 0 if setting("DB_PREPARE") else None
-    with connection.wrap_database_errors, psycopg.Cursor(raw) as cursor:
-        yield _BoundCursor(cursor)
 
 
 def insert_urls(
@@ -155,15 +101,6 @@ def insert_urls(
     ]
     if rows:
         FrontierURL.objects.bulk_create(rows, ignore_conflicts=True, batch_size=1000)
-
-
-def in_state(state: str) -> Case:
-    """``state = X`` as a condition no index matches: a statement that names its rows by key
-    then finds them by the primary key alone, never through an index of states (see
-    ``_CLAIM_SQL``), whatever the planner's statistics say."""
-    return Case(
-        When(state=state, then=Value(True)), default=Value(False), output_field=BooleanField()
-    )
 
 
 _SCHEDULE_SQL = f"""
@@ -294,13 +231,6 @@ def past_last_attempt(claim: Claim) -> bool:
     return claim.attempt > setting("RETRY_MAX_ATTEMPTS", claim.job)
 
 
-def lend_connection_back() -> None:
-    """With a connection pool, give this thread's connection back while it waits on the
-    network; the next statement borrows one again (any transaction must be over)."""
-    if connection.settings_dict.get("OPTIONS", {}).get("pool"):
-        connection.close()
-
-
 def _requeue(
     rows: QuerySet, *, wait: float = 0.0, reason: str | None = None, refund: bool = False, **also
 ) -> int:
@@ -387,21 +317,6 @@ def _finish(claim: Claim, to: str, **changes) -> None:
     won = _leased(claim).update(state=to, lease_until=None, ladder_level=claim.level, **changes)
     if not won:
         raise LeaseLost(f"lease on URL {claim.url.pk} (attempt {claim.attempt}) ended")
-
-
-def with_retries(commit: Callable[[], object], attempts: int = 3):
-    """Run a transaction again if the database aborted it as a deadlock or a lock timeout."""
-    for attempt in range(1, attempts + 1):
-        try:
-            return commit()
-        except OperationalError as exc:
-            transient = getattr(exc.__cause__, "sqlstate", None) in _TRANSIENT_SQLSTATES or (
-                "database is locked" in str(exc)
-            )
-            if not transient or attempt == attempts:
-                raise
-            time.sleep(random.uniform(0.01, 0.1) * attempt)  # noqa: S311 (jitter)
-    return None
 
 
 def defer(claim: Claim, seconds: float, reason: str) -> str:
