@@ -14,7 +14,7 @@ from django.db import connection
 
 from crawlplatform.embedded import EmbeddedRedis
 from tasks import broker, defaults, engine
-from tasks.frontier import channels, jobs, transitions
+from tasks.frontier import channels, jobconfig, jobs
 from tasks.frontier import scheduler as scheduling
 from tasks.frontier.scheduler import Scheduler
 from tasks.worker.supervisor import WorkerPool
@@ -37,7 +37,7 @@ def _forget_job_caches():
     """Job ids are reused after a test database flush: per-process job caches must not be,
     nor live settings, nor an earlier test's channel weights, nor the scheduler's view of a
     job's pace."""
-    transitions._jobs.clear()
+    jobconfig._jobs.clear()
     scheduling._flow, scheduling._pace = scheduling._Flow(), scheduling._Pace()
     scheduling._due.clear()
     scheduling._slots_read[:] = [-scheduling.SLOTS_CACHE_S, 0, 0]

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import logging
 import random
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -36,10 +35,10 @@ from django.db.models import F, JSONField, Q, QuerySet, Value
 from django.db.models.functions import Concat
 from django.utils import timezone
 
-from tasks import live
 from tasks.defaults import setting
 from tasks.fetch import outcomes
 from tasks.frontier.db import in_state, prepared_cursor
+from tasks.frontier.jobconfig import job_config
 from tasks.rules.urls import host_of
 from tasks.worker import metrics
 from web.models import NOT_MODIFIED, CrawlJob, FrontierURL, JobState, Page, Review, URLState
@@ -153,27 +152,6 @@ WHERE id IN ({ids})
 RETURNING id, url, depth, attempts, scheduled_at, error_reason, error_message,
           (SELECT run FROM {job} WHERE id = %s)
 """
-_jobs: dict[int, tuple[float, CrawlJob]] = {}
-JOB_CACHE_S = 10.0  # a worker reads a job's configuration at most this often
-
-
-def job_config(job_id: int) -> CrawlJob | None:
-    """The job's configuration, cached per process (its state is checked by every claim)."""
-    now = time.monotonic()
-    hit = _jobs.get(job_id)
-    if hit is None or now - hit[0] > JOB_CACHE_S:
-        job = CrawlJob.objects.filter(pk=job_id).first()
-        if job is None:
-            return None
-        hit = _jobs[job_id] = (now, job)
-    return hit[1]
-
-
-def _forget_job(job_id: str) -> None:
-    _jobs.pop(int(job_id), None)
-
-
-live.on_announce("job", _forget_job)  # the job was edited: read it again at its next claim
 
 
 def claim(url_id: int, job_id: int) -> Claim | None:

@@ -1,0 +1,35 @@
+"""A job's configuration as a worker process reads it: cached per process for
+``JOB_CACHE_S`` seconds, and forgotten when the job is announced as edited (``tasks.live``).
+
+Reads no setting. A job's state is never taken from here: every claim checks it in the
+database.
+"""
+
+from __future__ import annotations
+
+import time
+
+from tasks import live
+from web.models import CrawlJob
+
+_jobs: dict[int, tuple[float, CrawlJob]] = {}
+JOB_CACHE_S = 10.0  # a worker reads a job's configuration at most this often
+
+
+def job_config(job_id: int) -> CrawlJob | None:
+    """The job's configuration, cached per process (its state is checked by every claim)."""
+    now = time.monotonic()
+    hit = _jobs.get(job_id)
+    if hit is None or now - hit[0] > JOB_CACHE_S:
+        job = CrawlJob.objects.filter(pk=job_id).first()
+        if job is None:
+            return None
+        hit = _jobs[job_id] = (now, job)
+    return hit[1]
+
+
+def _forget_job(job_id: str) -> None:
+    _jobs.pop(int(job_id), None)
+
+
+live.on_announce("job", _forget_job)  # the job was edited: read it again at its next claim
