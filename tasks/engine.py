@@ -45,13 +45,12 @@ from tasks.fetch import (
     sessions,
 )
 from tasks.frontier import canary, channels, leases, wakeup
+from tasks.frontier.claims import Claim, LeaseLost
 from tasks.frontier.db import lend_connection_back, with_retries
 from tasks.frontier.transitions import (
     IDENTITY_BANNED,
     RENDER_QUEUED,
     ROBOTS_FORBIDDEN,
-    Claim,
-    LeaseLost,
     claim_many,
     defer,
     give_back,

@@ -25,7 +25,6 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import reduce
 from operator import or_
@@ -37,6 +36,7 @@ from django.utils import timezone
 
 from tasks.defaults import setting
 from tasks.fetch import outcomes
+from tasks.frontier.claims import Claim, LeaseLost
 from tasks.frontier.db import in_state, prepared_cursor
 from tasks.frontier.jobconfig import job_config
 from tasks.rules.urls import host_of
@@ -46,24 +46,6 @@ from web.models import NOT_MODIFIED, CrawlJob, FrontierURL, JobState, Page, Revi
 log = logging.getLogger(__name__)
 FETCHED_VIA_REDIRECT = "fetched_via_redirect"
 LEASE_EXPIRED = "lease_expired"  # a waiting URL's reason: its worker was lost while it held it
-
-
-class LeaseLost(Exception):
-    """This worker's lease on a URL ended before it could commit; its work is discarded."""
-
-
-@dataclass
-class Claim:
-    url: FrontierURL
-    job: CrawlJob
-    attempt: int  # the lease token
-    reason: str = ""  # why it ended or went back to wait, once it did
-    previous_reason: str = ""  # the reason its previous attempt ended with, if any
-    previous_message: str = ""  # and that attempt's message
-    new_links: bool = False  # its page added URLs to the frontier
-    level: int = 0  # its host's anti-bot ladder level during this attempt
-    run: int = 1  # the job's run it was claimed in (read with the claim, never from a cache)
-    deferred: bool = False  # it went back to wait without an attempt (politeness, robots)
 
 
 def insert_urls(
