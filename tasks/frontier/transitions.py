@@ -30,7 +30,7 @@ from functools import reduce
 from operator import or_
 
 from django.db import IntegrityError, connection, transaction
-from django.db.models import F, JSONField, Q, QuerySet, Value
+from django.db.models import F, Q, QuerySet, Value
 from django.db.models.functions import Concat
 from django.utils import timezone
 
@@ -39,6 +39,7 @@ from tasks.fetch import outcomes
 from tasks.frontier.claims import Claim, LeaseLost
 from tasks.frontier.db import in_state, prepared_cursor
 from tasks.frontier.jobconfig import job_config
+from tasks.frontier.pages import record_page_statement, save_page
 from tasks.rules.urls import host_of
 from tasks.worker import metrics
 from web.models import NOT_MODIFIED, CrawlJob, FrontierURL, JobState, Page, Review, URLState
@@ -326,7 +327,7 @@ def record_page(
     """
     redirected = bool(redirect_target) and redirect_target != claim.url.url
     if connection.vendor == "postgresql" and not redirected and page is not None:
-        _record_page_statement(claim, page, sorted(links), sorted(forbidden), note)
+        record_page_statement(claim, page, sorted(links), sorted(forbidden), note, ROBOTS_FORBIDDEN)
         return URLState.DONE
     if links or forbidden:
         known = FrontierURL.objects.filter(job_id=claim.job.pk, url__in=[*links, *forbidden])
@@ -344,7 +345,7 @@ def record_page(
         status = page.status if page is not None else status
         _finish(claim, URLState.DONE, http_status=status, error_reason=note, error_message="")
         if page is not None:
-            _save_page(page)
+            save_page(page)
         if links or forbidden:  # one insert in sorted order, as the statement's
             insert_urls(claim.job.pk, sorted([*links, *forbidden]), claim.url.depth + 1,
                         claim.url.pk, dict.fromkeys(forbidden, ROBOTS_FORBIDDEN))  # fmt: skip
@@ -354,71 +355,6 @@ def record_page(
 
 # A URL robots.txt forbids: at its fetch (tasks/engine.py) or as its link is found.
 ROBOTS_FORBIDDEN = outcomes.RobotsDisallowed("disallowed by robots.txt")
-
-
-_PAGE_FIELDS = [f for f in Page._meta.concrete_fields if not f.primary_key]
-# Data-modifying CTEs run to completion whether or not the final SELECT reads them.
-# Table and column names come from the models; every value is a bound parameter. The links
-# and their hosts go as one text each, a line per link: canonical URLs hold no line breaks
-# (URL parsing drops them), and one text costs the driver a tenth of a list's adaptation.
-# Every frontier row it reads is found by key, whatever the planner's statistics say: the
-# URL by its primary key alone (its lease check sits in a CASE, as the claim's below), each
-# link by the unique (job, url) index. OFFSET 0 keeps the known-link test a probe per link:
-# as an anti-join, the planner may read and sort every URL of the job for each page (it does
-# while its statistics are older than the job), a cost that grows with the crawl.
-_RECORD_SQL = """
-WITH fin AS (
-    UPDATE {frontier} SET state = %s, lease_until = NULL, http_status = %s, error_reason = %s,
-                          error_message = '', updated_at = %s, ladder_level = %s
-    WHERE id = %s AND CASE WHEN state = %s THEN attempts = %s ELSE false END
-    RETURNING id
-), page AS (
-    INSERT INTO {page} ({page_columns}) SELECT {page_values} FROM fin
-    ON CONFLICT (url_id) DO UPDATE SET {page_updates},
-        modified_run = CASE WHEN {page}.content_hash = EXCLUDED.content_hash
-                            THEN {page}.modified_run ELSE EXCLUDED.modified_run END
-), links AS (
-    INSERT INTO {frontier} (job_id, url, host, depth, state, attempts, not_before, error_reason,
-                            error_message, updated_at, discovered_from_id)
-    SELECT %s, t.url, t.host, %s, CASE WHEN t.n > %s THEN %s ELSE %s END, 0, %s,
-           CASE WHEN t.n > %s THEN %s ELSE '' END, CASE WHEN t.n > %s THEN %s ELSE '' END,
-           %s, fin.id
-    FROM unnest(string_to_array(%s, E'\\n'), string_to_array(%s, E'\\n'))
-         WITH ORDINALITY AS t(url, host, n)
-    CROSS JOIN fin
-    WHERE NOT EXISTS (SELECT 1 FROM {frontier} f WHERE f.job_id = %s AND f.url = t.url OFFSET 0)
-    ORDER BY t.url
-    ON CONFLICT DO NOTHING
-    RETURNING state
-)
-SELECT (SELECT count(*) FROM fin), (SELECT count(*) FROM links WHERE state = %s)
-""".format(  # noqa: S608
-    frontier=FrontierURL._meta.db_table,
-    page=Page._meta.db_table,
-    page_columns=", ".join(f.column for f in _PAGE_FIELDS),
-    page_values=", ".join(["%s"] * len(_PAGE_FIELDS)),
-    page_updates=", ".join(
-        f"{f.column} = EXCLUDED.{f.column}"
-        for f in _PAGE_FIELDS
-        if f.name not in ("job", "url", "first_run", "modified_run")
-    ),
-)
-
-
-def _save_page(page: Page) -> None:
-    """Insert the page, or replace the one the job's previous run stored (same rules as the
-    statement above)."""
-    before = Page.objects.filter(url_id=page.url_id).values_list(
-        "pk", "first_run", "modified_run", "content_hash"
-    )
-    found = before.first()
-    if found is None:
-        page.save(force_insert=True)
-        return
-    page.pk, page.first_run = found[0], found[1]
-    if found[3] == page.content_hash:
-        page.modified_run = found[2]
-    page.save(force_update=True)
 
 
 def record_unchanged(claim: Claim) -> str:
@@ -440,46 +376,6 @@ def requeue_for_recrawl(job_id: int) -> int:
     ).exclude(error_reason=FETCHED_VIA_REDIRECT)
     return _requeue(rows, reason="", attempts=0, released=False, error_message="",
                     http_status=None, ladder_level=0)  # fmt: skip
-
-
-_PAGE_JSON = frozenset(f.attname for f in _PAGE_FIELDS if isinstance(f, JSONField))
-
-
-def _page_values(page: Page) -> list:
-    """The page's column values for the statement below. The engine sets each field to a
-    value of its column's type, which Django's preparation (``get_db_prep_save``, a fifth of
-    the statement's Python time) passes through unchanged on PostgreSQL, JSON apart: those
-    are adapted as Django adapts them."""
-    values = page.__dict__
-    adapt = connection.ops.adapt_json_value
-    return [
-        adapt(values[f.attname], f.encoder) if f.attname in _PAGE_JSON else values[f.attname]
-        for f in _PAGE_FIELDS
-    ]
-
-
-def _record_page_statement(
-    claim: Claim, page: Page, links: list[str], forbidden: list[str], note: str
-) -> None:
-    """The statement above; the links to queue come first, then the forbidden ones (each
-    link's line number tells them apart)."""
-    now = timezone.now()
-    every = [*links, *forbidden]
-    skip, n = ROBOTS_FORBIDDEN, len(links)
-    with prepared_cursor() as cursor:
-        cursor.execute(_RECORD_SQL, [
-            URLState.DONE, page.status, note, now, claim.level, claim.url.pk, URLState.LEASED,
-            claim.attempt,
-            *_page_values(page),
-            claim.job.pk, claim.url.depth + 1, n, URLState.SKIPPED, URLState.QUEUED, now,
-            n, skip.reason, n, str(skip), now,
-            "\n".join(every), "\n".join(host_of(u) for u in every), claim.job.pk,
-            URLState.SKIPPED,
-        ])  # fmt: skip
-        finished, skipped = cursor.fetchone()
-    if not finished:
-        raise LeaseLost(f"lease on URL {claim.url.pk} (attempt {claim.attempt}) ended")
-    metrics.skipped_at_discovery(claim.job.pk, skip.reason, skipped)
 
 
 def _take_redirect_target(claim: Claim, target: str) -> bool:
