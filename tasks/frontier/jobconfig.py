@@ -8,11 +8,18 @@ database.
 from __future__ import annotations
 
 import time
+from typing import NamedTuple
 
 from tasks import live
 from web.models import CrawlJob
 
-_jobs: dict[int, tuple[float, CrawlJob]] = {}
+
+class _Cached(NamedTuple):
+    read_at: float  # time.monotonic() when it was read
+    job: CrawlJob
+
+
+_jobs: dict[int, _Cached] = {}
 JOB_CACHE_S = 10.0  # a worker reads a job's configuration at most this often
 
 
@@ -20,12 +27,12 @@ def job_config(job_id: int) -> CrawlJob | None:
     """The job's configuration, cached per process (its state is checked by every claim)."""
     now = time.monotonic()
     hit = _jobs.get(job_id)
-    if hit is None or now - hit[0] > JOB_CACHE_S:
+    if hit is None or now - hit.read_at > JOB_CACHE_S:
         job = CrawlJob.objects.filter(pk=job_id).first()
         if job is None:
             return None
-        hit = _jobs[job_id] = (now, job)
-    return hit[1]
+        hit = _jobs[job_id] = _Cached(now, job)
+    return hit.job
 
 
 def _forget_job(job_id: str) -> None:

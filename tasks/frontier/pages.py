@@ -118,13 +118,13 @@ def save_page(page: Page) -> None:
     """Insert the page, or replace the one the job's previous run stored (same rules as the
     statement above)."""
     before = Page.objects.filter(url_id=page.url_id).values_list(
-        "pk", "first_run", "modified_run", "content_hash"
+        "pk", "first_run", "modified_run", "content_hash", named=True
     )
     found = before.first()
     if found is None:
         page.save(force_insert=True)
         return
-    page.pk, page.first_run = found[0], found[1]
-    if found[3] == page.content_hash:
-        page.modified_run = found[2]
+    page.pk, page.first_run = found.pk, found.first_run
+    if found.content_hash == page.content_hash:
+        page.modified_run = found.modified_run
     page.save(force_update=True)

@@ -28,6 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from functools import reduce
 from operator import or_
+from typing import NamedTuple
 
 from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Q, QuerySet, Value
@@ -137,6 +138,19 @@ RETURNING id, url, depth, attempts, scheduled_at, error_reason, error_message,
 """
 
 
+class _Claimed(NamedTuple):
+    """A row of the claim's statement."""
+
+    id: int
+    url: str
+    depth: int
+    attempts: int  # the new attempt's number: the lease token
+    scheduled_at: datetime | str | None  # SQLite returns text
+    error_reason: str | None  # how the previous attempt ended
+    error_message: str | None
+    run: int  # the job's run
+
+
 def claim(url_id: int, job_id: int) -> Claim | None:
     """Take the lease on a URL; None if it is not ours (a harmless redelivery)."""
     claimed = claim_many([url_id], job_id)
@@ -164,14 +178,15 @@ def claim_many(url_ids: list[int], job_id: int) -> list[Claim]:
             URLState.LEASED, adapt(lease_until), adapt(now), *url_ids, job_id,
             URLState.SCHEDULED, URLState.LEASED, adapt(now), job_id, JobState.RUNNING, job_id,
         ])  # fmt: skip
-        rows = {row[0]: row[1:] for row in cursor.fetchall()}
+        rows = {row.id: row for row in map(_Claimed._make, cursor.fetchall())}
     if len(rows) < len(url_ids):
         requeue_if_stopped([i for i in url_ids if i not in rows], job_id, now)
     claims = []
     for url_id in dict.fromkeys(url_ids):
         if url_id not in rows:
             continue
-        url, depth, attempt, scheduled_at, reason, message, run = rows[url_id]
+        row = rows[url_id]
+        scheduled_at = row.scheduled_at
         if scheduled_at is not None:
             if isinstance(scheduled_at, str):
                 scheduled_at = datetime.fromisoformat(scheduled_at)
@@ -179,11 +194,12 @@ def claim_many(url_ids: list[int], job_id: int) -> list[Claim]:
                 scheduled_at = scheduled_at.replace(tzinfo=UTC)
             metrics.DISPATCH_SECONDS.observe(max(0.0, (now - scheduled_at).total_seconds()))
         leased = FrontierURL(
-            id=url_id, job_id=job_id, url=url, depth=depth, attempts=attempt,
+            id=url_id, job_id=job_id, url=row.url, depth=row.depth, attempts=row.attempts,
             state=URLState.LEASED,
         )  # fmt: skip
-        claims.append(Claim(url=leased, job=job, attempt=attempt, previous_reason=reason or "",
-                            previous_message=message or "", run=run))  # fmt: skip
+        claims.append(Claim(url=leased, job=job, attempt=row.attempts,
+                            previous_reason=row.error_reason or "",
+                            previous_message=row.error_message or "", run=row.run))  # fmt: skip
     return claims
 
 
@@ -385,7 +401,7 @@ def _take_redirect_target(claim: Claim, target: str) -> bool:
         state=URLState.SKIPPED, error_reason=FETCHED_VIA_REDIRECT, error_message=claim.url.url
     ):
         return True
-    state = rows.values_list("state", "error_reason", "error_message").first()
+    state = rows.values_list("state", "error_reason", "error_message", named=True).first()
     if state is None:
         try:
             with transaction.atomic():  # a savepoint: a concurrent insert wins the race
@@ -397,11 +413,13 @@ def _take_redirect_target(claim: Claim, target: str) -> bool:
                 )  # fmt: skip
             return True
         except IntegrityError:
-            state = rows.values_list("state", "error_reason", "error_message").first()
+            state = rows.values_list("state", "error_reason", "error_message", named=True).first()
             if state is None:
                 return False
-    fetched_as_itself = state[0] in (URLState.SCHEDULED, URLState.LEASED, URLState.DONE)
-    taken_by_another = state[1] == FETCHED_VIA_REDIRECT and state[2] != claim.url.url
+    fetched_as_itself = state.state in (URLState.SCHEDULED, URLState.LEASED, URLState.DONE)
+    taken_by_another = (
+        state.error_reason == FETCHED_VIA_REDIRECT and state.error_message != claim.url.url
+    )
     return not (fetched_as_itself or taken_by_another)  # (this URL's previous run took it)
 
 
