@@ -19,7 +19,7 @@ from django.db.models import BooleanField, Case, Value, When
 
 from tasks.defaults import setting
 
-T = TypeVar("T")
+_T = TypeVar("_T")
 _TRANSIENT_SQLSTATES = {"40P01", "40001", "55P03"}  # deadlock, serialization, lock timeout
 
 
@@ -91,7 +91,7 @@ def lend_connection_back() -> None:
         connection.close()
 
 
-def with_retries(commit: Callable[[], T], attempts: int = 3) -> T | None:
+def with_retries(commit: Callable[[], _T], attempts: int = 3) -> _T | None:
     """Run a transaction again if the database aborted it as a deadlock or a lock timeout."""
     for attempt in range(1, attempts + 1):
         try:

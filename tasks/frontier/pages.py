@@ -2,8 +2,9 @@
 its page and its new links (the lease check a CTE the inserts are joined to, so that a lost
 lease writes nothing); elsewhere, and for redirects, the page's own insert or update.
 
-Reads no setting. A page the job's previous run stored is replaced: it keeps the run that
-found it, and the run that last changed it unless its content hash is the same.
+Reads no setting of its own (its cursor, ``db.prepared_cursor``, reads ``DB_PREPARE``). A
+page the job's previous run stored is replaced: it keeps the run that found it, and the run
+that last changed it unless its content hash is the same.
 """
 
 from __future__ import annotations

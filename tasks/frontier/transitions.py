@@ -1,7 +1,8 @@
 """The frontier: every URL of a job, its state, and the moves between states, one function each.
 
 Reads ``LEASE_S``, ``RETRY_MAX_ATTEMPTS``, ``RETRY_TIMEOUT_ATTEMPTS``, ``RETRY_BACKOFF_BASE_S``
-and ``RETRY_BACKOFF_MAX_S``.
+and ``RETRY_BACKOFF_MAX_S``; its prepared statements go through ``db.prepared_cursor``, which
+reads ``DB_PREPARE``.
 
 A URL is inserted once per job (``ON CONFLICT DO NOTHING`` on the unique (job, url) index:
 dedup is exact). The scheduler *schedules* it (in a message in the broker). A worker *claims*
