@@ -45,18 +45,17 @@ from tasks.fetch import (
     sessions,
 )
 from tasks.frontier import canary, channels, leases, wakeup
+from tasks.frontier.claims import Claim, LeaseLost
+from tasks.frontier.db import lend_connection_back, with_retries
 from tasks.frontier.transitions import (
     IDENTITY_BANNED,
     RENDER_QUEUED,
     ROBOTS_FORBIDDEN,
-    Claim,
-    LeaseLost,
     claim_many,
     defer,
     give_back,
     give_up,
     insert_urls,
-    lend_connection_back,
     park,
     past_last_attempt,
     record_failure,
@@ -64,7 +63,6 @@ from tasks.frontier.transitions import (
     record_unchanged,
     retry_banned,
     to_render,
-    with_retries,
 )
 from tasks.rules import guard, selectors
 from tasks.rules.urls import Scope, canonicalize, host_of

@@ -15,7 +15,7 @@ from redis.exceptions import RedisError
 
 from tasks import engine
 from tasks.defaults import setting
-from tasks.frontier import jobs, reconcile, transitions, webhooks
+from tasks.frontier import db, jobs, reconcile, webhooks
 from tasks.worker import lifecycle
 from web.models import CrawlJob
 
@@ -30,7 +30,7 @@ def _run(task, url_ids: list[int], job_id: int, rendering: bool) -> None:
         connection.close()
         raise task.retry(exc=exc, countdown=setting("DB_RETRY_S")) from None
     finally:
-        transitions.lend_connection_back()  # an idle pool thread must not keep a connection
+        db.lend_connection_back()  # an idle pool thread must not keep a connection
     lifecycle.touched_jobs.add(job_id)
 
 

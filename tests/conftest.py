@@ -14,7 +14,7 @@ from django.db import connection
 
 from crawlplatform.embedded import EmbeddedRedis
 from tasks import broker, defaults, engine
-from tasks.frontier import channels, jobs, transitions
+from tasks.frontier import channels, jobconfig, jobs
 from tasks.frontier.scheduler import Scheduler
 from tasks.worker.supervisor import WorkerPool
 from tests.budgets import FAST, LOCAL
@@ -35,7 +35,7 @@ def wait_for(predicate: Callable[[], object], timeout: float, what: str, every: 
 def _forget_job_caches():
     """Job ids are reused after a test database flush: per-process job caches must not be,
     nor live settings, nor an earlier test's channel weights."""
-    transitions._jobs.clear()
+    jobconfig._jobs.clear()
     engine._caches.clear()
     defaults.live = {}  # live settings of an earlier test's database
     channels.forget()

@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from tasks.fetch import outcomes
 from tasks.frontier import jobs, transitions
+from tasks.frontier.claims import LeaseLost
 from tasks.worker import metrics
 from web.models import CrawlJob, FrontierURL, JobState, Page, URLState
 
@@ -137,7 +138,7 @@ def test_a_swept_lease_cannot_be_committed_by_its_old_worker(job):
     schedule(url)
     new = transitions.claim(url.pk, job.pk)
     assert new.attempt == 2
-    with pytest.raises(transitions.LeaseLost):
+    with pytest.raises(LeaseLost):
         transitions.record_page(old, page_for(old), ["http://127.0.0.1:9/from-old"])
     assert not Page.objects.exists()
     assert not FrontierURL.objects.filter(url__endswith="from-old").exists()  # rolled back

@@ -15,7 +15,7 @@ from django.db import transaction
 from django.db.models import F
 
 from tasks import broker
-from tasks.frontier import transitions
+from tasks.frontier import db
 from web.models import SchedulerFence
 
 LEADER_KEY = "crawl:scheduler:leader"
@@ -66,7 +66,7 @@ def check_fence(epoch: int | None) -> None:
     """Inside a release's transaction: the epoch is still ours (and stays so until commit)."""
     if epoch is None:
         return
-    with transitions.prepared_cursor() as cursor:
+    with db.prepared_cursor() as cursor:
         cursor.execute(_FENCE_SQL, [FENCE, epoch])
         ours = cursor.rowcount
     if not ours:

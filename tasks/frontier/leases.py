@@ -27,7 +27,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from tasks.defaults import setting
-from tasks.frontier import transitions
+from tasks.frontier import db
 from web.models import FrontierURL, URLState
 
 log = logging.getLogger(__name__)
@@ -68,7 +68,7 @@ def renew() -> int:
     ):  # SQLite caps an expression's depth
         chunk = held[start : start + setting("LEASE_RENEW_CHUNK")]
         mine = reduce(or_, (Q(pk=url_id, attempts=attempt) for url_id, (attempt, _) in chunk))
-        leased = FrontierURL.objects.filter(mine, transitions.in_state(URLState.LEASED))
+        leased = FrontierURL.objects.filter(mine, db.in_state(URLState.LEASED))
         renewed += leased.update(lease_until=until)
     return renewed
 

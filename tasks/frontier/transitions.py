@@ -1,7 +1,8 @@
 """The frontier: every URL of a job, its state, and the moves between states, one function each.
 
-Reads ``LEASE_S``, ``RETRY_MAX_ATTEMPTS``, ``RETRY_TIMEOUT_ATTEMPTS``, ``RETRY_BACKOFF_BASE_S``,
-``RETRY_BACKOFF_MAX_S`` and ``DB_PREPARE``.
+Reads ``LEASE_S``, ``RETRY_MAX_ATTEMPTS``, ``RETRY_TIMEOUT_ATTEMPTS``, ``RETRY_BACKOFF_BASE_S``
+and ``RETRY_BACKOFF_MAX_S``; its prepared statements go through ``db.prepared_cursor``, which
+reads ``DB_PREPARE``.
 
 A URL is inserted once per job (``ON CONFLICT DO NOTHING`` on the unique (job, url) index:
 dedup is exact). The scheduler *schedules* it (in a message in the broker). A worker *claims*
@@ -22,103 +23,32 @@ fails it, a swept lease on the last attempt fails it.
 
 from __future__ import annotations
 
-import functools
 import logging
 import random
-import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from functools import reduce
 from operator import or_
+from typing import NamedTuple
 
-from django.db import IntegrityError, OperationalError, connection, transaction
-from django.db.models import BooleanField, Case, F, JSONField, Q, QuerySet, Value, When
+from django.db import IntegrityError, connection, transaction
+from django.db.models import F, Q, QuerySet, Value
 from django.db.models.functions import Concat
 from django.utils import timezone
 
-from tasks import live
 from tasks.defaults import setting
 from tasks.fetch import outcomes
+from tasks.frontier.claims import Claim, LeaseLost
+from tasks.frontier.db import in_state, prepared_cursor
+from tasks.frontier.jobconfig import job_config
+from tasks.frontier.pages import record_page_statement, save_page
 from tasks.rules.urls import host_of
 from tasks.worker import metrics
 from web.models import NOT_MODIFIED, CrawlJob, FrontierURL, JobState, Page, Review, URLState
 
 log = logging.getLogger(__name__)
-_TRANSIENT_SQLSTATES = {"40P01", "40001", "55P03"}  # deadlock, serialization, lock timeout
 FETCHED_VIA_REDIRECT = "fetched_via_redirect"
 LEASE_EXPIRED = "lease_expired"  # a waiting URL's reason: its worker was lost while it held it
-
-
-class LeaseLost(Exception):
-    """This worker's lease on a URL ended before it could commit; its work is discarded."""
-
-
-@dataclass
-class Claim:
-    url: FrontierURL
-    job: CrawlJob
-    attempt: int  # the lease token
-    reason: str = ""  # why it ended or went back to wait, once it did
-    previous_reason: str = ""  # the reason its previous attempt ended with, if any
-    previous_message: str = ""  # and that attempt's message
-    new_links: bool = False  # its page added URLs to the frontier
-    level: int = 0  # its host's anti-bot ladder level during this attempt
-    run: int = 1  # the job's run it was claimed in (read with the claim, never from a cache)
-    deferred: bool = False  # it went back to wait without an attempt (politeness, robots)
-
-
-class _BoundCursor:
-    """A psycopg cursor that binds on the server, run as Django runs its own: through the
-    connection's execute wrappers (``connection.execute_wrapper``), refused inside a broken
-    atomic block, with Django's errors. Django's debug log of queries does not list it."""
-
-    def __init__(self, cursor) -> None:
-        self.cursor = cursor
-
-    def execute(self, sql: str, params: list) -> None:
-        connection.validate_no_broken_transaction()
-        run = self._run
-        for wrapper in reversed(connection.execute_wrappers):
-            run = functools.partial(wrapper, run)
-        with connection.wrap_database_errors:
-            run(sql, params, False, {"connection": connection, "cursor": self})
-
-    def _run(self, sql: str, params: list, many: bool, context: dict) -> None:
-        self.cursor.execute(sql, params)
-
-    def fetchone(self):
-        return self.cursor.fetchone()
-
-    def fetchall(self):
-        return self.cursor.fetchall()
-
-    @property
-    def rowcount(self) -> int:
-        return self.cursor.rowcount
-
-
-@contextmanager
-def prepared_cursor() -> Iterator:
-    """A cursor for the statements every page, message and release runs. On PostgreSQL it
-    binds parameters on the server and prepares each statement at its first run on a
-    connection (``DB_PREPARE``; psycopg keeps one per text and parameter types, a hundred at
-    most), so that PostgreSQL parses and plans it once per connection instead of at every
-    run, and no parameter is quoted into the text in Python. Django's own cursors bind on the
-    client, which never prepares, so the ORM's statements are not affected by the
-    connection's threshold. Elsewhere it is Django's cursor."""
-    if connection.vendor != "postgresql":
-        with connection.cursor() as cursor:
-            yield cursor
-        return
-    import psycopg
-
-    connection.ensure_connection()
-    raw = connection.connection
-    raw.prepare_threshold = 0 if setting("DB_PREPARE") else None
-    with connection.wrap_database_errors, psycopg.Cursor(raw) as cursor:
-        yield _BoundCursor(cursor)
 
 
 def insert_urls(
@@ -155,15 +85,6 @@ def insert_urls(
     ]
     if rows:
         FrontierURL.objects.bulk_create(rows, ignore_conflicts=True, batch_size=1000)
-
-
-def in_state(state: str) -> Case:
-    """``state = X`` as a condition no index matches: a statement that names its rows by key
-    then finds them by the primary key alone, never through an index of states (see
-    ``_CLAIM_SQL``), whatever the planner's statistics say."""
-    return Case(
-        When(state=state, then=Value(True)), default=Value(False), output_field=BooleanField()
-    )
 
 
 _SCHEDULE_SQL = f"""
@@ -216,27 +137,19 @@ WHERE id IN ({ids})
 RETURNING id, url, depth, attempts, scheduled_at, error_reason, error_message,
           (SELECT run FROM {job} WHERE id = %s)
 """
-_jobs: dict[int, tuple[float, CrawlJob]] = {}
-JOB_CACHE_S = 10.0  # a worker reads a job's configuration at most this often
 
 
-def job_config(job_id: int) -> CrawlJob | None:
-    """The job's configuration, cached per process (its state is checked by every claim)."""
-    now = time.monotonic()
-    hit = _jobs.get(job_id)
-    if hit is None or now - hit[0] > JOB_CACHE_S:
-        job = CrawlJob.objects.filter(pk=job_id).first()
-        if job is None:
-            return None
-        hit = _jobs[job_id] = (now, job)
-    return hit[1]
+class _Claimed(NamedTuple):
+    """A row of the claim's statement."""
 
-
-def _forget_job(job_id: str) -> None:
-    _jobs.pop(int(job_id), None)
-
-
-live.on_announce("job", _forget_job)  # the job was edited: read it again at its next claim
+    id: int
+    url: str
+    depth: int
+    attempts: int  # the new attempt's number: the lease token
+    scheduled_at: datetime | str | None  # SQLite returns text
+    error_reason: str | None  # how the previous attempt ended
+    error_message: str | None
+    run: int  # the job's run
 
 
 def claim(url_id: int, job_id: int) -> Claim | None:
@@ -266,14 +179,15 @@ def claim_many(url_ids: list[int], job_id: int) -> list[Claim]:
             URLState.LEASED, adapt(lease_until), adapt(now), *url_ids, job_id,
             URLState.SCHEDULED, URLState.LEASED, adapt(now), job_id, JobState.RUNNING, job_id,
         ])  # fmt: skip
-        rows = {row[0]: row[1:] for row in cursor.fetchall()}
+        rows = {row.id: row for row in map(_Claimed._make, cursor.fetchall())}
     if len(rows) < len(url_ids):
         requeue_if_stopped([i for i in url_ids if i not in rows], job_id, now)
     claims = []
     for url_id in dict.fromkeys(url_ids):
         if url_id not in rows:
             continue
-        url, depth, attempt, scheduled_at, reason, message, run = rows[url_id]
+        row = rows[url_id]
+        scheduled_at = row.scheduled_at
         if scheduled_at is not None:
             if isinstance(scheduled_at, str):
                 scheduled_at = datetime.fromisoformat(scheduled_at)
@@ -281,24 +195,18 @@ def claim_many(url_ids: list[int], job_id: int) -> list[Claim]:
                 scheduled_at = scheduled_at.replace(tzinfo=UTC)
             metrics.DISPATCH_SECONDS.observe(max(0.0, (now - scheduled_at).total_seconds()))
         leased = FrontierURL(
-            id=url_id, job_id=job_id, url=url, depth=depth, attempts=attempt,
+            id=url_id, job_id=job_id, url=row.url, depth=row.depth, attempts=row.attempts,
             state=URLState.LEASED,
         )  # fmt: skip
-        claims.append(Claim(url=leased, job=job, attempt=attempt, previous_reason=reason or "",
-                            previous_message=message or "", run=run))  # fmt: skip
+        claims.append(Claim(url=leased, job=job, attempt=row.attempts,
+                            previous_reason=row.error_reason or "",
+                            previous_message=row.error_message or "", run=row.run))  # fmt: skip
     return claims
 
 
 def past_last_attempt(claim: Claim) -> bool:
     """The claim started an attempt beyond the cap (a redelivery after its last one)."""
     return claim.attempt > setting("RETRY_MAX_ATTEMPTS", claim.job)
-
-
-def lend_connection_back() -> None:
-    """With a connection pool, give this thread's connection back while it waits on the
-    network; the next statement borrows one again (any transaction must be over)."""
-    if connection.settings_dict.get("OPTIONS", {}).get("pool"):
-        connection.close()
 
 
 def _requeue(
@@ -389,21 +297,6 @@ def _finish(claim: Claim, to: str, **changes) -> None:
         raise LeaseLost(f"lease on URL {claim.url.pk} (attempt {claim.attempt}) ended")
 
 
-def with_retries(commit: Callable[[], object], attempts: int = 3):
-    """Run a transaction again if the database aborted it as a deadlock or a lock timeout."""
-    for attempt in range(1, attempts + 1):
-        try:
-            return commit()
-        except OperationalError as exc:
-            transient = getattr(exc.__cause__, "sqlstate", None) in _TRANSIENT_SQLSTATES or (
-                "database is locked" in str(exc)
-            )
-            if not transient or attempt == attempts:
-                raise
-            time.sleep(random.uniform(0.01, 0.1) * attempt)  # noqa: S311 (jitter)
-    return None
-
-
 def defer(claim: Claim, seconds: float, reason: str) -> str:
     """Put a leased URL back to wait ``seconds`` (politeness, robots pending); no attempt used."""
     log.info("job=%s url=%s deferred %.2f s: %s", claim.job.pk, claim.url.url, seconds, reason)
@@ -451,7 +344,7 @@ def record_page(
     """
     redirected = bool(redirect_target) and redirect_target != claim.url.url
     if connection.vendor == "postgresql" and not redirected and page is not None:
-        _record_page_statement(claim, page, sorted(links), sorted(forbidden), note)
+        record_page_statement(claim, page, sorted(links), sorted(forbidden), note, ROBOTS_FORBIDDEN)
         return URLState.DONE
     if links or forbidden:
         known = FrontierURL.objects.filter(job_id=claim.job.pk, url__in=[*links, *forbidden])
@@ -469,7 +362,7 @@ def record_page(
         status = page.status if page is not None else status
         _finish(claim, URLState.DONE, http_status=status, error_reason=note, error_message="")
         if page is not None:
-            _save_page(page)
+            save_page(page)
         if links or forbidden:  # one insert in sorted order, as the statement's
             insert_urls(claim.job.pk, sorted([*links, *forbidden]), claim.url.depth + 1,
                         claim.url.pk, dict.fromkeys(forbidden, ROBOTS_FORBIDDEN))  # fmt: skip
@@ -479,71 +372,6 @@ def record_page(
 
 # A URL robots.txt forbids: at its fetch (tasks/engine.py) or as its link is found.
 ROBOTS_FORBIDDEN = outcomes.RobotsDisallowed("disallowed by robots.txt")
-
-
-_PAGE_FIELDS = [f for f in Page._meta.concrete_fields if not f.primary_key]
-# Data-modifying CTEs run to completion whether or not the final SELECT reads them.
-# Table and column names come from the models; every value is a bound parameter. The links
-# and their hosts go as one text each, a line per link: canonical URLs hold no line breaks
-# (URL parsing drops them), and one text costs the driver a tenth of a list's adaptation.
-# Every frontier row it reads is found by key, whatever the planner's statistics say: the
-# URL by its primary key alone (its lease check sits in a CASE, as the claim's below), each
-# link by the unique (job, url) index. OFFSET 0 keeps the known-link test a probe per link:
-# as an anti-join, the planner may read and sort every URL of the job for each page (it does
-# while its statistics are older than the job), a cost that grows with the crawl.
-_RECORD_SQL = """
-WITH fin AS (
-    UPDATE {frontier} SET state = %s, lease_until = NULL, http_status = %s, error_reason = %s,
-                          error_message = '', updated_at = %s, ladder_level = %s
-    WHERE id = %s AND CASE WHEN state = %s THEN attempts = %s ELSE false END
-    RETURNING id
-), page AS (
-    INSERT INTO {page} ({page_columns}) SELECT {page_values} FROM fin
-    ON CONFLICT (url_id) DO UPDATE SET {page_updates},
-        modified_run = CASE WHEN {page}.content_hash = EXCLUDED.content_hash
-                            THEN {page}.modified_run ELSE EXCLUDED.modified_run END
-), links AS (
-    INSERT INTO {frontier} (job_id, url, host, depth, state, attempts, not_before, error_reason,
-                            error_message, updated_at, discovered_from_id)
-    SELECT %s, t.url, t.host, %s, CASE WHEN t.n > %s THEN %s ELSE %s END, 0, %s,
-           CASE WHEN t.n > %s THEN %s ELSE '' END, CASE WHEN t.n > %s THEN %s ELSE '' END,
-           %s, fin.id
-    FROM unnest(string_to_array(%s, E'\\n'), string_to_array(%s, E'\\n'))
-         WITH ORDINALITY AS t(url, host, n)
-    CROSS JOIN fin
-    WHERE NOT EXISTS (SELECT 1 FROM {frontier} f WHERE f.job_id = %s AND f.url = t.url OFFSET 0)
-    ORDER BY t.url
-    ON CONFLICT DO NOTHING
-    RETURNING state
-)
-SELECT (SELECT count(*) FROM fin), (SELECT count(*) FROM links WHERE state = %s)
-""".format(  # noqa: S608
-    frontier=FrontierURL._meta.db_table,
-    page=Page._meta.db_table,
-    page_columns=", ".join(f.column for f in _PAGE_FIELDS),
-    page_values=", ".join(["%s"] * len(_PAGE_FIELDS)),
-    page_updates=", ".join(
-        f"{f.column} = EXCLUDED.{f.column}"
-        for f in _PAGE_FIELDS
-        if f.name not in ("job", "url", "first_run", "modified_run")
-    ),
-)
-
-
-def _save_page(page: Page) -> None:
-    """Insert the page, or replace the one the job's previous run stored (same rules as the
-    statement above)."""
-    before = Page.objects.filter(url_id=page.url_id).values_list(
-        "pk", "first_run", "modified_run", "content_hash"
-    )
-    found = before.first()
-    if found is None:
-        page.save(force_insert=True)
-        return
-    page.pk, page.first_run = found[0], found[1]
-    if found[3] == page.content_hash:
-        page.modified_run = found[2]
-    page.save(force_update=True)
 
 
 def record_unchanged(claim: Claim) -> str:
@@ -567,46 +395,6 @@ def requeue_for_recrawl(job_id: int) -> int:
                     http_status=None, ladder_level=0)  # fmt: skip
 
 
-_PAGE_JSON = frozenset(f.attname for f in _PAGE_FIELDS if isinstance(f, JSONField))
-
-
-def _page_values(page: Page) -> list:
-    """The page's column values for the statement below. The engine sets each field to a
-    value of its column's type, which Django's preparation (``get_db_prep_save``, a fifth of
-    the statement's Python time) passes through unchanged on PostgreSQL, JSON apart: those
-    are adapted as Django adapts them."""
-    values = page.__dict__
-    adapt = connection.ops.adapt_json_value
-    return [
-        adapt(values[f.attname], f.encoder) if f.attname in _PAGE_JSON else values[f.attname]
-        for f in _PAGE_FIELDS
-    ]
-
-
-def _record_page_statement(
-    claim: Claim, page: Page, links: list[str], forbidden: list[str], note: str
-) -> None:
-    """The statement above; the links to queue come first, then the forbidden ones (each
-    link's line number tells them apart)."""
-    now = timezone.now()
-    every = [*links, *forbidden]
-    skip, n = ROBOTS_FORBIDDEN, len(links)
-    with prepared_cursor() as cursor:
-        cursor.execute(_RECORD_SQL, [
-            URLState.DONE, page.status, note, now, claim.level, claim.url.pk, URLState.LEASED,
-            claim.attempt,
-            *_page_values(page),
-            claim.job.pk, claim.url.depth + 1, n, URLState.SKIPPED, URLState.QUEUED, now,
-            n, skip.reason, n, str(skip), now,
-            "\n".join(every), "\n".join(host_of(u) for u in every), claim.job.pk,
-            URLState.SKIPPED,
-        ])  # fmt: skip
-        finished, skipped = cursor.fetchone()
-    if not finished:
-        raise LeaseLost(f"lease on URL {claim.url.pk} (attempt {claim.attempt}) ended")
-    metrics.skipped_at_discovery(claim.job.pk, skip.reason, skipped)
-
-
 def _take_redirect_target(claim: Claim, target: str) -> bool:
     """Inside the page's transaction: may this URL store the page its redirect reached?"""
     rows = FrontierURL.objects.filter(job_id=claim.job.pk, url=target)
@@ -614,7 +402,7 @@ def _take_redirect_target(claim: Claim, target: str) -> bool:
         state=URLState.SKIPPED, error_reason=FETCHED_VIA_REDIRECT, error_message=claim.url.url
     ):
         return True
-    state = rows.values_list("state", "error_reason", "error_message").first()
+    state = rows.values_list("state", "error_reason", "error_message", named=True).first()
     if state is None:
         try:
             with transaction.atomic():  # a savepoint: a concurrent insert wins the race
@@ -626,11 +414,13 @@ def _take_redirect_target(claim: Claim, target: str) -> bool:
                 )  # fmt: skip
             return True
         except IntegrityError:
-            state = rows.values_list("state", "error_reason", "error_message").first()
+            state = rows.values_list("state", "error_reason", "error_message", named=True).first()
             if state is None:
                 return False
-    fetched_as_itself = state[0] in (URLState.SCHEDULED, URLState.LEASED, URLState.DONE)
-    taken_by_another = state[1] == FETCHED_VIA_REDIRECT and state[2] != claim.url.url
+    fetched_as_itself = state.state in (URLState.SCHEDULED, URLState.LEASED, URLState.DONE)
+    taken_by_another = (
+        state.error_reason == FETCHED_VIA_REDIRECT and state.error_message != claim.url.url
+    )
     return not (fetched_as_itself or taken_by_another)  # (this URL's previous run took it)
 
 

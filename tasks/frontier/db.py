@@ -1,0 +1,106 @@
+"""The database plumbing the frontier's statements share: a cursor that prepares the hot
+statements on PostgreSQL, a condition that keeps the planner on primary keys, the retry of a
+transaction the database aborted, and the pooled connection given back while a worker waits.
+
+Reads ``DB_PREPARE``.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TypeVar
+
+from django.db import OperationalError, connection
+from django.db.models import BooleanField, Case, Value, When
+
+from tasks.defaults import setting
+
+_T = TypeVar("_T")
+_TRANSIENT_SQLSTATES = {"40P01", "40001", "55P03"}  # deadlock, serialization, lock timeout
+
+
+class _BoundCursor:
+    """A psycopg cursor that binds on the server, run as Django runs its own: through the
+    connection's execute wrappers (``connection.execute_wrapper``), refused inside a broken
+    atomic block, with Django's errors. Django's debug log of queries does not list it."""
+
+    def __init__(self, cursor) -> None:
+        self.cursor = cursor
+
+    def execute(self, sql: str, params: list) -> None:
+        connection.validate_no_broken_transaction()
+        run = self._run
+        for wrapper in reversed(connection.execute_wrappers):
+            run = functools.partial(wrapper, run)
+        with connection.wrap_database_errors:
+            run(sql, params, False, {"connection": connection, "cursor": self})
+
+    def _run(self, sql: str, params: list, many: bool, context: dict) -> None:
+        self.cursor.execute(sql, params)
+
+    def fetchone(self):
+        return self.cursor.fetchone()
+
+    def fetchall(self):
+        return self.cursor.fetchall()
+
+    @property
+    def rowcount(self) -> int:
+        return self.cursor.rowcount
+
+
+@contextmanager
+def prepared_cursor() -> Iterator:
+    """A cursor for the statements every page, message and release runs. On PostgreSQL it
+    binds parameters on the server and prepares each statement at its first run on a
+    connection (``DB_PREPARE``; psycopg keeps one per text and parameter types, a hundred at
+    most), so that PostgreSQL parses and plans it once per connection instead of at every
+    run, and no parameter is quoted into the text in Python. Django's own cursors bind on the
+    client, which never prepares, so the ORM's statements are not affected by the
+    connection's threshold. Elsewhere it is Django's cursor."""
+    if connection.vendor != "postgresql":
+        with connection.cursor() as cursor:
+            yield cursor
+        return
+    import psycopg
+
+    connection.ensure_connection()
+    raw = connection.connection
+    raw.prepare_threshold = 0 if setting("DB_PREPARE") else None
+    with connection.wrap_database_errors, psycopg.Cursor(raw) as cursor:
+        yield _BoundCursor(cursor)
+
+
+def in_state(state: str) -> Case:
+    """``state = X`` as a condition no index matches: a statement that names its rows by key
+    then finds them by the primary key alone, never through an index of states (see the
+    claim's statement in ``transitions.py``), whatever the planner's statistics say."""
+    return Case(
+        When(state=state, then=Value(True)), default=Value(False), output_field=BooleanField()
+    )
+
+
+def lend_connection_back() -> None:
+    """With a connection pool, give this thread's connection back while it waits on the
+    network; the next statement borrows one again (any transaction must be over)."""
+    if connection.settings_dict.get("OPTIONS", {}).get("pool"):
+        connection.close()
+
+
+def with_retries(commit: Callable[[], _T], attempts: int = 3) -> _T | None:
+    """Run a transaction again if the database aborted it as a deadlock or a lock timeout."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return commit()
+        except OperationalError as exc:
+            transient = getattr(exc.__cause__, "sqlstate", None) in _TRANSIENT_SQLSTATES or (
+                "database is locked" in str(exc)
+            )
+            if not transient or attempt == attempts:
+                raise
+            time.sleep(random.uniform(0.01, 0.1) * attempt)  # noqa: S311 (jitter)
+    return None
