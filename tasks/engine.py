@@ -47,13 +47,13 @@ from tasks.fetch import (
 from tasks.frontier import canary, channels, leases, wakeup
 from tasks.frontier.claims import Claim, LeaseLost
 from tasks.frontier.db import lend_connection_back, with_retries
+from tasks.frontier.requeue import give_back
 from tasks.frontier.transitions import (
     IDENTITY_BANNED,
     RENDER_QUEUED,
     ROBOTS_FORBIDDEN,
     claim_many,
     defer,
-    give_back,
     give_up,
     insert_urls,
     park,

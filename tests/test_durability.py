@@ -20,7 +20,7 @@ import time
 import pytest
 from django.db.models import QuerySet
 
-from tasks.frontier import transitions
+from tasks.frontier import requeue
 from tasks.worker.supervisor import WorkerPool
 from tests.conftest import wait_for
 from tests.site import Site
@@ -74,7 +74,7 @@ def test_sigkill_mid_crawl_completes_through_redelivery(slow_site, workers, sche
     # No lease sweep: the killed worker's leased URLs come back only by acks-late redelivery.
     # Reconcile stays on: it re-publishes SCHEDULED URLs only, whose message the victim may
     # have popped from Redis in the instant before kombu recorded it as unacked.
-    monkeypatch.setattr(transitions, "reclaim_expired", lambda: 0)
+    monkeypatch.setattr(requeue, "reclaim_expired", lambda: 0)
     pool = workers(processes=2, concurrency=4)
     job = start_job(slow_site)
     wait_for(lambda: pages_done(job) >= 40 and leased(job) >= 2, 60, "pages in flight")

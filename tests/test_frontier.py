@@ -11,7 +11,7 @@ from django.db import connection
 from django.utils import timezone
 
 from tasks.fetch import outcomes
-from tasks.frontier import jobs, transitions
+from tasks.frontier import jobs, requeue, transitions
 from tasks.frontier.claims import LeaseLost
 from tasks.worker import metrics
 from web.models import CrawlJob, FrontierURL, JobState, Page, URLState
@@ -134,7 +134,7 @@ def test_a_swept_lease_cannot_be_committed_by_its_old_worker(job):
     schedule(url)
     old = transitions.claim(url.pk, job.pk)
     FrontierURL.objects.filter(pk=url.pk).update(lease_until=timezone.now() - timedelta(seconds=1))
-    assert transitions.reclaim_expired() == 1
+    assert requeue.reclaim_expired() == 1
     schedule(url)
     new = transitions.claim(url.pk, job.pk)
     assert new.attempt == 2
@@ -262,12 +262,12 @@ def test_a_swept_lease_on_the_last_attempt_fails_the_url(job, monkeypatch):
     FrontierURL.objects.filter(pk=url.pk).update(
         state=URLState.LEASED, attempts=1, lease_until=expired
     )
-    assert transitions.reclaim_expired() == 1
+    assert requeue.reclaim_expired() == 1
     assert FrontierURL.objects.get(pk=url.pk).state == URLState.QUEUED  # one attempt left
     FrontierURL.objects.filter(pk=url.pk).update(
         state=URLState.LEASED, attempts=2, lease_until=expired
     )
-    assert transitions.reclaim_expired() == 1
+    assert requeue.reclaim_expired() == 1
     row = FrontierURL.objects.get(pk=url.pk)
     assert (row.state, row.error_reason) == ("failed", "attempts_exhausted")
 
@@ -279,7 +279,7 @@ def test_a_swept_lease_of_a_cancelled_job_ends_skipped(job):
     assert jobs.cancel(job)
     assert FrontierURL.objects.get(pk=url.pk).state == URLState.LEASED  # in flight: kept
     FrontierURL.objects.filter(pk=url.pk).update(lease_until=timezone.now() - timedelta(seconds=1))
-    assert transitions.reclaim_expired() == 1
+    assert requeue.reclaim_expired() == 1
     row = FrontierURL.objects.get(pk=url.pk)
     assert (row.state, row.error_reason) == (URLState.SKIPPED, "cancelled")  # not queued forever
 
@@ -305,7 +305,7 @@ def test_urls_given_back_while_a_cancel_commits_end_skipped(job, monkeypatch):
     cancelling.start()
     assert skipped_the_rest.wait(10)  # the cancel saw this URL leased and left it alone
     threading.Timer(0.3, commit.set).start()  # and commits while the give-back reads the job
-    transitions.give_back([claim])
+    requeue.give_back([claim])
     cancelling.join(10)
     row = FrontierURL.objects.get(pk=url.pk)
     assert (row.state, row.error_reason) == (URLState.SKIPPED, "cancelled")  # not left queued

@@ -18,6 +18,7 @@ from tasks.frontier import (
     leadership,
     reconcile,
     release,
+    requeue,
     scheduler,
     transitions,
 )
@@ -150,7 +151,7 @@ def test_a_url_whose_worker_was_lost_goes_alone(redis, monkeypatch, pacing):
     monkeypatch.setenv("CRAWL_DISPATCH_BATCH", "4")
     job = make_job(7)
     lost = FrontierURL.objects.get(job=job, url="http://127.0.0.1:9/3")
-    FrontierURL.objects.filter(pk=lost.pk).update(error_reason=transitions.LEASE_EXPIRED)
+    FrontierURL.objects.filter(pk=lost.pk).update(error_reason=requeue.LEASE_EXPIRED)
     _register_worker(redis, pacing, slots=4)
     pacing.flow.rate[job.pk] = 100.0
     assert release.release(job, pacing)[0] == 8
@@ -190,7 +191,7 @@ def test_a_url_back_from_an_expired_lease_is_released_after_max_pages(redis, pac
     url = FrontierURL.objects.filter(job=job, state=URLState.SCHEDULED).first()
     FrontierURL.objects.filter(pk=url.pk).update(state=URLState.LEASED, attempts=1)
     FrontierURL.objects.filter(pk=url.pk).update(lease_until="2000-01-01T00:00:00Z")
-    assert transitions.reclaim_expired() == 1  # its worker died: back to the queue
+    assert requeue.reclaim_expired() == 1  # its worker died: back to the queue
     assert release.release(job, pacing)[0] == 1  # a retry, not a sixth page: the job can finish
     assert FrontierURL.objects.get(pk=url.pk).state == URLState.SCHEDULED
     assert FrontierURL.objects.filter(job=job, state=URLState.SKIPPED).count() == 16

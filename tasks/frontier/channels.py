@@ -187,10 +187,10 @@ def rollback(name: str, who: str, to: str = "", why: str = "") -> tuple[dict[str
 def move_queued(name: str) -> int:
     """Take every message out of channel ``name``'s queue and put its URLs back in the
     frontier, where the scheduler releases them again to the channels with weight."""
-    from tasks.frontier import transitions, wakeup
+    from tasks.frontier import requeue, wakeup
 
     ids = [url_id for url_id, _ in take_messages(queue(name))]
-    moved = transitions.requeue_scheduled(ids)
+    moved = requeue.requeue_scheduled(ids)
     if moved:
         wakeup.nudge()
     log.info("channel %s: %d queued URLs moved back to the frontier", name, moved)

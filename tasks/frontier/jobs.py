@@ -23,7 +23,7 @@ from tasks import live
 from tasks.content import bodies
 from tasks.defaults import setting
 from tasks.fetch import sessions
-from tasks.frontier import schedules, transitions, wakeup, webhooks
+from tasks.frontier import requeue, schedules, transitions, wakeup, webhooks
 from tasks.rules.urls import canonicalize
 from web.models import Checkpoint, CrawlJob, FrontierURL, JobState, Page, Review, URLState
 
@@ -137,8 +137,8 @@ def cancel(job: CrawlJob) -> bool:
     with transaction.atomic():
         if not job.transition(JobState.CANCELLED):
             return False
-        reason = transitions.ENDED_JOB_REASON[JobState.CANCELLED]
-        transitions.skip(FrontierURL.objects.filter(job_id=job.pk), reason)
+        reason = requeue.ENDED_JOB_REASON[JobState.CANCELLED]
+        requeue.skip(FrontierURL.objects.filter(job_id=job.pk), reason)
         webhooks.announce(job)
     checkpoint(job, "cancel")
     return True
@@ -151,8 +151,8 @@ def fail(job: CrawlJob, error: str) -> bool:
             return False
         CrawlJob.objects.filter(pk=job.pk).update(error=error[:5000])
         job.error = error[:5000]
-        reason = transitions.ENDED_JOB_REASON[JobState.FAILED]
-        transitions.skip(FrontierURL.objects.filter(job_id=job.pk), reason)
+        reason = requeue.ENDED_JOB_REASON[JobState.FAILED]
+        requeue.skip(FrontierURL.objects.filter(job_id=job.pk), reason)
         webhooks.announce(job)
     log.error("job=%s failed: %s", job.pk, error)
     checkpoint(job, "failed")
@@ -173,7 +173,7 @@ def counts(job_id: int) -> dict[str, int]:
 def requeue_in_flight(job_id: int) -> int:
     """The job's scheduled and leased URLs back to the queue: a private broker that started
     empty holds none of their messages, and no other worker can hold their leases."""
-    return transitions.requeue_job(job_id, [URLState.SCHEDULED, URLState.LEASED])
+    return requeue.requeue_job(job_id, [URLState.SCHEDULED, URLState.LEASED])
 
 
 RECRAWLABLE = (JobState.FINISHED, JobState.CANCELLED, JobState.FAILED)
@@ -190,7 +190,7 @@ def recrawl(job: CrawlJob) -> bool:
         )  # fmt: skip
         if not won:
             return False
-        transitions.requeue_for_recrawl(job.pk)
+        requeue.requeue_for_recrawl(job.pk)
         transitions.insert_urls(job.pk, job.seeds, depth=0)
     job.refresh_from_db()
     log.info("job=%s run %s started", job.pk, job.run)

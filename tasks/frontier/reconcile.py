@@ -19,7 +19,7 @@ from django.utils import timezone
 from tasks import broker
 from tasks.defaults import setting
 from tasks.dispatch import Message, publish
-from tasks.frontier import channels, transitions, webhooks
+from tasks.frontier import channels, requeue, transitions, webhooks
 from tasks.frontier.release import priority
 from web.models import FrontierURL, URLState
 
@@ -94,7 +94,7 @@ def reconcile() -> int:
 
 def sweep() -> int:
     """Expired leases back to the queue, lost messages published again (also run by beat)."""
-    swept = transitions.reclaim_expired()
+    swept = requeue.reclaim_expired()
     if swept:
         log.warning("sweep: %d expired leases returned to the queue (or failed)", swept)
     if resent := webhooks.resend_pending():

@@ -34,7 +34,7 @@ from tasks import broker
 from tasks.defaults import setting
 from tasks.dispatch import Message, publish
 from tasks.fetch import circuit, outcomes, politeness
-from tasks.frontier import channels, leadership, transitions
+from tasks.frontier import channels, leadership, requeue, transitions
 from tasks.frontier.pacing import Pace, Pacing
 from web.models import CrawlJob, FrontierURL, URLState
 
@@ -117,7 +117,7 @@ def _max_pages_left(job: CrawlJob) -> int | None:
     left = job.max_pages - job.released
     if left <= 0:
         never = FrontierURL.objects.filter(job_id=job.pk, state=URLState.QUEUED, released=False)
-        skipped = transitions.skip(never, "max_pages")
+        skipped = requeue.skip(never, "max_pages")
         if skipped:
             log.info("job=%s max_pages reached: %d URLs skipped", job.pk, skipped)
     return left
@@ -152,7 +152,7 @@ def _messages(
     alone: list[Message] = []
     for row in sorted(chosen, key=lambda r: opens[r.id]):
         key = (priority(row.depth, job.priority), channels.route(job.channel, row.host, split))
-        if row.error_reason == transitions.LEASE_EXPIRED:
+        if row.error_reason == requeue.LEASE_EXPIRED:
             alone.append(Message([row.id], job.pk, *key))
             continue
         at = opens[row.id]
@@ -279,5 +279,5 @@ class _Selection:
                 if self.full:
                     break
         for reason, ids in capped.items():
-            transitions.skip(FrontierURL.objects.filter(pk__in=ids), reason)
+            requeue.skip(FrontierURL.objects.filter(pk__in=ids), reason)
         transitions.schedule([r.id for r in self.chosen[before:]])

@@ -14,6 +14,7 @@ from django.db.models import QuerySet
 
 from tasks.fetch import identity, ladder, sessions
 from tasks.frontier import transitions, wakeup
+from tasks.frontier.requeue import requeue_ended, requeue_reviewed
 from web.models import CrawlJob, FrontierURL, Review, URLState
 
 
@@ -31,7 +32,7 @@ def requeue(rows: QuerySet) -> int:
     start again from level 0 (a parked host would otherwise park them again at once)."""
     for job_id, host in rows.values_list("job_id", "host").distinct():
         ladder.reset(job_id, host)
-    n = transitions.requeue_reviewed(rows)
+    n = requeue_reviewed(rows)
     if n:
         wakeup.nudge()
     return n
@@ -40,7 +41,7 @@ def requeue(rows: QuerySet) -> int:
 def requeue_chosen(rows: QuerySet) -> int:
     """Fetch the chosen URLs again, whatever they ended as: failed and skipped ones of jobs
     that can still run, and parked ones (:func:`requeue`); the scheduler is woken for them."""
-    n = transitions.requeue_ended(rows)
+    n = requeue_ended(rows)
     if n:
         wakeup.nudge()
     return n + requeue(rows.filter(state=URLState.NEEDS_REVIEW))

@@ -11,14 +11,13 @@ attempt number is the lease token, so a worker whose lease was swept and re-gran
 cannot commit over it. Everything a page produces (its row, its links, the URL's new state)
 commits in one transaction.
 
-Every way back to the queue goes through one move, :func:`_requeue` (state, lease, schedule
-and wait reset together), called by the named moves: :func:`defer` (politeness or robots says
-later; the attempt is given back), :func:`record_failure` (a transient outcome: retry after
-backoff), :func:`reclaim_expired` (the lease sweep), :func:`requeue_if_stopped` (the job was
-paused), :func:`give_back` (claimed with a message's other URLs, not started) and
-:func:`requeue_job` (a fresh private broker). The attempt cap holds wherever an
-attempt can start or end: a claim past the last attempt fails the URL, a retry after the last
-fails it, a swept lease on the last attempt fails it.
+Every way back to the queue goes through one move, ``requeue.back_to_queue`` (state, lease,
+schedule and wait reset together): here :func:`defer` (politeness or robots says later; the
+attempt is given back) and :func:`record_failure` (a transient outcome: retry after backoff)
+use it, and ``tasks/frontier/requeue.py`` holds the other moves back (the lease sweep, a
+paused job, URLs given back, a person's decisions). The attempt cap holds wherever an attempt
+can start or end: a claim past the last attempt fails the URL, a retry after the last fails
+it, a swept lease on the last attempt fails it.
 """
 
 from __future__ import annotations
@@ -27,17 +26,16 @@ import logging
 import random
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from functools import reduce
-from operator import or_
 from typing import NamedTuple
 
 from django.db import IntegrityError, connection, transaction
-from django.db.models import F, Q, QuerySet, Value
+from django.db.models import F, QuerySet, Value
 from django.db.models.functions import Concat
 from django.utils import timezone
 
 from tasks.defaults import setting
 from tasks.fetch import outcomes
+from tasks.frontier import requeue
 from tasks.frontier.claims import Claim, LeaseLost
 from tasks.frontier.db import in_state, prepared_cursor
 from tasks.frontier.jobconfig import job_config
@@ -47,8 +45,6 @@ from tasks.worker import metrics
 from web.models import NOT_MODIFIED, CrawlJob, FrontierURL, JobState, Page, Review, URLState
 
 log = logging.getLogger(__name__)
-FETCHED_VIA_REDIRECT = "fetched_via_redirect"
-LEASE_EXPIRED = "lease_expired"  # a waiting URL's reason: its worker was lost while it held it
 
 
 def insert_urls(
@@ -181,7 +177,7 @@ def claim_many(url_ids: list[int], job_id: int) -> list[Claim]:
         ])  # fmt: skip
         rows = {row.id: row for row in map(_Claimed._make, cursor.fetchall())}
     if len(rows) < len(url_ids):
-        requeue_if_stopped([i for i in url_ids if i not in rows], job_id, now)
+        requeue.requeue_if_stopped([i for i in url_ids if i not in rows], job_id, now)
     claims = []
     for url_id in dict.fromkeys(url_ids):
         if url_id not in rows:
@@ -209,90 +205,9 @@ def past_last_attempt(claim: Claim) -> bool:
     return claim.attempt > setting("RETRY_MAX_ATTEMPTS", claim.job)
 
 
-def _requeue(
-    rows: QuerySet, *, wait: float = 0.0, reason: str | None = None, refund: bool = False, **also
-) -> int:
-    """The one move back to the queue: no lease, no message, due after ``wait`` seconds;
-    ``refund`` gives the attempt back (nothing was tried)."""
-    changes = {
-        "state": URLState.QUEUED,
-        "lease_until": None,
-        "scheduled_at": None,
-        "not_before": timezone.now() + timedelta(seconds=wait),
-        **also,
-    }
-    if reason is not None:
-        changes["error_reason"] = reason
-    if refund:
-        changes["attempts"] = F("attempts") - 1
-    return rows.update(**changes)
-
-
-def _leased(claim: Claim) -> QuerySet:
-    return FrontierURL.objects.filter(
-        in_state(URLState.LEASED), pk=claim.url.pk, attempts=claim.attempt
-    )
-
-
-def requeue_if_stopped(url_ids: list[int], job_id: int, now: datetime) -> int:
-    """After a failed claim: if the job is not running, its URLs wait in the frontier (or end
-    skipped, if the job has ended)."""
-    if CrawlJob.objects.filter(pk=job_id, state=JobState.RUNNING).exists():
-        return 0  # the URLs were not claimable: duplicate or late messages
-    rows = FrontierURL.objects.filter(
-        Q(state=URLState.SCHEDULED) | Q(state=URLState.LEASED, lease_until__lt=now),
-        pk__in=url_ids,
-    )
-    return _requeue_unless_ended(job_id, url_ids, rows)
-
-
-def give_back(claims: list[Claim]) -> int:
-    """Claimed URLs of one job this worker will not start (its message ran out of time, the
-    job stopped running, or the worker is stopping) wait in the frontier again, due now; their
-    attempts are given back. If the job has ended meanwhile (cancelled, failed), they are
-    skipped as its other unfetched URLs were."""
-    if not claims:
-        return 0
-    mine = reduce(or_, (Q(pk=c.url.pk, attempts=c.attempt) for c in claims))
-    rows = FrontierURL.objects.filter(mine, in_state(URLState.LEASED))
-    return _requeue_unless_ended(claims[0].job.pk, [c.url.pk for c in claims], rows, refund=True)
-
-
-ENDED_JOB_REASON = {JobState.CANCELLED: "cancelled", JobState.FAILED: "job_failed"}
-
-
-def _requeue_unless_ended(job_id: int, url_ids: list[int], rows: QuerySet, **changes) -> int:
-    """``rows`` (URLs ``url_ids`` of job ``job_id``, not fetched) back to the queue, as
-    ``_requeue``; if the job has ended meanwhile (cancelled, failed), they are skipped, as
-    its other unfetched URLs were when it ended.
-
-    The state is read after the move has committed, with a lock on the job's row, which an
-    end in progress holds until it commits (its first statement changes the row): so either
-    that end is seen here, or it starts later and skips the moved URLs itself. The lock is
-    held for the read alone (no frontier row is locked under it, so no lock-order conflict
-    with a release)."""
-    moved = _requeue(rows, **changes)
-    with transaction.atomic():
-        job = CrawlJob.objects.select_for_update(no_key=True).filter(pk=job_id)
-        state = job.values_list("state", flat=True).first()
-    if state not in (JobState.RUNNING, JobState.PAUSED):
-        skip(FrontierURL.objects.filter(pk__in=url_ids), ENDED_JOB_REASON.get(state, "cancelled"))
-    return moved
-
-
-def requeue_scheduled(ids: list[int]) -> int:
-    """URLs whose messages were taken out of a queue (a channel rolled back) wait in the
-    frontier again; the attempt was not made. A URL already claimed is left alone."""
-    return _requeue(FrontierURL.objects.filter(pk__in=ids, state=URLState.SCHEDULED))
-
-
-def requeue_job(job_id: int, states: Iterable[str]) -> int:
-    """Put a job's URLs in ``states`` back to the queue (a private broker that started empty)."""
-    return _requeue(FrontierURL.objects.filter(job_id=job_id, state__in=list(states)))
-
-
 def _finish(claim: Claim, to: str, **changes) -> None:
-    won = _leased(claim).update(state=to, lease_until=None, ladder_level=claim.level, **changes)
+    rows = requeue.leased(claim)
+    won = rows.update(state=to, lease_until=None, ladder_level=claim.level, **changes)
     if not won:
         raise LeaseLost(f"lease on URL {claim.url.pk} (attempt {claim.attempt}) ended")
 
@@ -301,7 +216,7 @@ def defer(claim: Claim, seconds: float, reason: str) -> str:
     """Put a leased URL back to wait ``seconds`` (politeness, robots pending); no attempt used."""
     log.info("job=%s url=%s deferred %.2f s: %s", claim.job.pk, claim.url.url, seconds, reason)
     claim.reason, claim.deferred = reason, True
-    if not _requeue(_leased(claim), wait=seconds, reason=reason, refund=True):
+    if not requeue.back_to_queue(requeue.leased(claim), wait=seconds, reason=reason, refund=True):
         raise LeaseLost(f"lease on URL {claim.url.pk} (attempt {claim.attempt}) ended")
     return URLState.QUEUED
 
@@ -384,22 +299,13 @@ def record_unchanged(claim: Claim) -> str:
     return URLState.DONE
 
 
-def requeue_for_recrawl(job_id: int) -> int:
-    """Every URL of the job that ended goes back to the queue for the job's next run, with
-    its attempts, caps and outcome cleared; parked URLs stay for review, and a redirect's
-    target that its source's page stands for stays with it."""
-    rows = FrontierURL.objects.filter(
-        job_id=job_id, state__in=[URLState.DONE, URLState.FAILED, URLState.SKIPPED]
-    ).exclude(error_reason=FETCHED_VIA_REDIRECT)
-    return _requeue(rows, reason="", attempts=0, released=False, error_message="",
-                    http_status=None, ladder_level=0)  # fmt: skip
-
-
 def _take_redirect_target(claim: Claim, target: str) -> bool:
     """Inside the page's transaction: may this URL store the page its redirect reached?"""
     rows = FrontierURL.objects.filter(job_id=claim.job.pk, url=target)
     if rows.filter(state=URLState.QUEUED).update(
-        state=URLState.SKIPPED, error_reason=FETCHED_VIA_REDIRECT, error_message=claim.url.url
+        state=URLState.SKIPPED,
+        error_reason=requeue.FETCHED_VIA_REDIRECT,
+        error_message=claim.url.url,
     ):
         return True
     state = rows.values_list("state", "error_reason", "error_message", named=True).first()
@@ -408,7 +314,7 @@ def _take_redirect_target(claim: Claim, target: str) -> bool:
             with transaction.atomic():  # a savepoint: a concurrent insert wins the race
                 FrontierURL.objects.create(
                     job_id=claim.job.pk, url=target, host=host_of(target), depth=claim.url.depth,
-                    state=URLState.SKIPPED, error_reason=FETCHED_VIA_REDIRECT,
+                    state=URLState.SKIPPED, error_reason=requeue.FETCHED_VIA_REDIRECT,
                     error_message=claim.url.url, discovered_from_id=claim.url.pk,
                     not_before=timezone.now(), released=True,
                 )  # fmt: skip
@@ -419,7 +325,7 @@ def _take_redirect_target(claim: Claim, target: str) -> bool:
                 return False
     fetched_as_itself = state.state in (URLState.SCHEDULED, URLState.LEASED, URLState.DONE)
     taken_by_another = (
-        state.error_reason == FETCHED_VIA_REDIRECT and state.error_message != claim.url.url
+        state.error_reason == requeue.FETCHED_VIA_REDIRECT and state.error_message != claim.url.url
     )
     return not (fetched_as_itself or taken_by_another)  # (this URL's previous run took it)
 
@@ -455,7 +361,7 @@ def record_failure(claim: Claim, outcome: outcomes.CrawlOutcome) -> str:
         wait = backoff_seconds(claim.attempt, job)
         if outcome.retry_after is not None:
             wait = max(wait, min(outcome.retry_after, setting("RETRY_BACKOFF_MAX_S", job)))
-        if not _requeue(_leased(claim), wait=wait, **fields):
+        if not requeue.back_to_queue(requeue.leased(claim), wait=wait, **fields):
             raise LeaseLost(f"lease on URL {claim.url.pk} (attempt {claim.attempt}) ended")
         return URLState.QUEUED
     if isinstance(outcome, outcomes.Banned):
@@ -476,7 +382,7 @@ def retry_banned(claim: Claim, outcome: outcomes.Banned) -> str:
     wait = backoff_seconds(claim.attempt, claim.job)
     fields = {"error_reason": IDENTITY_BANNED, "error_message": str(outcome)[:2000],
               "http_status": outcome.status, "ladder_level": claim.level}  # fmt: skip
-    if not _requeue(_leased(claim), wait=wait, refund=True, **fields):
+    if not requeue.back_to_queue(requeue.leased(claim), wait=wait, refund=True, **fields):
         raise LeaseLost(f"lease on URL {claim.url.pk} (attempt {claim.attempt}) ended")
     return URLState.QUEUED
 
@@ -506,7 +412,7 @@ def park(claim: Claim, outcome: outcomes.CrawlOutcome) -> str:
 def to_render(claim: Claim) -> None:
     """Leased -> scheduled for a render worker (the attempt is given back: nothing was
     fetched); its message goes to the ``render`` queue after the commit."""
-    won = _leased(claim).update(
+    won = requeue.leased(claim).update(
         state=URLState.SCHEDULED, lease_until=None, scheduled_at=timezone.now(),
         attempts=F("attempts") - 1, error_reason=RENDER_QUEUED, ladder_level=claim.level,
     )  # fmt: skip
@@ -515,23 +421,6 @@ def to_render(claim: Claim) -> None:
 
 
 RENDER_QUEUED = "render_queued"
-
-
-def requeue_reviewed(rows: QuerySet) -> int:
-    """A person's decision: parked URLs go back to the queue for a new set of attempts."""
-    ids = list(rows.filter(state=URLState.NEEDS_REVIEW).values_list("id", flat=True))
-    Review.objects.filter(url_id__in=ids).delete()
-    return _requeue(FrontierURL.objects.filter(pk__in=ids), reason="", attempts=0)
-
-
-def requeue_ended(rows: QuerySet) -> int:
-    """A person's decision: failed and skipped URLs of running or paused jobs go back to the
-    queue for a new set of attempts (an ended job runs again by a recrawl instead)."""
-    ended = rows.filter(
-        state__in=[URLState.FAILED, URLState.SKIPPED],
-        job__state__in=[JobState.RUNNING, JobState.PAUSED],
-    )
-    return _requeue(ended, reason="", error_message="", attempts=0)
 
 
 def drop_reviewed(rows: QuerySet, why: str = "given up after review") -> int:
@@ -556,27 +445,6 @@ def give_up(claim: Claim) -> str:
     )
 
 
-def reclaim_expired() -> int:
-    """The lease sweep: URLs whose lease expired (their worker died) go back to the queue;
-    on their last attempt they fail; in a job that has ended meanwhile (cancelled, failed)
-    they are skipped, as its other unfetched URLs were. Returns how many moved."""
-    now = timezone.now()
-    expired = FrontierURL.objects.filter(state=URLState.LEASED, lease_until__lt=now)
-    moved = 0
-    for job in CrawlJob.objects.filter(pk__in=expired.values("job_id")):
-        rows = expired.filter(job_id=job.pk)
-        cap = setting("RETRY_MAX_ATTEMPTS", job)
-        moved += rows.filter(attempts__gte=cap).update(
-            state=URLState.FAILED, lease_until=None, scheduled_at=None,
-            error_reason=outcomes.AttemptsExhausted.reason,
-            error_message=f"{cap} attempts made; its worker was lost during the last one",
-        )  # fmt: skip
-        ids = list(rows.filter(attempts__lt=cap).values_list("pk", flat=True))
-        again = FrontierURL.objects.filter(pk__in=ids, state=URLState.LEASED, lease_until__lt=now)
-        moved += _requeue_unless_ended(job.pk, ids, again, reason=LEASE_EXPIRED)
-    return moved
-
-
 def fail_host(job_id: int, host: str, outcome: outcomes.CrawlOutcome) -> int:
     """Every queued URL of ``host`` fails with ``outcome`` (its circuit is open)."""
     return FrontierURL.objects.filter(job_id=job_id, host=host, state=URLState.QUEUED).update(
@@ -587,9 +455,3 @@ def fail_host(job_id: int, host: str, outcome: outcomes.CrawlOutcome) -> int:
     )
 
 
-def skip(rows: QuerySet, reason: str) -> int:
-    """URLs that will not be fetched (caps, max_pages, cancel) end as skipped; ``rows`` are
-    queued or scheduled ones (their messages find them done)."""
-    return rows.filter(state__in=[URLState.QUEUED, URLState.SCHEDULED]).update(
-        state=URLState.SKIPPED, error_reason=reason, scheduled_at=None
-    )
