@@ -8,12 +8,8 @@ while a URL is processed ends in a recorded outcome: a transient one retries on 
 backoff, anything else fails the URL with its reason, and an unexpected exception becomes an
 ``internal_error`` with its traceback in the worker log. Nothing loops: every attempt counts.
 
-Reads the fetch settings, ``BATCH_BUDGET_S`` and ``LINK_CACHE_SIZE``. Links are canonicalized
-and scoped once per worker process (a page links to the same navigation a hundred times; a
-site links to the same pages thousands of times), and a URL this process has already seen
-committed for the job is not sent to the database again. The caches only skip work: the
-database's unique index is what makes dedup exact, and a URL enters the seen-cache only after
-its insert committed.
+Reads the fetch settings and ``BATCH_BUDGET_S``; a page's links go through this process's
+link caches (``tasks/content/links.py``).
 """
 
 from __future__ import annotations
@@ -30,6 +26,7 @@ from redis.exceptions import RedisError
 
 from tasks import dispatch
 from tasks.content import bodies, extraction, parsing, sitemaps
+from tasks.content.links import JobCache, cache_for, in_scope, new_links
 from tasks.defaults import setting
 from tasks.fetch import (
     bans,
@@ -67,94 +64,12 @@ from tasks.frontier.transitions import (
     with_retries,
 )
 from tasks.rules import guard, selectors
-from tasks.rules.urls import Scope, canonicalize, host_of
+from tasks.rules.urls import canonicalize, host_of
 from tasks.worker import lifecycle, loop, metrics
 from web.models import CrawlJob, JobState, Page, URLState
 
 log = logging.getLogger(__name__)
 CHANNEL, VERSION = channels.mine(), channels.version()  # marked on every page stored here
-
-
-class _BoundedSet:
-    """A set that forgets its oldest half when full: enough to skip most repeated work."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self.items: dict = {}
-
-    def get(self, key, default=None):
-        return self.items.get(key, default)
-
-    def __contains__(self, key) -> bool:
-        return key in self.items
-
-    def put(self, key, value=None) -> None:
-        if len(self.items) >= self.size:
-            for old in list(self.items)[: self.size // 2]:
-                del self.items[old]
-        self.items[key] = value
-
-
-class _JobCache:
-    def __init__(self, scope: Scope, size: int) -> None:
-        self.scope = scope
-        self.canonical = _BoundedSet(size)  # absolute link -> canonical URL in scope, or ""
-        self.resolved = _BoundedSet(size)  # (directory, href) -> the same
-        self.robots_seen = _BoundedSet(10_000)  # hosts whose robots.txt this process applied
-        self.committed = _BoundedSet(size)  # canonical URLs known to be in the frontier
-
-
-_caches: dict[int, _JobCache] = {}
-
-
-def _cache_for(claimed: Claim) -> _JobCache:
-    cache = _caches.get(claimed.job.pk)
-    if cache is None:
-        if len(_caches) > 16:
-            _caches.clear()
-        cache = _caches[claimed.job.pk] = _JobCache(
-            Scope.for_job(claimed.job), setting("LINK_CACHE_SIZE", claimed.job)
-        )
-    return cache
-
-
-def _in_scope(cache: _JobCache, link: str) -> str:
-    found = cache.canonical.get(link)
-    if found is None:
-        canonical = canonicalize(link)
-        found = canonical if canonical and cache.scope.allows(canonical) else ""
-        cache.canonical.put(link, found)
-    return found
-
-
-def _directory(base: str) -> str:
-    """What relative paths resolve against: the base URL up to its last path slash."""
-    head = base.split("?", 1)[0].split("#", 1)[0]
-    cut = head.rfind("/")
-    return head[: cut + 1] if cut > head.find("//") + 1 else base
-
-
-def new_links(cache: _JobCache, base: str, hrefs: list[str]) -> list[str]:
-    """Canonical in-scope URLs of ``hrefs`` (relative to ``base``) not yet seen committed.
-
-    A relative href resolves the same way against every page of one directory, so the result
-    is cached by (directory, href); only hrefs that are just a query depend on the whole base.
-    An href that is not a URL at all (``http://[x``) is dropped, as a browser would.
-    """
-    directory = _directory(base)
-    out: dict[str, None] = {}
-    for href in hrefs:
-        key = (base if href.startswith("?") else directory, href)
-        url = cache.resolved.get(key)
-        if url is None:
-            try:
-                url = _in_scope(cache, urljoin(base, href))
-            except ValueError:
-                url = ""
-            cache.resolved.put(key, url)
-        if url and url not in cache.committed:
-            out[url] = None
-    return list(out)
 
 
 def _limits(claimed: Claim) -> fetching.FetchLimits:
@@ -296,7 +211,7 @@ def _end(claimed: Claim, move) -> str | None:
     return None
 
 
-def _robots(claimed: Claim, cache: _JobCache, user_agent: str) -> str | None:
+def _robots(claimed: Claim, cache: JobCache, user_agent: str) -> str | None:
     """Apply robots.txt: the URL's new state if it must not be fetched now, else None."""
     job = claimed.job
     decision = robots.check(job, claimed.url.url, user_agent)
@@ -390,7 +305,7 @@ def _visitor(
     return visitor, jar
 
 
-def _warm_up(claimed: Claim, cache: _JobCache, who: identity.Identity, visitor) -> bool:
+def _warm_up(claimed: Claim, cache: JobCache, who: identity.Identity, visitor) -> bool:
     """A new session of a host: fetch the job's warm-up page first (the home page that sets
     the cookie a site wants back) in this URL's slot; what it answers is not stored, its
     cookies are. False if the URL is the warm-up page itself (then it is fetched as usual)."""
@@ -402,7 +317,7 @@ def _warm_up(claimed: Claim, cache: _JobCache, who: identity.Identity, visitor) 
     try:
         fetching.fetch(url, user_agent=who.user_agent, limits=_limits(claimed),
                        allow=guard.allowed(job), visitor=visitor,
-                       in_scope=lambda u: bool(_in_scope(cache, u)))  # fmt: skip
+                       in_scope=lambda u: bool(in_scope(cache, u)))  # fmt: skip
     except outcomes.CrawlOutcome as exc:
         log.info("job=%s warm-up %s: %s", job.pk, url, exc.reason)
         kind = "errors" if isinstance(exc, outcomes.ProxyFailed) else ""
@@ -469,7 +384,7 @@ def _after_ban(claimed: Claim, host: str, who: identity.Identity, banned: outcom
 
 def _process_claimed(claimed: Claim, rendering: bool = False) -> str:
     job = claimed.job
-    cache = _cache_for(claimed)
+    cache = cache_for(job)
     host = host_of(claimed.url.url)
     if job.obey_robots:
         state = _robots(claimed, cache, setting("USER_AGENT", job))
@@ -523,7 +438,7 @@ def _process_claimed(claimed: Claim, rendering: bool = False) -> str:
             user_agent=who.user_agent,
             limits=_limits(claimed),
             allow=guard.allowed(job),
-            in_scope=lambda u: bool(_in_scope(cache, u)),
+            in_scope=lambda u: bool(in_scope(cache, u)),
             visitor=visitor,
             **kwargs,
         )
@@ -633,7 +548,7 @@ def _store_body(claimed: Claim, resp: fetching.Response) -> str:
 
 
 def _store(
-    claimed: Claim, cache: _JobCache, resp: fetching.Response, rendering: bool = False
+    claimed: Claim, cache: JobCache, resp: fetching.Response, rendering: bool = False
 ) -> str:
     job = claimed.job
     title, links, note, data = "", [], "", {}
@@ -676,7 +591,7 @@ def _store(
         data = _extracted(claimed, parsed)
     redirect_target = None
     if resp.final_url != claimed.url.url:
-        redirect_target = _in_scope(cache, resp.final_url) or None
+        redirect_target = in_scope(cache, resp.final_url) or None
     now = datetime.now(UTC)
     page = Page(
         job_id=job.pk,
@@ -721,7 +636,7 @@ def _robots_split(job, links: list[str]) -> tuple[list[str], list[str]]:
 
 
 def _committed(
-    claimed: Claim, cache: _JobCache, links: list[str], forbidden: list[str] = ()
+    claimed: Claim, cache: JobCache, links: list[str], forbidden: list[str] = ()
 ) -> None:
     """The page's links are in the frontier: this process sends them no more; only those
     queued are new work for the scheduler."""

@@ -13,7 +13,8 @@ from django.conf import settings
 from django.db import connection
 
 from crawlplatform.embedded import EmbeddedRedis
-from tasks import broker, defaults, engine
+from tasks import broker, defaults
+from tasks.content import links
 from tasks.frontier import channels, jobs, transitions
 from tasks.frontier import scheduler as scheduling
 from tasks.frontier.scheduler import Scheduler
@@ -41,7 +42,7 @@ def _forget_job_caches():
     scheduling._flow, scheduling._pace = scheduling._Flow(), scheduling._Pace()
     scheduling._due.clear()
     scheduling._slots_read[:] = [-scheduling.SLOTS_CACHE_S, 0, 0]
-    engine._caches.clear()
+    links._caches.clear()
     defaults.live = {}  # live settings of an earlier test's database
     channels.forget()
 
