@@ -2,11 +2,12 @@
 turn. Called by the Celery task.
 
 The pipeline only orchestrates: robots.txt (``tasks/fetch/robots.py``), the host's slot and
-circuit (``politeness.py``, ``circuit.py``), the fetch (``fetching.py``), the page
-(``tasks/content/``) and the URL's move (``tasks/frontier/transitions.py``). Whatever happens
-while a URL is processed ends in a recorded outcome: a transient one retries on the URL's own
-backoff, anything else fails the URL with its reason, and an unexpected exception becomes an
-``internal_error`` with its traceback in the worker log. Nothing loops: every attempt counts.
+circuit (``politeness.py``, ``circuit.py``), the fetch (``fetching.py``), the anti-bot policy
+(``antibot.py``), the page (``tasks/content/``) and the URL's move
+(``tasks/frontier/transitions.py``). Whatever happens while a URL is processed ends in a
+recorded outcome: a transient one retries on the URL's own backoff, anything else fails the
+URL with its reason, and an unexpected exception becomes an ``internal_error`` with its
+traceback in the worker log. Nothing loops: every attempt counts.
 
 Reads the fetch settings and ``BATCH_BUDGET_S``; a page's links go through this process's
 link caches (``tasks/content/links.py``).
@@ -18,17 +19,16 @@ import hashlib
 import logging
 import time
 from datetime import UTC, datetime
-from urllib.parse import urljoin
 
 from celery.exceptions import SoftTimeLimitExceeded
-from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
+from django.db import DatabaseError, InterfaceError, OperationalError, connection
 from redis.exceptions import RedisError
 
-from tasks import dispatch
 from tasks.content import bodies, extraction, parsing, sitemaps
 from tasks.content.links import JobCache, cache_for, in_scope, new_links
 from tasks.defaults import setting
 from tasks.fetch import (
+    antibot,
     bans,
     circuit,
     fetching,
@@ -43,8 +43,6 @@ from tasks.fetch import (
 )
 from tasks.frontier import canary, channels, leases, wakeup
 from tasks.frontier.transitions import (
-    IDENTITY_BANNED,
-    RENDER_QUEUED,
     ROBOTS_FORBIDDEN,
     Claim,
     LeaseLost,
@@ -60,27 +58,15 @@ from tasks.frontier.transitions import (
     record_page,
     record_unchanged,
     retry_banned,
-    to_render,
     with_retries,
 )
 from tasks.rules import guard, selectors
-from tasks.rules.urls import canonicalize, host_of
+from tasks.rules.urls import host_of
 from tasks.worker import lifecycle, loop, metrics
-from web.models import CrawlJob, JobState, Page, URLState
+from web.models import CrawlJob, JobState, Page
 
 log = logging.getLogger(__name__)
 CHANNEL, VERSION = channels.mine(), channels.version()  # marked on every page stored here
-
-
-def _limits(claimed: Claim) -> fetching.FetchLimits:
-    job = claimed.job
-    return fetching.FetchLimits(
-        connect_timeout=setting("FETCH_CONNECT_TIMEOUT_S", job),
-        read_timeout=setting("FETCH_READ_TIMEOUT_S", job),
-        deadline=setting("FETCH_DEADLINE_S", job),
-        max_bytes=setting("FETCH_MAX_BYTES", job),
-        max_redirects=setting("FETCH_MAX_REDIRECTS", job),
-    )
 
 
 def process(url_id: int, job_id: int, rendering: bool = False) -> str | None:
@@ -282,106 +268,6 @@ def _host_failure(claimed: Claim, outcome: outcomes.CrawlOutcome) -> outcomes.Cr
     return outcome
 
 
-def _wants_render(job, level: int, rendering: bool) -> bool:
-    """Should this URL go to a render worker instead of a plain fetch?"""
-    if rendering or job.render == "never":
-        return False
-    return job.render == "always" or level >= ladder.RENDER
-
-
-def _visitor(
-    job, host: str, who: identity.Identity, jar_exists: bool
-) -> tuple[fetching.Visitor, sessions.Jar]:
-    try:
-        proxy = who.proxy
-    except KeyError as exc:  # a ${VAR} of the proxy URL is not in this worker's environment
-        missing = exc.args[0]
-        raise outcomes.ProxyFailed(
-            f"proxy {proxies.label(who.proxy_template)} needs ${{{missing}}}, not set here"
-        ) from None
-    jar = sessions.load(job.pk, host, who.key) if jar_exists else sessions.Jar()
-    visitor = fetching.Visitor(proxy=proxy, headers=dict(job.headers or {}),
-                               cookies=jar.for_requests())  # fmt: skip
-    return visitor, jar
-
-
-def _warm_up(claimed: Claim, cache: JobCache, who: identity.Identity, visitor) -> bool:
-    """A new session of a host: fetch the job's warm-up page first (the home page that sets
-    the cookie a site wants back) in this URL's slot; what it answers is not stored, its
-    cookies are. False if the URL is the warm-up page itself (then it is fetched as usual)."""
-    job = claimed.job
-    url = urljoin(claimed.url.url, job.warmup_path)
-    if canonicalize(url) == claimed.url.url:
-        return False
-    kind, started = "ok", time.monotonic()
-    try:
-        fetching.fetch(url, user_agent=who.user_agent, limits=_limits(claimed),
-                       allow=guard.allowed(job), visitor=visitor,
-                       in_scope=lambda u: bool(in_scope(cache, u)))  # fmt: skip
-    except outcomes.CrawlOutcome as exc:
-        log.info("job=%s warm-up %s: %s", job.pk, url, exc.reason)
-        kind = "errors" if isinstance(exc, outcomes.ProxyFailed) else ""
-    if who.proxy_id and kind:
-        proxies.record(job.pk, who.proxy_id, kind, time.monotonic() - started, job)
-    return True
-
-
-def _ban(job, host: str, resp, outcome) -> outcomes.Banned | None:
-    """A block page, as an outcome carrying the answer (for review); None if not one."""
-    if resp is not None:
-        reason = bans.detect(job, host, resp.status, resp.final_url, resp.body)
-        evidence = (resp.status, resp.headers, resp.body)
-    elif outcome is not None and outcome.status:
-        reason = bans.detect(job, host, outcome.status, outcome.url or "", outcome.body)
-        evidence = (outcome.status, outcome.headers, outcome.body)
-    else:
-        return None
-    if not reason:
-        return None
-    banned = outcomes.Banned(reason, status=evidence[0])
-    banned.headers, banned.body = evidence[1], evidence[2]
-    banned.screenshot = resp.screenshot if resp is not None else outcome.screenshot
-    return banned
-
-
-def _same_challenge(claimed: Claim, banned: outcomes.Banned) -> bool:
-    """Did this URL's last attempt end on the same challenge (a CAPTCHA marker, a challenge
-    redirect)? A bare 403 says nothing of the page: identity bans look like that too."""
-    evidence = str(banned)
-    return (
-        evidence.startswith(("challenge", "redirected to a challenge"))
-        and claimed.previous_reason in (outcomes.Banned.reason, IDENTITY_BANNED)
-        and claimed.previous_message == evidence
-    )
-
-
-def _after_ban(claimed: Claim, host: str, who: identity.Identity, banned: outcomes.Banned) -> bool:
-    """A ban: the host's ladder counts it and acts on the level it is at. Returns whether the
-    ban was the host's rather than the URL's (the URL keeps its attempt): its identity had
-    been replaced, or the host had climbed, while it was in flight (stale news, not counted),
-    or the host refuses everything lately (bans in a row). A URL that meets the challenge its
-    last attempt met is not counted either: that challenge follows the page, not the
-    identity."""
-    job = claimed.job
-    if _same_challenge(claimed, banned):
-        return False  # the challenge its last attempt met, on another request: the page's
-    if who.proxy_id:
-        proxies.record(job.pk, who.proxy_id, "bans", job=job)
-    if identity.replaced(job, host, who):
-        return True
-    step = ladder.signal(job, host, banned=True, ran_at=claimed.level)
-    if step.run < 0:
-        return True  # the host climbed while it was in flight: news already acted on
-    if step.after != step.before:
-        log.warning("job=%s host=%s ladder %d -> %d", job.pk, host, step.before, step.after)
-    claimed.level = max(claimed.level, step.after)
-    if step.after >= ladder.BACK_OFF:
-        politeness.slow_down(job.pk, host, setting("LADDER_BACKOFF_DELAY_S", job), job)
-    if step.after >= ladder.ROTATE and step.run >= 2:  # one ban among successes: the page's
-        identity.rotate(job, host, who)
-    return step.run >= 2
-
-
 def _process_claimed(claimed: Claim, rendering: bool = False) -> str:
     job = claimed.job
     cache = cache_for(job)
@@ -400,9 +286,9 @@ def _process_claimed(claimed: Claim, rendering: bool = False) -> str:
         state = _through_circuit(claimed, host, slot)
         if state is not None:
             return state
-    if _wants_render(job, slot.ladder, rendering):
+    if antibot.wants_render(job, slot.ladder, rendering):
         _report(claimed, host, slot, politeness.NEUTRAL)
-        return hand_to_render(claimed)
+        return antibot.hand_to_render(claimed)
     if rendering and render.unavailable():
         _report(claimed, host, slot, politeness.NEUTRAL)
         log.warning("job=%s url=%s: render step skipped: %s", job.pk, claimed.url.url,
@@ -414,13 +300,13 @@ def _process_claimed(claimed: Claim, rendering: bool = False) -> str:
         if now != who:
             who, slot.jar = now, True
     try:
-        visitor, jar = _visitor(job, host, who, slot.jar)
+        visitor, jar = antibot.visitor(job, host, who, slot.jar)
     except outcomes.ProxyFailed as exc:
         _report(claimed, host, slot, politeness.NEUTRAL)
         log.warning("job=%s: %s", job.pk, exc)
         proxies.record(job.pk, who.proxy_id, "errors", job=job)
         return record_failure(claimed, exc)
-    if job.warmup_path and not jar.version and _warm_up(claimed, cache, who, visitor):
+    if job.warmup_path and not jar.version and antibot.warm_up(claimed, cache, who, visitor):
         sessions.save(job.pk, host, who.key, jar, visitor.set_cookies, mark=True)
         _report(claimed, host, slot, politeness.NEUTRAL)
         # the warm-up took this slot; the URL keeps the reason its last fetch ended with
@@ -436,7 +322,7 @@ def _process_claimed(claimed: Claim, rendering: bool = False) -> str:
         resp = get(
             claimed.url.url,
             user_agent=who.user_agent,
-            limits=_limits(claimed),
+            limits=fetching.limits_for(job),
             allow=guard.allowed(job),
             in_scope=lambda u: bool(in_scope(cache, u)),
             visitor=visitor,
@@ -448,7 +334,7 @@ def _process_claimed(claimed: Claim, rendering: bool = False) -> str:
         metrics.IN_FLIGHT.dec()
         elapsed = time.monotonic() - started
         metrics.FETCH_SECONDS.observe(elapsed)
-    banned = _ban(job, host, resp, outcome)
+    banned = antibot.ban(job, host, resp, outcome)
     retry_after = outcome.retry_after if outcome is not None else None
     signal = politeness.OK if banned else _signal(outcome, elapsed, job)
     _report(claimed, host, slot, signal, retry_after, elapsed)
@@ -458,7 +344,7 @@ def _process_claimed(claimed: Claim, rendering: bool = False) -> str:
         circuit.record(job.pk, host, failed=False, job=job)  # the host answered
     sessions.save(job.pk, host, who.key, jar, visitor.set_cookies)
     if banned is not None:
-        hosts_fault = _after_ban(claimed, host, who, banned)
+        hosts_fault = antibot.after_ban(claimed, host, who, banned)
         if claimed.level >= ladder.PARK:
             return park(claimed, banned)  # the top of the ladder: a person decides
         if hosts_fault:
@@ -499,17 +385,6 @@ def _validators(claimed: Claim) -> dict[str, str] | None:
         elif name.lower() == "last-modified":
             sent["If-Modified-Since"] = value
     return sent or None
-
-
-def hand_to_render(claimed: Claim) -> str:
-    """The URL goes to a render worker (its own queue); this attempt did not fetch it."""
-    to_render(claimed)
-    url_id, job_id, depth = claimed.url.pk, claimed.job.pk, claimed.url.depth
-    transaction.on_commit(
-        lambda: dispatch.publish([dispatch.Message([url_id], job_id, depth, "")], render=True)
-    )
-    claimed.reason = RENDER_QUEUED
-    return URLState.SCHEDULED
 
 
 NOINDEX = "noindex"  # a done URL's note: fetched, not kept as content (robots directives)
@@ -566,7 +441,7 @@ def _store(
             log.exception("job=%s url=%s: parser failed", job.pk, claimed.url.url)
             return record_failure(claimed, outcomes.ParseError(f"{type(exc).__name__}: {exc}"))
         if job.render == "auto" and not rendering and parsing.needs_javascript(parsed, resp.body):
-            return hand_to_render(claimed)  # its content and links come from JavaScript
+            return antibot.hand_to_render(claimed)  # its content and links come from JavaScript
         title = parsed.title
         bans.learn_size(job.pk, host_of(claimed.url.url), len(resp.body))
     elif job.use_sitemaps and sitemaps.looks_like_sitemap(resp.final_url, resp.content_type):

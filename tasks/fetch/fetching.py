@@ -26,9 +26,11 @@ import urllib3
 from requests.structures import CaseInsensitiveDict
 from requests.utils import default_headers
 
+from tasks.defaults import setting
 from tasks.fetch import outcomes
 from tasks.fetch.transport import check_target, session
 from tasks.rules import guard
+from web.models import CrawlJob
 
 _CHUNK = 64 << 10
 
@@ -40,6 +42,17 @@ class FetchLimits:
     deadline: float
     max_bytes: int
     max_redirects: int
+
+
+def limits_for(job: CrawlJob) -> FetchLimits:
+    """The job's bounds on one fetch."""
+    return FetchLimits(
+        connect_timeout=setting("FETCH_CONNECT_TIMEOUT_S", job),
+        read_timeout=setting("FETCH_READ_TIMEOUT_S", job),
+        deadline=setting("FETCH_DEADLINE_S", job),
+        max_bytes=setting("FETCH_MAX_BYTES", job),
+        max_redirects=setting("FETCH_MAX_REDIRECTS", job),
+    )
 
 
 @dataclass
