@@ -23,31 +23,29 @@ from django.db import DatabaseError, InterfaceError, OperationalError, connectio
 from redis.exceptions import RedisError
 
 from tasks.content import pages
-from tasks.content.links import JobCache, cache_for, in_scope, new_links
+from tasks.content.links import cache_for, in_scope
 from tasks.defaults import setting
 from tasks.fetch import (
     antibot,
     circuit,
     fetching,
+    gates,
     identity,
     ladder,
     outcomes,
     politeness,
     proxies,
     render,
-    robots,
     sessions,
 )
 from tasks.frontier import canary, leases, wakeup
 from tasks.frontier.transitions import (
-    ROBOTS_FORBIDDEN,
     Claim,
     LeaseLost,
     claim_many,
     defer,
     give_back,
     give_up,
-    insert_urls,
     lend_connection_back,
     park,
     past_last_attempt,
@@ -192,83 +190,12 @@ def _end(claimed: Claim, move) -> str | None:
     return None
 
 
-def _robots(claimed: Claim, cache: JobCache, user_agent: str) -> str | None:
-    """Apply robots.txt: the URL's new state if it must not be fetched now, else None."""
-    job = claimed.job
-    decision = robots.check(job, claimed.url.url, user_agent)
-    if decision.failure is not None:  # robots.txt unavailable, or its host unreachable
-        return record_failure(claimed, decision.failure)
-    if decision.retry_in is not None:
-        return defer(claimed, decision.retry_in, decision.reason)
-    if not decision.allowed:
-        return record_failure(claimed, ROBOTS_FORBIDDEN)
-    host = host_of(claimed.url.url)
-    if host not in cache.robots_seen:
-        cache.robots_seen.put(host)
-        politeness.set_floor(job.pk, host, decision.crawl_delay)
-        if job.use_sitemaps and decision.sitemaps:
-            with_retries(lambda: insert_urls(job.pk, new_links(cache, "", decision.sitemaps), 0))
-    return None
-
-
-def _through_circuit(claimed: Claim, host: str, slot: politeness.Slot) -> str | None:
-    """A host with circuit state: fail the URL if it is open, wait while a probe runs."""
-    job = claimed.job
-    gate = circuit.check(job.pk, host, job)
-    if gate.state == circuit.OPEN:
-        _report(claimed, host, slot, politeness.NEUTRAL)
-        unreachable = outcomes.HostUnreachable(
-            f"{gate.reason or 'unreachable'} (circuit open, next probe in {gate.retry_in:.0f} s)"
-        )
-        return record_failure(claimed, unreachable)
-    if gate.state == circuit.WAIT:
-        _report(claimed, host, slot, politeness.NEUTRAL)
-        return defer(claimed, 1.0, "circuit_probe")
-    return None
-
-
-def _report(
-    claimed: Claim,
-    host: str,
-    slot: politeness.Slot,
-    signal: int,
-    retry_after: float | None = None,
-    latency: float = 0.0,
-) -> None:
-    """Tell the host's throttle what happened, when it has anything to learn or to free."""
-    job = claimed.job
-    if signal == politeness.OVERLOAD or retry_after or job.host_concurrency:
-        politeness.finish(job.pk, host, slot, signal=signal, retry_after=retry_after,
-                          latency=latency, job=job)  # fmt: skip
-
-
-def _signal(outcome: outcomes.CrawlOutcome | None, elapsed: float, job) -> int:
-    if outcome is None:
-        slow = elapsed > setting("THROTTLE_SLOW_LATENCY_S", job)
-        return politeness.OVERLOAD if slow else politeness.OK
-    if outcome.host_level:
-        return politeness.NEUTRAL
-    return politeness.OVERLOAD if outcome.overload else politeness.OK
-
-
-def _host_failure(claimed: Claim, outcome: outcomes.CrawlOutcome) -> outcomes.CrawlOutcome:
-    """Count a host-level failure toward the circuit; if it opens it, the URL fails now."""
-    job = claimed.job
-    failed_host = host_of(outcome.url or claimed.url.url)
-    opened = circuit.record(job.pk, failed_host, failed=True, reason=outcome.summary, job=job)
-    if opened:
-        log.warning("job=%s host=%s unreachable (%s): circuit open", job.pk, failed_host,
-                    outcome.summary)  # fmt: skip
-        return outcomes.HostUnreachable(f"{outcome.summary} (circuit opened: {outcome})"[:2000])
-    return outcome
-
-
 def _process_claimed(claimed: Claim, rendering: bool = False) -> str:
     job = claimed.job
     cache = cache_for(job)
     host = host_of(claimed.url.url)
     if job.obey_robots:
-        state = _robots(claimed, cache, setting("USER_AGENT", job))
+        state = gates.robots_txt(claimed, cache, setting("USER_AGENT", job))
         if state is not None:
             return state
     who = identity.current(job, host)  # no round trip unless the job has pools
@@ -278,14 +205,14 @@ def _process_claimed(claimed: Claim, rendering: bool = False) -> str:
     if not slot.granted:
         return defer(claimed, slot.wait, "throttled")
     if slot.circuit:
-        state = _through_circuit(claimed, host, slot)
+        state = gates.through_circuit(claimed, host, slot)
         if state is not None:
             return state
     if antibot.wants_render(job, slot.ladder, rendering):
-        _report(claimed, host, slot, politeness.NEUTRAL)
+        gates.report(claimed, host, slot, politeness.NEUTRAL)
         return antibot.hand_to_render(claimed)
     if rendering and render.unavailable():
-        _report(claimed, host, slot, politeness.NEUTRAL)
+        gates.report(claimed, host, slot, politeness.NEUTRAL)
         log.warning("job=%s url=%s: render step skipped: %s", job.pk, claimed.url.url,
                     render.unavailable())  # fmt: skip
         return park(claimed, outcomes.Banned(f"render step skipped: {render.unavailable()}"))
@@ -297,13 +224,13 @@ def _process_claimed(claimed: Claim, rendering: bool = False) -> str:
     try:
         visitor, jar = antibot.visitor(job, host, who, slot.jar)
     except outcomes.ProxyFailed as exc:
-        _report(claimed, host, slot, politeness.NEUTRAL)
+        gates.report(claimed, host, slot, politeness.NEUTRAL)
         log.warning("job=%s: %s", job.pk, exc)
         proxies.record(job.pk, who.proxy_id, "errors", job=job)
         return record_failure(claimed, exc)
     if job.warmup_path and not jar.version and antibot.warm_up(claimed, cache, who, visitor):
         sessions.save(job.pk, host, who.key, jar, visitor.set_cookies, mark=True)
-        _report(claimed, host, slot, politeness.NEUTRAL)
+        gates.report(claimed, host, slot, politeness.NEUTRAL)
         # the warm-up took this slot; the URL keeps the reason its last fetch ended with
         return defer(claimed, 0.0, claimed.previous_reason or "warming_up")
     outcome: outcomes.CrawlOutcome | None = None
@@ -331,10 +258,10 @@ def _process_claimed(claimed: Claim, rendering: bool = False) -> str:
         metrics.FETCH_SECONDS.observe(elapsed)
     banned = antibot.ban(job, host, resp, outcome)
     retry_after = outcome.retry_after if outcome is not None else None
-    signal = politeness.OK if banned else _signal(outcome, elapsed, job)
-    _report(claimed, host, slot, signal, retry_after, elapsed)
+    signal = politeness.OK if banned else gates.throttle_signal(outcome, elapsed, job)
+    gates.report(claimed, host, slot, signal, retry_after, elapsed)
     if outcome is not None and outcome.host_level:
-        outcome = _host_failure(claimed, outcome)
+        outcome = gates.host_failure(claimed, outcome)
     elif slot.circuit:
         circuit.record(job.pk, host, failed=False, job=job)  # the host answered
     sessions.save(job.pk, host, who.key, jar, visitor.set_cookies)
