@@ -1,16 +1,17 @@
-"""Process the URLs of one message: claim, then fetch, classify, parse and commit each in
+"""Process the URLs of one message: claim, then take each through the steps of one URL in
 turn. Called by the Celery task.
 
-The pipeline only orchestrates: robots.txt (``tasks/fetch/robots.py``), the host's slot and
-circuit (``politeness.py``, ``circuit.py``), the fetch (``fetching.py``), the anti-bot policy
-(``antibot.py``), the page (``tasks/content/``) and the URL's move
-(``tasks/frontier/transitions.py``). Whatever happens while a URL is processed ends in a
-recorded outcome: a transient one retries on the URL's own backoff, anything else fails the
+The pipeline only orchestrates; each step lives in its room: the gates (robots.txt, the
+host's slot and circuit: ``tasks/fetch/gates.py``), the fetch (``fetching.py``, ``render.py``),
+the classification and the host's anti-bot ladder (``gates.py``, ``antibot.py``), the URL's
+recorded move (``tasks/frontier/transitions.py``), and the page's parse, links and commit
+(``tasks/content/pages.py``, ``links.py``). Whatever happens while a URL is processed ends in
+a recorded outcome: a transient one retries on the URL's own backoff, anything else fails the
 URL with its reason, and an unexpected exception becomes an ``internal_error`` with its
 traceback in the worker log. Nothing loops: every attempt counts.
 
-Reads the fetch settings and ``BATCH_BUDGET_S``; a page's links go through this process's
-link caches (``tasks/content/links.py``).
+Reads ``BATCH_BUDGET_S``, ``DB_RETRY_S``, ``TASK_SOFT_TIME_LIMIT_S`` and the fetch settings
+(``fetching.limits_for``).
 """
 
 from __future__ import annotations
@@ -23,21 +24,9 @@ from django.db import DatabaseError, InterfaceError, OperationalError, connectio
 from redis.exceptions import RedisError
 
 from tasks.content import pages
-from tasks.content.links import cache_for, in_scope
+from tasks.content.links import JobCache, cache_for, in_scope
 from tasks.defaults import setting
-from tasks.fetch import (
-    antibot,
-    circuit,
-    fetching,
-    gates,
-    identity,
-    ladder,
-    outcomes,
-    politeness,
-    proxies,
-    render,
-    sessions,
-)
+from tasks.fetch import antibot, fetching, gates, outcomes, render, sessions
 from tasks.frontier import canary, leases, wakeup
 from tasks.frontier.transitions import (
     Claim,
@@ -47,16 +36,14 @@ from tasks.frontier.transitions import (
     give_back,
     give_up,
     lend_connection_back,
-    park,
     past_last_attempt,
     record_failure,
     record_unchanged,
-    retry_banned,
     with_retries,
 )
 from tasks.rules import guard
 from tasks.rules.urls import host_of
-from tasks.worker import lifecycle, loop, metrics
+from tasks.worker import lifecycle, metrics
 from web.models import CrawlJob, JobState
 
 log = logging.getLogger(__name__)
@@ -191,48 +178,46 @@ def _end(claimed: Claim, move) -> str | None:
 
 
 def _process_claimed(claimed: Claim, rendering: bool = False) -> str:
-    job = claimed.job
-    cache = cache_for(job)
-    host = host_of(claimed.url.url)
-    if job.obey_robots:
-        state = gates.robots_txt(claimed, cache, setting("USER_AGENT", job))
-        if state is not None:
-            return state
-    who = identity.current(job, host)  # no round trip unless the job has pools
-    jar_key = sessions.key(job.pk, host, who.key)
-    slot = politeness.acquire(job.pk, host, job.delay, job.host_concurrency, job, jar_key)
-    claimed.level = slot.ladder
-    if not slot.granted:
-        return defer(claimed, slot.wait, "throttled")
-    if slot.circuit:
-        state = gates.through_circuit(claimed, host, slot)
-        if state is not None:
-            return state
-    if antibot.wants_render(job, slot.ladder, rendering):
-        gates.report(claimed, host, slot, politeness.NEUTRAL)
-        return antibot.hand_to_render(claimed)
-    if rendering and render.unavailable():
-        gates.report(claimed, host, slot, politeness.NEUTRAL)
-        log.warning("job=%s url=%s: render step skipped: %s", job.pk, claimed.url.url,
-                    render.unavailable())  # fmt: skip
-        return park(claimed, outcomes.Banned(f"render step skipped: {render.unavailable()}"))
-    if slot.wait > 0:
-        loop.wait(slot.wait)  # for the host's slot: not work, the worker's loop may rest
-        now = identity.current(job, host)  # another request may have rotated it meanwhile
-        if now != who:
-            who, slot.jar = now, True
+    """One claimed URL, step by step: gates, fetch, classify, ladder, record, then parse, links
+    and commit (``pages.store``). A step that ends the URL returns its new state."""
+    job, cache, host = claimed.job, cache_for(claimed.job), host_of(claimed.url.url)
+    if job.obey_robots and (state := gates.robots_txt(claimed, cache)) is not None:
+        return state  # robots.txt forbids it, or cannot be read now
+    passage = gates.acquire(claimed, host)
+    if not passage.slot.granted:
+        return defer(claimed, passage.slot.wait, "throttled")
+    if (state := gates.through_circuit(claimed, host, passage.slot)) is not None:
+        return state  # the host's circuit is open, or its probe is under way
+    if (state := antibot.render_elsewhere(claimed, host, passage.slot, rendering)) is not None:
+        return state  # a render worker's URL, or a render step this worker cannot take
+    passage = gates.wait_turn(job, host, passage)
     try:
-        visitor, jar = antibot.visitor(job, host, who, slot.jar)
+        session = antibot.visitor(job, host, passage.who, passage.slot.jar)
     except outcomes.ProxyFailed as exc:
-        gates.report(claimed, host, slot, politeness.NEUTRAL)
-        log.warning("job=%s: %s", job.pk, exc)
-        proxies.record(job.pk, who.proxy_id, "errors", job=job)
-        return record_failure(claimed, exc)
-    if job.warmup_path and not jar.version and antibot.warm_up(claimed, cache, who, visitor):
-        sessions.save(job.pk, host, who.key, jar, visitor.set_cookies, mark=True)
-        gates.report(claimed, host, slot, politeness.NEUTRAL)
-        # the warm-up took this slot; the URL keeps the reason its last fetch ended with
-        return defer(claimed, 0.0, claimed.previous_reason or "warming_up")
+        return antibot.proxy_failed(claimed, host, passage, exc)
+    if (state := antibot.warm_session(claimed, cache, host, passage, session)) is not None:
+        return state  # the warm-up page took this slot
+    fetched = _fetch(claimed, cache, passage, session, rendering)
+    banned = antibot.ban(job, host, fetched.resp, fetched.outcome)
+    outcome = gates.classify(claimed, host, passage.slot, fetched, banned)
+    sessions.save(job.pk, host, passage.who.key, session.jar, session.visitor.set_cookies)
+    if banned is None:
+        antibot.count_answer(claimed, host, passage, fetched, outcome)
+    elif (state := antibot.judge_ban(claimed, host, passage.who, banned)) is not None:
+        return state  # parked at the top of the ladder, or the host's ban: tried again
+    return _record(claimed, cache, fetched, banned if banned is not None else outcome, rendering)
+
+
+def _fetch(
+    claimed: Claim,
+    cache: JobCache,
+    passage: gates.Passage,
+    session: antibot.Session,
+    rendering: bool,
+) -> fetching.Fetched:
+    """The request, plain or rendered (a recrawl's conditional one if the previous run kept
+    validators): its answer, or the outcome it ended in."""
+    job = claimed.job
     outcome: outcomes.CrawlOutcome | None = None
     resp = None
     conditional = None if rendering else pages.validators(claimed)
@@ -243,11 +228,11 @@ def _process_claimed(claimed: Claim, rendering: bool = False) -> str:
         get = render.fetch if rendering else fetching.fetch
         resp = get(
             claimed.url.url,
-            user_agent=who.user_agent,
+            user_agent=passage.who.user_agent,
             limits=fetching.limits_for(job),
             allow=guard.allowed(job),
             in_scope=lambda u: bool(in_scope(cache, u)),
-            visitor=visitor,
+            visitor=session.visitor,
             **kwargs,
         )
     except outcomes.CrawlOutcome as exc:
@@ -256,40 +241,23 @@ def _process_claimed(claimed: Claim, rendering: bool = False) -> str:
         metrics.IN_FLIGHT.dec()
         elapsed = time.monotonic() - started
         metrics.FETCH_SECONDS.observe(elapsed)
-    banned = antibot.ban(job, host, resp, outcome)
-    retry_after = outcome.retry_after if outcome is not None else None
-    signal = politeness.OK if banned else gates.throttle_signal(outcome, elapsed, job)
-    gates.report(claimed, host, slot, signal, retry_after, elapsed)
-    if outcome is not None and outcome.host_level:
-        outcome = gates.host_failure(claimed, outcome)
-    elif slot.circuit:
-        circuit.record(job.pk, host, failed=False, job=job)  # the host answered
-    sessions.save(job.pk, host, who.key, jar, visitor.set_cookies)
-    if banned is not None:
-        hosts_fault = antibot.after_ban(claimed, host, who, banned)
-        if claimed.level >= ladder.PARK:
-            return park(claimed, banned)  # the top of the ladder: a person decides
-        if hosts_fault:
-            log.info("job=%s url=%s banned (%s): the host's, tried again", job.pk,
-                     claimed.url.url, banned.reason)  # fmt: skip
-            return retry_banned(claimed, banned)
-        outcome = banned
-    else:
-        answered = resp is not None or (outcome is not None and bool(outcome.status))
-        if answered and (slot.ladder or slot.ban_streak):  # the site let us in: a success
-            ladder.signal(job, host, banned=False)
-        if who.proxy_id:
-            failed = isinstance(outcome, outcomes.ProxyFailed)
-            proxies.record(job.pk, who.proxy_id, "errors" if failed else "ok", elapsed, job)
+    return fetching.Fetched(resp, outcome, elapsed, bool(conditional))
+
+
+def _record(
+    claimed: Claim,
+    cache: JobCache,
+    fetched: fetching.Fetched,
+    outcome: outcomes.CrawlOutcome | None,
+    rendering: bool,
+) -> str:
+    """The URL's outcome if the fetch ended in one; else its page, unchanged or stored."""
     if outcome is not None:
         state = record_failure(claimed, outcome)
-        log.info(
-            "job=%s url=%s outcome=%s state=%s", job.pk, claimed.url.url, outcome.reason, state
-        )
+        log.info("job=%s url=%s outcome=%s state=%s", claimed.job.pk, claimed.url.url,
+                 outcome.reason, state)  # fmt: skip
         return state
-    if resp.status == 304 and conditional:
+    if fetched.resp.status == 304 and fetched.conditional:
         return record_unchanged(claimed)  # the previous run's page stands
-    metrics.FETCHED_BYTES.inc(len(resp.raw_body or resp.body))
-    return pages.store(claimed, cache, resp, rendering)
-
-
+    metrics.FETCHED_BYTES.inc(len(fetched.resp.raw_body or fetched.resp.body))
+    return pages.store(claimed, cache, fetched.resp, rendering)

@@ -19,8 +19,28 @@ from django.db import transaction
 from tasks import dispatch
 from tasks.content.links import JobCache, in_scope
 from tasks.defaults import setting
-from tasks.fetch import bans, fetching, identity, ladder, outcomes, politeness, proxies, sessions
-from tasks.frontier.transitions import IDENTITY_BANNED, RENDER_QUEUED, Claim, to_render
+from tasks.fetch import (
+    bans,
+    fetching,
+    gates,
+    identity,
+    ladder,
+    outcomes,
+    politeness,
+    proxies,
+    render,
+    sessions,
+)
+from tasks.frontier.transitions import (
+    IDENTITY_BANNED,
+    RENDER_QUEUED,
+    Claim,
+    defer,
+    park,
+    record_failure,
+    retry_banned,
+    to_render,
+)
 from tasks.rules import guard
 from tasks.rules.urls import canonicalize
 from web.models import CrawlJob, URLState
@@ -33,6 +53,23 @@ def wants_render(job: CrawlJob, level: int, rendering: bool) -> bool:
     if rendering or job.render == "never":
         return False
     return job.render == "always" or level >= ladder.RENDER
+
+
+def render_elsewhere(
+    claimed: Claim, host: str, slot: politeness.Slot, rendering: bool
+) -> str | None:
+    """The URL's new state if this worker does not fetch it: it is a render worker's (its job
+    or its host's level asks for rendering), or this render worker cannot render."""
+    job = claimed.job
+    if wants_render(job, slot.ladder, rendering):
+        gates.report(claimed, host, slot, politeness.NEUTRAL)
+        return hand_to_render(claimed)
+    if rendering and render.unavailable():
+        gates.report(claimed, host, slot, politeness.NEUTRAL)
+        log.warning("job=%s url=%s: render step skipped: %s", job.pk, claimed.url.url,
+                    render.unavailable())  # fmt: skip
+        return park(claimed, outcomes.Banned(f"render step skipped: {render.unavailable()}"))
+    return None
 
 
 def hand_to_render(claimed: Claim) -> str:
@@ -67,6 +104,32 @@ def visitor(job: CrawlJob, host: str, who: identity.Identity, jar_exists: bool) 
     visitor = fetching.Visitor(proxy=proxy, headers=dict(job.headers or {}),
                                cookies=jar.for_requests())  # fmt: skip
     return Session(visitor, jar)
+
+
+def proxy_failed(
+    claimed: Claim, host: str, passage: gates.Passage, exc: outcomes.ProxyFailed
+) -> str:
+    """The identity's proxy cannot be named in this worker: the slot is freed, the proxy
+    counts an error, and the URL fails with the reason."""
+    job = claimed.job
+    gates.report(claimed, host, passage.slot, politeness.NEUTRAL)
+    log.warning("job=%s: %s", job.pk, exc)
+    proxies.record(job.pk, passage.who.proxy_id, "errors", job=job)
+    return record_failure(claimed, exc)
+
+
+def warm_session(
+    claimed: Claim, cache: JobCache, host: str, passage: gates.Passage, session: Session
+) -> str | None:
+    """A new session of a host whose job names a warm-up page: the warm-up takes this URL's
+    slot and the URL comes back at once (its new state); None if there is nothing to warm."""
+    job, who, jar = claimed.job, passage.who, session.jar
+    if not (job.warmup_path and not jar.version and warm_up(claimed, cache, who, session.visitor)):
+        return None
+    sessions.save(job.pk, host, who.key, jar, session.visitor.set_cookies, mark=True)
+    gates.report(claimed, host, passage.slot, politeness.NEUTRAL)
+    # the warm-up took this slot; the URL keeps the reason its last fetch ended with
+    return defer(claimed, 0.0, claimed.previous_reason or "warming_up")
 
 
 def warm_up(
@@ -113,6 +176,39 @@ def ban(
     banned.headers, banned.body = evidence[1], evidence[2]
     banned.screenshot = resp.screenshot if resp is not None else outcome.screenshot
     return banned
+
+
+def count_answer(
+    claimed: Claim,
+    host: str,
+    passage: gates.Passage,
+    fetched: fetching.Fetched,
+    outcome: outcomes.CrawlOutcome | None,
+) -> None:
+    """Not a ban: a success for a host the ladder watches if the site answered, and the
+    proxy's tally."""
+    job, slot, who = claimed.job, passage.slot, passage.who
+    answered = fetched.resp is not None or (outcome is not None and bool(outcome.status))
+    if answered and (slot.ladder or slot.ban_streak):  # the site let us in: a success
+        ladder.signal(job, host, banned=False)
+    if who.proxy_id:
+        failed = isinstance(outcome, outcomes.ProxyFailed)
+        proxies.record(job.pk, who.proxy_id, "errors" if failed else "ok", fetched.elapsed, job)
+
+
+def judge_ban(
+    claimed: Claim, host: str, who: identity.Identity, banned: outcomes.Banned
+) -> str | None:
+    """The ladder's word on a banned URL: parked at the top of the ladder (a person decides),
+    tried again if the ban was the host's; None if the ban is the URL's own outcome."""
+    hosts_fault = after_ban(claimed, host, who, banned)
+    if claimed.level >= ladder.PARK:
+        return park(claimed, banned)  # the top of the ladder: a person decides
+    if hosts_fault:
+        log.info("job=%s url=%s banned (%s): the host's, tried again", claimed.job.pk,
+                 claimed.url.url, banned.reason)  # fmt: skip
+        return retry_banned(claimed, banned)
+    return None
 
 
 def same_challenge(claimed: Claim, banned: outcomes.Banned) -> bool:

@@ -19,6 +19,7 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC
+from typing import NamedTuple
 from urllib.parse import urljoin
 
 import requests
@@ -70,6 +71,15 @@ class Response:
     screenshot: bytes | None = None  # a rendered page's picture (PNG)
     raw_body: bytes = b""  # as received, before content decoding (what WARC records keep)
     http: dict = field(default_factory=dict)  # protocol, reason, request and response headers
+
+
+class Fetched(NamedTuple):
+    """One fetch attempt: its answer or the outcome it ended in, and how long it took."""
+
+    resp: Response | None
+    outcome: outcomes.CrawlOutcome | None
+    elapsed: float  # seconds
+    conditional: bool  # sent a recrawl's validators (a 304 keeps the previous page)
 
 
 def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
