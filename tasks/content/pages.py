@@ -49,13 +49,11 @@ def validators(claimed: Claim) -> dict[str, str] | None:
 def store(
     claimed: Claim, cache: JobCache, resp: fetching.Response, rendering: bool = False
 ) -> str:
-    """Parse the fetched page and commit it with its links; the URL's new state."""
+    """Parse the fetched page, find its links and commit it with them; the URL's new state."""
     job = claimed.job
-    title, links, note, data = "", [], "", {}
+    note = "truncated" if resp.truncated else ""
     is_html = resp.content_type in parsing.HTML_TYPES
     parsed = None
-    if resp.truncated:
-        note = "truncated"
     if is_html and parsing.looks_binary(resp.body):
         note = "binary"
     elif is_html:
@@ -67,39 +65,87 @@ def store(
             return record_failure(claimed, outcomes.ParseError(f"{type(exc).__name__}: {exc}"))
         if job.render == "auto" and not rendering and parsing.needs_javascript(parsed, resp.body):
             return antibot.hand_to_render(claimed)  # its content and links come from JavaScript
-        title = parsed.title
         bans.learn_size(job.pk, host_of(claimed.url.url), len(resp.body))
-    elif job.use_sitemaps and sitemaps.looks_like_sitemap(resp.final_url, resp.content_type):
-        listed = sitemaps.parse_sitemap(resp.body, setting("FETCH_MAX_BYTES", job))
-        links = new_links(cache, resp.final_url, listed)
-        note = note or ("sitemap" if listed else "not_html")
-    else:
-        note = note or "not_html"
+    found = _links(claimed, cache, resp, parsed, note)
+    return _commit(claimed, cache, resp, parsed, found)
+
+
+class _Found(NamedTuple):
+    """What a page adds to the frontier, and what its URL keeps."""
+
+    links: list[str]  # new work for the scheduler
+    forbidden: list[str]  # into the frontier as skipped: robots.txt forbids them
+    note: str  # the done URL's note: truncated, binary, sitemap, not_html, or ""
+    noindex: bool  # robots directives: fetched, its links followed, not kept as content
+
+
+def _links(
+    claimed: Claim,
+    cache: JobCache,
+    resp: fetching.Response,
+    parsed: parsing.Parsed | None,
+    note: str,
+) -> _Found:
+    """A sitemap's URLs, or an HTML page's links unless its robots directives say nofollow;
+    split by the robots.txt this worker holds for their hosts."""
+    job = claimed.job
+    links: list[str] = []
+    if resp.content_type not in parsing.HTML_TYPES:
+        if job.use_sitemaps and sitemaps.looks_like_sitemap(resp.final_url, resp.content_type):
+            listed = sitemaps.parse_sitemap(resp.body, setting("FETCH_MAX_BYTES", job))
+            links = new_links(cache, resp.final_url, listed)
+            note = note or ("sitemap" if listed else "not_html")
+        else:
+            note = note or "not_html"
     directives = _directives(job, resp, parsed)
     if parsed is not None and claimed.url.depth < job.max_depth and "nofollow" not in directives:
         hrefs = parsed.hrefs
         if job.obey_nofollow and parsed.nofollow_hrefs:
             hrefs = [h for h in hrefs if h not in parsed.nofollow_hrefs]
         links = new_links(cache, parsed.base, hrefs)
-    links, forbidden = _robots_split(job, links)
-    if "noindex" in directives:  # fetched, its links followed (unless nofollow), not kept
+    queued, forbidden = _robots_split(job, links)
+    return _Found(queued, forbidden, note, "noindex" in directives)
+
+
+def _commit(
+    claimed: Claim,
+    cache: JobCache,
+    resp: fetching.Response,
+    parsed: parsing.Parsed | None,
+    found: _Found,
+) -> str:
+    """One transaction: the page (unless noindex), its links and the URL's new state."""
+    links, forbidden = found.links, found.forbidden
+    if found.noindex:  # fetched, its links followed (unless nofollow), not kept
         state = with_retries(lambda: record_page(claimed, None, links, NOINDEX, None, resp.status,
                                                  forbidden))  # fmt: skip
         _committed(claimed, cache, links, forbidden)
         return state
-    if parsed is not None and job.extract:
-        data = _extracted(claimed, parsed)
+    data = _extracted(claimed, parsed) if parsed is not None and claimed.job.extract else {}
     redirect_target = None
     if resp.final_url != claimed.url.url:
         redirect_target = in_scope(cache, resp.final_url) or None
+    page = _page(claimed, resp, parsed, data)
+    state = with_retries(
+        lambda: record_page(claimed, page, links, found.note, redirect_target, forbidden=forbidden)
+    )
+    _committed(claimed, cache, links, forbidden)
+    return state
+
+
+def _page(
+    claimed: Claim, resp: fetching.Response, parsed: parsing.Parsed | None, data: dict
+) -> Page:
+    """The page's row, its raw body kept first."""
+    job = claimed.job
     now = datetime.now(UTC)
-    page = Page(
+    return Page(
         job_id=job.pk,
         url_id=claimed.url.pk,
         final_url=resp.final_url[:2048],
         status=resp.status,
         content_type=resp.content_type[:200],
-        title=title,
+        title=parsed.title if parsed is not None else "",
         size=len(resp.body),
         truncated=resp.truncated,
         elapsed_ms=int(resp.elapsed * 1000),
@@ -115,11 +161,6 @@ def store(
         channel=CHANNEL,
         worker_version=VERSION,
     )
-    state = with_retries(
-        lambda: record_page(claimed, page, links, note, redirect_target, forbidden=forbidden)
-    )
-    _committed(claimed, cache, links, forbidden)
-    return state
 
 
 def _directives(job: CrawlJob, resp: fetching.Response, parsed: parsing.Parsed | None) -> set[str]:
