@@ -192,7 +192,7 @@ def _process_claimed(claimed: Claim, rendering: bool = False) -> str:
         return state  # a render worker's URL, or a render step this worker cannot take
     passage = gates.wait_turn(job, host, passage)
     try:
-        session = antibot.visitor(job, host, passage.who, passage.slot.jar)
+        session = antibot.open_session(job, host, passage.who, passage.slot.jar)
     except outcomes.ProxyFailed as exc:
         return antibot.proxy_failed(claimed, host, passage, exc)
     if (state := antibot.warm_session(claimed, cache, host, passage, session)) is not None:

@@ -90,7 +90,9 @@ class Session(NamedTuple):
     jar: sessions.Jar
 
 
-def visitor(job: CrawlJob, host: str, who: identity.Identity, jar_exists: bool) -> Session:
+def open_session(
+    job: CrawlJob, host: str, who: identity.Identity, jar_exists: bool
+) -> Session:
     """The request's proxy, headers and cookies for ``who``; ``ProxyFailed`` if its proxy
     cannot be named in this worker."""
     try:
