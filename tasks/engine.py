@@ -1,169 +1,50 @@
-"""Process the URLs of one message: claim, then fetch, classify, parse and commit each in
+"""Process the URLs of one message: claim, then take each through the steps of one URL in
 turn. Called by the Celery task.
 
-The pipeline only orchestrates: robots.txt (``tasks/fetch/robots.py``), the host's slot and
-circuit (``politeness.py``, ``circuit.py``), the fetch (``fetching.py``), the page
-(``tasks/content/``) and the URL's move (``tasks/frontier/transitions.py``). Whatever happens
-while a URL is processed ends in a recorded outcome: a transient one retries on the URL's own
-backoff, anything else fails the URL with its reason, and an unexpected exception becomes an
-``internal_error`` with its traceback in the worker log. Nothing loops: every attempt counts.
+The pipeline only orchestrates; each step lives in its room: the gates (robots.txt, the
+host's slot and circuit: ``tasks/fetch/gates.py``), the fetch (``fetching.py``, ``render.py``),
+the classification and the host's anti-bot ladder (``gates.py``, ``antibot.py``), the URL's
+recorded move (``tasks/frontier/transitions.py``), and the page's parse, links and commit
+(``tasks/content/pages.py``, ``links.py``). Whatever happens while a URL is processed ends in
+a recorded outcome: a transient one retries on the URL's own backoff, anything else fails the
+URL with its reason, and an unexpected exception becomes an ``internal_error`` with its
+traceback in the worker log. Nothing loops: every attempt counts.
 
-Reads the fetch settings, ``BATCH_BUDGET_S`` and ``LINK_CACHE_SIZE``. Links are canonicalized
-and scoped once per worker process (a page links to the same navigation a hundred times; a
-site links to the same pages thousands of times), and a URL this process has already seen
-committed for the job is not sent to the database again. The caches only skip work: the
-database's unique index is what makes dedup exact, and a URL enters the seen-cache only after
-its insert committed.
+Reads ``BATCH_BUDGET_S``, ``DB_RETRY_S``, ``TASK_SOFT_TIME_LIMIT_S`` and the fetch settings
+(``fetching.limits_for``).
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
-from datetime import UTC, datetime
-from urllib.parse import urljoin
 
 from celery.exceptions import SoftTimeLimitExceeded
-from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
+from django.db import DatabaseError, InterfaceError, OperationalError, connection
 from redis.exceptions import RedisError
 
-from tasks import dispatch
-from tasks.content import bodies, extraction, parsing, sitemaps
+from tasks.content import pages
+from tasks.content.links import JobCache, cache_for, in_scope
 from tasks.defaults import setting
-from tasks.fetch import (
-    bans,
-    circuit,
-    fetching,
-    identity,
-    ladder,
-    outcomes,
-    politeness,
-    proxies,
-    render,
-    robots,
-    sessions,
-)
-from tasks.frontier import canary, channels, leases, wakeup
+from tasks.fetch import antibot, fetching, gates, outcomes, render, sessions
+from tasks.frontier import canary, leases, wakeup
 from tasks.frontier.claims import Claim, LeaseLost
 from tasks.frontier.db import lend_connection_back, with_retries
 from tasks.frontier.requeue import give_back
 from tasks.frontier.transitions import (
-    IDENTITY_BANNED,
-    RENDER_QUEUED,
-    ROBOTS_FORBIDDEN,
     claim_many,
     defer,
     give_up,
-    insert_urls,
-    park,
     past_last_attempt,
     record_failure,
-    record_page,
     record_unchanged,
-    retry_banned,
-    to_render,
 )
-from tasks.rules import guard, selectors
-from tasks.rules.urls import Scope, canonicalize, host_of
-from tasks.worker import lifecycle, loop, metrics
-from web.models import CrawlJob, JobState, Page, URLState
+from tasks.rules import guard
+from tasks.rules.urls import host_of
+from tasks.worker import lifecycle, metrics
+from web.models import CrawlJob, JobState
 
 log = logging.getLogger(__name__)
-CHANNEL, VERSION = channels.mine(), channels.version()  # marked on every page stored here
-
-
-class _BoundedSet:
-    """A set that forgets its oldest half when full: enough to skip most repeated work."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self.items: dict = {}
-
-    def get(self, key, default=None):
-        return self.items.get(key, default)
-
-    def __contains__(self, key) -> bool:
-        return key in self.items
-
-    def put(self, key, value=None) -> None:
-        if len(self.items) >= self.size:
-            for old in list(self.items)[: self.size // 2]:
-                del self.items[old]
-        self.items[key] = value
-
-
-class _JobCache:
-    def __init__(self, scope: Scope, size: int) -> None:
-        self.scope = scope
-        self.canonical = _BoundedSet(size)  # absolute link -> canonical URL in scope, or ""
-        self.resolved = _BoundedSet(size)  # (directory, href) -> the same
-        self.robots_seen = _BoundedSet(10_000)  # hosts whose robots.txt this process applied
-        self.committed = _BoundedSet(size)  # canonical URLs known to be in the frontier
-
-
-_caches: dict[int, _JobCache] = {}
-
-
-def _cache_for(claimed: Claim) -> _JobCache:
-    cache = _caches.get(claimed.job.pk)
-    if cache is None:
-        if len(_caches) > 16:
-            _caches.clear()
-        cache = _caches[claimed.job.pk] = _JobCache(
-            Scope.for_job(claimed.job), setting("LINK_CACHE_SIZE", claimed.job)
-        )
-    return cache
-
-
-def _in_scope(cache: _JobCache, link: str) -> str:
-    found = cache.canonical.get(link)
-    if found is None:
-        canonical = canonicalize(link)
-        found = canonical if canonical and cache.scope.allows(canonical) else ""
-        cache.canonical.put(link, found)
-    return found
-
-
-def _directory(base: str) -> str:
-    """What relative paths resolve against: the base URL up to its last path slash."""
-    head = base.split("?", 1)[0].split("#", 1)[0]
-    cut = head.rfind("/")
-    return head[: cut + 1] if cut > head.find("//") + 1 else base
-
-
-def new_links(cache: _JobCache, base: str, hrefs: list[str]) -> list[str]:
-    """Canonical in-scope URLs of ``hrefs`` (relative to ``base``) not yet seen committed.
-
-    A relative href resolves the same way against every page of one directory, so the result
-    is cached by (directory, href); only hrefs that are just a query depend on the whole base.
-    An href that is not a URL at all (``http://[x``) is dropped, as a browser would.
-    """
-    directory = _directory(base)
-    out: dict[str, None] = {}
-    for href in hrefs:
-        key = (base if href.startswith("?") else directory, href)
-        url = cache.resolved.get(key)
-        if url is None:
-            try:
-                url = _in_scope(cache, urljoin(base, href))
-            except ValueError:
-                url = ""
-            cache.resolved.put(key, url)
-        if url and url not in cache.committed:
-            out[url] = None
-    return list(out)
-
-
-def _limits(claimed: Claim) -> fetching.FetchLimits:
-    job = claimed.job
-    return fetching.FetchLimits(
-        connect_timeout=setting("FETCH_CONNECT_TIMEOUT_S", job),
-        read_timeout=setting("FETCH_READ_TIMEOUT_S", job),
-        deadline=setting("FETCH_DEADLINE_S", job),
-        max_bytes=setting("FETCH_MAX_BYTES", job),
-        max_redirects=setting("FETCH_MAX_REDIRECTS", job),
-    )
 
 
 def process(url_id: int, job_id: int, rendering: bool = False) -> str | None:
@@ -294,223 +175,50 @@ def _end(claimed: Claim, move) -> str | None:
     return None
 
 
-def _robots(claimed: Claim, cache: _JobCache, user_agent: str) -> str | None:
-    """Apply robots.txt: the URL's new state if it must not be fetched now, else None."""
-    job = claimed.job
-    decision = robots.check(job, claimed.url.url, user_agent)
-    if decision.failure is not None:  # robots.txt unavailable, or its host unreachable
-        return record_failure(claimed, decision.failure)
-    if decision.retry_in is not None:
-        return defer(claimed, decision.retry_in, decision.reason)
-    if not decision.allowed:
-        return record_failure(claimed, ROBOTS_FORBIDDEN)
-    host = host_of(claimed.url.url)
-    if host not in cache.robots_seen:
-        cache.robots_seen.put(host)
-        politeness.set_floor(job.pk, host, decision.crawl_delay)
-        if job.use_sitemaps and decision.sitemaps:
-            with_retries(lambda: insert_urls(job.pk, new_links(cache, "", decision.sitemaps), 0))
-    return None
-
-
-def _through_circuit(claimed: Claim, host: str, slot: politeness.Slot) -> str | None:
-    """A host with circuit state: fail the URL if it is open, wait while a probe runs."""
-    job = claimed.job
-    gate = circuit.check(job.pk, host, job)
-    if gate.state == circuit.OPEN:
-        _report(claimed, host, slot, politeness.NEUTRAL)
-        unreachable = outcomes.HostUnreachable(
-            f"{gate.reason or 'unreachable'} (circuit open, next probe in {gate.retry_in:.0f} s)"
-        )
-        return record_failure(claimed, unreachable)
-    if gate.state == circuit.WAIT:
-        _report(claimed, host, slot, politeness.NEUTRAL)
-        return defer(claimed, 1.0, "circuit_probe")
-    return None
-
-
-def _report(
-    claimed: Claim,
-    host: str,
-    slot: politeness.Slot,
-    signal: int,
-    retry_after: float | None = None,
-    latency: float = 0.0,
-) -> None:
-    """Tell the host's throttle what happened, when it has anything to learn or to free."""
-    job = claimed.job
-    if signal == politeness.OVERLOAD or retry_after or job.host_concurrency:
-        politeness.finish(job.pk, host, slot, signal=signal, retry_after=retry_after,
-                          latency=latency, job=job)  # fmt: skip
-
-
-def _signal(outcome: outcomes.CrawlOutcome | None, elapsed: float, job) -> int:
-    if outcome is None:
-        slow = elapsed > setting("THROTTLE_SLOW_LATENCY_S", job)
-        return politeness.OVERLOAD if slow else politeness.OK
-    if outcome.host_level:
-        return politeness.NEUTRAL
-    return politeness.OVERLOAD if outcome.overload else politeness.OK
-
-
-def _host_failure(claimed: Claim, outcome: outcomes.CrawlOutcome) -> outcomes.CrawlOutcome:
-    """Count a host-level failure toward the circuit; if it opens it, the URL fails now."""
-    job = claimed.job
-    failed_host = host_of(outcome.url or claimed.url.url)
-    opened = circuit.record(job.pk, failed_host, failed=True, reason=outcome.summary, job=job)
-    if opened:
-        log.warning("job=%s host=%s unreachable (%s): circuit open", job.pk, failed_host,
-                    outcome.summary)  # fmt: skip
-        return outcomes.HostUnreachable(f"{outcome.summary} (circuit opened: {outcome})"[:2000])
-    return outcome
-
-
-def _wants_render(job, level: int, rendering: bool) -> bool:
-    """Should this URL go to a render worker instead of a plain fetch?"""
-    if rendering or job.render == "never":
-        return False
-    return job.render == "always" or level >= ladder.RENDER
-
-
-def _visitor(
-    job, host: str, who: identity.Identity, jar_exists: bool
-) -> tuple[fetching.Visitor, sessions.Jar]:
-    try:
-        proxy = who.proxy
-    except KeyError as exc:  # a ${VAR} of the proxy URL is not in this worker's environment
-        missing = exc.args[0]
-        raise outcomes.ProxyFailed(
-            f"proxy {proxies.label(who.proxy_template)} needs ${{{missing}}}, not set here"
-        ) from None
-    jar = sessions.load(job.pk, host, who.key) if jar_exists else sessions.Jar()
-    visitor = fetching.Visitor(proxy=proxy, headers=dict(job.headers or {}),
-                               cookies=jar.for_requests())  # fmt: skip
-    return visitor, jar
-
-
-def _warm_up(claimed: Claim, cache: _JobCache, who: identity.Identity, visitor) -> bool:
-    """A new session of a host: fetch the job's warm-up page first (the home page that sets
-    the cookie a site wants back) in this URL's slot; what it answers is not stored, its
-    cookies are. False if the URL is the warm-up page itself (then it is fetched as usual)."""
-    job = claimed.job
-    url = urljoin(claimed.url.url, job.warmup_path)
-    if canonicalize(url) == claimed.url.url:
-        return False
-    kind, started = "ok", time.monotonic()
-    try:
-        fetching.fetch(url, user_agent=who.user_agent, limits=_limits(claimed),
-                       allow=guard.allowed(job), visitor=visitor,
-                       in_scope=lambda u: bool(_in_scope(cache, u)))  # fmt: skip
-    except outcomes.CrawlOutcome as exc:
-        log.info("job=%s warm-up %s: %s", job.pk, url, exc.reason)
-        kind = "errors" if isinstance(exc, outcomes.ProxyFailed) else ""
-    if who.proxy_id and kind:
-        proxies.record(job.pk, who.proxy_id, kind, time.monotonic() - started, job)
-    return True
-
-
-def _ban(job, host: str, resp, outcome) -> outcomes.Banned | None:
-    """A block page, as an outcome carrying the answer (for review); None if not one."""
-    if resp is not None:
-        reason = bans.detect(job, host, resp.status, resp.final_url, resp.body)
-        evidence = (resp.status, resp.headers, resp.body)
-    elif outcome is not None and outcome.status:
-        reason = bans.detect(job, host, outcome.status, outcome.url or "", outcome.body)
-        evidence = (outcome.status, outcome.headers, outcome.body)
-    else:
-        return None
-    if not reason:
-        return None
-    banned = outcomes.Banned(reason, status=evidence[0])
-    banned.headers, banned.body = evidence[1], evidence[2]
-    banned.screenshot = resp.screenshot if resp is not None else outcome.screenshot
-    return banned
-
-
-def _same_challenge(claimed: Claim, banned: outcomes.Banned) -> bool:
-    """Did this URL's last attempt end on the same challenge (a CAPTCHA marker, a challenge
-    redirect)? A bare 403 says nothing of the page: identity bans look like that too."""
-    evidence = str(banned)
-    return (
-        evidence.startswith(("challenge", "redirected to a challenge"))
-        and claimed.previous_reason in (outcomes.Banned.reason, IDENTITY_BANNED)
-        and claimed.previous_message == evidence
-    )
-
-
-def _after_ban(claimed: Claim, host: str, who: identity.Identity, banned: outcomes.Banned) -> bool:
-    """A ban: the host's ladder counts it and acts on the level it is at. Returns whether the
-    ban was the host's rather than the URL's (the URL keeps its attempt): its identity had
-    been replaced, or the host had climbed, while it was in flight (stale news, not counted),
-    or the host refuses everything lately (bans in a row). A URL that meets the challenge its
-    last attempt met is not counted either: that challenge follows the page, not the
-    identity."""
-    job = claimed.job
-    if _same_challenge(claimed, banned):
-        return False  # the challenge its last attempt met, on another request: the page's
-    if who.proxy_id:
-        proxies.record(job.pk, who.proxy_id, "bans", job=job)
-    if identity.replaced(job, host, who):
-        return True
-    step = ladder.signal(job, host, banned=True, ran_at=claimed.level)
-    if step.run < 0:
-        return True  # the host climbed while it was in flight: news already acted on
-    if step.after != step.before:
-        log.warning("job=%s host=%s ladder %d -> %d", job.pk, host, step.before, step.after)
-    claimed.level = max(claimed.level, step.after)
-    if step.after >= ladder.BACK_OFF:
-        politeness.slow_down(job.pk, host, setting("LADDER_BACKOFF_DELAY_S", job), job)
-    if step.after >= ladder.ROTATE and step.run >= 2:  # one ban among successes: the page's
-        identity.rotate(job, host, who)
-    return step.run >= 2
-
-
 def _process_claimed(claimed: Claim, rendering: bool = False) -> str:
-    job = claimed.job
-    cache = _cache_for(claimed)
-    host = host_of(claimed.url.url)
-    if job.obey_robots:
-        state = _robots(claimed, cache, setting("USER_AGENT", job))
-        if state is not None:
-            return state
-    who = identity.current(job, host)  # no round trip unless the job has pools
-    jar_key = sessions.key(job.pk, host, who.key)
-    slot = politeness.acquire(job.pk, host, job.delay, job.host_concurrency, job, jar_key)
-    claimed.level = slot.ladder
-    if not slot.granted:
-        return defer(claimed, slot.wait, "throttled")
-    if slot.circuit:
-        state = _through_circuit(claimed, host, slot)
-        if state is not None:
-            return state
-    if _wants_render(job, slot.ladder, rendering):
-        _report(claimed, host, slot, politeness.NEUTRAL)
-        return hand_to_render(claimed)
-    if rendering and render.unavailable():
-        _report(claimed, host, slot, politeness.NEUTRAL)
-        log.warning("job=%s url=%s: render step skipped: %s", job.pk, claimed.url.url,
-                    render.unavailable())  # fmt: skip
-        return park(claimed, outcomes.Banned(f"render step skipped: {render.unavailable()}"))
-    if slot.wait > 0:
-        loop.wait(slot.wait)  # for the host's slot: not work, the worker's loop may rest
-        now = identity.current(job, host)  # another request may have rotated it meanwhile
-        if now != who:
-            who, slot.jar = now, True
+    """One claimed URL, step by step: gates, fetch, classify, ladder, record, then parse, links
+    and commit (``pages.store``). A step that ends the URL returns its new state."""
+    job, cache, host = claimed.job, cache_for(claimed.job), host_of(claimed.url.url)
+    if job.obey_robots and (state := gates.robots_txt(claimed, cache)) is not None:
+        return state  # robots.txt forbids it, or cannot be read now
+    passage = gates.acquire(claimed, host)
+    if not passage.slot.granted:
+        return defer(claimed, passage.slot.wait, "throttled")
+    if (state := gates.through_circuit(claimed, host, passage.slot)) is not None:
+        return state  # the host's circuit is open, or its probe is under way
+    if (state := antibot.render_elsewhere(claimed, host, passage.slot, rendering)) is not None:
+        return state  # a render worker's URL, or a render step this worker cannot take
+    passage = gates.wait_turn(job, host, passage)
     try:
-        visitor, jar = _visitor(job, host, who, slot.jar)
+        session = antibot.open_session(job, host, passage.who, passage.slot.jar)
     except outcomes.ProxyFailed as exc:
-        _report(claimed, host, slot, politeness.NEUTRAL)
-        log.warning("job=%s: %s", job.pk, exc)
-        proxies.record(job.pk, who.proxy_id, "errors", job=job)
-        return record_failure(claimed, exc)
-    if job.warmup_path and not jar.version and _warm_up(claimed, cache, who, visitor):
-        sessions.save(job.pk, host, who.key, jar, visitor.set_cookies, mark=True)
-        _report(claimed, host, slot, politeness.NEUTRAL)
-        # the warm-up took this slot; the URL keeps the reason its last fetch ended with
-        return defer(claimed, 0.0, claimed.previous_reason or "warming_up")
+        return antibot.proxy_failed(claimed, host, passage, exc)
+    if (state := antibot.warm_session(claimed, cache, host, passage, session)) is not None:
+        return state  # the warm-up page took this slot
+    fetched = _fetch(claimed, cache, passage, session, rendering)
+    banned = antibot.ban(job, host, fetched.resp, fetched.outcome)
+    outcome = gates.classify(claimed, host, passage.slot, fetched, banned)
+    sessions.save(job.pk, host, passage.who.key, session.jar, session.visitor.set_cookies)
+    if banned is None:
+        antibot.count_answer(claimed, host, passage, fetched, outcome)
+    elif (state := antibot.judge_ban(claimed, host, passage.who, banned)) is not None:
+        return state  # parked at the top of the ladder, or the host's ban: tried again
+    return _record(claimed, cache, fetched, banned if banned is not None else outcome, rendering)
+
+
+def _fetch(
+    claimed: Claim,
+    cache: JobCache,
+    passage: gates.Passage,
+    session: antibot.Session,
+    rendering: bool,
+) -> fetching.Fetched:
+    """The request, plain or rendered (a recrawl's conditional one if the previous run kept
+    validators): its answer, or the outcome it ended in."""
+    job = claimed.job
     outcome: outcomes.CrawlOutcome | None = None
     resp = None
-    conditional = None if rendering else _validators(claimed)
+    conditional = None if rendering else pages.validators(claimed)
     started = time.monotonic()
     metrics.IN_FLIGHT.inc()
     try:
@@ -518,11 +226,11 @@ def _process_claimed(claimed: Claim, rendering: bool = False) -> str:
         get = render.fetch if rendering else fetching.fetch
         resp = get(
             claimed.url.url,
-            user_agent=who.user_agent,
-            limits=_limits(claimed),
+            user_agent=passage.who.user_agent,
+            limits=fetching.limits_for(job),
             allow=guard.allowed(job),
-            in_scope=lambda u: bool(_in_scope(cache, u)),
-            visitor=visitor,
+            in_scope=lambda u: bool(in_scope(cache, u)),
+            visitor=session.visitor,
             **kwargs,
         )
     except outcomes.CrawlOutcome as exc:
@@ -531,198 +239,23 @@ def _process_claimed(claimed: Claim, rendering: bool = False) -> str:
         metrics.IN_FLIGHT.dec()
         elapsed = time.monotonic() - started
         metrics.FETCH_SECONDS.observe(elapsed)
-    banned = _ban(job, host, resp, outcome)
-    retry_after = outcome.retry_after if outcome is not None else None
-    signal = politeness.OK if banned else _signal(outcome, elapsed, job)
-    _report(claimed, host, slot, signal, retry_after, elapsed)
-    if outcome is not None and outcome.host_level:
-        outcome = _host_failure(claimed, outcome)
-    elif slot.circuit:
-        circuit.record(job.pk, host, failed=False, job=job)  # the host answered
-    sessions.save(job.pk, host, who.key, jar, visitor.set_cookies)
-    if banned is not None:
-        hosts_fault = _after_ban(claimed, host, who, banned)
-        if claimed.level >= ladder.PARK:
-            return park(claimed, banned)  # the top of the ladder: a person decides
-        if hosts_fault:
-            log.info("job=%s url=%s banned (%s): the host's, tried again", job.pk,
-                     claimed.url.url, banned.reason)  # fmt: skip
-            return retry_banned(claimed, banned)
-        outcome = banned
-    else:
-        answered = resp is not None or (outcome is not None and bool(outcome.status))
-        if answered and (slot.ladder or slot.ban_streak):  # the site let us in: a success
-            ladder.signal(job, host, banned=False)
-        if who.proxy_id:
-            failed = isinstance(outcome, outcomes.ProxyFailed)
-            proxies.record(job.pk, who.proxy_id, "errors" if failed else "ok", elapsed, job)
+    return fetching.Fetched(resp, outcome, elapsed, bool(conditional))
+
+
+def _record(
+    claimed: Claim,
+    cache: JobCache,
+    fetched: fetching.Fetched,
+    outcome: outcomes.CrawlOutcome | None,
+    rendering: bool,
+) -> str:
+    """The URL's outcome if the fetch ended in one; else its page, unchanged or stored."""
     if outcome is not None:
         state = record_failure(claimed, outcome)
-        log.info(
-            "job=%s url=%s outcome=%s state=%s", job.pk, claimed.url.url, outcome.reason, state
-        )
+        log.info("job=%s url=%s outcome=%s state=%s", claimed.job.pk, claimed.url.url,
+                 outcome.reason, state)  # fmt: skip
         return state
-    if resp.status == 304 and conditional:
+    if fetched.resp.status == 304 and fetched.conditional:
         return record_unchanged(claimed)  # the previous run's page stands
-    metrics.FETCHED_BYTES.inc(len(resp.raw_body or resp.body))
-    return _store(claimed, cache, resp, rendering)
-
-
-def _validators(claimed: Claim) -> dict[str, str] | None:
-    """A recrawl's conditional request headers, from the page the previous run stored."""
-    if claimed.run <= 1:
-        return None
-    http = Page.objects.filter(url_id=claimed.url.pk).values_list("http", flat=True).first()
-    if not http:
-        return None
-    sent = {}
-    for name, value in http.get("response", []):
-        if name.lower() == "etag":
-            sent["If-None-Match"] = value
-        elif name.lower() == "last-modified":
-            sent["If-Modified-Since"] = value
-    return sent or None
-
-
-def hand_to_render(claimed: Claim) -> str:
-    """The URL goes to a render worker (its own queue); this attempt did not fetch it."""
-    to_render(claimed)
-    url_id, job_id, depth = claimed.url.pk, claimed.job.pk, claimed.url.depth
-    transaction.on_commit(
-        lambda: dispatch.publish([dispatch.Message([url_id], job_id, depth, "")], render=True)
-    )
-    claimed.reason = RENDER_QUEUED
-    return URLState.SCHEDULED
-
-
-NOINDEX = "noindex"  # a done URL's note: fetched, not kept as content (robots directives)
-
-
-def _directives(job, resp: fetching.Response, parsed: parsing.Parsed | None) -> set[str]:
-    """The page's robots directives, when the job obeys robots."""
-    if not job.obey_robots:
-        return set()
-    pairs = resp.http.get("response") or resp.headers.items()  # one value per header line
-    header = [v for k, v in pairs if k.lower() == "x-robots-tag"]
-    meta = parsed.robots if parsed is not None else frozenset()
-    return parsing.robots_directives(meta, header, setting("ROBOTS_AGENT", job))
-
-
-def _extracted(claimed: Claim, parsed: parsing.Parsed) -> dict:
-    """The job's extraction rules on the page; a page they cannot be applied to keeps its
-    other content (the reason is logged)."""
-    rules = selectors.applies(selectors.rules_of(claimed.job.extract), claimed.url.url)
-    if not rules:
-        return {}
-    try:
-        return extraction.extract(rules, parsed.text)
-    except Exception:  # a page must never crash the worker, whatever it holds
-        log.exception("job=%s url=%s: extraction rules failed", claimed.job.pk, claimed.url.url)
-        return {}
-
-
-def _store_body(claimed: Claim, resp: fetching.Response) -> str:
-    """Keep the raw body (before the page's commit, so a committed page has it); its name."""
-    job = claimed.job
-    raw = resp.raw_body or resp.body
-    if not job.store_bodies or len(raw) > setting("BODY_MAX_BYTES", job):
-        return ""
-    return bodies.put(job.pk, raw)
-
-
-def _store(
-    claimed: Claim, cache: _JobCache, resp: fetching.Response, rendering: bool = False
-) -> str:
-    job = claimed.job
-    title, links, note, data = "", [], "", {}
-    is_html = resp.content_type in parsing.HTML_TYPES
-    parsed = None
-    if resp.truncated:
-        note = "truncated"
-    if is_html and parsing.looks_binary(resp.body):
-        note = "binary"
-    elif is_html:
-        try:
-            parsed = parsing.parse_html(resp.body, resp.content_type_header, resp.final_url,
-                                        setting("ROBOTS_AGENT", job))  # fmt: skip
-        except Exception as exc:  # a page must never crash the worker, whatever it holds
-            log.exception("job=%s url=%s: parser failed", job.pk, claimed.url.url)
-            return record_failure(claimed, outcomes.ParseError(f"{type(exc).__name__}: {exc}"))
-        if job.render == "auto" and not rendering and parsing.needs_javascript(parsed, resp.body):
-            return hand_to_render(claimed)  # its content and links come from JavaScript
-        title = parsed.title
-        bans.learn_size(job.pk, host_of(claimed.url.url), len(resp.body))
-    elif job.use_sitemaps and sitemaps.looks_like_sitemap(resp.final_url, resp.content_type):
-        listed = sitemaps.parse_sitemap(resp.body, setting("FETCH_MAX_BYTES", job))
-        links = new_links(cache, resp.final_url, listed)
-        note = note or ("sitemap" if listed else "not_html")
-    else:
-        note = note or "not_html"
-    directives = _directives(job, resp, parsed)
-    if parsed is not None and claimed.url.depth < job.max_depth and "nofollow" not in directives:
-        hrefs = parsed.hrefs
-        if job.obey_nofollow and parsed.nofollow_hrefs:
-            hrefs = [h for h in hrefs if h not in parsed.nofollow_hrefs]
-        links = new_links(cache, parsed.base, hrefs)
-    links, forbidden = _robots_split(job, links)
-    if "noindex" in directives:  # fetched, its links followed (unless nofollow), not kept
-        state = with_retries(lambda: record_page(claimed, None, links, NOINDEX, None, resp.status,
-                                                 forbidden))  # fmt: skip
-        _committed(claimed, cache, links, forbidden)
-        return state
-    if parsed is not None and job.extract:
-        data = _extracted(claimed, parsed)
-    redirect_target = None
-    if resp.final_url != claimed.url.url:
-        redirect_target = _in_scope(cache, resp.final_url) or None
-    now = datetime.now(UTC)
-    page = Page(
-        job_id=job.pk,
-        url_id=claimed.url.pk,
-        final_url=resp.final_url[:2048],
-        status=resp.status,
-        content_type=resp.content_type[:200],
-        title=title,
-        size=len(resp.body),
-        truncated=resp.truncated,
-        elapsed_ms=int(resp.elapsed * 1000),
-        fetched_at=now,
-        checked_at=now,
-        content_hash=hashlib.sha256(resp.body).hexdigest(),
-        data=data,
-        body_key=_store_body(claimed, resp),
-        http=resp.http,
-        run=claimed.run,
-        first_run=claimed.run,
-        modified_run=claimed.run,
-        channel=CHANNEL,
-        worker_version=VERSION,
-    )
-    state = with_retries(
-        lambda: record_page(claimed, page, links, note, redirect_target, forbidden=forbidden)
-    )
-    _committed(claimed, cache, links, forbidden)
-    return state
-
-
-def _robots_split(job, links: list[str]) -> tuple[list[str], list[str]]:
-    """The links to queue, and those the robots.txt this worker holds for their hosts forbids
-    (they enter the frontier skipped, as their fetch would have ended: no release, message or
-    claim for them, and no turn of their host's politeness)."""
-    if not job.obey_robots or not links:
-        return links, []
-    forbidden = [u for u in links if robots.forbids(job, u)]
-    if not forbidden:
-        return links, []
-    refused = set(forbidden)
-    return [u for u in links if u not in refused], forbidden
-
-
-def _committed(
-    claimed: Claim, cache: _JobCache, links: list[str], forbidden: list[str] = ()
-) -> None:
-    """The page's links are in the frontier: this process sends them no more; only those
-    queued are new work for the scheduler."""
-    for url in [*links, *forbidden]:
-        cache.committed.put(url)
-    claimed.new_links = bool(links)
+    metrics.FETCHED_BYTES.inc(len(fetched.resp.raw_body or fetched.resp.body))
+    return pages.store(claimed, cache, fetched.resp, rendering)

@@ -13,7 +13,8 @@ from django.conf import settings
 from django.db import connection
 
 from crawlplatform.embedded import EmbeddedRedis
-from tasks import broker, defaults, engine
+from tasks import broker, defaults
+from tasks.content import links
 from tasks.frontier import channels, jobconfig, jobs
 from tasks.frontier.scheduler import Scheduler
 from tasks.worker.supervisor import WorkerPool
@@ -36,7 +37,7 @@ def _forget_job_caches():
     """Job ids are reused after a test database flush: per-process job caches must not be,
     nor live settings, nor an earlier test's channel weights."""
     jobconfig._jobs.clear()
-    engine._caches.clear()
+    links._caches.clear()
     defaults.live = {}  # live settings of an earlier test's database
     channels.forget()
 

@@ -10,6 +10,7 @@ import pytest
 from django.utils import timezone
 
 from tasks import engine
+from tasks.content import pages
 from tasks.frontier import jobs, leases, transitions
 from tests.hostile import HostileSite, page
 from web.models import CrawlJob, FrontierURL, URLState
@@ -69,7 +70,7 @@ def test_an_unexpected_error_is_recorded_and_retried_only_to_the_cap(
     def broken(*args, **kwargs):
         raise KeyError("something nobody foresaw")
 
-    monkeypatch.setattr(engine, "_store", broken)
+    monkeypatch.setattr(pages, "store", broken)
     with HostileSite() as site:
         job = start(site)
         row = run_url(job, site.url("/"))

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from tasks.fetch import outcomes
 from tasks.frontier import jobs, requeue, transitions
-from tasks.frontier.claims import LeaseLost
+from tasks.frontier.claims import Claim, LeaseLost
 from tasks.worker import metrics
 from web.models import CrawlJob, FrontierURL, JobState, Page, URLState
 
@@ -30,7 +30,7 @@ def schedule(url: FrontierURL) -> None:
     FrontierURL.objects.filter(pk=url.pk).update(state=URLState.SCHEDULED)
 
 
-def page_for(claim: transitions.Claim) -> Page:
+def page_for(claim: Claim) -> Page:
     return Page(
         job_id=claim.job.pk,
         url_id=claim.url.pk,

@@ -19,6 +19,7 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC
+from typing import NamedTuple
 from urllib.parse import urljoin
 
 import requests
@@ -30,6 +31,7 @@ from tasks.defaults import setting
 from tasks.fetch import outcomes
 from tasks.fetch.transport import check_target, session
 from tasks.rules import guard
+from web.models import CrawlJob
 
 _CHUNK = 64 << 10
 
@@ -41,6 +43,17 @@ class FetchLimits:
     deadline: float
     max_bytes: int
     max_redirects: int
+
+
+def limits_for(job: CrawlJob) -> FetchLimits:
+    """The job's bounds on one fetch."""
+    return FetchLimits(
+        connect_timeout=setting("FETCH_CONNECT_TIMEOUT_S", job),
+        read_timeout=setting("FETCH_READ_TIMEOUT_S", job),
+        deadline=setting("FETCH_DEADLINE_S", job),
+        max_bytes=setting("FETCH_MAX_BYTES", job),
+        max_redirects=setting("FETCH_MAX_REDIRECTS", job),
+    )
 
 
 @dataclass
@@ -58,6 +71,15 @@ class Response:
     screenshot: bytes | None = None  # a rendered page's picture (PNG)
     raw_body: bytes = b""  # as received, before content decoding (what WARC records keep)
     http: dict = field(default_factory=dict)  # protocol, reason, request and response headers
+
+
+class Fetched(NamedTuple):
+    """One fetch attempt: its answer or the outcome it ended in, and how long it took."""
+
+    resp: Response | None
+    outcome: outcomes.CrawlOutcome | None
+    elapsed: float  # seconds
+    conditional: bool  # sent a recrawl's validators (a 304 keeps the previous page)
 
 
 def parse_retry_after(value: str | None, now: float | None = None) -> float | None:

@@ -285,7 +285,8 @@ def record_page(
     return URLState.DONE
 
 
-# A URL robots.txt forbids: at its fetch (tasks/engine.py) or as its link is found.
+# A URL robots.txt forbids: at its fetch (tasks/fetch/gates.py) or as its link is found
+# (tasks/content/pages.py).
 ROBOTS_FORBIDDEN = outcomes.RobotsDisallowed("disallowed by robots.txt")
 
 

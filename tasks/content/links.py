@@ -1,0 +1,99 @@
+"""The link caches of one worker process: a page's links canonicalized, scoped and deduplicated
+before they are sent to the database.
+
+Reads ``LINK_CACHE_SIZE``. Links are canonicalized and scoped once per worker process (a page
+links to the same navigation a hundred times; a site links to the same pages thousands of
+times), and a URL this process has already seen committed for the job is not sent to the
+database again. The caches only skip work: the database's unique index is what makes dedup
+exact, and a URL enters the seen-cache only after its insert committed.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urljoin
+
+from tasks.defaults import setting
+from tasks.rules.urls import Scope, canonicalize
+from web.models import CrawlJob
+
+
+class BoundedSet:
+    """A set that forgets its oldest half when full: enough to skip most repeated work."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.items: dict = {}
+
+    def get(self, key, default=None):
+        return self.items.get(key, default)
+
+    def __contains__(self, key) -> bool:
+        return key in self.items
+
+    def put(self, key, value=None) -> None:
+        if len(self.items) >= self.size:
+            for old in list(self.items)[: self.size // 2]:
+                del self.items[old]
+        self.items[key] = value
+
+
+class JobCache:
+    def __init__(self, scope: Scope, size: int) -> None:
+        self.scope = scope
+        self.canonical = BoundedSet(size)  # absolute link -> canonical URL in scope, or ""
+        self.resolved = BoundedSet(size)  # (directory, href) -> the same
+        self.robots_seen = BoundedSet(10_000)  # hosts whose robots.txt this process applied
+        self.committed = BoundedSet(size)  # canonical URLs known to be in the frontier
+
+
+_caches: dict[int, JobCache] = {}
+
+
+def cache_for(job: CrawlJob) -> JobCache:
+    """This process's link cache of ``job``."""
+    cache = _caches.get(job.pk)
+    if cache is None:
+        if len(_caches) > 16:
+            _caches.clear()
+        cache = _caches[job.pk] = JobCache(Scope.for_job(job), setting("LINK_CACHE_SIZE", job))
+    return cache
+
+
+def in_scope(cache: JobCache, link: str) -> str:
+    """The canonical form of absolute ``link`` if the job's scope allows it, else ""."""
+    found = cache.canonical.get(link)
+    if found is None:
+        canonical = canonicalize(link)
+        found = canonical if canonical and cache.scope.allows(canonical) else ""
+        cache.canonical.put(link, found)
+    return found
+
+
+def _directory(base: str) -> str:
+    """What relative paths resolve against: the base URL up to its last path slash."""
+    head = base.split("?", 1)[0].split("#", 1)[0]
+    cut = head.rfind("/")
+    return head[: cut + 1] if cut > head.find("//") + 1 else base
+
+
+def new_links(cache: JobCache, base: str, hrefs: list[str]) -> list[str]:
+    """Canonical in-scope URLs of ``hrefs`` (relative to ``base``) not yet seen committed.
+
+    A relative href resolves the same way against every page of one directory, so the result
+    is cached by (directory, href); only hrefs that are just a query depend on the whole base.
+    An href that is not a URL at all (``http://[x``) is dropped, as a browser would.
+    """
+    directory = _directory(base)
+    out: dict[str, None] = {}
+    for href in hrefs:
+        key = (base if href.startswith("?") else directory, href)
+        url = cache.resolved.get(key)
+        if url is None:
+            try:
+                url = in_scope(cache, urljoin(base, href))
+            except ValueError:
+                url = ""
+            cache.resolved.put(key, url)
+        if url and url not in cache.committed:
+            out[url] = None
+    return list(out)

@@ -1,0 +1,148 @@
+"""The gates before a URL's fetch and the feedback after it: robots.txt, the host's slot
+and circuit, and what the host's throttle and circuit learn from the answer.
+
+Reads ``USER_AGENT`` and ``THROTTLE_SLOW_LATENCY_S``; robots.txt is ``tasks/fetch/robots.py``,
+the host's slot and throttle ``tasks/fetch/politeness.py``, its circuit
+``tasks/fetch/circuit.py``. A gate returns the URL's new state when the URL must not be
+fetched now, else None.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import NamedTuple
+
+from tasks.content.links import JobCache, new_links
+from tasks.defaults import setting
+from tasks.fetch import circuit, fetching, identity, outcomes, politeness, robots, sessions
+from tasks.frontier.claims import Claim
+from tasks.frontier.db import with_retries
+from tasks.frontier.transitions import ROBOTS_FORBIDDEN, defer, insert_urls, record_failure
+from tasks.rules.urls import host_of
+from tasks.worker import loop
+from web.models import CrawlJob
+
+log = logging.getLogger(__name__)
+
+
+def robots_txt(claimed: Claim, cache: JobCache) -> str | None:
+    """Apply robots.txt: the URL's new state if it must not be fetched now, else None."""
+    job = claimed.job
+    decision = robots.check(job, claimed.url.url, setting("USER_AGENT", job))
+    if decision.failure is not None:  # robots.txt unavailable, or its host unreachable
+        return record_failure(claimed, decision.failure)
+    if decision.retry_in is not None:
+        return defer(claimed, decision.retry_in, decision.reason)
+    if not decision.allowed:
+        return record_failure(claimed, ROBOTS_FORBIDDEN)
+    host = host_of(claimed.url.url)
+    if host not in cache.robots_seen:
+        cache.robots_seen.put(host)
+        politeness.set_floor(job.pk, host, decision.crawl_delay)
+        if job.use_sitemaps and decision.sitemaps:
+            with_retries(lambda: insert_urls(job.pk, new_links(cache, "", decision.sitemaps), 0))
+    return None
+
+
+class Passage(NamedTuple):
+    """What the host's slot let through: the slot, and the identity the request goes out as."""
+
+    slot: politeness.Slot
+    who: identity.Identity
+
+
+def acquire(claimed: Claim, host: str) -> Passage:
+    """Ask for the host's next slot as its current identity (the same round trip says whether
+    that identity's cookie jar exists); the URL runs at the ladder level the slot reports."""
+    job = claimed.job
+    who = identity.current(job, host)  # no round trip unless the job has pools
+    jar_key = sessions.key(job.pk, host, who.key)
+    slot = politeness.acquire(job.pk, host, job.delay, job.host_concurrency, job, jar_key)
+    claimed.level = slot.ladder
+    return Passage(slot, who)
+
+
+def wait_turn(job: CrawlJob, host: str, passage: Passage) -> Passage:
+    """Wait until the slot's time; the identity the host has then."""
+    slot, who = passage
+    if slot.wait > 0:
+        loop.wait(slot.wait)  # for the host's slot: not work, the worker's loop may rest
+        now = identity.current(job, host)  # another request may have rotated it meanwhile
+        if now != who:
+            who, slot.jar = now, True
+    return Passage(slot, who)
+
+
+def through_circuit(claimed: Claim, host: str, slot: politeness.Slot) -> str | None:
+    """A host with circuit state: fail the URL if it is open, wait while a probe runs."""
+    if not slot.circuit:
+        return None
+    job = claimed.job
+    gate = circuit.check(job.pk, host, job)
+    if gate.state == circuit.OPEN:
+        report(claimed, host, slot, politeness.NEUTRAL)
+        unreachable = outcomes.HostUnreachable(
+            f"{gate.reason or 'unreachable'} (circuit open, next probe in {gate.retry_in:.0f} s)"
+        )
+        return record_failure(claimed, unreachable)
+    if gate.state == circuit.WAIT:
+        report(claimed, host, slot, politeness.NEUTRAL)
+        return defer(claimed, 1.0, "circuit_probe")
+    return None
+
+
+def classify(
+    claimed: Claim,
+    host: str,
+    slot: politeness.Slot,
+    fetched: fetching.Fetched,
+    banned: outcomes.Banned | None,
+) -> outcomes.CrawlOutcome | None:
+    """Tell the host's throttle and circuit what the fetch met; the URL's outcome (a
+    host-level failure that opens the circuit fails the URL now)."""
+    job, outcome = claimed.job, fetched.outcome
+    retry_after = outcome.retry_after if outcome is not None else None
+    signal = politeness.OK if banned else throttle_signal(outcome, fetched.elapsed, job)
+    report(claimed, host, slot, signal, retry_after, fetched.elapsed)
+    if outcome is not None and outcome.host_level:
+        return host_failure(claimed, outcome)
+    if slot.circuit:
+        circuit.record(job.pk, host, failed=False, job=job)  # the host answered
+    return outcome
+
+
+def report(
+    claimed: Claim,
+    host: str,
+    slot: politeness.Slot,
+    signal: int,
+    retry_after: float | None = None,
+    latency: float = 0.0,
+) -> None:
+    """Tell the host's throttle what happened, when it has anything to learn or to free."""
+    job = claimed.job
+    if signal == politeness.OVERLOAD or retry_after or job.host_concurrency:
+        politeness.finish(job.pk, host, slot, signal=signal, retry_after=retry_after,
+                          latency=latency, job=job)  # fmt: skip
+
+
+def throttle_signal(outcome: outcomes.CrawlOutcome | None, elapsed: float, job: CrawlJob) -> int:
+    """What the host's throttle learns from one fetch: overload, success, or nothing."""
+    if outcome is None:
+        slow = elapsed > setting("THROTTLE_SLOW_LATENCY_S", job)
+        return politeness.OVERLOAD if slow else politeness.OK
+    if outcome.host_level:
+        return politeness.NEUTRAL
+    return politeness.OVERLOAD if outcome.overload else politeness.OK
+
+
+def host_failure(claimed: Claim, outcome: outcomes.CrawlOutcome) -> outcomes.CrawlOutcome:
+    """Count a host-level failure toward the circuit; if it opens it, the URL fails now."""
+    job = claimed.job
+    failed_host = host_of(outcome.url or claimed.url.url)
+    opened = circuit.record(job.pk, failed_host, failed=True, reason=outcome.summary, job=job)
+    if opened:
+        log.warning("job=%s host=%s unreachable (%s): circuit open", job.pk, failed_host,
+                    outcome.summary)  # fmt: skip
+        return outcomes.HostUnreachable(f"{outcome.summary} (circuit opened: {outcome})"[:2000])
+    return outcome
