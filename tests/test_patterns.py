@@ -4,12 +4,15 @@ RE2 cannot compile them, and the same answers as Python's re for the patterns UR
 from __future__ import annotations
 
 import threading
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
 from tasks.rules import patterns, selectors
 from tasks.rules.urls import Scope
-from web.models import CrawlJob
+from tests.conftest import FAST, crawl_to_end
+from tests.site import LocalSite, send
+from web.models import CrawlJob, FrontierURL
 
 EVIL = "(a+)+$"  # Python's re takes seconds on 26 characters, four times more every two
 
@@ -52,6 +55,7 @@ def test_patterns_answer_as_python_re_does_for_url_patterns(pattern, text, found
 def test_several_patterns_are_searched_together_and_say_which_matched():
     both = patterns.compiled((r"/a/", r"/b/", r"\d+$"))
     assert both.matching("http://h/a/7") == [0, 2]
+    assert both.matching("http://h/c/") == [] and not both.any("http://h/c/")
     assert not patterns.compiled(()).any("anything")
 
 
@@ -78,3 +82,41 @@ def test_a_job_with_such_a_pattern_is_refused_when_saved():
     assert {"exclude_patterns", "path_caps", "extract"} <= found.keys()
     job = CrawlJob(seeds=["http://shop.test/"], exclude_patterns=[EVIL], path_caps={EVIL: 5})
     assert not job.problems(seeds=False)  # RE2 runs it in linear time: nothing to refuse
+
+
+class Trap(LocalSite):
+    """A home page linking to URLs that make (a+)+$ backtrack for ever in Python's re (runs
+    of 'a' that end in '!'), and to pages that a path cap keeps to three."""
+
+    def __init__(self) -> None:
+        links = [f"/{'a' * n}!" for n in range(30, 60)] + [f"/keep/{n}" for n in range(10)]
+        home = "".join(f'<a href="{link}">x</a>' for link in links).encode()
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                if self.path == "/robots.txt":
+                    send(self, 404, {"Content-Type": "text/plain"}, b"")
+                else:
+                    send(self, 200, {}, b"<h1>t</h1>" + (home if self.path == "/" else b""))
+
+            def log_message(self, *args) -> None:
+                pass
+
+        super().__init__(Handler)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_crawl_with_backtracking_patterns_everywhere_finishes_with_its_caps(redis, tmp_path):
+    with Trap() as site:
+        job, _ = crawl_to_end(
+            site.url("/"), tmp_path, {**FAST, "CRAWL_ALLOWED_NETWORKS": "127.0.0.0/8"},
+            processes=1, concurrency=4, timeout=120, exclude_patterns=[EVIL],
+            path_caps={EVIL: 1, "/keep/": 3},
+            extract=[{"name": "t", "selector": "h1", "pattern": EVIL}],
+        )  # fmt: skip
+    rows = FrontierURL.objects.filter(job=job)
+    assert job.state == "finished"
+    assert rows.filter(url__contains="aaa!", state="done").count() == 30  # the cap is not theirs
+    assert rows.filter(url__contains="/keep/", state="done").count() == 3
+    assert rows.filter(url__contains="/keep/", error_reason="path_cap").count() == 7
+    assert not rows.filter(error_reason="lease_expired").exists()  # leases renewed on time

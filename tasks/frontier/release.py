@@ -22,7 +22,6 @@ Reads ``SCHEDULER_HORIZON_S``, ``SCHEDULER_BATCH`` and ``SCHEDULER_TICK_S`` (and
 from __future__ import annotations
 
 import logging
-import re
 import time
 from typing import NamedTuple
 
@@ -36,9 +35,11 @@ from tasks.dispatch import Message, publish
 from tasks.fetch import circuit, outcomes, politeness
 from tasks.frontier import channels, leadership, requeue, transitions
 from tasks.frontier.pacing import Pace, Pacing
+from tasks.rules import patterns
 from web.models import CrawlJob, FrontierURL, URLState
 
 log = logging.getLogger(__name__)
+LATER = "later"  # a first release whose path caps were not matched before the transaction
 
 
 def priority(depth: int, job_priority: int) -> int:
@@ -57,57 +58,76 @@ class Candidate(NamedTuple):
     error_reason: str  # its last attempt's reason (``lease_expired``: its worker was lost)
 
 
-def _candidates(job: CrawlJob, limit: int, blocked: list[str]) -> list[Candidate]:
+def _candidates(
+    job: CrawlJob, limit: int, blocked: list[str], lock: bool = True
+) -> list[Candidate]:
+    """The job's due URLs, shallowest first; ``lock``: locked for this transaction (rows
+    another release holds are passed over)."""
     qs = FrontierURL.objects.filter(
         job_id=job.pk, state=URLState.QUEUED, not_before__lte=timezone.now()
     )
     if blocked:
         qs = qs.exclude(host__in=blocked)
     qs = qs.order_by("depth", "id")
-    if connection.features.has_select_for_update_skip_locked:
+    if lock and connection.features.has_select_for_update_skip_locked:
         qs = qs.select_for_update(skip_locked=True)
     found = qs.values_list("id", "depth", "host", "released", "url", "error_reason")
     return [Candidate._make(row) for row in found[:limit]]
 
 
 class _Caps:
-    """Per-host and per-pattern caps on first releases, counted in Redis per job."""
+    """Per-host and per-pattern caps on first releases, counted in Redis per job.
+
+    Which path caps a URL falls under is decided before the release's transaction (user
+    patterns never run while rows are locked): :meth:`match_ahead` reads the due URLs the
+    release will look at, without locks, and a URL it did not see waits for the next pass."""
 
     def __init__(self, job: CrawlJob) -> None:
         self.key = f"crawl:caps:{job.pk}"
         self.per_host = job.max_pages_per_host
-        self.patterns = [(p, re.compile(p), n) for p, n in (job.path_caps or {}).items()]
+        self.limits = list((job.path_caps or {}).items())
+        self.patterns = patterns.compiled(tuple(p for p, _ in self.limits))
         self.active = self.per_host is not None or bool(self.patterns)
         self.counts: dict[str, int] = {}
+        self.matched: dict[int, list[tuple[str, int]]] = {}  # URL id -> its caps' fields, limits
+
+    def match_ahead(self, rows: list[Candidate]) -> None:
+        """The path caps of each of ``rows`` (first releases only), outside any transaction."""
+        for row in rows:
+            if not row.released:
+                caps = [self.limits[i] for i in self.patterns.matching(row.url)]
+                self.matched[row.id] = [(f"p:{p}", n) for p, n in caps]
 
     def load(self, hosts: set[str]) -> None:
         if not self.active:
             return
-        fields = [f"h:{h}" for h in hosts] + [f"p:{p}" for p, _, _ in self.patterns]
+        fields = [f"h:{h}" for h in hosts] + [f"p:{p}" for p, _ in self.limits]
         values = broker.client().hmget(self.key, fields)
         self.counts = {f: int(v or 0) for f, v in zip(fields, values, strict=True)}
 
-    def admit(self, host: str, url: str) -> str:
-        """'' if one more first release fits (and count it), else the reason it does not."""
+    def admit(self, host: str, url_id: int) -> str:
+        """'' if one more first release fits (and count it), ``later`` if its path caps are
+        not known yet, else the reason it does not fit."""
         host_field = f"h:{host}"
         if self.per_host is not None and self.counts.get(host_field, 0) >= self.per_host:
             return "host_cap"
-        matched = [(f"p:{p}", n) for p, rx, n in self.patterns if rx.search(url)]
+        matched = self.matched.get(url_id) if self.patterns else []
+        if matched is None:
+            return LATER
         if any(self.counts.get(f, 0) >= n for f, n in matched):
             return "path_cap"
         for f in [host_field, *(f for f, _ in matched)]:
             self.counts[f] = self.counts.get(f, 0) + 1
         return ""
 
-    def save(self, released: list[tuple[str, str]]) -> None:
+    def save(self, released: list[Candidate]) -> None:
         if not self.active or not released:
             return
         pipe = broker.client().pipeline(transaction=False)
-        for host, url in released:
-            pipe.hincrby(self.key, f"h:{host}", 1)
-            for p, rx, _ in self.patterns:
-                if rx.search(url):
-                    pipe.hincrby(self.key, f"p:{p}", 1)
+        for row in released:
+            pipe.hincrby(self.key, f"h:{row.host}", 1)
+            for field, _ in self.matched.get(row.id, []):
+                pipe.hincrby(self.key, field, 1)
         pipe.execute()
 
 
@@ -193,6 +213,9 @@ def release(job: CrawlJob, pacing: Pacing, epoch: int | None = None) -> tuple[in
     window = (
         budget * 4 if job.delay > 0 or job.host_concurrency or selection.caps.active else budget
     )
+    if selection.caps.patterns:  # outside the transaction: no user pattern under row locks
+        ahead = _candidates(job, window * 3, sorted(selection.excluded), lock=False)
+        selection.caps.match_ahead(ahead)
     with transaction.atomic():
         leadership.check_fence(epoch)
         selection.left = _max_pages_left(job)  # first releases allowed; retries not counted
@@ -213,7 +236,7 @@ def release(job: CrawlJob, pacing: Pacing, epoch: int | None = None) -> tuple[in
         messages = _messages(job, chosen, selection.opens, size, per_url)
         transaction.on_commit(lambda: publish(messages))
     pacing.flow.released(job.pk, outstanding + len(chosen), now)
-    selection.caps.save([(r.host, r.url) for r in first])
+    selection.caps.save(first)
     more = selection.full and budget == batch  # cut by the batch, not by the ready target
     return len(chosen), pacing.hint(job, now, horizon, more=more, held_back=selection.held_back)
 
@@ -263,7 +286,10 @@ class _Selection:
                         continue  # max_pages reached: skipped above, or on the next pass
                     self.left -= 1
                 if self.caps.active and first:
-                    reason = self.caps.admit(host, row.url)
+                    reason = self.caps.admit(host, row.id)
+                    if reason == LATER:
+                        self.held_back = True  # its caps are matched on the next pass
+                        continue
                     if reason:
                         capped.setdefault(reason, []).append(row.id)
                         continue

@@ -42,7 +42,8 @@ class Patterns:
 
     def matching(self, text: str) -> list[int]:
         """Indices of the patterns found in ``text``."""
-        return self._set.Match(text) if self._set is not None else []
+        found = self._set.Match(text) if self._set is not None else None
+        return found or []  # RE2 answers None when nothing matches
 
     def any(self, text: str) -> bool:
         return bool(self._set is not None and self._set.Match(text))
