@@ -2,7 +2,7 @@
 import ``tasks/tasks.py`` (which imports them).
 
 A crawl message is a :class:`Message`: the ids of one or a few URLs of one job, the
-platform's priority 0-9 (0 first; ``release.priority`` computes it from a URL's depth and
+platform's priority 0-9 (0 first; :func:`priority` computes it from a URL's depth and
 its job's priority) and the channel queue it goes to. Render tasks go to ``RENDER_QUEUE``,
 one per URL. Every task is sent with ``ignore_result``: nothing reads a crawl task's result.
 """
@@ -29,6 +29,12 @@ class Message(NamedTuple):
     job_id: int
     priority: int  # the platform's 0 (first) .. 9, written for the broker by broker.py
     queue: str  # the channel's Celery queue ("" for the default queue)
+
+
+def priority(depth: int, job_priority: int) -> int:
+    """A URL's message priority: seeds and shallow URLs first; a job's priority moves all its
+    URLs ahead."""
+    return max(0, min(9, depth - job_priority))
 
 
 def publish(messages: list[Message], render: bool = False) -> None:

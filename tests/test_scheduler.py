@@ -10,7 +10,7 @@ import time
 import pytest
 from django.conf import settings
 
-from tasks import broker
+from tasks import broker, dispatch
 from tasks.defaults import setting
 from tasks.frontier import (
     channels,
@@ -276,17 +276,17 @@ def test_host_cap_skips_first_attempts_beyond_it(redis, pacing):
 
 
 def test_job_priority_moves_its_urls_ahead():
-    assert release.priority(0, 0) == 0
-    assert release.priority(5, 0) == 5
-    assert release.priority(5, 3) == 2
-    assert release.priority(30, 0) == 9
+    assert dispatch.priority(0, 0) == 0
+    assert dispatch.priority(5, 0) == 5
+    assert dispatch.priority(5, 3) == 2
+    assert dispatch.priority(30, 0) == 9
 
 
-def _published_priorities(redis) -> dict[int, int]:
-    """Each URL of the crawl queue's ready messages and its message's priority, as the Redis
-    broker holds them (kombu's envelopes: the priority in ``properties``, the task base64)."""
+def _published_priorities(redis, queue: str = "crawl") -> dict[int, int]:
+    """Each URL of a queue's ready messages and its message's priority, as the Redis broker
+    holds them (kombu's envelopes: the priority in ``properties``, the task base64)."""
     found = {}
-    for name in broker.priority_lists("crawl"):
+    for name in broker.priority_lists(queue):
         for raw in redis.lrange(name, 0, -1):
             envelope = json.loads(raw)
             body = base64.b64decode(envelope["body"])
@@ -304,13 +304,28 @@ def test_released_and_republished_urls_carry_the_priority_of_their_depth(redis, 
     FrontierURL.objects.filter(pk=deep[1].pk).update(depth=30)
     depths = dict(FrontierURL.objects.filter(job=job).values_list("id", "depth"))
     assert sorted(depths.values()) == [0, 5, 30]
-    expected = {pk: release.priority(depth, job.priority) for pk, depth in depths.items()}
+    expected = {pk: dispatch.priority(depth, job.priority) for pk, depth in depths.items()}
     assert sorted(expected.values()) == [0, 5, 9]
     assert release.release(job, pacing)[0] == 3
     assert _published_priorities(redis) == expected
     redis.flushdb()  # every message lost: reconcile publishes them again
     assert reconcile.reconcile() == 3
     assert _published_priorities(redis) == expected
+
+
+def test_a_url_handed_to_a_render_worker_keeps_the_priority_of_its_depth(redis):
+    from django.db import transaction
+
+    from tasks.fetch import antibot
+
+    job = make_job(1)
+    url = FrontierURL.objects.get(job=job, depth=1)
+    FrontierURL.objects.filter(pk=url.pk).update(depth=30)
+    transitions.schedule([url.pk])
+    claimed = transitions.claim(url.pk, job.pk)
+    with transaction.atomic():
+        antibot.hand_to_render(claimed)
+    assert _published_priorities(redis, settings.RENDER_QUEUE) == {url.pk: 9}  # not 30
 
 
 def test_a_dead_leaders_lease_is_taken_over_within_seconds(redis):

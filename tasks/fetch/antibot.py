@@ -75,10 +75,11 @@ def render_elsewhere(
 def hand_to_render(claimed: Claim) -> str:
     """The URL goes to a render worker (its own queue); this attempt did not fetch it."""
     to_render(claimed)
-    url_id, job_id, depth = claimed.url.pk, claimed.job.pk, claimed.url.depth
-    transaction.on_commit(
-        lambda: dispatch.publish([dispatch.Message([url_id], job_id, depth, "")], render=True)
+    url_id, job_id = claimed.url.pk, claimed.job.pk
+    message = dispatch.Message(
+        [url_id], job_id, dispatch.priority(claimed.url.depth, claimed.job.priority), ""
     )
+    transaction.on_commit(lambda: dispatch.publish([message], render=True))
     claimed.reason = RENDER_QUEUED
     return URLState.SCHEDULED
 

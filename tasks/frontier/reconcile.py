@@ -18,9 +18,8 @@ from django.utils import timezone
 
 from tasks import broker
 from tasks.defaults import setting
-from tasks.dispatch import Message, publish
+from tasks.dispatch import Message, priority, publish
 from tasks.frontier import channels, requeue, transitions, webhooks
-from tasks.frontier.release import priority
 from web.models import FrontierURL, URLState
 
 log = logging.getLogger(__name__)

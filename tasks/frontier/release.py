@@ -31,7 +31,7 @@ from django.utils import timezone
 
 from tasks import broker
 from tasks.defaults import setting
-from tasks.dispatch import Message, publish
+from tasks.dispatch import Message, priority, publish
 from tasks.fetch import circuit, outcomes, politeness
 from tasks.frontier import channels, leadership, requeue, transitions
 from tasks.frontier.pacing import Pace, Pacing
@@ -40,11 +40,6 @@ from web.models import CrawlJob, FrontierURL, URLState
 
 log = logging.getLogger(__name__)
 LATER = "later"  # a first release whose path caps were not matched before the transaction
-
-
-def priority(depth: int, job_priority: int) -> int:
-    """Seeds and shallow URLs first; a job's priority moves all its URLs ahead."""
-    return max(0, min(9, depth - job_priority))
 
 
 class Candidate(NamedTuple):
