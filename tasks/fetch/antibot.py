@@ -41,7 +41,7 @@ from tasks.frontier.transitions import (
     retry_banned,
     to_render,
 )
-from tasks.rules import guard
+from tasks.rules import guard, proxy_urls
 from tasks.rules.urls import canonicalize
 from web.models import CrawlJob, URLState
 
@@ -101,6 +101,8 @@ def open_session(job: CrawlJob, host: str, who: identity.Identity, jar_exists: b
         raise outcomes.ProxyFailed(
             f"proxy {proxies.label(who.proxy_template)} needs ${{{missing}}}, not set here"
         ) from None
+    except proxy_urls.Unusable as exc:  # a template stored before the rule on variables held
+        raise outcomes.ProxyFailed(f"proxy {proxies.label(who.proxy_template)}: {exc}") from None
     jar = sessions.load(job.pk, host, who.key) if jar_exists else sessions.Jar()
     visitor = fetching.Visitor(proxy=proxy, headers=dict(job.headers or {}),
                                cookies=jar.for_requests())  # fmt: skip
