@@ -50,8 +50,10 @@ RETRY_BACKOFF_MAX_S = 600.0  # cap on one wait, and on an honoured Retry-After, 
 
 # Scope
 MAX_URL_LENGTH = 2048  # longer URLs are not added to the frontier
+TITLE_MAX_CHARS = 1000  # a page's title is cut to this many characters
 PATTERN_MAX_LENGTH = 1000  # a job's regexes (scope, path caps, extraction) are this long at most
 LINK_CACHE_SIZE = 20_000  # entries per link cache, per worker process and job (a few MB each)
+LINK_CACHE_JOBS = 16  # jobs whose link caches a worker process keeps (more: all are dropped)
 SEED_CHUNK = 50_000  # seed-file lines canonicalized and committed together (manage.py seed)
 
 # Politeness (per host, across every worker; see tasks/fetch/politeness.py and robots.py)
@@ -92,6 +94,7 @@ LADDER_DESCEND_SUCCESSES = 20  # successes in a row, after LADDER_QUIET_S, for o
 LADDER_QUIET_S = 300.0  # no ban for this long before a host steps down, seconds
 LADDER_BACKOFF_DELAY_S = 5.0  # level 1 and up: the host's pace is at least this slow, seconds
 LADDER_MAX_LEVEL = 4  # 0 normal, 1 back off, 2 rotate identity, 3 render, 4 park for review
+REVIEW_BODY_CHARS = 256 << 10  # of a parked URL's last answer, kept for the person reviewing it
 CHROMIUM_PATH = "/usr/bin/chromium"  # the browser render workers drive (Debian's package)
 RENDER_CONCURRENCY = 2  # pages a render worker (manage.py crawl starts one) renders at once
 
@@ -106,12 +109,19 @@ SCHEDULER_TICK_S = 0.05  # passes are at most two of these apart while workers t
 SCHEDULER_IDLE_S = 5.0  # longest sleep of an idle scheduler (a wake-up or due work ends it)
 SCHEDULER_WAKE_S = 1.0  # sleeps longer than this end early when a worker adds work, seconds
 SCHEDULER_BATCH = 500  # URLs released per job per pass at most
+LEADER_TTL_S = 5.0  # a dead leader's lease runs out after this; a standby then takes over, s
+DUE_CACHE_S = 1.0  # a job's next due time is read at most this often (a wake-up rereads), s
+SLOTS_CACHE_S = 2.0  # the workers' slots are read from their registry at most this often, s ...
+NO_SLOTS_CACHE_S = 0.25  # ... or this often while none is registered or their count moves, s
 READY_PER_JOB = 256  # messages of one job waiting in the broker at most
 READY_MIN = 8  # messages of one job the broker may hold whatever its consumption rate
 DISPATCH_LOOKAHEAD_S = 0.03  # ready messages per job = its consumption rate x this, seconds
 DISPATCH_BATCH = 16  # URLs one message may carry (fast pages of a job; 1: a message per URL)
 DISPATCH_BATCH_S = 1.0  # a message holds about this much of a worker slot's time at most, s
+DISPATCH_AT_ONCE_S = 0.01  # a message may reach a URL this long before its host's slot opens, s
 BATCH_BUDGET_S = 5.0  # a message starts no URL after working this long: the rest go back, s
+JOB_STATE_CHECK_S = 1.0  # a message looks whether its job still runs at most this often, s
+JOB_CACHE_S = 10.0  # a worker reads a job's configuration at most this often (edits: at once), s
 # Probe files live in the container's own /tmp (an emptyDir in k8s): only it writes there.
 SCHEDULER_HEARTBEAT_FILE = "/tmp/crawl-scheduler-heartbeat"  # noqa: S108 touched every turn
 SCHEDULER_HORIZON_S = 2.0  # a polite host gets URLs released this far ahead of its slots
@@ -147,6 +157,12 @@ DB_PREPARE = True
 # Checkpoints
 CHECKPOINT_INTERVAL_S = 60.0  # periodic checkpoint of every running job, seconds
 
+# Outages of the database or Redis (tasks/outage.py), and the crawl command
+OUTAGE_BACKOFF_MIN_S = 0.5  # first wait between two tries while the database or Redis is away
+OUTAGE_BACKOFF_MAX_S = 10.0  # longest wait between two tries, seconds
+OUTAGE_PATIENCE_S = 600.0  # a database away longer than this ends manage.py crawl (exit 1), s
+PROGRESS_POLL_S = 0.25  # manage.py crawl reads its job's state this often between progress lines
+
 # Live configuration (tasks/live.py)
 LIVE_RESYNC_S = 30.0  # live values are read again this often whatever the channel said, seconds
 LIVE_FIRST_LOAD_WAIT_S = 5.0  # a process starting waits this long at most for the live values, s
@@ -167,6 +183,7 @@ CANARY_STEPS = "5,10,30,100"  # weights a canary steps up through while it stays
 CANARY_STEP_MIN_S = 300.0  # a step lasts at least this long (and its window is full), seconds
 CANARY_SLOT_S = 10  # outcome counts are kept per channel in slots this long, seconds
 CANARY_FLUSH_S = 1.0  # a worker process adds its counts to Redis at most this often, seconds
+CANARY_ANALYSE_EVERY_S = 2.0  # the scheduler judges canaries this often, seconds
 
 # Completion webhooks (tasks/frontier/webhooks.py)
 WEBHOOK_ATTEMPTS = 6  # calls of a job's webhook at most (a 5xx, 408, 429 or no answer: again)

@@ -73,7 +73,7 @@ def process_many(url_ids: list[int], job_id: int, rendering: bool = False) -> li
     gave_back = False
     try:
         for n, claimed in enumerate(claims):
-            if n and time.monotonic() - checked >= JOB_STATE_CHECK_S:
+            if n and time.monotonic() - checked >= setting("JOB_STATE_CHECK_S"):
                 checked = time.monotonic()
                 if not CrawlJob.objects.filter(pk=job_id, state=JobState.RUNNING).exists():
                     gave_back = _give_back(claims[n:])
@@ -90,7 +90,6 @@ def process_many(url_ids: list[int], job_id: int, rendering: bool = False) -> li
     return states
 
 
-JOB_STATE_CHECK_S = 1.0  # a message looks whether its job still runs at most this often
 
 
 def _past_budget(claimed: Claim, began: float) -> bool:

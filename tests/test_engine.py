@@ -161,7 +161,7 @@ def test_a_message_whose_job_is_cancelled_skips_what_it_has_not_started(redis, m
         return state
 
     monkeypatch.setattr(engine, "_process_one", then_cancel)
-    monkeypatch.setattr(engine, "JOB_STATE_CHECK_S", 0.0)
+    monkeypatch.setenv("CRAWL_JOB_STATE_CHECK_S", "0")
     with HostileSite() as site:
         job = start(site)
         ids = _scheduled(job, site, ["/p/1", "/p/2", "/p/3"])

@@ -22,7 +22,7 @@ from tasks.frontier import (
     scheduler,
     transitions,
 )
-from tasks.frontier.pacing import NO_SLOTS_CACHE_S, SLOTS_CACHE_S, Flow, Pacing
+from tasks.frontier.pacing import Flow, Pacing
 from tasks.worker import registry
 from web.models import FrontierURL, JobState, URLState
 
@@ -115,7 +115,7 @@ def _register_worker(redis, pacing: Pacing, slots: int) -> None:
     """A crawl worker in the registry, as its heartbeat writes it."""
     fields = {"heartbeat": time.time(), "queues": "crawl", "slots": slots}
     redis.hset(registry.PREFIX + "test@host", mapping=fields)
-    pacing.slots_read[0] = -SLOTS_CACHE_S  # read the registry again
+    pacing.slots_read[0] = -setting("SLOTS_CACHE_S")  # read the registry again
 
 
 def _message_sizes() -> list[int]:
@@ -333,7 +333,7 @@ def test_a_dead_leaders_lease_is_taken_over_within_seconds(redis):
     assert leader.is_leader()
     started = time.monotonic()
     while not standby.is_leader():  # the leader stopped renewing: it died
-        assert time.monotonic() - started < leadership.LEADER_TTL_S + 1
+        assert time.monotonic() - started < setting("LEADER_TTL_S") + 1
         time.sleep(0.2)
     assert not leader.is_leader()
 
@@ -450,10 +450,10 @@ def test_workers_registering_one_after_another_are_all_counted_within_a_quarter_
     assert pacing.worker_slots() == 8
     redis.hset(registry.PREFIX + "second@host",
                mapping={"heartbeat": time.time(), "queues": "crawl", "slots": 8})  # fmt: skip
-    pacing.slots_read[0] -= NO_SLOTS_CACHE_S  # a quarter second later
+    pacing.slots_read[0] -= setting("NO_SLOTS_CACHE_S")  # a quarter second later
     assert pacing.worker_slots() == 16
-    pacing.slots_read[0] -= NO_SLOTS_CACHE_S  # the same count again: settled
+    pacing.slots_read[0] -= setting("NO_SLOTS_CACHE_S")  # the same count again: settled
     assert pacing.worker_slots() == 16
     redis.delete(registry.PREFIX + "second@host")
-    pacing.slots_read[0] -= NO_SLOTS_CACHE_S
+    pacing.slots_read[0] -= setting("NO_SLOTS_CACHE_S")
     assert pacing.worker_slots() == 16  # a settled count is read every SLOTS_CACHE_S

@@ -1,11 +1,12 @@
 """The link caches of one worker process: a page's links canonicalized, scoped and deduplicated
 before they are sent to the database.
 
-Reads ``LINK_CACHE_SIZE``. Links are canonicalized and scoped once per worker process (a page
-links to the same navigation a hundred times; a site links to the same pages thousands of
-times), and a URL this process has already seen committed for the job is not sent to the
-database again. The caches only skip work: the database's unique index is what makes dedup
-exact, and a URL enters the seen-cache only after its insert committed.
+Reads ``LINK_CACHE_SIZE``, ``LINK_CACHE_JOBS`` and ``ROBOTS_LOCAL_MAX``. Links are canonicalized
+and scoped once per worker process (a page links to the same navigation a hundred times; a site
+links to the same pages thousands of times), and a URL this process has already seen committed
+for the job is not sent to the database again. The caches only skip work: the database's unique
+index is what makes dedup exact, and a URL enters the seen-cache only after its insert
+committed.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ class JobCache:
         self.scope = scope
         self.canonical = BoundedSet(size)  # absolute link -> canonical URL in scope, or ""
         self.resolved = BoundedSet(size)  # (directory, href) -> the same
-        self.robots_seen = BoundedSet(10_000)  # hosts whose robots.txt this process applied
+        self.robots_seen = BoundedSet(setting("ROBOTS_LOCAL_MAX"))  # robots.txt applied here
         self.committed = BoundedSet(size)  # canonical URLs known to be in the frontier
 
 
@@ -53,7 +54,7 @@ def cache_for(job: CrawlJob) -> JobCache:
     """This process's link cache of ``job``."""
     cache = _caches.get(job.pk)
     if cache is None:
-        if len(_caches) > 16:
+        if len(_caches) > setting("LINK_CACHE_JOBS"):
             _caches.clear()
         cache = _caches[job.pk] = JobCache(Scope.for_job(job), setting("LINK_CACHE_SIZE", job))
     return cache

@@ -22,10 +22,11 @@ from urllib.parse import urljoin
 from selectolax.lexbor import LexborHTMLParser
 from w3lib.encoding import html_to_unicode
 
+from tasks.defaults import setting
+
 HTML_TYPES = frozenset({"text/html", "application/xhtml+xml", ""})
 _IGNORED_SCHEMES = ("mailto:", "javascript:", "tel:", "data:", "ftp:", "file:", "#")
 _SPACES = re.compile(r"\s+")
-_TITLE_MAX = 1000
 
 
 @dataclass
@@ -93,7 +94,8 @@ def parse_html(body: bytes, content_type_header: str, url: str, agent: str = "")
     # lexbor would keep as text), not encoded again from the decoded text.
     doc = LexborHTMLParser(body.removeprefix(BOM_UTF8) if encoding == "utf-8" else text)
     title_el = doc.css_first("title")
-    title = _SPACES.sub(" ", title_el.text() if title_el is not None else "").strip()[:_TITLE_MAX]
+    title = _SPACES.sub(" ", title_el.text() if title_el is not None else "").strip()
+    title = title[: setting("TITLE_MAX_CHARS")]
     base = url
     base_el = doc.css_first("base[href]")
     if base_el is not None:

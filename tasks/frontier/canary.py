@@ -37,7 +37,6 @@ log = logging.getLogger(__name__)
 LATENCY_BOUNDS_S = (0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60)  # histogram bin upper bounds
 KINDS = ("ok", "failed", "ban", "parse")
 BAN_REASONS = frozenset({"banned", "identity_banned"})
-ANALYSE_EVERY_S = 2.0
 WHO = "canary analysis"
 
 _pending: Counter[str] = Counter()

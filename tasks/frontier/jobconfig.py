@@ -11,6 +11,7 @@ import time
 from typing import NamedTuple
 
 from tasks import live
+from tasks.defaults import setting
 from web.models import CrawlJob
 
 
@@ -20,14 +21,13 @@ class _Cached(NamedTuple):
 
 
 _jobs: dict[int, _Cached] = {}
-JOB_CACHE_S = 10.0  # a worker reads a job's configuration at most this often
 
 
 def job_config(job_id: int) -> CrawlJob | None:
     """The job's configuration, cached per process (its state is checked by every claim)."""
     now = time.monotonic()
     hit = _jobs.get(job_id)
-    if hit is None or now - hit.read_at > JOB_CACHE_S:
+    if hit is None or now - hit.read_at > setting("JOB_CACHE_S"):
         job = CrawlJob.objects.filter(pk=job_id).first()
         if job is None:
             return None

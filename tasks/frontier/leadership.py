@@ -15,11 +15,11 @@ from django.db import transaction
 from django.db.models import F
 
 from tasks import broker
+from tasks.defaults import setting
 from tasks.frontier import db
 from web.models import SchedulerFence
 
 LEADER_KEY = "crawl:scheduler:leader"
-LEADER_TTL_S = 5.0
 FENCE = "scheduler"
 
 _RENEW = """
@@ -38,7 +38,7 @@ class NotLeader(Exception):
 
 def renew(identity: str) -> int:
     """Take or renew the leader key for ``identity``: 0 another leads, 1 renewed, 2 won."""
-    ttl_ms = int(LEADER_TTL_S * 1000)
+    ttl_ms = int(setting("LEADER_TTL_S") * 1000)
     return int(broker.script(_RENEW)(keys=[LEADER_KEY], args=[identity, ttl_ms]))
 
 

@@ -108,9 +108,6 @@ class Flow:
         return outstanding / rate if rate > 0.1 and outstanding else None
 
 
-DUE_CACHE_S = 1.0  # the next due time is read at most this often per job (a wake-up rereads)
-SLOTS_CACHE_S = 2.0  # the workers' slots are read from their registry at most this often ...
-NO_SLOTS_CACHE_S = 0.25  # ... or this often while none is registered or their count moves
 
 
 class Pacing:
@@ -121,13 +118,14 @@ class Pacing:
         self.pace = Pace()
         self.flow = Flow()
         self.due: dict[int, tuple[float, float | None]] = {}  # job -> (when read, s to next due)
-        self.slots_read: list[float] = [-SLOTS_CACHE_S, 0, 0]  # when, how many, the read before
+        # when the slots were read, how many, and how many the read before found
+        self.slots_read: list[float] = [-setting("SLOTS_CACHE_S"), 0, 0]
 
     def next_due(self, job: CrawlJob) -> float | None:
         """Seconds until the job's next waiting URL is due (None: none waits)."""
         now = time.monotonic()
         cached = self.due.get(job.pk)
-        if cached is not None and now - cached[0] < DUE_CACHE_S:
+        if cached is not None and now - cached[0] < setting("DUE_CACHE_S"):
             return None if cached[1] is None else max(0.0, cached[1] - (now - cached[0]))
         at = timezone.now()
         waiting = FrontierURL.objects.filter(
@@ -183,7 +181,7 @@ class Pacing:
         now = time.monotonic()
         when, count, before = self.slots_read
         settled = count and count == before
-        if now - when >= (SLOTS_CACHE_S if settled else NO_SLOTS_CACHE_S):
+        if now - when >= (setting("SLOTS_CACHE_S") if settled else setting("NO_SLOTS_CACHE_S")):
             wall, render = time.time(), {settings.RENDER_QUEUE}
             crawling = [
                 w

@@ -147,7 +147,6 @@ def _fail_open_hosts(job: CrawlJob, by_host: dict[str, list[Candidate]]) -> None
         del by_host[host]
 
 
-AT_ONCE_S = 0.01  # a message may reach a URL this long before its host's slot opens, s
 
 
 def _messages(
@@ -162,7 +161,7 @@ def _messages(
     worker waits for its slot, as for any URL released ahead of it). A URL whose last worker
     was lost with it (``lease_expired``) goes alone: if its page is what kills workers, it
     takes no other URL's attempts with it again."""
-    split = channels.weights()
+    split, at_once = channels.weights(), setting("DISPATCH_AT_ONCE_S")
     packing: dict[tuple[int, str], list[list]] = {}  # key -> [[reached at, url ids], ...]
     alone: list[Message] = []
     for row in sorted(chosen, key=lambda r: opens[r.id]):
@@ -172,7 +171,7 @@ def _messages(
             continue
         at = opens[row.id]
         filling = packing.setdefault(key, [])
-        message = next((m for m in filling if len(m[1]) < size and m[0] + AT_ONCE_S >= at), None)
+        message = next((m for m in filling if len(m[1]) < size and m[0] + at_once >= at), None)
         if message is None:
             message = [at, []]
             filling.append(message)

@@ -41,11 +41,11 @@ from tasks.frontier.leadership import NotLeader
 from tasks.frontier.pacing import Pacing
 from tasks.frontier.reconcile import sweep
 from tasks.frontier.release import release
+from tasks.outage import Outage
 from web.models import PENDING_STATES, CrawlJob, FrontierURL, JobState
 
 log = logging.getLogger(__name__)
 
-OUTAGE_BACKOFF_MAX_S = 10.0  # longest wait between two tries while the database or Redis is away
 
 
 def finish_if_done(job: CrawlJob) -> bool:
@@ -143,7 +143,7 @@ class Scheduler:
             self._last_sweep = now
             sweep()
             self.pacing.pace.forget_before(now)
-        if running and now - self._last_analysis >= canary.ANALYSE_EVERY_S:
+        if running and now - self._last_analysis >= setting("CANARY_ANALYSE_EVERY_S"):
             self._last_analysis = now
             for decision in canary.analyse():
                 log.warning("canary analysis: %s", decision)
@@ -176,37 +176,30 @@ class Scheduler:
     def run(self) -> None:
         log.info("scheduler %s started", self.identity[:8])
         live.start()
-        outage_since, backoff = None, 0.5
+        outage = Outage(log, "scheduler: database or Redis")
         try:
             while not self.stop.is_set():
                 Path(setting("SCHEDULER_HEARTBEAT_FILE")).touch()
                 close_old_connections()
                 try:
                     if not self.is_leader():
-                        self.stop.wait(leadership.LEADER_TTL_S / 2)
+                        self.stop.wait(setting("LEADER_TTL_S") / 2)
                         continue
                     released, pause = self.tick()
                 except NotLeader as exc:
                     log.warning("scheduler %s steps down: %s", self.identity[:8], exc)
                     self.epoch = None
-                    self.stop.wait(leadership.LEADER_TTL_S)
+                    self.stop.wait(setting("LEADER_TTL_S"))
                     continue
                 except (DatabaseError, RedisError) as exc:
-                    if outage_since is None:  # one line per outage, not a traceback per try
-                        outage_since = time.monotonic()
-                        log.warning("scheduler: database or Redis unavailable (%s); retrying",
-                                    exc)  # fmt: skip
                     connections.close_all()
-                    self.stop.wait(backoff)
-                    backoff = min(backoff * 2, OUTAGE_BACKOFF_MAX_S)
+                    self.stop.wait(outage.failed(exc))  # one line per outage, not per try
                     continue
                 except Exception:
                     log.exception("scheduler pass failed; retrying")
                     self.stop.wait(1.0)
                     continue
-                if outage_since is not None:
-                    log.warning("scheduler: back after %.0f s", time.monotonic() - outage_since)
-                    outage_since, backoff = None, 0.5
+                outage.recovered()
                 if released >= setting("SCHEDULER_BATCH"):
                     continue  # more is due right now
                 try:

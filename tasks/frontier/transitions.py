@@ -388,7 +388,6 @@ def retry_banned(claim: Claim, outcome: outcomes.Banned) -> str:
     return URLState.QUEUED
 
 
-REVIEW_BODY_CHARS = 256 << 10
 
 
 def park(claim: Claim, outcome: outcomes.CrawlOutcome) -> str:
@@ -403,7 +402,7 @@ def park(claim: Claim, outcome: outcomes.CrawlOutcome) -> str:
                 "job_id": claim.job.pk, "host": host_of(claim.url.url),
                 "reason": str(outcome)[:200], "level": claim.level, "status": outcome.status,
                 "headers": outcome.headers,
-                "body": outcome.body[:REVIEW_BODY_CHARS].decode("utf-8", "replace"),
+                "body": outcome.body[:setting("REVIEW_BODY_CHARS")].decode("utf-8", "replace"),
                 "screenshot": outcome.screenshot,
             },
         )  # fmt: skip

@@ -23,7 +23,9 @@ from django.db import DatabaseError, connection
 from django.db.migrations.loader import MigrationLoader
 from django.db.migrations.recorder import MigrationRecorder
 
+from tasks.defaults import setting
 from tasks.frontier import jobs
+from tasks.outage import Outage
 from tasks.rules import selectors
 from tasks.worker.supervisor import WorkerPool
 from web import export
@@ -31,9 +33,6 @@ from web.models import TERMINAL_STATES, CrawlJob, JobState
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-OUTAGE_BACKOFF_MAX_S = 10.0
-OUTAGE_PATIENCE_S = 600.0  # a database away longer than this ends the command (exit 1)
-STATE_POLL_S = 0.25  # how often the job's state is read between progress ticks
 # The job fields as the command line names them, for error messages.
 OPTION_OF = {
     "seeds": "SEED",
@@ -108,25 +107,21 @@ def migrated() -> bool:
     return True
 
 
-def with_database(call: Callable[[], T], what: str, patience: float = OUTAGE_PATIENCE_S) -> T:
+def with_database(call: Callable[[], T], what: str, patience: float | None = None) -> T:
     """Run ``call``, waiting out a database outage with a bounded backoff (one line for it);
-    after ``patience`` seconds of outage the error is raised."""
-    wait, since = 0.5, None
+    after ``patience`` seconds of outage (``OUTAGE_PATIENCE_S``) the error is raised."""
+    patience = setting("OUTAGE_PATIENCE_S") if patience is None else patience
+    outage = Outage(log, f"database (while {what})")
     while True:
         try:
             result = call()
         except DatabaseError as exc:
             connection.close()
-            if since is None:
-                since = time.monotonic()
-                log.warning("database unavailable while %s (%s); waiting for it", what, exc)
-            elif time.monotonic() - since > patience:
+            if outage.lasted > patience:
                 raise
-            time.sleep(wait)
-            wait = min(wait * 2, OUTAGE_BACKOFF_MAX_S)
+            time.sleep(outage.failed(exc))
             continue
-        if since is not None:
-            log.warning("database back after %.0f s", time.monotonic() - since)
+        outage.recovered()
         return result
 
 
@@ -196,10 +191,10 @@ def show_progress(
 
 def tick(job: CrawlJob, interrupted: threading.Event) -> bool:
     """Wait for the next progress tick: a second, or less once the job leaves RUNNING (a
-    read of its state every ``STATE_POLL_S``), so the command ends soon after the job.
+    read of its state every ``PROGRESS_POLL_S``), so the command ends soon after the job.
     False when interrupted."""
     tick_at = time.monotonic() + 1.0
-    while not interrupted.wait(STATE_POLL_S):
+    while not interrupted.wait(setting("PROGRESS_POLL_S")):
         if time.monotonic() >= tick_at:
             return True
         try:
