@@ -29,6 +29,7 @@ import logging
 import os
 import time
 import zlib
+from typing import NamedTuple
 
 from django.conf import settings
 from django.db import transaction
@@ -189,7 +190,7 @@ def move_queued(name: str) -> int:
     frontier, where the scheduler releases them again to the channels with weight."""
     from tasks.frontier import requeue, wakeup
 
-    ids = [url_id for url_id, _ in take_messages(queue(name))]
+    ids = [url.url_id for url in take_messages(queue(name))]
     moved = requeue.requeue_scheduled(ids)
     if moved:
         wakeup.nudge()
@@ -197,10 +198,16 @@ def move_queued(name: str) -> int:
     return moved
 
 
-def take_messages(queue_name: str) -> list[tuple[int, int]]:
-    """Remove every ready message of ``queue_name`` from the broker: the (url id, job id) of
-    every URL they carried."""
-    return [pair for body in broker.take(queue_name) for pair in task_urls(body)]
+class Carried(NamedTuple):
+    """A URL a crawl message carries."""
+
+    url_id: int
+    job_id: int
+
+
+def take_messages(queue_name: str) -> list[Carried]:
+    """Remove every ready message of ``queue_name`` from the broker: every URL they carried."""
+    return [url for body in broker.take(queue_name) for url in task_urls(body)]
 
 
 def waiting(queue_names: list[str]) -> set[int] | None:
@@ -211,17 +218,18 @@ def waiting(queue_names: list[str]) -> set[int] | None:
         bodies = broker.peek(name)
         if bodies is None:
             return None
-        ids.update(url_id for body in bodies for url_id, _ in task_urls(body))
+        ids.update(url.url_id for body in bodies for url in task_urls(body))
     return ids
 
 
-def task_urls(body: bytes) -> list[tuple[int, int]]:
-    """(url id, job id) of each URL a crawl task's body carries. Celery's protocol 2 body is
+def task_urls(body: bytes) -> list[Carried]:
+    """Each URL a crawl task's body carries. Celery's protocol 2 body is
     ``[args, kwargs, ...]``; args are ``[url_ids, job_id]`` (``fetch_urls``) or
     ``[url_id, job_id]`` (``fetch_url``, ``render_url``)."""
     try:
         first, job_id = json.loads(body)[0][:2]
-        return [(int(i), int(job_id)) for i in (first if isinstance(first, list) else [first])]
+        ids = first if isinstance(first, list) else [first]
+        return [Carried(int(i), int(job_id)) for i in ids]
     except (ValueError, KeyError, IndexError, TypeError) as exc:
         log.warning("a message that is not a crawl task left out: %s", exc)
         return []
