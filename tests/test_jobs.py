@@ -42,6 +42,13 @@ def test_a_configuration_the_crawl_cannot_apply_is_refused_naming_its_field(fiel
     assert not CrawlJob.objects.exists()
 
 
+@pytest.mark.parametrize("seeds", [True, [7], "http://example.com/"])
+def test_seeds_that_are_not_a_list_of_urls_are_refused_naming_the_field(seeds):
+    with pytest.raises(jobs.JobError) as refused:
+        jobs.create_job(seeds)
+    assert "seeds" in refused.value.fields
+
+
 @pytest.mark.parametrize(
     "seed", ["ftp://example.com/", "http://" + "a" * 300 + ".test/", "http://example.com:99999/"]
 )

@@ -48,7 +48,8 @@ def canonical_seeds(seeds: Any) -> Any:
 def create_job(seeds: list[str], **fields: Any) -> CrawlJob:
     """Validate and save a draft job; raises JobError naming each field that is wrong."""
     canonical = canonical_seeds(seeds)
-    fields.setdefault("name", (canonical[0] if canonical else "") or "crawl")
+    first = canonical[0] if isinstance(canonical, list) and canonical else ""
+    fields.setdefault("name", (first if isinstance(first, str) else "") or "crawl")
     job = CrawlJob(seeds=canonical, **fields)
     try:
         job.full_clean()
