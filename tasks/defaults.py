@@ -216,20 +216,70 @@ _SETTING_TYPES = bool | int | float | str
 live: dict[str, Any] = {}  # live values in force in this process (tasks/live.py keeps them)
 
 
-def setting(name: str, job: Any = None) -> Any:
-    """The value of crawl setting ``name``: the job's override, then the live value
-    (``tasks/live.py``), then ``CRAWL_<NAME>``, then the default."""
-    default = globals()[name]
-    overrides = getattr(job, "settings", None) or {}
-    if name in overrides:
-        try:
-            return type(default)(overrides[name])
-        except (TypeError, ValueError):
-            pass  # refused when the job is saved; the scheduler fails a job that has one
+# What a job may set in its own ``settings``, and within which bounds; every other setting is
+# the operator's (environment and live configuration only). ``PLATFORM`` as the upper bound: at
+# most the operator's value, so a job may be stricter than the platform, never looser. A string
+# setting's bounds are its length. Settings that widen what the platform may reach need the
+# permission named in ``JOB_PERMISSIONS`` (staff have it and can grant it).
+PLATFORM = None  # as an upper bound: the operator's value
+JOB_SETTINGS: dict[str, tuple[float, float | str]] = {
+    "USER_AGENT": (1, 512), "ROBOTS_AGENT": (1, 100), "ALLOWED_NETWORKS": (0, 2000),
+    "FETCH_CONNECT_TIMEOUT_S": (0.1, PLATFORM), "FETCH_READ_TIMEOUT_S": (0.1, PLATFORM),
+    "FETCH_DEADLINE_S": (0.1, PLATFORM), "FETCH_MAX_BYTES": (1024, PLATFORM),
+    "FETCH_MAX_REDIRECTS": (0, PLATFORM), "BODY_MAX_BYTES": (0, PLATFORM),
+    "MAX_URL_LENGTH": (16, PLATFORM), "TITLE_MAX_CHARS": (0, PLATFORM),
+    "RETRY_MAX_ATTEMPTS": (1, 20), "RETRY_TIMEOUT_ATTEMPTS": (1, 20),
+    "RETRY_BACKOFF_BASE_S": (0, 3600), "RETRY_BACKOFF_MAX_S": (0, 86400),
+    "HOST_MAX_WAIT_S": (0, PLATFORM), "THROTTLE_WINDOW_S": (1, 3600),
+    "THROTTLE_MIN_SIGNALS": (1, 1000), "THROTTLE_SIGNAL_RATIO": (0, 1),
+    "THROTTLE_START_DELAY_S": (0, 3600), "THROTTLE_HALF_LIFE_S": (0.1, 3600),
+    "THROTTLE_MAX_DELAY_S": (0, 3600), "THROTTLE_SLOW_LATENCY_S": (0.1, 600),
+    "THROTTLE_LATENCY_FACTOR": (0, 100), "ROBOTS_TTL_S": (60, 30 * 86400),
+    "ROBOTS_ERROR_TTL_S": (0.1, 86400), "PROXY_REST_S": (0.1, 86400),
+    "IDENTITY_BURN_S": (0, 7 * 86400), "PROXY_FAILURES": (1, 100), "BAN_MARKERS": (0, 4000),
+    "BAN_URL_MARKERS": (0, 4000), "BAN_WORDS": (0, 4000), "BAN_TINY_RATIO": (0, 1),
+    "BAN_TINY_MAX_BYTES": (0, 1 << 20), "LADDER_CLIMB_BANS": (1, 100),
+    "LADDER_DESCEND_SUCCESSES": (1, 100_000), "LADDER_QUIET_S": (0.1, 86400),
+    "LADDER_BACKOFF_DELAY_S": (0, 3600), "LADDER_MAX_LEVEL": (0, PLATFORM),
+    "CIRCUIT_FAILURES": (1, 1000), "CIRCUIT_MIN_SPAN_S": (0, 3600),
+    "CIRCUIT_COOLDOWN_S": (1, 86400), "SCHEDULER_BATCH": (1, PLATFORM),
+    "READY_PER_JOB": (1, PLATFORM), "READY_MIN": (1, PLATFORM), "DISPATCH_BATCH": (1, PLATFORM),
+    "DISPATCH_BATCH_S": (0.01, PLATFORM), "SCHEDULER_HORIZON_S": (0, PLATFORM),
+    "LINK_CACHE_SIZE": (0, PLATFORM),
+}  # fmt: skip
+JOB_PERMISSIONS = {"ALLOWED_NETWORKS": "web.change_crawl_network"}
+JOB_PRIORITY_BAND = 4  # job priorities above this need the web.raise_crawl_priority permission
+
+
+def _operators(name: str, default: Any) -> Any:
     if name in live:
         return live[name]
     raw = os.environ.get(f"CRAWL_{name}")
     return default if raw is None else _parse(raw, default)
+
+
+def _job_value(name: str, value: Any, default: Any) -> Any:
+    """A job's stored override as the setting's type, or None when it is not one a job may
+    have (out of its bounds or the table: values saved before the bounds held are ignored)."""
+    if name not in JOB_SETTINGS or _value_problem(name, value, default):
+        return None
+    low, high = JOB_SETTINGS[name]
+    if isinstance(default, str):
+        return value if low <= len(value) <= high else None
+    typed = type(default)(value)
+    ceiling = _operators(name, default) if high == PLATFORM else high
+    return typed if low <= typed <= ceiling else None
+
+
+def setting(name: str, job: Any = None) -> Any:
+    """The value of crawl setting ``name``: the job's override (when the job may set it, within
+    its bounds), then the live value (``tasks/live.py``), then ``CRAWL_<NAME>``, then the
+    default."""
+    default = globals()[name]
+    overrides = getattr(job, "settings", None) or {}
+    if name in overrides and (value := _job_value(name, overrides[name], default)) is not None:
+        return value
+    return _operators(name, default)
 
 
 def names() -> list[str]:
@@ -237,27 +287,58 @@ def names() -> list[str]:
     return [n for n, v in globals().items() if n.isupper() and isinstance(v, _SETTING_TYPES)]
 
 
+def _value_problem(name: str, value: Any, default: Any) -> str:
+    if isinstance(default, bool):
+        ok = isinstance(value, bool)
+    elif isinstance(default, (int, float)):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        ok = ok and 0 <= value <= sys.float_info.max  # JSON has whole numbers floats have not
+        ok = ok and (isinstance(default, float) or float(value).is_integer())
+    else:
+        ok = isinstance(value, str)
+    return "" if ok else f"{name}: {value!r} is not a {KIND[type(default)]}"
+
+
 def problems(overrides: Any) -> list[str]:
-    """Why per-job ``overrides`` cannot be used: unknown names and values of the wrong type."""
+    """Why ``overrides`` (live values) cannot be used: unknown names, values of the wrong
+    type."""
     if not isinstance(overrides, dict):
         return ["must be an object of SETTING: value"]
-    found = []
     known = set(names())
+    found = []
     for name, value in overrides.items():
         if name not in known:
             found.append(f"{name}: no such setting")
-            continue
+        elif problem := _value_problem(name, value, globals()[name]):
+            found.append(problem)
+    return found
+
+
+def job_problems(overrides: Any, may: Any = lambda permission: True) -> list[str]:
+    """Why a job cannot have ``overrides`` as its ``settings``: what :func:`problems` says,
+    settings only an operator sets, values beyond their bounds, and settings that need a
+    permission ``may(permission)`` says the job's owner lacks."""
+    found = problems(overrides)
+    if found:
+        return found
+    for name, value in overrides.items():
         default = globals()[name]
-        if isinstance(default, bool):
-            ok = isinstance(value, bool)
-        elif isinstance(default, (int, float)):
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-            ok = ok and 0 <= value <= sys.float_info.max  # JSON has whole numbers floats have not
-            ok = ok and (isinstance(default, float) or float(value).is_integer())
+        if name not in JOB_SETTINGS:
+            found.append(f"{name}: an operator setting (the environment or manage.py config), "
+                         "not a job's")  # fmt: skip
+            continue
+        low, high = JOB_SETTINGS[name]
+        if high == PLATFORM:
+            ceiling, what = _operators(name, default), "the platform's value"
         else:
-            ok = isinstance(value, str)
-        if not ok:
-            found.append(f"{name}: {value!r} is not a {KIND[type(default)]}")
+            ceiling, what = high, str(high)
+        size = len(value) if isinstance(default, str) else value
+        if not low <= size <= ceiling:
+            unit = " characters" if isinstance(default, str) else ""
+            found.append(f"{name}: {value!r} is outside {low:g}..{ceiling:g}{unit} "
+                         f"(at most {what})")  # fmt: skip
+        if (permission := JOB_PERMISSIONS.get(name)) and not may(permission):
+            found.append(f"{name}: needs the {permission} permission")
     return found
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import ipaddress
 from functools import lru_cache
 
-from tasks.defaults import setting
+from tasks.defaults import JOB_PERMISSIONS, setting
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -31,6 +31,7 @@ Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 # (64:ff9b:1::/48, RFC 8215) embeds it where its operator chose: judged as itself (reserved).
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 _CGNAT = ipaddress.ip_network("100.64.0.0/10")
+NETWORK_PERMISSION = JOB_PERMISSIONS["ALLOWED_NETWORKS"]  # a job's owner needs it to widen this
 
 
 class BlockedAddress(Exception):
@@ -63,7 +64,11 @@ def networks(raw: str) -> tuple[Network, ...]:
 
 
 def allowed(job=None) -> tuple[Network, ...]:
-    """The networks a job (or, with none, the environment) allows beyond public addresses."""
+    """The networks a job (or, with none, the environment) allows beyond public addresses. A
+    job's own ``ALLOWED_NETWORKS`` counts only while its owner holds the permission for it (a
+    value stored before the rule held, or kept after the permission went, is not)."""
+    if job is not None and not getattr(job, "may", lambda permission: True)(NETWORK_PERMISSION):
+        job = None
     return networks(setting("ALLOWED_NETWORKS", job))
 
 

@@ -201,9 +201,20 @@ class CrawlJob(models.Model):
 
     class Meta:
         ordering = ["-id"]
+        permissions = [
+            ("change_crawl_network", "Can let a job reach networks beyond public addresses"),
+            ("pin_crawl_channel", "Can pin a job to a release channel"),
+            ("raise_crawl_priority", "Can give a job a priority above the default band"),
+        ]
 
     def __str__(self) -> str:
         return f"#{self.pk} {self.name}"
+
+    def may(self, permission: str) -> bool:
+        """Whether this job's owner holds ``permission`` (staff do; a job without an owner was
+        made by an operator, with manage.py)."""
+        owner = self.owner
+        return owner is None or owner.is_staff or owner.has_perm(permission)
 
     def problems(self, seeds: bool = True) -> dict[str, list[str]]:
         """What in this job's configuration the crawl could not apply, by field (``seeds``:
@@ -236,7 +247,7 @@ class CrawlJob(models.Model):
                     add("path_caps", problem)
                 if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
                     add("path_caps", f"{pattern!r}: {limit!r} is not a whole number >= 0")
-        for problem in defaults.problems(self.settings):
+        for problem in defaults.job_problems(self.settings, self.may):
             add("settings", problem)
         for problem in selectors.problems(self.extract):
             add("extract", problem)
@@ -267,8 +278,13 @@ class CrawlJob(models.Model):
             add("webhook_url", problem)
         if self.channel and (problem := channels.name_problem(self.channel)):
             add("channel", problem)
+        if self.channel and not self.may("web.pin_crawl_channel"):
+            add("channel", "pinning a job to a channel needs the web.pin_crawl_channel permission")
+        band = defaults.JOB_PRIORITY_BAND
         if self.priority is not None and not 0 <= self.priority <= 9:
             add("priority", "must be between 0 and 9")
+        elif (self.priority or 0) > band and not self.may("web.raise_crawl_priority"):
+            add("priority", f"above {band} needs the web.raise_crawl_priority permission")
         if self.delay is not None and (self.delay < 0 or self.delay > 86400):
             add("delay", "must be between 0 and 86400 seconds")
         return found
