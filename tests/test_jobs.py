@@ -32,6 +32,8 @@ SEED = "http://127.0.0.1:9/"
         ({"user_agents": ["Bot/1\r\nX-Injected: 1"]}, "user_agents", "one-line"),
         ({"headers": {"X-A": "1\nX-B: 2"}}, "headers", "one-line"),
         ({"render": "sometimes"}, "render", "not a valid choice"),
+        ({"warmup_path": "http://169.254.169.254/latest"}, "warmup_path", "not a path"),
+        ({"warmup_path": "//other.test/"}, "warmup_path", "not a path"),
     ],
 )
 def test_a_configuration_the_crawl_cannot_apply_is_refused_naming_its_field(fields, field, words):

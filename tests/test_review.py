@@ -9,7 +9,7 @@ import pytest
 from django.core.management import call_command
 
 from tasks.fetch import identity, ladder, outcomes, sessions
-from tasks.frontier import jobs, transitions
+from tasks.frontier import jobs, review, transitions
 from web.models import FrontierURL, Review, URLState
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -43,6 +43,14 @@ def test_a_parked_url_keeps_the_sites_answer_and_its_level(job):
     assert (item.host, item.level, item.status) == (HOST, 4, 200)
     assert "g-recaptcha" in item.body and item.headers["Content-Type"] == "text/html"
     assert jobs.counts(job.pk).get("needs_review") == 1
+
+
+def test_a_parked_url_of_an_ended_job_stays_parked_with_its_evidence(job, redis):
+    url = parked(job, "/offers/1")
+    jobs.cancel(job)
+    assert review.requeue(FrontierURL.objects.filter(pk=url.pk)) == 0
+    assert FrontierURL.objects.get(pk=url.pk).state == URLState.NEEDS_REVIEW
+    assert Review.objects.filter(url=url).exists()
 
 
 def test_review_command_lists_requeues_with_cookies_and_drops(job, redis):

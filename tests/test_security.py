@@ -315,6 +315,8 @@ def test_no_secret_is_in_the_deployment_files():
     compose = yaml.safe_load(text)
     flower = compose["services"]["flower"]["environment"]["FLOWER_BASIC_AUTH"]
     assert flower == "admin:${FLOWER_PASSWORD:?set FLOWER_PASSWORD in .env}"
+    rabbitmq = compose["services"]["rabbitmq"]["environment"]["RABBITMQ_DEFAULT_PASS"]
+    assert rabbitmq == "${RABBITMQ_PASSWORD:?set RABBITMQ_PASSWORD in .env}"  # never empty
     assert "--requirepass" in compose["services"]["redis"]["command"]
     assert compose["services"]["flower"]["ports"] == ["127.0.0.1:5555:5555"]
     assert "change-me" not in text and "latest" not in text

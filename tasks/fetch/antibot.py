@@ -42,7 +42,7 @@ from tasks.frontier.transitions import (
     to_render,
 )
 from tasks.rules import guard, proxy_urls
-from tasks.rules.urls import canonicalize
+from tasks.rules.urls import canonicalize, host_of
 from web.models import CrawlJob, URLState
 
 log = logging.getLogger(__name__)
@@ -143,8 +143,8 @@ def warm_up(
     cookies are. False if the URL is the warm-up page itself (then it is fetched as usual)."""
     job = claimed.job
     url = urljoin(claimed.url.url, job.warmup_path)
-    if canonicalize(url) == claimed.url.url:
-        return False
+    if canonicalize(url) == claimed.url.url or host_of(url) != host_of(claimed.url.url):
+        return False  # the URL is the warm-up page itself, or a stored path leaves its host
     kind, started = "ok", time.monotonic()
     try:
         fetching.fetch(url, user_agent=who.user_agent, limits=fetching.limits_for(job),

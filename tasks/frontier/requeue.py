@@ -125,8 +125,13 @@ def requeue_for_recrawl(job_id: int) -> int:
 
 
 def requeue_reviewed(rows: QuerySet) -> int:
-    """A person's decision: parked URLs go back to the queue for a new set of attempts."""
-    ids = list(rows.filter(state=URLState.NEEDS_REVIEW).values_list("id", flat=True))
+    """A person's decision: parked URLs of running or paused jobs go back to the queue for a
+    new set of attempts (an ended job's stay parked, with their evidence: a recrawl runs it
+    again)."""
+    parked = rows.filter(
+        state=URLState.NEEDS_REVIEW, job__state__in=[JobState.RUNNING, JobState.PAUSED]
+    )
+    ids = list(parked.values_list("id", flat=True))
     Review.objects.filter(url_id__in=ids).delete()
     return back_to_queue(FrontierURL.objects.filter(pk__in=ids), reason="", attempts=0)
 

@@ -53,6 +53,13 @@ def seed_problem(url: str, max_length: int | None = None) -> str:
     return ""
 
 
+def path_problem(path: str) -> str:
+    """Why ``path`` is not a path on the same host ("" if it is): a warm-up page is one."""
+    if path and (not path.startswith("/") or path.startswith("//") or "\\" in path):
+        return f"{path!r} is not a path on the crawled host (it starts with one /, e.g. /start)"
+    return ""
+
+
 def host_of(url: str) -> str:
     """``host[:port]`` of a canonical URL, lower case: the unit of politeness."""
     return urlsplit(url).netloc.lower().rsplit("@", 1)[-1]

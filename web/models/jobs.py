@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from tasks import defaults
 from tasks.rules import channels, guard, patterns, proxy_urls, schedules, selectors
-from tasks.rules.urls import seed_problem
+from tasks.rules.urls import path_problem, seed_problem
 
 MAX_DEPTH_LIMIT = 32767  # depths are stored as small integers
 
@@ -274,6 +274,8 @@ class CrawlJob(models.Model):
                 guard.networks(self.settings["ALLOWED_NETWORKS"])
             except ValueError as exc:
                 add("settings", f"ALLOWED_NETWORKS: {exc}")
+        if problem := path_problem(self.warmup_path or ""):
+            add("warmup_path", problem)
         if self.webhook_url and (problem := webhook_problem(self.webhook_url)):
             add("webhook_url", problem)
         if self.channel and (problem := channels.name_problem(self.channel)):
