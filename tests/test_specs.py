@@ -133,3 +133,11 @@ def test_apply_gives_the_job_an_owner_and_its_webhook_a_secret(tmp_path, django_
     assert "webhook_secret" not in _get("job", "docs")  # a secret stays out of files
     with pytest.raises(CommandError, match="no user 'nobody'"):
         _apply(tmp_path, hooked, "--owner", "nobody")
+
+
+def test_a_spec_of_nested_aliases_is_refused_before_it_expands():
+    laughs = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 10)}]\n" for i in range(8)
+    )  # nine levels of ten: a billion x's once expanded
+    with pytest.raises(specs.SpecError, match=r"aliases \(\*a\) are not accepted in a spec"):
+        specs.parse(laughs, "laughs.yaml")

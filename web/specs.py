@@ -162,6 +162,20 @@ class Applied:
     changed: list[str]  # spec paths whose values changed
 
 
+class _SpecLoader(yaml.SafeLoader):
+    """YAML without aliases: a spec is a few dozen values, and nested aliases make a document
+    of a few lines expand into millions of nodes (billion laughs)."""
+
+    def compose_node(self, parent, index):  # noqa: ANN001, ANN201 (PyYAML's signature)
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(
+                None, None, f"aliases (*{event.anchor}) are not accepted in a spec: write the "
+                "value out", event.start_mark,
+            )  # fmt: skip
+        return super().compose_node(parent, index)
+
+
 def _lines(text: str) -> dict[tuple, int]:
     """Spec path (a tuple of keys and indexes) -> the 1-based line where its value starts."""
     found: dict[tuple, int] = {}
@@ -176,7 +190,7 @@ def _lines(text: str) -> dict[tuple, int]:
                 walk(item, (*path, i))
 
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        root = yaml.compose(text, Loader=_SpecLoader)
     except yaml.YAMLError:
         return found
     if root is not None:
@@ -194,7 +208,7 @@ def _where(lines: dict[tuple, int], path: tuple, source: str) -> str:
 def parse(text: str, source: str = "spec") -> tuple[dict[str, Any], dict[tuple, int]]:
     """The spec document (YAML or JSON) and its lines; SpecError if it is not a valid spec."""
     try:
-        document = yaml.safe_load(text)
+        document = yaml.load(text, Loader=_SpecLoader)  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""
