@@ -262,6 +262,9 @@ def test_gunicorn_refuses_to_start_on_unsafe_settings_and_starts_on_safe_ones(tm
 def test_metrics_need_the_token_once_one_is_set(client, redis, monkeypatch):
     assert client.get("/metrics").status_code == 200  # no token set: loopback only
     assert client.get("/metrics", REMOTE_ADDR="10.1.2.3").status_code == 403
+    # a reverse proxy on this machine: every request comes from loopback, relayed
+    assert client.get("/metrics", HTTP_X_FORWARDED_FOR="203.0.113.9").status_code == 403
+    assert client.get("/metrics", HTTP_FORWARDED="for=203.0.113.9").status_code == 403
     monkeypatch.setenv("METRICS_TOKEN", "m3trics")
     assert client.get("/metrics").status_code == 403
     assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer nope").status_code == 403

@@ -56,7 +56,14 @@ def healthz_details(request: HttpRequest) -> JsonResponse:
                         status=200 if ok else 503)  # fmt: skip
 
 
+_FORWARDED = ("HTTP_X_FORWARDED_FOR", "HTTP_FORWARDED", "HTTP_X_REAL_IP", "HTTP_VIA")
+
+
 def _from_loopback(request: HttpRequest) -> bool:
+    """A client on this machine itself: from loopback, and not relayed by a proxy there (a
+    reverse proxy on the same host makes every outside request come from loopback)."""
+    if any(request.META.get(header) for header in _FORWARDED):
+        return False
     try:
         return ipaddress.ip_address(request.META.get("REMOTE_ADDR", "")).is_loopback
     except ValueError:
@@ -65,7 +72,8 @@ def _from_loopback(request: HttpRequest) -> bool:
 
 def metrics(request: HttpRequest) -> HttpResponse:
     """Prometheus text; it names crawled hosts and jobs, so it needs ``METRICS_TOKEN`` as a
-    bearer token (or, with no token set, a client on this machine's loopback)."""
+    bearer token (or, with no token set, a client on this machine's loopback that no proxy
+    relayed)."""
     if os.environ.get("METRICS_TOKEN"):
         allowed = _bearer(request, "METRICS_TOKEN")
     else:
