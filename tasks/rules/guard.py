@@ -67,8 +67,9 @@ def allowed(job=None) -> tuple[Network, ...]:
     """The networks a job (or, with none, the environment) allows beyond public addresses. A
     job's own ``ALLOWED_NETWORKS`` counts only while its owner holds the permission for it (a
     value stored before the rule held, or kept after the permission went, is not)."""
-    if job is not None and not getattr(job, "may", lambda permission: True)(NETWORK_PERMISSION):
-        job = None
+    widens = job is not None and "ALLOWED_NETWORKS" in (getattr(job, "settings", None) or {})
+    if widens and not getattr(job, "may", lambda permission: True)(NETWORK_PERMISSION):
+        job = None  # the owner's permission is looked up only for a job that widens the guard
     return networks(setting("ALLOWED_NETWORKS", job))
 
 
