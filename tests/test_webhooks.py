@@ -44,6 +44,14 @@ class Receiver(LocalSite):
         super().__init__(Handler)
 
 
+def _cancelled_job(webhook_url: str) -> CrawlJob:
+    """A job that was started and cancelled: its webhook is due."""
+    job = jobs.create_job(["http://127.0.0.1:9/"], webhook_url=webhook_url)
+    jobs.start(job)
+    jobs.cancel(job)
+    return job
+
+
 def _verified(headers: dict[str, str], body: bytes, secret: str) -> bool:
     expected = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
     return hmac.compare_digest(headers["X-Crawl-Signature"], expected)
@@ -78,9 +86,7 @@ def test_a_finished_crawl_calls_its_webhook_signed_and_again_after_a_500(
 def test_cancel_calls_the_webhook_and_the_address_guard_applies(redis, monkeypatch):
     monkeypatch.setenv("CRAWL_ALLOWED_NETWORKS", "127.0.0.0/8")
     with Receiver() as receiver:
-        job = jobs.create_job(["http://127.0.0.1:9/"], webhook_url=receiver.url("/h"))
-        jobs.start(job)
-        jobs.cancel(job)
+        job = _cancelled_job(receiver.url("/h"))
         assert CrawlJob.objects.get(pk=job.pk).webhook_status == webhooks.PENDING
         webhooks.deliver(job.pk, job.state, job.run, attempt=1)
         headers, body = receiver.calls[0]
@@ -99,9 +105,7 @@ def test_cancel_calls_the_webhook_and_the_address_guard_applies(redis, monkeypat
 def test_a_webhook_that_keeps_failing_is_given_up_and_a_lost_one_sent_again(redis, monkeypatch):
     monkeypatch.setenv("CRAWL_ALLOWED_NETWORKS", "127.0.0.0/8")
     with Receiver(503, 503) as receiver:
-        job = jobs.create_job(["http://127.0.0.1:9/"], webhook_url=receiver.url("/h"))
-        jobs.start(job)
-        jobs.cancel(job)
+        job = _cancelled_job(receiver.url("/h"))
         for attempt in (1, 2):
             with pytest.raises(webhooks.Retry):
                 webhooks.deliver(job.pk, job.state, job.run, attempt)
@@ -170,9 +174,7 @@ def test_a_receiver_that_never_finishes_answering_holds_no_thread(redis, monkeyp
     monkeypatch.setenv("CRAWL_ALLOWED_NETWORKS", "127.0.0.0/8")
     monkeypatch.setenv("CRAWL_WEBHOOK_DEADLINE_S", "1")
     with Trickler(forever) as receiver:
-        job = jobs.create_job(["http://127.0.0.1:9/"], webhook_url=receiver.url("/h"))
-        jobs.start(job)
-        jobs.cancel(job)
+        job = _cancelled_job(receiver.url("/h"))
         started = time.monotonic()
         outcome = _in_a_thread(lambda: webhooks.deliver(job.pk, job.state, job.run, 1), 10)
         took = time.monotonic() - started
@@ -189,9 +191,7 @@ def test_a_receiver_that_never_finishes_answering_holds_no_thread(redis, monkeyp
 def test_an_error_of_our_own_ends_the_delivery_instead_of_leaving_it_pending(redis, monkeypatch):
     monkeypatch.setenv("CRAWL_ALLOWED_NETWORKS", "127.0.0.0/8")
     with Receiver() as receiver:
-        job = jobs.create_job(["http://127.0.0.1:9/"], webhook_url=receiver.url("/h"))
-        jobs.start(job)
-        jobs.cancel(job)
+        job = _cancelled_job(receiver.url("/h"))
 
         def broken(job):
             raise RuntimeError("summary cannot be built")
@@ -205,9 +205,7 @@ def test_an_error_of_our_own_ends_the_delivery_instead_of_leaving_it_pending(red
 
 @pytest.mark.django_db(transaction=True)
 def test_a_notification_lost_again_and_again_is_resent_a_bounded_number_of_times(redis):
-    job = jobs.create_job(["http://127.0.0.1:9/"], webhook_url="http://127.0.0.1:9/h")
-    jobs.start(job)
-    jobs.cancel(job)
+    job = _cancelled_job("http://127.0.0.1:9/h")
     every, resends = defaults.WEBHOOK_RESEND_S, defaults.WEBHOOK_RESENDS
     long_ago = timezone.now() - timedelta(seconds=every * (resends + 1) + 1)
     CrawlJob.objects.filter(pk=job.pk).update(webhook_status=webhooks.PENDING,
