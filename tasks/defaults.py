@@ -132,6 +132,7 @@ SCHEDULED_STALE_S = 10.0  # a released URL nobody claimed this long has its mess
 LEASE_RENEW_CHUNK = 200  # leases renewed per statement (SQLite caps an expression's depth)
 JOB_DELETE_BATCH = 5000  # rows deleted per statement when a job is deleted
 CHANNEL_WEIGHTS_CACHE_S = 1.0  # the weights are read at most this often (a change is announced), s
+CHANNEL_SERVED_CACHE_S = 5.0  # which channels have online workers is read at most this often, s
 TASK_SOFT_TIME_LIMIT_S = 90.0  # a page still running after this raises SoftTimeLimitExceeded
 TASK_TIME_LIMIT_S = 120.0  # hard kill of a stuck task (prefork pool)
 VISIBILITY_TIMEOUT_S = 300  # an unacked message goes back to the queue after this, seconds

@@ -117,7 +117,8 @@ def _process_one(claimed: Claim, rendering: bool) -> str | None:
         state = _process_safely(claimed, rendering)
     finally:
         leases.let_go(claimed.url.pk)
-    canary.count(state, claimed.reason, claimed.deferred, time.monotonic() - began)
+    canary.count(state, claimed.reason, claimed.deferred, time.monotonic() - began,
+                 pinned=bool(claimed.job.channel))  # fmt: skip
     if state is not None:
         metrics.outcome(claimed.job.pk, state, claimed.reason)
     return state

@@ -297,7 +297,7 @@ def _published_priorities(redis, queue: str = "crawl") -> dict[int, int]:
 
 def test_released_and_republished_urls_carry_the_priority_of_their_depth(redis, pacing):
     """A message lost from the broker is published again with the priority it had, not with
-    its URL's depth (issue 34, item 4)."""
+    its URL's depth."""
     job = make_job(2)
     deep = list(FrontierURL.objects.filter(job=job, depth=1).order_by("id"))
     FrontierURL.objects.filter(pk=deep[0].pk).update(depth=5)

@@ -6,7 +6,8 @@ up through ``CANARY_STEPS`` while it stays healthy, then takes everything.
 Workers count each attempt's outcome per channel (:func:`count`): ok, failed (an error, a
 5xx, a timeout: whether it will be retried or not), ban-detected, parse error, and its
 duration in a histogram; deferrals (politeness, robots) are not attempts and are not
-counted. The counts are kept in memory and added to Redis at most once a second, in
+counted, nor are the URLs of jobs pinned to a channel (only the routed share is compared).
+The counts are kept in memory and added to Redis at most once a second, in
 ``CANARY_SLOT_S`` slots, so they cost the hot path one pipelined call a second per process.
 
 The scheduler leader runs :func:`analyse` every few seconds. A canary with at least
@@ -57,10 +58,14 @@ def kind(state: str | None, reason: str) -> str:
     return "ok" if state in ("done", "skipped") else "failed"
 
 
-def count(state: str | None, reason: str, deferred: bool, seconds: float) -> None:
-    """Count one attempt of this worker's channel (a deferral is not an attempt)."""
+def count(
+    state: str | None, reason: str, deferred: bool, seconds: float, pinned: bool = False
+) -> None:
+    """Count one attempt of this worker's channel (a deferral is not an attempt, and a URL of
+    a job pinned to the channel is no part of the share the weights route to it: an owner
+    cannot feed or starve a canary's analysis by pinning a job to it)."""
     global _flushed
-    if deferred or state is None:
+    if deferred or state is None or pinned:
         return
     latency_bin = next((i for i, b in enumerate(LATENCY_BOUNDS_S) if seconds <= b),
                        len(LATENCY_BOUNDS_S))  # fmt: skip

@@ -8,11 +8,19 @@ reports its version (``CRAWL_VERSION``, default the release) in the worker regis
 every page it stores.
 
 The scheduler routes each URL it releases: to the job's own channel if the job is pinned to
-one, otherwise by the weights (``web.models.Channel``, percentages that add up to 100; none
-set: all to ``main``). A host's URLs go to one channel while the weights stay the same: the
-host's hash picks a bucket of 100, and the channels, in name order, own consecutive ranges of
-buckets as wide as their weights; so a canary at 10% takes the hosts of 10 buckets, and
-raising it to 30% keeps those hosts and adds others.
+one (pinning needs the ``web.pin_crawl_channel`` permission, and a channel whose queue an
+online worker consumes), otherwise by the weights (``web.models.Channel``, percentages that
+add up to 100; none set: all to ``main``). A host's URLs go to one channel while the
+weights stay the same: the host's hash picks a bucket of 100, and the channels, in name
+order, own consecutive ranges of buckets as wide as their weights; so a canary at 10%
+takes the hosts of 10 buckets, and raising it to 30% keeps those hosts and adds others.
+
+Nothing is sent to a channel no online worker consumes (:func:`served`) while another can
+take it: a weighted channel's share goes to the heaviest served channel of the split
+meanwhile (while none is served, a fleet is starting and the weights stand), a pinned job's
+URLs wait in the frontier, and reconcile puts URLs of a channel other than ``main`` without
+workers back in the frontier instead of publishing them again, so that channel's queue does
+not grow.
 
 Changing the weights (``manage.py channel``, the admin) affects what is released from then
 on. What a channel's queue already holds is served by its workers (``promote``: the old
@@ -44,6 +52,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT = "main"
 _cache: tuple[float, dict[str, int]] | None = None
+_served: tuple[float, frozenset[str]] | None = None
 
 
 def mine() -> str:
@@ -89,20 +98,52 @@ def forget() -> None:
 live.on_announce("channels", forget)
 
 
+def served(cached: bool = True) -> frozenset[str]:
+    """Channels whose queue an online crawl worker consumes."""
+    global _served
+    now = time.monotonic()
+    if cached and _served is not None and now - _served[0] < setting("CHANNEL_SERVED_CACHE_S"):
+        return _served[1]
+    wall, base = time.time(), settings.CRAWL_QUEUE
+    consumed = {
+        of_queue(name)
+        for w in registry.workers()
+        if registry.online(w, wall)
+        for name in str(w["queues"]).split(",")
+        if name == base or name.startswith(base + ".")
+    }
+    _served = (now, frozenset(consumed))
+    return _served[1]
+
+
+def unserved_problem(name: str) -> str:
+    """Why a job cannot be pinned to channel ``name`` now ("" if it can)."""
+    if not name or name in served(cached=False):
+        return ""
+    return (f"no online worker consumes channel {name!r} (queue {queue(name)}): start its "
+            f"workers (CRAWL_CHANNEL={name}) first")  # fmt: skip
+
+
 def bucket(host: str) -> int:
     return zlib.crc32(host.encode()) % 100
 
 
 def route(job_channel: str, host: str, split: dict[str, int]) -> str:
-    """The queue a URL of ``host`` goes to (the job's channel if it is pinned to one)."""
+    """The queue a URL of ``host`` goes to (the job's channel if it is pinned to one): by the
+    host's bucket among the weights, or, while that channel has no online worker, the
+    heaviest channel that has."""
     if job_channel:
         return queue(job_channel)
-    point, edge = bucket(host), 0
+    point, edge, chosen = bucket(host), 0, sorted(split)[-1]
     for name in sorted(split):
         edge += split[name]
         if point < edge:
-            return queue(name)
-    return queue(sorted(split)[-1])
+            chosen = name
+            break
+    live = served()
+    if chosen not in live:
+        chosen = max((n for n in split if n in live), key=split.get, default=chosen)
+    return queue(chosen)
 
 
 def queues() -> list[str]:

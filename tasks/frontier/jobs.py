@@ -23,7 +23,7 @@ from tasks import live
 from tasks.content import bodies
 from tasks.defaults import setting
 from tasks.fetch import sessions
-from tasks.frontier import requeue, schedules, transitions, wakeup, webhooks
+from tasks.frontier import channels, requeue, schedules, transitions, wakeup, webhooks
 from tasks.rules.urls import canonicalize
 from web.models import Checkpoint, CrawlJob, FrontierURL, JobState, Page, Review, URLState
 
@@ -55,10 +55,21 @@ def create_job(seeds: list[str], **fields: Any) -> CrawlJob:
         job.full_clean()
     except ValidationError as exc:
         raise _refused(exc) from None
+    check_channel(job.channel)
     with transaction.atomic():  # a schedule beat cannot keep leaves no job behind
         job.save()
         schedules.sync(job)
     return job
+
+
+def check_channel(name: str) -> None:
+    """A job is pinned only to a channel whose workers are online (its queue is read)."""
+    try:
+        problem = channels.unserved_problem(name)
+    except RedisError as exc:
+        problem = f"cannot tell which channels have online workers ({exc})"
+    if problem:
+        raise JobError(f"channel: {problem}", {"channel": [problem]})
 
 
 def _refused(exc: ValidationError) -> JobError:
@@ -87,6 +98,8 @@ def update(job: CrawlJob, **fields: Any) -> list[str]:
         job.full_clean()
     except ValidationError as exc:
         raise _refused(exc) from None
+    if "channel" in changed:
+        check_channel(job.channel)
     if job.webhook_secret != secret:  # made by clean() for a new webhook URL
         changed.append("webhook_secret")
     with transaction.atomic():

@@ -120,6 +120,15 @@ class Pacing:
         self.due: dict[int, tuple[float, float | None]] = {}  # job -> (when read, s to next due)
         # when the slots were read, how many, and how many the read before found
         self.slots_read: list[float] = [-setting("SLOTS_CACHE_S"), 0, 0]
+        self.noted: dict[str, float] = {}  # what was last logged, and when
+
+    def note(self, what: str) -> bool:
+        """Whether to log ``what`` now: once a minute while it lasts."""
+        now = time.monotonic()
+        if now - self.noted.get(what, -60.0) < 60.0:
+            return False
+        self.noted[what] = now
+        return True
 
     def next_due(self, job: CrawlJob) -> float | None:
         """Seconds until the job's next waiting URL is due (None: none waits)."""

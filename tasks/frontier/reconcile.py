@@ -72,8 +72,7 @@ def reconcile() -> int:
     rows = [r for r in map(Stale._make, found) if not waiting or r.id not in waiting][:missing]
     if not rows:
         return 0
-    FrontierURL.objects.filter(pk__in=[r.id for r in rows]).update(scheduled_at=timezone.now())
-    split = channels.weights(cached=False)
+    split, live = channels.weights(cached=False), channels.served(cached=False)
     messages = [
         Message(
             [r.id],
@@ -83,11 +82,23 @@ def reconcile() -> int:
         )
         for r in rows
     ]
-    pairs = list(zip(messages, rows, strict=True))
+    pairs, idle = [], []
+    for message, row in zip(messages, rows, strict=True):
+        target = channels.of_queue(message.queue)
+        rendering = row.error_reason == transitions.RENDER_QUEUED
+        if target == channels.DEFAULT or target in live or rendering:
+            pairs.append((message, row))
+        else:
+            idle.append(row.id)
+    if idle:  # nobody reads that queue: the frontier keeps them, for when its workers are back
+        requeue.requeue_scheduled(idle)
+        log.warning("reconcile: %d scheduled URLs of channels without online workers back in "
+                    "the frontier", len(idle))  # fmt: skip
+    FrontierURL.objects.filter(pk__in=[r.id for _, r in pairs]).update(scheduled_at=timezone.now())
     publish([m for m, r in pairs if r.error_reason != transitions.RENDER_QUEUED])
     publish([m for m, r in pairs if r.error_reason == transitions.RENDER_QUEUED], render=True)
     log.warning("reconcile: re-published %d scheduled URLs whose messages were lost or stuck",
-                len(rows))  # fmt: skip
+                len(pairs))  # fmt: skip
     return len(rows)
 
 

@@ -97,6 +97,8 @@ class _Caps:
         if not self.active:
             return
         fields = [f"h:{h}" for h in hosts] + [f"p:{p}" for p, _ in self.limits]
+        if not fields:
+            return
         values = broker.client().hmget(self.key, fields)
         self.counts = {f: int(v or 0) for f, v in zip(fields, values, strict=True)}
 
@@ -138,8 +140,11 @@ def _max_pages_left(job: CrawlJob) -> int | None:
     return left
 
 
-def _fail_open_hosts(job: CrawlJob, by_host: dict[str, list[Candidate]]) -> None:
-    for host, reason in circuit.open_hosts(job.pk, list(by_host)).items():
+def _fail_open_hosts(
+    job: CrawlJob, by_host: dict[str, list[Candidate]], opened: dict[str, str]
+) -> None:
+    for host in [h for h in by_host if h in opened]:
+        reason = opened[host]
         unreachable = outcomes.HostUnreachable(f"{reason or 'unreachable'} (circuit open)")
         failed = transitions.fail_host(job.pk, host, unreachable)
         log.warning("job=%s host=%s circuit open (%s): %d queued URLs failed", job.pk, host,
@@ -190,8 +195,14 @@ def release(job: CrawlJob, pacing: Pacing, epoch: int | None = None) -> tuple[in
     ends with every host in it paced out, the pass looks again past them). ``pacing`` is the
     calling scheduler's memory of its passes; ``epoch`` its fencing epoch (None: unfenced).
     Returns how many, and in how many seconds the job may have more to release (None: not
-    before new work).
+    before new work). A job pinned to a channel that no online worker consumes releases
+    nothing: its URLs wait in the frontier until the channel's workers are back.
     """
+    if job.channel and job.channel not in channels.served():
+        if pacing.note(f"unserved {job.pk}"):
+            log.warning("job=%s: pinned to channel %s, which no online worker consumes: its URLs "
+                        "wait in the frontier", job.pk, job.channel)  # fmt: skip
+        return 0, setting("CHANNEL_SERVED_CACHE_S")
     outstanding = transitions.count_scheduled(job.pk)
     now, horizon = time.monotonic(), setting("SCHEDULER_HORIZON_S", job)
     size, per_url = pacing.pace_per_slot(job)
@@ -207,9 +218,8 @@ def release(job: CrawlJob, pacing: Pacing, epoch: int | None = None) -> tuple[in
     window = (
         budget * 4 if job.delay > 0 or job.host_concurrency or selection.caps.active else budget
     )
-    if selection.caps.patterns:  # outside the transaction: no user pattern under row locks
-        ahead = _candidates(job, window * 3, sorted(selection.excluded), lock=False)
-        selection.caps.match_ahead(ahead)
+    # Outside the transaction: no user pattern and no Redis call while rows are locked.
+    selection.read_ahead(_candidates(job, window * 3, sorted(selection.excluded), lock=False))
     with transaction.atomic():
         leadership.check_fence(epoch)
         selection.left = _max_pages_left(job)  # first releases allowed; retries not counted
@@ -236,7 +246,12 @@ def release(job: CrawlJob, pacing: Pacing, epoch: int | None = None) -> tuple[in
 
 
 class _Selection:
-    """The URLs one release picks, look after look at the due URLs (inside its transaction)."""
+    """The URLs one release picks, look after look at the due URLs (inside its transaction).
+
+    What Redis knows of the hosts (open circuits, delays and next free slots, cap counts) is
+    read before the transaction, for the hosts of the due URLs seen then (:meth:`read_ahead`):
+    no Redis call waits while rows are locked. A host that shows up only inside the
+    transaction (its URLs became due meanwhile) waits for the next pass."""
 
     def __init__(self, job: CrawlJob, budget: int, now: float, horizon: float, pace: Pace) -> None:
         self.job, self.budget, self.now, self.horizon, self.pace = job, budget, now, horizon, pace
@@ -247,6 +262,18 @@ class _Selection:
         self.taken: dict[str, int] = {}
         self.opens: dict[int, float] = {}  # chosen URL -> seconds until its host's slot
         self.held_back = False  # due URLs wait for a free in-flight place of their host
+        self.opened: dict[str, str] = {}  # host -> the failure that opened its circuit
+        self.delays: dict[str, tuple[float, float]] = {}  # host -> (delay, wait), seconds
+
+    def read_ahead(self, rows: list[Candidate]) -> None:
+        """Read the hosts of ``rows`` from Redis and match their path caps, outside the
+        transaction."""
+        hosts = list({row.host for row in rows})
+        self.opened = circuit.open_hosts(self.job.pk, hosts)
+        self.delays = politeness.host_delays(self.job.pk, hosts, self.job.delay, self.job)
+        self.caps.load(set(hosts))
+        if self.caps.patterns:
+            self.caps.match_ahead(rows)
 
     @property
     def full(self) -> bool:
@@ -257,11 +284,13 @@ class _Selection:
         job, before = self.job, len(self.chosen)
         by_host: dict[str, list[Candidate]] = {}
         for row in rows:
-            by_host.setdefault(row.host, []).append(row)
-        _fail_open_hosts(job, by_host)
+            if row.host in self.delays:
+                by_host.setdefault(row.host, []).append(row)
+            else:
+                self.held_back = True  # not read ahead: on the next pass
+        _fail_open_hosts(job, by_host, self.opened)
         self.excluded.update(h for h in {r.host for r in rows} if h not in by_host)
-        delays = politeness.host_delays(job.pk, list(by_host), job.delay, job)
-        self.caps.load(set(by_host))
+        delays = self.delays
         capped: dict[str, list[int]] = {}
         while not self.full and by_host:
             for host in list(by_host):

@@ -122,6 +122,15 @@ class CrawlJobForm(forms.ModelForm):
     def clean_seeds(self) -> list[str]:
         return jobs.canonical_seeds(self.cleaned_data["seeds"])
 
+    def clean_channel(self) -> str:
+        name = self.cleaned_data["channel"]
+        if name != self.initial.get("channel", ""):
+            try:
+                jobs.check_channel(name)
+            except jobs.JobError as exc:
+                raise forms.ValidationError(exc.fields["channel"]) from None
+        return name
+
 
 def _progress(counts: dict[str, int]) -> str:
     total = sum(counts.values())
