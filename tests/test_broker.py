@@ -4,6 +4,7 @@ queue depth, taking of queued messages and priorities."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -11,7 +12,7 @@ from django.conf import settings
 from kombu import Connection, Exchange, Producer, Queue
 
 import crawlplatform.celery  # noqa: F401 (installs the guard on kombu's Redis channel)
-from tasks import broker
+from tasks import broker, dispatch
 from tasks.frontier import channels
 from tests.chaos import RabbitServer
 from web import health
@@ -112,3 +113,57 @@ def test_a_redis_channel_keeps_one_client_while_its_pool_lasts():
         second = channel._create_client()
         assert second is not first and second.connection_pool is channel.pool
         assert second.ping()
+
+
+_RELEASE_ON_RABBITMQ = """
+import json, django
+django.setup()
+from kombu import Connection
+from django.conf import settings
+from tasks import broker, dispatch
+from tasks.frontier import jobs, reconcile, release, transitions
+from tasks.frontier.pacing import Pacing
+from web.models import FrontierURL
+
+def drained():
+    found = {}
+    with Connection(settings.CELERY_BROKER_URL) as conn:
+        channel = conn.default_channel
+        while (message := channel.basic_get(queue="crawl", no_ack=True)) is not None:
+            url_id = json.loads(message.body)[0][0]
+            found[url_id] = message.properties["priority"]
+    return found
+
+job = jobs.create_job(["http://127.0.0.1:9/"])
+jobs.start(job)
+transitions.insert_urls(job.pk, ["http://127.0.0.1:9/a", "http://127.0.0.1:9/b"], depth=1)
+a, b = FrontierURL.objects.filter(job=job, depth=1).order_by("id")
+FrontierURL.objects.filter(pk=a.pk).update(depth=5)
+FrontierURL.objects.filter(pk=b.pk).update(depth=30)
+depths = dict(FrontierURL.objects.filter(job=job).values_list("id", "depth"))
+released = release.release(job, Pacing())[0]
+first = drained()  # taken, never acknowledged by a worker: as good as lost
+republished = reconcile.reconcile()
+print(json.dumps({"depths": depths, "released": released, "republished": republished,
+                  "first": first, "again": drained(), "amqp": broker.is_amqp()}))
+"""
+
+
+@pytest.mark.django_db(transaction=True)
+def test_released_and_republished_urls_keep_their_priority_on_rabbitmq(rabbitmq, worker_env):
+    """At depth 0, 5 and 30 a URL's message carries the priority release gives it
+    (``dispatch.priority``), written as RabbitMQ's (highest first), when it is released and
+    when reconcile publishes it again; never its depth."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, **worker_env, "CELERY_BROKER_URL": rabbitmq,
+           "CRAWL_AMQP_QUEUE_TYPE": "classic", "CRAWL_SCHEDULED_STALE_S": "0"}  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", _RELEASE_ON_RABBITMQ], env=env, timeout=120,
+                          capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["amqp"] and found["released"] == found["republished"] == 3
+    expected = {i: 9 - dispatch.priority(depth, 0) for i, depth in found["depths"].items()}
+    assert sorted(expected.values()) == [0, 4, 9]  # depth 30, 5, 0
+    assert found["first"] == found["again"] == expected
