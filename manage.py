@@ -23,7 +23,13 @@ def main() -> None:
             gc.enable()
             return command
 
-    Utility(sys.argv).execute()
+    utility = Utility(sys.argv)
+    import django
+
+    django.setup()
+    from web.management.unreachable import explained
+
+    explained(utility.execute, sys.argv[1] if len(sys.argv) > 1 else "")
 
 
 if __name__ == "__main__":

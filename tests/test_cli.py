@@ -173,3 +173,81 @@ def test_a_command_runs_with_the_collector_on_and_its_start_up_frozen(worker_env
     enabled, frozen = done.stdout.split()
     assert enabled == "True", done.stderr
     assert int(frozen) > 10_000  # Django's, Celery's and the platform's modules
+
+
+COMMANDS = [
+    ["channel", "status"], ["config", "list"], ["config", "set", "USER_AGENT", "x/1"],
+    ["review", "list"], ["job", "status", "1"], ["get", "job", "x"], ["export", "1", "-o", "-"],
+    ["seed", "1", "-"], ["apply", "-f", "-"], ["crawl", "http://127.0.0.1:9/"],
+]  # fmt: skip
+
+
+SPEC = """apiVersion: crawlplatform/v1
+kind: CrawlJob
+metadata: {name: docs}
+spec: {seeds: ["http://127.0.0.1:9/docs/"]}
+"""
+
+
+def _one_line(env: dict, command: list[str]) -> str:
+    done = subprocess.run([sys.executable, "manage.py", *command], cwd=settings.BASE_DIR, env=env,
+                          input=SPEC, capture_output=True, text=True, timeout=60)  # fmt: skip
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode != 0 and len(lines) == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c))
+def test_a_command_with_nothing_reachable_says_so_in_one_line(worker_env, command):
+    env = {**worker_env, "DATABASE_URL": "postgres://crawl:s3cret@127.0.0.1:1/crawl",
+           "REDIS_URL": "redis://:s3cret@127.0.0.1:1/0"}  # fmt: skip
+    line = _one_line(env, command)
+    assert line.startswith(f"manage.py {command[0]}: ")
+    assert "127.0.0.1:1" in line and "s3cret" not in line
+
+
+@pytest.mark.parametrize("command", [["channel", "status"], ["crawl", "http://127.0.0.1:9/"]],
+                         ids=" ".join)  # fmt: skip
+def test_a_command_without_redis_names_it_and_what_to_do(worker_env, command):
+    line = _one_line({**worker_env, "REDIS_URL": "redis://:s3cret@127.0.0.1:1/0"}, command)
+    assert "no Redis at redis://:***@127.0.0.1:1/0" in line and "REDIS_URL" in line
+
+
+def _run(env: dict, *command: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "manage.py", *command], cwd=settings.BASE_DIR, env=env,
+                          input="", capture_output=True, text=True, timeout=60)  # fmt: skip
+
+
+def test_jobs_are_listed_and_named_like_kubectl_names_things(worker_env):
+    from django.contrib.auth.models import User
+
+    alice = User.objects.create_user("alice")
+    docs = jobs.create_job(["http://127.0.0.1:9/docs/"], name="docs", owner=alice)
+    jobs.start(docs)
+    jobs.create_job(["http://127.0.0.1:9/shop/"], name="shop")
+    table = _run(worker_env, "get", "jobs").stdout.splitlines()
+    assert table[0].split() == ["ID", "NAME", "STATE", "PROGRESS", "PAGES/S", "AGE", "OWNER"]
+    assert [line.split()[1] for line in table[1:]] == ["shop", "docs"]  # newest first
+    listed = json.loads(_run(worker_env, "get", "jobs", "-o", "json", "--owner", "alice").stdout)
+    assert [(j["name"], j["state"], j["progress"]) for j in listed] == [("docs", "running", "0/1")]
+    assert json.loads(_run(worker_env, "get", "jobs", "-o", "json", "--state", "draft").stdout)[0][
+        "name"] == "shop"  # fmt: skip
+    wide = _run(worker_env, "get", "jobs", "-o", "wide").stdout.splitlines()[0]
+    assert "CHANNEL" in wide and "PRIORITY" in wide
+    assert "not one of" in _run(worker_env, "get", "jobs", "-o", "xml").stderr
+
+    by_name = _run(worker_env, "job", "status", "docs")
+    assert by_name.returncode == 0 and f"job {docs.pk} (docs): running" in by_name.stdout
+    assert f"job {docs.pk} (docs)" in _run(worker_env, "job", "status", str(docs.pk)).stdout
+    assert "no job named 'nope'" in _run(worker_env, "job", "status", "nope").stderr
+    assert _run(worker_env, "export", "docs", "-o", "-", "--format", "jsonl").returncode == 0
+
+    dropped = _run(worker_env, "review", "drop")
+    assert dropped.returncode != 0 and "--all" in dropped.stderr
+    assert _run(worker_env, "review", "drop", "--job", "docs").returncode == 0
+    refused = _run(worker_env, "job", "delete", "docs")  # no terminal to ask: refused
+    assert refused.returncode != 0 and "--yes" in refused.stderr
+    assert CrawlJob.objects.filter(pk=docs.pk).exists()
+    assert _run(worker_env, "job", "delete", "docs", "--yes").returncode == 0
+    assert not CrawlJob.objects.filter(pk=docs.pk).exists()

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from django.apps import apps
+from django.conf import settings
 from django.core.management.base import CommandError, OutputWrapper
 from django.db import DatabaseError, connection
 from django.db.migrations.loader import MigrationLoader
@@ -83,6 +84,41 @@ def allowed_networks(cidrs: list[str]) -> dict:
         return {}
     from_env = os.environ.get("CRAWL_ALLOWED_NETWORKS", "")
     return {"ALLOWED_NETWORKS": ",".join(c for c in [from_env, *cidrs] if c)}
+
+
+def job_named(ref: str) -> CrawlJob:
+    """The job ``ref`` names: its name, or its id (a name that is all digits wins over an id)."""
+    found = list(CrawlJob.objects.filter(name=ref)[:2])
+    if not found and ref.isdigit():
+        found = list(CrawlJob.objects.filter(pk=int(ref)))
+    if not found:
+        raise CommandError(f"no job named {ref!r} (list them with: manage.py get jobs)")
+    if len(found) > 1:
+        raise CommandError(f"several jobs are named {ref!r}: give the id (manage.py get jobs)")
+    return found[0]
+
+
+def confirm(action: str, yes: bool) -> None:
+    """Go on with ``action`` only if ``yes`` was given or a person at the terminal says so."""
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        raise CommandError(f"this would {action}: add --yes to do it without a question")
+    answer = input(f"{action[0].upper()}{action[1:]}? [y/N] ").strip().lower()
+    if answer not in ("y", "yes"):
+        raise CommandError("nothing done")
+
+
+def reachable() -> None:
+    """Redis and the broker answer (their errors say which does not, before a job is made)."""
+    from kombu import Connection
+
+    from tasks.broker import client, is_amqp
+
+    client().ping()
+    if is_amqp():
+        with Connection(settings.CELERY_BROKER_URL, connect_timeout=5) as conn:
+            conn.ensure_connection(max_retries=1)
 
 
 def migrated() -> bool:

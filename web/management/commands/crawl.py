@@ -199,6 +199,8 @@ class Command(BaseCommand):
         if embedded is not None:
             embedded.start()
         try:
+            if embedded is None:
+                crawling.reachable()
             if not crawling.migrated():
                 call_command("migrate", verbosity=0, interactive=False)
             job = self._job(opts, fresh_broker=embedded is not None)

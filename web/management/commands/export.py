@@ -14,23 +14,21 @@ import time
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from web import export
-from web.models import CrawlJob
+from web.management import crawling
 
 
 class Command(BaseCommand):
     help = "Export a job's results as JSON Lines, CSV or WARC 1.1."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("job", type=int, metavar="JOB", help="the job's id")
+        parser.add_argument("job", metavar="JOB", help="the job's name or id")
         parser.add_argument("--format", choices=export.FORMATS, default=None,
                             help="default: from the output's name")  # fmt: skip
         parser.add_argument("--output", "-o", required=True, metavar="FILE",
                             help="where to write (-: standard output; .gz compresses)")  # fmt: skip
 
     def handle(self, *args, **opts) -> None:
-        job = CrawlJob.objects.filter(pk=opts["job"]).first()
-        if job is None:
-            raise CommandError(f"no job {opts['job']}")
+        job = crawling.job_named(opts["job"])
         target = opts["output"]
         try:
             fmt = opts["format"] or export.format_of(target)

@@ -1,18 +1,19 @@
-"""``python manage.py job pause|resume|cancel|recrawl|status|delete JOB_ID``: control a job
-from the shell.
+"""``python manage.py job pause|resume|cancel|recrawl|status|delete JOB``: control a job
+from the shell (``JOB``: its name or id).
 
 Each action is safe to repeat and safe while workers come and go; it says what it did.
-``delete`` removes the job, its rows (in batches) and its stored bodies.
+``delete`` removes the job, its rows (in batches) and its stored bodies, once confirmed (or
+with ``--yes``).
 """
 
 from __future__ import annotations
 
 import json
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import BaseCommand, CommandParser
 
 from tasks.frontier import jobs
-from web.models import CrawlJob
+from web.management import crawling
 
 ACTIONS = {"pause": jobs.pause, "resume": jobs.resume, "cancel": jobs.cancel,
            "recrawl": jobs.recrawl}  # fmt: skip
@@ -23,14 +24,16 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("action", choices=[*ACTIONS, "status", "delete"])
-        parser.add_argument("job_id", type=int)
+        parser.add_argument("job", metavar="JOB", help="the job's name or id")
+        parser.add_argument("--yes", "-y", action="store_true",
+                            help="delete without asking (default: ask on a terminal)")  # fmt: skip
 
     def handle(self, *args, **opts) -> None:
-        job = CrawlJob.objects.filter(pk=opts["job_id"]).first()
-        if job is None:
-            raise CommandError(f"no job {opts['job_id']}")
+        job = crawling.job_named(opts["job"])
         action = opts["action"]
         if action == "delete":
+            what = f"job {job.pk} ({job.name}) with its {sum(jobs.counts(job.pk).values())} URLs"
+            crawling.confirm(f"delete {what}, its pages and stored bodies", opts["yes"])
             removed = jobs.delete(job.pk)
             self.stdout.write(f"job {job.pk} ({job.name}) deleted, with {removed} stored bodies")
             return

@@ -1,8 +1,11 @@
-"""``python manage.py review list|requeue|drop [--job ID] [--host HOST]``: the review queue.
+"""``python manage.py review list|requeue|drop [--job JOB] [--host HOST] [--all]``: the review
+queue.
 
 ``list`` shows parked URLs with their host, reason, ladder level and last status; ``requeue``
 puts them back for new attempts (after a person solved the challenge; ``--cookies "a=1; b=2"``
 first puts a browser's cookies into the host's jar), ``drop`` fails them with their reason.
+``requeue`` and ``drop`` act on what ``--job`` and ``--host`` select; every parked URL of every
+job only with ``--all``.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from tasks.frontier import review
-from web.models import CrawlJob
+from web.management import crawling
 
 
 class Command(BaseCommand):
@@ -18,8 +21,12 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("action", choices=["list", "requeue", "drop"])
-        parser.add_argument("--job", type=int, default=None, metavar="ID")
-        parser.add_argument("--host", default=None, metavar="HOST[:PORT]")
+        parser.add_argument("--job", default=None, metavar="JOB",
+                            help="only this job's URLs (its name or id)")  # fmt: skip
+        parser.add_argument("--host", default=None, metavar="HOST[:PORT]",
+                            help="only this host's URLs")  # fmt: skip
+        parser.add_argument("--all", action="store_true",
+                            help="requeue or drop every parked URL of every job")  # fmt: skip
         parser.add_argument(
             "--cookies",
             default=None,
@@ -28,8 +35,11 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, **opts) -> None:
-        rows = review.parked(opts["job"], opts["host"])
+        job = crawling.job_named(opts["job"]) if opts["job"] is not None else None
+        rows = review.parked(job.pk if job else None, opts["host"])
         action = opts["action"]
+        if action != "list" and job is None and not opts["host"] and not opts["all"]:
+            raise CommandError(f"{action} what? Give --job, --host, or --all for every parked URL")
         if action == "list":
             for item in review.items(rows).order_by("url_id")[:1000]:
                 self.stdout.write(
@@ -39,9 +49,8 @@ class Command(BaseCommand):
             self.stdout.write(f"{rows.count()} URLs need review")
             return
         if action == "requeue" and opts["cookies"]:
-            if opts["job"] is None or not opts["host"]:
+            if job is None or not opts["host"]:
                 raise CommandError("--cookies needs --job and --host")
-            job = CrawlJob.objects.get(pk=opts["job"])
             version = review.put_cookies(job, opts["host"], opts["cookies"])
             self.stdout.write(f"cookies put into {opts['host']}'s jar (version {version})")
         n = review.requeue(rows) if action == "requeue" else review.drop(rows)

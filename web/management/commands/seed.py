@@ -1,4 +1,5 @@
-"""``python manage.py seed JOB_ID FILE``: add a file of URLs to a job's frontier.
+"""``python manage.py seed JOB FILE``: add a file of URLs to a job's frontier (``JOB``: its
+name or id).
 
 One URL per line ('-' reads standard input, ``.gz`` is decompressed). Streams in chunks, so a
 file of millions of URLs seeds in bounded memory; each chunk commits on its own, and running
@@ -13,14 +14,15 @@ import time
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from tasks.frontier import jobs, seeding
-from web.models import TERMINAL_STATES, CrawlJob, JobState
+from web.management import crawling
+from web.models import TERMINAL_STATES, JobState
 
 
 class Command(BaseCommand):
-    help = "Add the URLs of FILE (one per line; '-' for stdin) to job JOB_ID's frontier."
+    help = "Add the URLs of FILE (one per line; '-' for stdin) to job JOB's frontier."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("job_id", type=int)
+        parser.add_argument("job", metavar="JOB", help="the job's name or id")
         parser.add_argument("file", metavar="FILE")
         parser.add_argument(
             "--no-start", action="store_true", help="leave a draft job in draft after seeding"
@@ -30,9 +32,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, **opts) -> None:
-        job = CrawlJob.objects.filter(pk=opts["job_id"]).first()
-        if job is None:
-            raise CommandError(f"no job {opts['job_id']}")
+        job = crawling.job_named(opts["job"])
         if job.state in TERMINAL_STATES:
             raise CommandError(f"job {job.pk} is {job.state}: seeds would never be fetched")
         try:
