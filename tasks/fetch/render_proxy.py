@@ -80,8 +80,8 @@ class Door:
         self._lock = threading.Lock()
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.door = self
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name="render-door", daemon=True
+        self._thread = threading.Thread(  # polls every 50 ms: close() waits for the poll
+            target=self._server.serve_forever, args=(0.05,), name="render-door", daemon=True
         )
         self._thread.start()
 
@@ -200,7 +200,7 @@ class _Handler(socketserver.BaseRequestHandler):
                     _answer(client, 403, _NO_WORKERS)
                     return
             try:
-                upstream, absolute = _open(door.policy, host.lower(), port)
+                upstream, absolute = _open(door.policy, host.lower(), port, method != "CONNECT")
             except Refused as exc:
                 door.policy.refused.append(Refusal(host.lower(), port, exc.kind, str(exc)))
                 _answer(client, 403 if exc.kind == "blocked" else 502, str(exc))
@@ -276,10 +276,10 @@ def _connect(host: str, port: int, policy: Policy) -> socket.socket:
     return sock
 
 
-def _open(policy: Policy, host: str, port: int) -> tuple[socket.socket, bool]:
+def _open(policy: Policy, host: str, port: int, plain: bool) -> tuple[socket.socket, bool]:
     """A connection that carries the browser's bytes to ``host:port`` (direct, or a tunnel
-    through the job's proxy), and whether requests on it take the absolute form (to an
-    HTTP proxy that forwards them)."""
+    through the job's proxy), and whether requests on it take the absolute form (``plain``
+    HTTP, to an HTTP proxy that forwards it)."""
     if policy.refuse_all:
         raise Refused("blocked", "no render is in progress")
     if not policy.upstream:
@@ -297,8 +297,8 @@ def _open(policy: Policy, host: str, port: int) -> tuple[socket.socket, bool]:
             return sock, False
         if proxy.scheme == "https":
             sock = ssl.create_default_context().wrap_socket(sock, server_hostname=proxy.hostname)
-        if port == 80:
-            return sock, True  # plain HTTP: the proxy forwards it (many refuse CONNECT to 80)
+        if plain:
+            return sock, True  # the proxy forwards plain HTTP (many refuse CONNECT but to 443)
         sock.sendall(
             f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n".encode()
             + (_proxy_auth(policy.upstream) + b"\r\n" if proxy.username else b"")
