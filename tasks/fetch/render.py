@@ -135,9 +135,9 @@ def _render(url, user_agent, limits, allow, in_scope, visitor) -> fetching.Respo
             return _render_through(door, url, user_agent, limits, in_scope, visitor)
         finally:
             if door.refused:
-                log.info("render %s: refused %s", url[:200], "; ".join(
-                    proxy_urls.redact(f"{r.host}:{r.port}: {r.reason}")[:300] for r in door.refused
-                ))  # fmt: skip
+                refused = dict.fromkeys(f"{r.host}:{r.port}: {r.reason}" for r in door.refused)
+                log.info("render %s: refused %s", url[:200],
+                         "; ".join(proxy_urls.redact(r)[:300] for r in refused))  # fmt: skip
 
 
 def _outcome_of(refusal: render_proxy.Refusal) -> outcomes.CrawlOutcome:
