@@ -211,8 +211,10 @@ def test_a_service_worker_is_not_registered():
     assert not any(path.startswith("/sw.js") for path in site.served)
 
 
-def test_webrtc_sends_nothing_around_the_door(forbidden):
+def test_webrtc_and_webtransport_send_nothing_around_the_door(forbidden):
     script = (
+        f"try {{ new WebTransport('https://127.0.0.1:{forbidden.udp_port}/').ready"
+        ".catch(() => null); } catch (e) {}"
         "const pc = new RTCPeerConnection("
         f"{{iceServers: [{{urls: 'stun:127.0.0.1:{forbidden.udp_port}'}}]}});"
         "pc.createDataChannel('x');"
