@@ -283,6 +283,13 @@ def test_the_door_refuses_a_service_worker_s_script_it_can_read():
     assert [r.reason for r in door.refused] == ["service workers are blocked"]
 
 
+def test_only_web_urls_are_rendered(tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("a file of the worker's machine")
+    with pytest.raises(outcomes.InvalidURL, match="only http and https"):
+        fetch(secret.as_uri())
+
+
 def test_the_sandbox_is_on_unless_the_operator_turns_it_off(monkeypatch):
     monkeypatch.setenv("CRAWL_RENDER_NO_SANDBOX", "false")
     options = render.launch_options("http://127.0.0.1:9")

@@ -126,6 +126,8 @@ def fetch(
 
 
 def _render(url, user_agent, limits, allow, in_scope, visitor) -> fetching.Response:
+    if urlsplit(url).scheme not in ("http", "https"):  # a file: URL would read this machine
+        raise outcomes.InvalidURL(f"only http and https URLs are rendered, not {url[:200]!r}")
     policy = render_proxy.Policy(
         allow=allow, upstream=visitor.proxy,
         timeout=max(limits.connect_timeout, limits.read_timeout),
