@@ -97,6 +97,9 @@ LADDER_MAX_LEVEL = 4  # 0 normal, 1 back off, 2 rotate identity, 3 render, 4 par
 REVIEW_BODY_CHARS = 256 << 10  # of a parked URL's last answer, kept for the person reviewing it
 CHROMIUM_PATH = "/usr/bin/chromium"  # the browser render workers drive (Debian's package)
 RENDER_CONCURRENCY = 2  # pages a render worker (manage.py crawl starts one) renders at once
+# true: Chromium runs without its sandbox. Only where the container cannot give it one (its
+# user namespaces, or a worker running as root); docs/operations.md, "Security"
+RENDER_NO_SANDBOX = False
 
 # Circuit breaker (per job and host; see tasks/fetch/circuit.py)
 CIRCUIT_FAILURES = 3  # consecutive host-level failures (refused, DNS, TLS, connect timeout) ...
@@ -211,7 +214,7 @@ RESTART_ONLY = frozenset({
     "TASK_SOFT_TIME_LIMIT_S", "TASK_TIME_LIMIT_S", "VISIBILITY_TIMEOUT_S",
     "UNACKED_RESTORE_INTERVAL_S", "HEARTBEAT_INTERVAL_S", "HEARTBEAT_FILE", "READY_FILE",
     "SCHEDULER_HEARTBEAT_FILE", "WORKER_METRICS_PORT", "RENDER_CONCURRENCY", "LINK_CACHE_SIZE",
-    "WORKER_LOOP_TICK_S", "POOL_HOSTS", "POOL_PER_HOST",
+    "WORKER_LOOP_TICK_S", "POOL_HOSTS", "POOL_PER_HOST", "RENDER_NO_SANDBOX",
 })  # fmt: skip
 _SETTING_TYPES = bool | int | float | str
 live: dict[str, Any] = {}  # live values in force in this process (tasks/live.py keeps them)

@@ -2,7 +2,13 @@
 redelivery happen in seconds (the nesting of ``tasks/defaults.py`` still holds), and the
 loopback network the test sites live on allowed past the address guard."""
 
-LOCAL = {"CRAWL_ALLOWED_NETWORKS": "127.0.0.0/8"}
+import os
+
+LOCAL = {
+    "CRAWL_ALLOWED_NETWORKS": "127.0.0.0/8",
+    # Chromium's sandbox does not run as root (CI runs as root); elsewhere it stays on.
+    **({"CRAWL_RENDER_NO_SANDBOX": "true"} if os.geteuid() == 0 else {}),
+}
 
 FAST = {
     **LOCAL,

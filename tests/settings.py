@@ -8,6 +8,8 @@ import os
 import tempfile
 
 os.environ.setdefault("CRAWL_ALLOWED_NETWORKS", "127.0.0.0/8")  # the test sites are local
+if os.geteuid() == 0:  # Chromium's sandbox does not run as root (CI runs as root)
+    os.environ.setdefault("CRAWL_RENDER_NO_SANDBOX", "true")
 os.environ.setdefault(
     "CRAWL_DATA_DIR", os.path.join(tempfile.gettempdir(), f"crawlplatform-tests-{os.getuid()}")
 )

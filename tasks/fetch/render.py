@@ -1,18 +1,26 @@
 """The render step: a page fetched by headless Chromium, for sites that block plain clients and
 pages whose content and links need JavaScript.
 
-Reads ``CHROMIUM_PATH`` and the fetch settings (deadline, size cap).
+Reads ``CHROMIUM_PATH``, ``RENDER_NO_SANDBOX`` and the fetch settings (timeouts, deadline, size
+cap).
 
 Runs in render workers only (``celery ... worker --queues render``), with Playwright for
 Python (``requirements-render.txt``) driving the system's Chromium (Debian's ``chromium``
 package: the package registries cannot deliver Playwright's own browser builds). One browser
 per worker process, started on first use in a thread of its own; one context per page, with
-the identity's user agent, proxy, extra headers and cookies, so the session is the same one
-plain fetches use.
-Every request the page makes passes the address guard (our own resolution of its host:
-Chromium resolves again to connect). The rendered DOM is returned as the body, so links come
-from what JavaScript built; a screenshot is kept for review. Without Playwright or Chromium
-the step says so (:func:`unavailable`) and the URL goes to review instead.
+the identity's user agent, extra headers and cookies, so the session is the same one plain
+fetches use.
+
+The browser has one door: every request of a page's context (navigation, each redirect hop,
+subresources, WebSockets, workers) goes through a forward proxy of ours for that page
+(``render_proxy.py``), which resolves each host once, applies the address guard with the job's
+policy and connects to the address it checked, chaining to the identity's proxy if it has
+one. Chromium itself resolves no name (``--host-resolver-rules``), loopback goes through the
+proxy too (``<-loopback>``), WebRTC sends nothing outside it, service workers are blocked, and
+its sandbox is on unless the operator sets ``RENDER_NO_SANDBOX``. The rendered DOM is returned
+as the body, so links come from what JavaScript built; a screenshot is kept for review.
+Without Playwright or Chromium the step says so (:func:`unavailable`) and the URL goes to
+review instead.
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
 
 from tasks.defaults import setting
-from tasks.fetch import fetching, outcomes, transport
+from tasks.fetch import fetching, outcomes, render_proxy
 from tasks.rules import guard, proxy_urls
 
 log = logging.getLogger(__name__)
@@ -33,11 +41,19 @@ _local = threading.local()
 _lock = threading.Lock()
 _executor: ThreadPoolExecutor | None = None  # the browser's own thread (made after a fork)
 _ARGS = [
-    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+    "--headless=new", "--disable-gpu", "--disable-dev-shm-usage",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
     "--no-first-run", "--disable-quic",
-    "--proxy-bypass-list=<-loopback>",  # a job's proxy carries every request, loopback too
+    # Chromium resolves no name itself: through a proxy it never needs to, and a name it
+    # resolved would be one the guard did not see (127.0.0.1 is where our proxies listen).
+    "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
+    "--proxy-bypass-list=<-loopback>",  # loopback goes through the proxy like the rest
+    "--webrtc-ip-handling-policy=disable_non_proxied_udp",  # WebRTC: proxied TCP only
 ]  # fmt: skip
+_SANDBOX_AS_ROOT = (
+    "Chromium's sandbox does not run as root: run the render worker as another user, or set "
+    "CRAWL_RENDER_NO_SANDBOX=true (docs/operations.md, Security)"
+)
 
 
 def unavailable() -> str:
@@ -49,7 +65,19 @@ def unavailable() -> str:
         import playwright.sync_api  # noqa: F401
     except ImportError:
         return "Playwright is not installed (pip install -r requirements-render.txt)"
+    if os.geteuid() == 0 and not setting("RENDER_NO_SANDBOX"):
+        return _SANDBOX_AS_ROOT
     return ""
+
+
+def launch_options(closed_door: str) -> dict:
+    """Playwright's launch options for the render browser. ``closed_door``: the proxy of any
+    context that was not given its own (one that refuses everything)."""
+    return {
+        "executable_path": setting("CHROMIUM_PATH"),
+        "args": [*_ARGS, f"--proxy-server={closed_door}"],
+        "chromium_sandbox": not setting("RENDER_NO_SANDBOX"),  # Playwright's default is off
+    }
 
 
 def _browser():
@@ -57,9 +85,11 @@ def _browser():
     if browser is None or not browser.is_connected():
         from playwright.sync_api import sync_playwright
 
+        if getattr(_local, "closed_door", None) is None:
+            _local.closed_door = render_proxy.Door(render_proxy.Policy(refuse_all=True))
         _local.playwright = sync_playwright().start()
         browser = _local.browser = _local.playwright.chromium.launch(
-            executable_path=setting("CHROMIUM_PATH"), args=_ARGS
+            **launch_options(_local.closed_door.url)
         )
     return browser
 
@@ -71,19 +101,6 @@ def _cookies(visitor: fetching.Visitor, url: str) -> list[dict]:
          "path": c.path or "/", "secure": bool(c.secure)}
         for c in visitor.cookies
     ]  # fmt: skip
-
-
-def _guarded(allow: tuple[guard.Network, ...]):
-    def route(r) -> None:
-        try:
-            transport.check_target(r.request.url, allow)
-        except guard.BlockedAddress as exc:
-            log.info("render: blocked %s: %s", r.request.url[:200], exc)
-            r.abort("blockedbyclient")
-            return
-        r.continue_()
-
-    return route
 
 
 def fetch(
@@ -109,30 +126,49 @@ def fetch(
 
 
 def _render(url, user_agent, limits, allow, in_scope, visitor) -> fetching.Response:
+    if urlsplit(url).scheme not in ("http", "https"):  # a file: URL would read this machine
+        raise outcomes.InvalidURL(f"only http and https URLs are rendered, not {url[:200]!r}")
+    policy = render_proxy.Policy(
+        allow=allow, upstream=visitor.proxy,
+        timeout=max(limits.connect_timeout, limits.read_timeout),
+    )  # fmt: skip
+    with render_proxy.Door(policy) as door:
+        try:
+            return _render_through(door, url, user_agent, limits, in_scope, visitor)
+        finally:
+            if door.refused:
+                refused = dict.fromkeys(f"{r.host}:{r.port}: {r.reason}" for r in door.refused)
+                log.info("render %s: refused %s", url[:200],
+                         "; ".join(proxy_urls.redact(r)[:300] for r in refused))  # fmt: skip
+
+
+def _outcome_of(refusal: render_proxy.Refusal) -> outcomes.CrawlOutcome:
+    kinds = {"blocked": outcomes.BlockedAddress, "unresolved": outcomes.DNSFailure,
+             "unreachable": outcomes.ConnectFailed, "proxy": outcomes.ProxyFailed}  # fmt: skip
+    return kinds[refusal.kind](proxy_urls.redact(refusal.reason)[:400])
+
+
+def _render_through(door, url, user_agent, limits, in_scope, visitor) -> fetching.Response:
     from playwright.sync_api import Error as PlaywrightError
 
-    try:
-        transport.check_target(url, allow)
-    except guard.BlockedAddress as exc:
-        raise outcomes.BlockedAddress(str(exc)) from None
     started = time.monotonic()
     options = {"user_agent": user_agent, "extra_http_headers": visitor.headers or None}
-    if visitor.proxy:
-        parts = urlsplit(visitor.proxy)
-        options["proxy"] = {
-            "server": f"{parts.scheme}://{parts.hostname}:{parts.port}",
-            "username": parts.username or "",
-            "password": parts.password or "",
-        }
-    context = _browser().new_context(**{k: v for k, v in options.items() if v})
+    context = _browser().new_context(
+        proxy={"server": door.url}, service_workers="block",
+        **{k: v for k, v in options.items() if v},
+    )  # fmt: skip
     try:
         if visitor.cookies:
             context.add_cookies(_cookies(visitor, url))
-        context.route("**/*", _guarded(allow))
         page = context.new_page()
+        hops: list[str] = []  # the main frame's navigations, each redirect hop included
+        page.on("request", lambda r: hops.append(r.url) if (
+            r.is_navigation_request() and r.frame == page.main_frame) else None)  # fmt: skip
         try:
             answer = page.goto(url, timeout=limits.deadline * 1000, wait_until="networkidle")
         except PlaywrightError as exc:
+            if (refusal := door.refusal_for(hops[-1] if hops else url)) is not None:
+                raise _outcome_of(refusal) from None
             if "Timeout" in str(exc):
                 raise outcomes.DeadlineExceeded(
                     f"not rendered after {limits.deadline:g} s"
@@ -141,6 +177,10 @@ def _render(url, user_agent, limits, allow, in_scope, visitor) -> fetching.Respo
             raise outcomes.ProtocolError(f"render failed: {why}") from None
         if answer is None:
             raise outcomes.ProtocolError("render: no answer")
+        if (refusal := door.refusal_for(answer.url)) is not None:
+            raise _outcome_of(refusal)
+        if (left := next((hop for hop in hops if not in_scope(hop)), None)) is not None:
+            raise outcomes.OutOfScope(f"rendering left the job's scope for {left}")
         if not in_scope(page.url):
             raise outcomes.OutOfScope(f"rendering left the job's scope for {page.url}")
         failure = outcomes.from_status(answer.status, None)
@@ -156,7 +196,7 @@ def _render(url, user_agent, limits, allow, in_scope, visitor) -> fetching.Respo
             url=url, final_url=page.url, status=answer.status, content_type="text/html",
             content_type_header="text/html; charset=utf-8", body=body,
             truncated=len(body) >= limits.max_bytes, elapsed=time.monotonic() - started,
-            headers=answer.headers, screenshot=screenshot,
+            redirects=hops[1:], headers=answer.headers, screenshot=screenshot,
         )  # fmt: skip
         return response
     finally:
