@@ -289,3 +289,25 @@ def test_compose_runs_rabbitmq_as_a_profile_and_passes_the_broker_url_to_every_r
     assert "management" in services["rabbitmq"]["image"]
     for name in ("web", "worker", "worker-green", "render", "scheduler", "beat", "flower"):
         assert "CELERY_BROKER_URL" in services[name]["environment"], name
+
+
+def test_no_image_is_left_to_a_moving_tag():
+    """Images are pinned to versions everywhere (kustomizations set the platform's tags)."""
+    for path in [*K8S.rglob("*.yaml"), ROOT / "docker-compose.yml"]:
+        text = path.read_text()
+        assert not re.search(r"newTag:\s*latest|image:\s*\S+:latest\b", text), path
+
+
+def test_the_compose_env_helper_fills_every_secret_compose_requires():
+    required = set(re.findall(r"\$\{(\w+):\?", (ROOT / "docker-compose.yml").read_text()))
+    for local in (False, True):
+        command = ["python3", "deploy/env.py", *(["--local"] if local else [])]
+        made = subprocess.run(command, cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout  # fmt: skip
+        values = dict(line.split("=", 1) for line in made.splitlines()
+                      if "=" in line and not line.startswith("#"))  # fmt: skip
+        assert required and all(len(values.get(name, "")) >= 40 for name in required), required
+        assert values["SECURE_SSL_REDIRECT"] == ("false" if local else "true")
+    again = subprocess.run(["python3", "deploy/env.py"], cwd=ROOT, capture_output=True,
+                           text=True, check=True).stdout  # fmt: skip
+    assert again != made  # new secrets each time

@@ -146,3 +146,12 @@ def test_readyz_fails_while_the_database_is_unreachable_and_recovers(client, red
         connection.settings_dict.clear()
         connection.settings_dict.update(saved)
     assert client.get("/readyz").status_code == 200
+
+
+def test_the_root_leads_to_the_dashboard_and_the_api_root_lists_the_api(client):
+    home = client.get("/")
+    assert home.status_code == 302 and home["Location"] == "/dashboard/"
+    root = client.get("/api/")
+    assert root.status_code == 200
+    assert set(root.json()) == {"jobs", "schema", "docs"}
+    assert root.json()["jobs"].endswith("/api/jobs/")

@@ -277,9 +277,24 @@ class JobURLsView(_JobRows):
     filterset_fields = ["state", "error_reason", "depth"]
 
 
+class APIRootView(APIView):
+    """What the API offers: its collections, its OpenAPI schema and its interactive docs."""
+
+    permission_classes: list = []
+
+    @extend_schema(exclude=True)
+    def get(self, request: Request) -> Response:
+        return Response({
+            "jobs": request.build_absolute_uri(reverse("job-list")),
+            "schema": request.build_absolute_uri(reverse("api-schema")),
+            "docs": request.build_absolute_uri(reverse("api-docs")),
+        })  # fmt: skip
+
+
 router = SimpleRouter(use_regex_path=False)
 router.register("jobs", JobViewSet, basename="job")
 urlpatterns = [
+    path("", APIRootView.as_view(), name="api-root"),
     *router.urls,
     path("jobs/<int:job_id>/pages/", JobPagesView.as_view(), name="job-pages"),
     path("jobs/<int:job_id>/urls/", JobURLsView.as_view(), name="job-urls"),
