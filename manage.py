@@ -17,6 +17,20 @@ def main() -> None:
     from django.core.management.base import BaseCommand
 
     class Utility(ManagementUtility):
+        def main_help_text(self, commands_only: bool = False) -> str:
+            """The platform's commands first, in a group of their own, then the others."""
+            text = super().main_help_text(commands_only)
+            if commands_only:
+                return text
+            blocks = text.split("\n\n")
+            ours = [b for b in blocks if "[web]" in b.split("\n", 1)[0]]
+            if not ours:
+                return text
+            platform = ours[0].replace("[web]", "[crawlplatform: crawl, read and operate jobs]")
+            rest = [b for b in blocks if b is not ours[0]]
+            head = next(i for i, b in enumerate(rest) if b.startswith("Available subcommands"))
+            return "\n\n".join([*rest[: head + 1], platform, *rest[head + 1 :]])
+
         def fetch_command(self, subcommand: str) -> BaseCommand:
             command = super().fetch_command(subcommand)
             gc.freeze()

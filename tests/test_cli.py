@@ -243,6 +243,13 @@ def test_jobs_are_listed_and_named_like_kubectl_names_things(worker_env):
     assert "no job named 'nope'" in _run(worker_env, "job", "status", "nope").stderr
     assert _run(worker_env, "export", "docs", "-o", "-", "--format", "jsonl").returncode == 0
 
+    status = json.loads(_run(worker_env, "job", "status", "docs", "-o", "json").stdout)
+    assert (status["name"], status["state"], status["urls"]["queued"]) == ("docs", "running", 1)
+    urls = json.loads(_run(worker_env, "get", "urls", "docs", "-o", "json").stdout)
+    assert [(u["url"], u["state"]) for u in urls] == [("http://127.0.0.1:9/docs/", "queued")]
+    assert _run(worker_env, "get", "urls", "docs", "--state", "done").stdout.count("\n") == 1
+    assert json.loads(_run(worker_env, "get", "pages", "docs", "-o", "json").stdout) == []
+    assert json.loads(_run(worker_env, "review", "list", "-o", "json").stdout) == []
     dropped = _run(worker_env, "review", "drop")
     assert dropped.returncode != 0 and "--all" in dropped.stderr
     assert _run(worker_env, "review", "drop", "--job", "docs").returncode == 0
@@ -251,3 +258,11 @@ def test_jobs_are_listed_and_named_like_kubectl_names_things(worker_env):
     assert CrawlJob.objects.filter(pk=docs.pk).exists()
     assert _run(worker_env, "job", "delete", "docs", "--yes").returncode == 0
     assert not CrawlJob.objects.filter(pk=docs.pk).exists()
+
+
+def test_help_lists_the_platforms_commands_first(worker_env):
+    text = _run(worker_env, "help").stdout
+    groups = [line for line in text.splitlines() if line.startswith("[")]
+    assert groups[0].startswith("[crawlplatform")
+    first = text.split(groups[0], 1)[1].split("\n\n", 1)[0].split()
+    assert {"crawl", "get", "job", "export", "apply", "review"} <= set(first)

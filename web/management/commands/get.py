@@ -1,9 +1,11 @@
-"""``python manage.py get jobs|job|schema``, as kubectl reads a cluster:
+"""``python manage.py get jobs|job|urls|pages|schema``, as kubectl reads a cluster:
 
 - ``get jobs [-o wide|json|yaml] [--state S] [--owner U]``: every job, newest first, with its
   id, name, state, progress (URLs ended of all known), pages per second, age and owner;
 - ``get job NAME|ID [-o yaml|json]``: a job as its spec (which ``apply -f`` takes back
   unchanged);
+- ``get urls JOB [--state S] [--reason R] [-o json]``, ``get pages JOB [-o json]``: a quick
+  look at a job's frontier and pages (the first 1000; ``export`` has every row);
 - ``get schema``: the spec's JSON Schema.
 """
 
@@ -21,7 +23,11 @@ from web.management import crawling
 from web.models import CrawlJob, JobState, URLState
 
 ENDED = [URLState.DONE, URLState.FAILED, URLState.SKIPPED]
-FORMATS = {"jobs": ["table", "wide", "json", "yaml"], "job": ["yaml", "json"], "schema": ["json"]}
+FORMATS = {"jobs": ["table", "wide", "json", "yaml"], "job": ["yaml", "json"],
+           "urls": ["table", "json"], "pages": ["table", "json"], "schema": ["json"]}  # fmt: skip
+URL_FIELDS = ["id", "url", "state", "depth", "attempts", "error_reason", "error_message"]
+PAGE_FIELDS = ["url__url", "status", "title", "content_type", "fetched_at"]
+LIMIT = 1000  # rows ``get urls`` and ``get pages`` show at most (exports have every row)
 
 
 def _age(seconds: float) -> str:
@@ -63,12 +69,14 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("what", choices=list(FORMATS))
-        parser.add_argument("name", nargs="?", help="with job: the job's name or id")
+        parser.add_argument("name", nargs="?", help="job, urls, pages: the job's name or id")
         parser.add_argument("-o", "--output", default=None, metavar="FORMAT",
                             help="jobs: table (default), wide, json or yaml; job: yaml (default) "
                             "or json")  # fmt: skip
-        parser.add_argument("--state", default=None, choices=JobState.values,
-                            help="with jobs: only jobs in this state")  # fmt: skip
+        parser.add_argument("--state", default=None,
+                            help="jobs: only jobs in this state; urls: URLs in it")  # fmt: skip
+        parser.add_argument("--reason", default=None,
+                            help="with urls: only URLs that ended for this reason")  # fmt: skip
         parser.add_argument("--owner", default=None, metavar="USER",
                             help="with jobs: only this user's jobs")  # fmt: skip
 
@@ -80,15 +88,47 @@ class Command(BaseCommand):
         if what == "schema":
             self.stdout.write(json.dumps(specs.schema(), indent=2))
         elif what == "jobs":
+            if opts["state"] and opts["state"] not in JobState.values:
+                raise CommandError(f"--state: one of {', '.join(JobState.values)}")
             self._jobs(job_rows(opts["state"], opts["owner"]), fmt)
+        elif not opts["name"]:
+            raise CommandError(f"get {what}: give the job's name or id")
+        elif what in ("urls", "pages"):
+            self._rows(what, crawling.job_named(opts["name"]), opts, fmt)
         else:
-            if not opts["name"]:
-                raise CommandError("give the job's name or id")
             document = specs.dump(crawling.job_named(opts["name"]))
             if fmt == "json":
                 self.stdout.write(json.dumps(document, indent=2, ensure_ascii=False))
             else:
                 self.stdout.write(specs.to_yaml(document), ending="")
+
+    def _rows(self, what: str, job: CrawlJob, opts: dict, fmt: str) -> None:
+        if what == "urls":
+            found, fields = job.urls.order_by("id"), URL_FIELDS
+            if opts["state"]:
+                found = found.filter(state=opts["state"])
+            if opts["reason"]:
+                found = found.filter(error_reason=opts["reason"])
+        else:
+            found, fields = job.pages.order_by("id"), PAGE_FIELDS
+        rows = [
+            {f.replace("url__", ""): v for f, v in zip(fields, values, strict=True)}
+            for values in found.values_list(*fields)[:LIMIT]
+        ]
+        if fmt == "json":
+            self.stdout.write(json.dumps(rows, indent=2, ensure_ascii=False, default=str))
+            return
+        columns = [c for c in (f.replace("url__", "") for f in fields) if c != "error_message"]
+        self._table(columns, [[str(row[c] if row[c] is not None else "-") for c in columns]
+                              for row in rows])  # fmt: skip
+        if len(rows) == LIMIT:
+            self.stderr.write(f"(the first {LIMIT}; `manage.py export {job.pk}` has every row)")
+
+    def _table(self, columns: list[str], rows: list[list[str]]) -> None:
+        table = [[c.upper().replace("_PER_", "/") for c in columns], *rows]
+        widths = [max(len(line[i]) for line in table) for i in range(len(columns))]
+        for line in table:
+            self.stdout.write("  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)))
 
     def _jobs(self, rows: list[dict], fmt: str) -> None:
         if fmt == "json":
@@ -100,8 +140,4 @@ class Command(BaseCommand):
         columns = ["id", "name", "state", "progress", "pages_per_s", "age", "owner"]
         if fmt == "wide":
             columns += ["seeds", "render", "channel", "priority", "created"]
-        table = [[c.upper().replace("_PER_", "/") for c in columns]]
-        table += [[str(row[c]) for c in columns] for row in rows]
-        widths = [max(len(line[i]) for line in table) for i in range(len(columns))]
-        for line in table:
-            self.stdout.write("  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)))
+        self._table(columns, [[str(row[c]) for c in columns] for row in rows])

@@ -25,6 +25,8 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("action", choices=[*ACTIONS, "status", "delete"])
         parser.add_argument("job", metavar="JOB", help="the job's name or id")
+        parser.add_argument("-o", "--output", choices=["text", "json"], default="text",
+                            help="with status: text (default) or json")  # fmt: skip
         parser.add_argument("--yes", "-y", action="store_true",
                             help="delete without asking (default: ask on a terminal)")  # fmt: skip
 
@@ -44,9 +46,18 @@ class Command(BaseCommand):
             else:
                 self.stdout.write(f"job {job.pk} is {job.state}: nothing to {action}")
         counts = jobs.counts(job.pk)
+        latest = job.checkpoints.order_by("-version").first()
+        if opts["output"] == "json":
+            self.stdout.write(json.dumps({
+                "id": job.pk, "name": job.name, "state": job.state, "urls": counts,
+                "checkpoint": None if latest is None else {
+                    "version": latest.version, "reason": latest.reason,
+                    "created": latest.created_at.isoformat(), "frontier": latest.frontier,
+                },
+            }, indent=2))  # fmt: skip
+            return
         self.stdout.write(f"job {job.pk} ({job.name}): {job.state}")
         self.stdout.write("  urls: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
-        latest = job.checkpoints.order_by("-version").first()
         if latest is not None:
             when = latest.created_at.strftime("%Y-%m-%d %H:%M:%S")
             self.stdout.write(

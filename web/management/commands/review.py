@@ -10,6 +10,8 @@ job only with ``--all``.
 
 from __future__ import annotations
 
+import json
+
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from tasks.frontier import review
@@ -25,6 +27,8 @@ class Command(BaseCommand):
                             help="only this job's URLs (its name or id)")  # fmt: skip
         parser.add_argument("--host", default=None, metavar="HOST[:PORT]",
                             help="only this host's URLs")  # fmt: skip
+        parser.add_argument("-o", "--output", choices=["text", "json"], default="text",
+                            help="with list: text (default) or json")  # fmt: skip
         parser.add_argument("--all", action="store_true",
                             help="requeue or drop every parked URL of every job")  # fmt: skip
         parser.add_argument(
@@ -40,6 +44,14 @@ class Command(BaseCommand):
         action = opts["action"]
         if action != "list" and job is None and not opts["host"] and not opts["all"]:
             raise CommandError(f"{action} what? Give --job, --host, or --all for every parked URL")
+        if action == "list" and opts["output"] == "json":
+            self.stdout.write(json.dumps([
+                {"url_id": item.url_id, "job": item.job_id, "host": item.host,
+                 "level": item.level, "status": item.status, "reason": item.reason,
+                 "url": item.url.url}
+                for item in review.items(rows).order_by("url_id")[:1000]
+            ], indent=2))  # fmt: skip
+            return
         if action == "list":
             for item in review.items(rows).order_by("url_id")[:1000]:
                 self.stdout.write(
