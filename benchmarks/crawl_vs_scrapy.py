@@ -3,6 +3,7 @@
     apt-get install python3.11-doc
     .venv/bin/pip install -r benchmarks/requirements.txt
     .venv/bin/python benchmarks/crawl_vs_scrapy.py [--sites docs,light,heavy] [--concurrency 16]
+        [--extract 'title=h1' --extract 'links=a[]@href']  # the platform also extracts these
 
 Sites: ``docs``, the Python 3.11 HTML docs (527 pages, link-heavy, 93 KiB on average);
 ``docs-dead``, the same pages, each also linking to two URLs on a port of 127.0.0.1 where
@@ -182,7 +183,7 @@ def compare(site: str, args: argparse.Namespace) -> list[Result]:
             "crawlplatform",
             [sys.executable, "manage.py", "crawl", start_url, "--max-depth", "100",
              "--concurrency", str(args.concurrency), "--workers", str(args.workers),
-             "--pool", args.pool],
+             "--pool", args.pool, *(f"--extract={rule}" for rule in args.extract)],
             env, stats_url, ("postgres", "redis-server"),
             lambda out: int(re.search(r"finished: (\d+) pages", out).group(1)),
         ))  # fmt: skip
@@ -229,6 +230,13 @@ def main() -> None:
     parser.add_argument("--database", default="crawlbench", help="created afresh each run")
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/14")
     parser.add_argument("--skip-scrapy", action="store_true")
+    parser.add_argument(
+        "--extract",
+        action="append",
+        default=[],
+        metavar="RULE",
+        help="the platform's crawl also applies this rule (NAME=SELECTOR...)",
+    )
     args = parser.parse_args()
     print(machine_speed(), flush=True)
     sites = args.sites.split(",")
