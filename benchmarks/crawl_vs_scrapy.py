@@ -3,15 +3,21 @@
     apt-get install python3.11-doc
     .venv/bin/pip install -r benchmarks/requirements.txt
     .venv/bin/python benchmarks/crawl_vs_scrapy.py [--sites docs,light,heavy] [--concurrency 16]
+        [--extract 'title=h1' --extract 'links=a[]@href']  # the platform also extracts these
 
 Sites: ``docs``, the Python 3.11 HTML docs (527 pages, link-heavy, 93 KiB on average);
+``docs-dead``, the same pages, each also linking to two URLs on a port of 127.0.0.1 where
+nothing listens (a development server that is not running);
 ``light``, 1,000 generated pages of about 10 KB with about 24 links; ``heavy``, 1,000
 generated pages of about 150 KB with about 300 links (``benchmarks/gensite.py``).
 
-The platform runs in full durable form: PostgreSQL (a fresh database ``crawlbench``) and
-Redis (database 14), worker processes on both cores, every page and URL state committed.
+The platform runs in full durable form: PostgreSQL (a fresh database, ``crawlbench`` unless
+``--database`` names another) and Redis (database 14 unless ``--redis`` names another),
+worker processes on both cores, every page and URL state committed.
 Both crawlers get the same concurrency. Printed per crawler: pages, wall seconds (first to
-last request as seen by the server, and the whole command), pages/s, CPU seconds per page
+last request as seen by the server; from the first request to the command's exit, which
+counts the time a crawler spends on URLs that are not pages; and the whole command), pages/s
+(over the first of these), pages/s to the end (over the second), CPU seconds per page
 over every process involved (the crawler's process tree; for the platform also PostgreSQL
 and Redis) and split by group (workers, the crawl command with its scheduler, PostgreSQL,
 Redis), peak RSS of the crawler's process tree; then the ratios, per site.
@@ -51,6 +57,7 @@ class Result:
     pages: int
     server_wall: float
     command_wall: float
+    to_end: float  # seconds from the server's first request to the command's exit
     cpu: float
     peak_rss: int
     parts: dict[str, float]
@@ -58,6 +65,10 @@ class Result:
     @property
     def rate(self) -> float:
         return self.pages / self.server_wall
+
+    @property
+    def end_rate(self) -> float:
+        return self.pages / self.to_end
 
     @property
     def cpu_per_page_ms(self) -> float:
@@ -83,6 +94,7 @@ def measure(
     sampler = Sampler(proc.pid)
     sampler.start()
     out, err = proc.communicate()
+    ended = time.time()  # the server's clock (docserver.py, gensite.py)
     sampler.done.set()
     wall = time.monotonic() - t0
     services_cpu = service_cpu(services) - svc0
@@ -100,7 +112,8 @@ def measure(
         + ", ".join(f"{k} {1000 * v / pages:.2f}" for k, v in parts.items()),
         flush=True,
     )
-    return Result(name, pages, float(last) - float(first), wall, cpu, sampler.peak, parts)
+    return Result(name, pages, float(last) - float(first), wall, ended - float(first), cpu,
+                  sampler.peak, parts)  # fmt: skip
 
 
 _PAGE_BYTES = """
@@ -128,8 +141,11 @@ def stored_bytes(env: dict, store: Path) -> None:
 def serve(site: str, docs: Path) -> tuple[subprocess.Popen, str, str]:
     """Start the local site; its base URL and start path."""
     port = free_port()
-    if site == "docs":
+    if site in ("docs", "docs-dead"):
         cmd = [str(ROOT / "benchmarks/docserver.py"), str(docs), str(port)]
+        if site == "docs-dead":
+            dead = free_port()  # nothing listens there: connections are refused
+            cmd += [f"http://127.0.0.1:{dead}/", f"http://127.0.0.1:{dead}/api/"]
         start = "/index.html"
     else:
         size, links = SHAPES[site]
@@ -157,7 +173,7 @@ def compare(site: str, args: argparse.Namespace) -> list[Result]:
                 dict(os.environ), stats_url, (),
                 lambda out: int(re.search(r"scrapy pages=(\d+)", out).group(1)),
             ))  # fmt: skip
-        database_url = fresh_database(args.postgres, "crawlbench")
+        database_url = fresh_database(args.postgres, args.database)
         redis.Redis.from_url(args.redis).flushdb()
         store = tempfile.mkdtemp(prefix="bench-bodies-")  # fresh, as the database
         env = {**os.environ, "DATABASE_URL": database_url, "REDIS_URL": args.redis,
@@ -167,7 +183,7 @@ def compare(site: str, args: argparse.Namespace) -> list[Result]:
             "crawlplatform",
             [sys.executable, "manage.py", "crawl", start_url, "--max-depth", "100",
              "--concurrency", str(args.concurrency), "--workers", str(args.workers),
-             "--pool", args.pool],
+             "--pool", args.pool, *(f"--extract={rule}" for rule in args.extract)],
             env, stats_url, ("postgres", "redis-server"),
             lambda out: int(re.search(r"finished: (\d+) pages", out).group(1)),
         ))  # fmt: skip
@@ -183,19 +199,21 @@ def report(site: str, results: list[Result], args: argparse.Namespace) -> None:
         f"({args.pool}), PostgreSQL + Redis; {os.cpu_count()} cores"
     )
     print(
-        f"{'crawler':<14}{'pages':>7}{'wall s':>9}{'cmd s':>8}{'pages/s':>9}"
-        f"{'CPU ms/page':>13}{'peak RSS MB':>13}  CPU ms/page by group"
+        f"{'crawler':<14}{'pages':>7}{'wall s':>9}{'to end s':>9}{'cmd s':>8}{'pages/s':>9}"
+        f"{'to end':>8}{'CPU ms/page':>13}{'peak RSS MB':>13}  CPU ms/page by group"
     )
     for r in results:
         groups = ", ".join(f"{k} {1000 * v / r.pages:.2f}" for k, v in r.parts.items())
         print(
-            f"{r.name:<14}{r.pages:>7}{r.server_wall:>9.2f}{r.command_wall:>8.2f}"
-            f"{r.rate:>9.1f}{r.cpu_per_page_ms:>13.1f}{r.peak_rss / 2**20:>13.0f}  {groups}"
+            f"{r.name:<14}{r.pages:>7}{r.server_wall:>9.2f}{r.to_end:>9.2f}{r.command_wall:>8.2f}"
+            f"{r.rate:>9.1f}{r.end_rate:>8.1f}{r.cpu_per_page_ms:>13.1f}"
+            f"{r.peak_rss / 2**20:>13.0f}  {groups}"
         )
     if len(results) == 2:
         scrapy, ours = results
         print(
             f"{site}: throughput ratio (crawlplatform / scrapy) {ours.rate / scrapy.rate:.2f}x, "
+            f"to the end {ours.end_rate / scrapy.end_rate:.2f}x, "
             f"CPU per page ratio {ours.cpu_per_page_ms / scrapy.cpu_per_page_ms:.2f}",
             flush=True,
         )
@@ -209,12 +227,20 @@ def main() -> None:
     parser.add_argument("--pool", default="threads")
     parser.add_argument("--docs", type=Path, default=Path("/usr/share/doc/python3.11/html"))
     parser.add_argument("--postgres", default="postgres://postgres@127.0.0.1:5432/postgres")
+    parser.add_argument("--database", default="crawlbench", help="created afresh each run")
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/14")
     parser.add_argument("--skip-scrapy", action="store_true")
+    parser.add_argument(
+        "--extract",
+        action="append",
+        default=[],
+        metavar="RULE",
+        help="the platform's crawl also applies this rule (NAME=SELECTOR...)",
+    )
     args = parser.parse_args()
     print(machine_speed(), flush=True)
     sites = args.sites.split(",")
-    if "docs" in sites and not (args.docs / "index.html").exists():
+    if {"docs", "docs-dead"} & set(sites) and not (args.docs / "index.html").exists():
         sys.exit(f"{args.docs} not found: apt-get install python3.11-doc")
     done = {site: compare(site, args) for site in sites}
     for site, results in done.items():

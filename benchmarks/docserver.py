@@ -2,7 +2,10 @@
 threaded; it logs the time of its first and last request, so both crawlers are timed by the
 same clock at the server.
 
-    python benchmarks/docserver.py DIRECTORY PORT
+    python benchmarks/docserver.py DIRECTORY PORT [LINK ...]
+
+``LINK``: absolute links every HTML page also carries at the end of its body, as a footer
+would (a docs site's links to a development server that is not running, say).
 """
 
 from __future__ import annotations
@@ -16,15 +19,19 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 
-def load(root: Path) -> dict[str, tuple[bytes, str]]:
+def load(root: Path, links: list[str]) -> dict[str, tuple[bytes, str]]:
+    footer = "".join(f'<a href="{href}">{href}</a> ' for href in links).encode()
     files = {}
     for path in root.rglob("*"):
         if path.is_file():
             rel = "/" + path.relative_to(root).as_posix()
             kind = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+            body = path.read_bytes()
             if kind == "text/html":
                 kind += "; charset=utf-8"
-            files[rel] = (path.read_bytes(), kind)
+                if footer:
+                    body = body.replace(b"</body>", footer + b"</body>", 1)
+            files[rel] = (body, kind)
             if rel.endswith("/index.html"):
                 files[rel[: -len("index.html")]] = files[rel]
     return files
@@ -53,7 +60,7 @@ class Stats:
 
 def main() -> None:
     root, port = Path(sys.argv[1]), int(sys.argv[2])
-    files = load(root)
+    files = load(root, sys.argv[3:])
     stats = Stats()
 
     class Handler(BaseHTTPRequestHandler):

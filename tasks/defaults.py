@@ -105,6 +105,7 @@ RENDER_NO_SANDBOX = False
 CIRCUIT_FAILURES = 3  # consecutive host-level failures (refused, DNS, TLS, connect timeout) ...
 CIRCUIT_MIN_SPAN_S = 2.0  # ... spread over at least this long open the circuit, seconds
 CIRCUIT_COOLDOWN_S = 30.0  # an open circuit lets one probe through after this, seconds
+CIRCUIT_ANSWERED_S = 86400.0  # a host is "answered before" this long after its last answer, s
 ROBOTS_MAX_BYTES = 500 << 10  # robots.txt beyond this is ignored (RFC 9309 asks for 500 KiB)
 
 # Scheduler, leases and the broker

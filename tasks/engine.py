@@ -197,7 +197,7 @@ def _process_claimed(claimed: Claim, rendering: bool = False) -> str:
         return state  # the warm-up page took this slot
     fetched = _fetch(claimed, cache, passage, session, rendering)
     banned = antibot.ban(job, host, fetched.resp, fetched.outcome)
-    outcome = gates.classify(claimed, host, passage.slot, fetched, banned)
+    outcome = gates.classify(claimed, cache, host, passage.slot, fetched, banned)
     sessions.save(job.pk, host, passage.who.key, session.jar, session.visitor.set_cookies)
     if banned is None:
         antibot.count_answer(claimed, host, passage, fetched, outcome)

@@ -64,3 +64,25 @@ def test_jobs_and_hosts_have_their_own_circuits(redis, monkeypatch):
     fail(3)
     assert circuit.check(2, "h").state == circuit.CLOSED
     assert circuit.check(1, "other").state == circuit.CLOSED
+
+
+def test_a_definitive_failure_opens_a_never_answered_hosts_circuit_at_once(redis):
+    assert circuit.record(1, "h", failed=True, reason="connection refused", definitive=True)
+    state = circuit.check(1, "h")
+    assert (state.state, state.reason) == (circuit.OPEN, "connection refused")
+    assert circuit.open_hosts(1, ["h"]) == {"h": "connection refused"}
+
+
+def test_a_host_that_answered_keeps_its_patience(redis):
+    circuit.answered(1, "h")
+    for _ in range(5):  # a restart: refused again and again, within CIRCUIT_MIN_SPAN_S
+        assert not circuit.record(1, "h", failed=True, reason="connection refused",
+                                  definitive=True)  # fmt: skip
+    assert circuit.check(1, "h").state == circuit.CLOSED
+    assert circuit.check(2, "h").state == circuit.CLOSED  # another job: never answered there
+    assert circuit.record(2, "h", failed=True, reason="connection refused", definitive=True)
+
+
+def test_a_failure_that_is_not_definitive_keeps_the_span_rule(redis):
+    assert not fail(5, "connect timeout")  # no definitive flag: a timeout may be a slow host
+    assert circuit.check(1, "h").state == circuit.CLOSED

@@ -144,6 +144,49 @@ def test_extraction_rules_are_parsed_validated_and_applied():
     assert selectors.applies(only, "http://h/a/1") and not selectors.applies(only, "http://h/")
 
 
+MESSY = """<html><head><title>T</title><script>var head;</script></head><body>
+<div id="a" class="  x   y ">Hello <!-- note --> <b>bold</b><br>one&amp;two<script>var y;</script>
+<style>.q{}</style><template>tpl</template><noscript>nos</noscript> end</div>
+<p>one</p><p>two <span>three</span></p><a href="/x" rel="nofollow  me">l</a>
+<script src="/app.js">var s;</script></body></html>"""
+
+
+def test_rules_run_on_the_parse_tree_with_the_same_results_and_no_second_parse():
+    """A fresh process: parse a page as the hot path does, apply rules lexbor takes; the
+    results are the ones beautifulsoup4 gave, and beautifulsoup4 is never imported."""
+    program = f"""
+import json, sys
+from tasks.content import extraction, parsing
+from tasks.rules import selectors
+parsed = parsing.parse_html({MESSY.encode()!r}, "text/html; charset=utf-8", "http://h/")
+rules = selectors.rules_of([selectors.parse_rule(r) for r in (
+    "div=div#a", "cls=div@class", "rel=a@rel", "ps=p[]", "body=body", "script=script[src]",
+    "srcs=script[]@src", "missing=h9", "has=p:has(span)[]", "nth=p:nth-of-type(2)")])
+print(json.dumps(extraction.extract(rules, parsed.text, parsed.tree)))
+print("bs4" in sys.modules)
+"""
+    ran = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                         cwd=Path(__file__).resolve().parent.parent, check=True)  # fmt: skip
+    data, soup_built = ran.stdout.splitlines()
+    assert json.loads(data) == {
+        "div": "Hello bold one&two nos end",  # no script, style or template text inside
+        "cls": "x y", "rel": "nofollow me", "ps": ["one", "two three"],
+        "body": "Hello bold one&two nos end one two three l",
+        "script": "var s;",  # a script's own text is its text
+        "srcs": ["/app.js"], "missing": None, "has": ["two three"], "nth": "two three",
+    }  # fmt: skip
+    assert soup_built == "False"
+
+
+def test_a_selector_only_soupsieve_takes_runs_on_a_soup_of_that_page():
+    rule = selectors.parse_rule
+    assert not selectors.on_lexbor("p:-soup-contains('two')")
+    rules = selectors.rules_of([rule("two=p:-soup-contains('two')"), rule("first=p"),
+                                rule("lang=p:lang(en)[]")])  # fmt: skip
+    assert selectors.problems([r.as_dict() for r in rules]) == []
+    assert extraction.extract(rules, MESSY) == {"two": "two three", "first": "one", "lang": []}
+
+
 @pytest.mark.django_db
 def test_a_job_with_a_bad_selector_or_schedule_is_refused_naming_the_field():
     with pytest.raises(jobs.JobError) as refused:

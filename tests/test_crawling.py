@@ -217,9 +217,11 @@ def test_excluded_pattern_is_never_added_or_fetched(crawl):
 
 def test_refused_connection_is_the_hosts_failure_and_ends_the_url(crawl):
     row = crawl.urls[crawl.job["refused"]]
-    # Its robots.txt cannot be fetched either: the refusal is the URL's outcome, with its cause.
-    assert (row["state"], row["error_reason"]) == ("failed", "connect_error")
-    assert "robots.txt" in row["error_message"] and row["attempts"] <= 3
+    # Its robots.txt cannot be fetched either: the host never answered, so the refusal ends
+    # the URL at once, with its cause.
+    assert (row["state"], row["error_reason"]) == ("failed", "host_unreachable")
+    assert "robots.txt" in row["error_message"] and "refused" in row["error_message"]
+    assert row["attempts"] <= 1
 
 
 def test_off_site_and_non_http_links_are_not_fetched(crawl):

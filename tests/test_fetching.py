@@ -242,6 +242,7 @@ def test_connection_refused_and_reset(server):
     with pytest.raises(outcomes.ConnectFailed) as refused:
         get(f"http://127.0.0.1:{free_port}/")
     assert refused.value.host_level and refused.value.summary == "connection refused"
+    assert refused.value.definitive
     with pytest.raises(outcomes.ConnectionReset) as reset:
         get(server + "/reset")
     assert reset.value.overload and not reset.value.host_level
@@ -287,7 +288,7 @@ def test_connect_timeout_when_the_server_accepts_nothing():
     try:
         with pytest.raises(outcomes.ConnectTimeout) as info:
             fetch(f"http://127.0.0.1:{port}/", user_agent="test", limits=limits, allow=LOOPBACK)
-        assert info.value.retryable and info.value.host_level
+        assert info.value.retryable and info.value.host_level and not info.value.definitive
     finally:
         for c in held:
             c.close()
@@ -321,6 +322,14 @@ def test_name_resolution_failure_maps_to_dns():
     exc.__cause__ = cause
     outcome = outcomes.from_requests(exc)
     assert isinstance(outcome, outcomes.DNSFailure) and outcome.retryable
+    assert outcome.definitive  # the name does not exist: an answer, for a never-answered host
+
+
+def test_a_resolver_that_says_try_again_is_not_a_definitive_answer():
+    exc = requests.exceptions.ConnectionError("Failed to resolve 'docs.example.test'")
+    exc.__cause__ = socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+    outcome = outcomes.from_requests(exc)
+    assert isinstance(outcome, outcomes.DNSFailure) and not outcome.definitive
 
 
 def test_through_a_proxy_the_guard_checks_the_target_before_the_proxy_is_asked():

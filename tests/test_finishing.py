@@ -7,6 +7,10 @@
   from the settings below and asserted with a wide margin.
 * A site whose only unfinished URLs are on dead hosts (refused, unresolvable, silent) must
   finish within 60 s: the circuit breaker and the timeout cap end them.
+* A docs-like site whose only other links go to a refused port and to a name that does not
+  resolve ends right after its last page: hosts that never answered end their URLs at their
+  first refusal (robots.txt's included), without a retry. A host that answered and then
+  refuses (a restart) keeps its retries.
 
 Budgets are the defaults of ``tasks/defaults.py`` (not the test suite's fast ones), except a
 shorter read timeout so that the hanging page costs seconds, not minutes.
@@ -15,13 +19,14 @@ shorter read timeout so that the hanging page costs seconds, not minutes.
 from __future__ import annotations
 
 import socket
+import threading
 
 import pytest
 
 from tasks.defaults import setting
 from tests.conftest import crawl_to_end
 from tests.messy import MessySite
-from web.models import CrawlJob, FrontierURL
+from web.models import CrawlJob, FrontierURL, Page
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -114,3 +119,54 @@ def test_a_site_whose_last_urls_are_on_dead_hosts_finishes_within_a_minute(redis
         row = by_url[url]
         assert row.state == "failed" and row.error_message, (url, row.error_reason)
         assert row.error_reason in ("host_unreachable", "connect_error", "dns", "connect_timeout")
+
+
+def test_a_docs_site_with_dead_links_ends_right_after_its_last_page(redis, tmp_path):
+    refused = closed_port()
+    dead = [f"http://127.0.0.1:{refused}/dev/{i}" for i in range(2)] + [f"http://{DEAD_NAME}/x"]
+    with MessySite(pages=60) as site:
+        site.with_trouble = False
+        site.extra_links = dead
+        job, elapsed = crawl(
+            site.url("/"), tmp_path, {"CRAWL_RESOLVE": f"{DEAD_NAME}="}, timeout=120,
+            max_depth=20, allowed_domains=["127.0.0.1", DEAD_NAME],
+        )  # fmt: skip
+    by_url = rows(job)
+    last_page = Page.objects.filter(job=job).order_by("-fetched_at").first().fetched_at
+    gap = (job.finished_at - last_page).total_seconds()
+    print(f"\ndocs with dead links: {elapsed:.1f} s, job ended {gap:.2f} s after its last page")
+    pages = {site.url("/"), *(site.url(f"/p/{i}") for i in range(60))}
+    assert {u for u, r in by_url.items() if r.state == "done"} == pages
+    for url in dead:  # ended by the host's first answer, not by a retry schedule
+        row = by_url[url]
+        assert (row.state, row.error_reason) == ("failed", "host_unreachable"), url
+        assert row.attempts <= 1, (url, row.attempts)
+    assert "refused" in by_url[dead[0]].error_message
+    assert "resolve" in by_url[dead[2]].error_message
+    # Today's backoff alone (2 s, then 4 s) would keep the job a retry past its pages.
+    assert gap < setting("RETRY_BACKOFF_BASE_S") * 3, gap
+
+
+class GoesAway(MessySite):
+    """Answers robots.txt and its home page, then stops listening: a restart that lasts."""
+
+    def respond(self, path: str, count: int) -> tuple[int, dict[str, str], bytes]:
+        answer = super().respond(path, count)
+        if path == "/":
+            threading.Timer(0.05, self.__exit__).start()
+        return answer
+
+
+def test_a_host_that_answered_and_then_refuses_keeps_its_retries(redis, tmp_path):
+    with MessySite(pages=10) as site, GoesAway(pages=40) as away:
+        site.with_trouble = away.with_trouble = False
+        site.extra_links = [away.url("/")]
+        job, _ = crawl(site.url("/"), tmp_path, {}, timeout=120, max_depth=20)
+    by_url = rows(job)
+    assert by_url[away.url("/")].state == "done"
+    later = [r for u, r in by_url.items() if u.startswith(away.base + "/p/")]
+    print(f"\nafter the restart: {sorted((r.url[-6:], r.state, r.attempts) for r in later)}")
+    refused = {r.url: r for r in later if r.state != "done"}  # a few may come before it
+    assert refused and all(r.state == "failed" for r in refused.values())
+    assert {r.error_reason for r in refused.values()} <= {"connect_error", "host_unreachable"}
+    assert max(r.attempts for r in refused.values()) >= 2  # retried, as a restart deserves

@@ -78,14 +78,42 @@ def test_unavailable_robots_disallows_for_now_and_is_asked_again_later(monkeypat
     assert again.reason == "robots_unavailable"
 
 
-def test_an_unreachable_host_is_the_hosts_failure_and_counts_toward_its_circuit(redis):
+def closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # nothing listens once closed
+        return s.getsockname()[1]  # nothing listens once closed
+
+
+def test_an_unreachable_host_that_answered_before_counts_toward_its_circuit(redis):
+    port = closed_port()
+    circuit.answered(1, f"127.0.0.1:{port}")  # it answered earlier in the job, then went away
     decision = robots.check(job(), f"http://127.0.0.1:{port}/a", UA)
     assert not decision.allowed and decision.reason == "connect_error"
     assert decision.failure.host_level and decision.failure.summary == "connection refused"
+    assert decision.failure.retryable
     assert redis.hget(circuit.key(1, f"127.0.0.1:{port}"), "fails") == b"1"
+    assert circuit.check(1, f"127.0.0.1:{port}").state == circuit.CLOSED
+
+
+@pytest.mark.parametrize("dead", ["refused", "nowhere.invalid"])
+def test_a_host_that_never_answered_ends_its_url_at_its_robots_failure(redis, dead):
+    host = f"127.0.0.1:{closed_port()}" if dead == "refused" else dead
+    decision = robots.check(job(), f"http://{host}/a", UA)
+    assert isinstance(decision.failure, outcomes.HostUnreachable)  # permanent: not retried
+    assert ("refused" if dead == "refused" else "resolve") in str(decision.failure)
+    assert circuit.check(1, host).state == circuit.OPEN
+    robots.forget()  # another worker, the same job: the URL ends from the copy in Redis
+    again = robots.check(job(), f"http://{host}/b", UA)
+    assert isinstance(again.failure, outcomes.HostUnreachable)
+
+
+def test_an_answer_to_robots_marks_the_host_answered(redis):
+    overrides = {"/robots.txt": lambda n: (404, {}, b"")}
+    with HostileSite(overrides=overrides) as site:
+        host = site.base.split("//", 1)[1]
+        robots.check(job(), site.url("/a"), UA)
+    assert redis.exists(circuit.answered_key(1, host))
+    assert not circuit.record(1, host, failed=True, reason="connection refused", definitive=True)
 
 
 def test_an_open_circuit_fails_without_fetching_robots(redis):

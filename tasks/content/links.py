@@ -44,6 +44,7 @@ class JobCache:
         self.canonical = BoundedSet(size)  # absolute link -> canonical URL in scope, or ""
         self.resolved = BoundedSet(size)  # (directory, href) -> the same
         self.robots_seen = BoundedSet(setting("ROBOTS_LOCAL_MAX"))  # robots.txt applied here
+        self.answered = BoundedSet(setting("ROBOTS_LOCAL_MAX"))  # host -> when marked answered
         self.committed = BoundedSet(size)  # canonical URLs known to be in the frontier
 
 

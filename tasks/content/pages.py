@@ -180,7 +180,7 @@ def _extracted(claimed: Claim, parsed: parsing.Parsed) -> dict:
     if not rules:
         return {}
     try:
-        return extraction.extract(rules, parsed.text)
+        return extraction.extract(rules, parsed.text, parsed.tree)
     except Exception:  # a page must never crash the worker, whatever it holds
         log.exception("job=%s url=%s: extraction rules failed", claimed.job.pk, claimed.url.url)
         return {}

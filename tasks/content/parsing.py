@@ -36,7 +36,8 @@ class Parsed:
     hrefs: list[str]  # unique link targets without fragment, in document order; other schemes
     # and links to the page itself are left out
     encoding: str
-    text: str = ""  # the decoded document (for extraction rules)
+    text: str = ""  # the decoded document
+    tree: LexborHTMLParser | None = None  # the parsed document (for extraction rules)
     robots: frozenset[str] = frozenset()  # <meta name="robots"> directives, lower case
     nofollow_hrefs: frozenset[str] = frozenset()  # hrefs only ever linked with rel=nofollow
 
@@ -120,7 +121,7 @@ def parse_html(body: bytes, content_type_header: str, url: str, agent: str = "")
         for el in doc.css("meta[name]")
         if (el.attributes.get("name") or "").strip().lower() in names
     ]
-    return Parsed(title=title, base=base, hrefs=hrefs, encoding=encoding, text=text,
+    return Parsed(title=title, base=base, hrefs=hrefs, encoding=encoding, text=text, tree=doc,
                   robots=frozenset(_directives(meta)),
                   nofollow_hrefs=frozenset(marked - followed))  # fmt: skip
 

@@ -1,6 +1,7 @@
 """A circuit breaker per (job, host): a dead host fails its URLs fast instead of retrying each.
 
-Reads ``CIRCUIT_FAILURES``, ``CIRCUIT_MIN_SPAN_S`` and ``CIRCUIT_COOLDOWN_S``.
+Reads ``CIRCUIT_FAILURES``, ``CIRCUIT_MIN_SPAN_S``, ``CIRCUIT_COOLDOWN_S`` and
+``CIRCUIT_ANSWERED_S``.
 
 Host-level failures (connection refused or unreachable, DNS failure, TLS handshake failure,
 connect timeout: see ``tasks/fetch/outcomes.py``) say nothing about one URL and everything
@@ -13,8 +14,18 @@ circuit is half-open: one URL goes through as a probe while the others wait a mo
 probe's success closes the circuit, a host-level failure opens it again. Any answer from the
 server (even a 404 or a 503) is a success here: the host is reachable.
 
-State lives in Redis (``crawl:host:{job}:{host}:circuit``), changed by one Lua call on Redis
-server time, shared by every worker and the scheduler.
+A host that has not answered once in this job gets no such patience: the first *definitive*
+failure (connection refused, no route, a name that does not exist; ``outcomes.definitive``)
+opens its circuit at once, robots.txt's included, so a dead link's host ends its URLs within
+a scheduler pass or two instead of a retry schedule. A host that has answered (any HTTP
+response, robots.txt's included) is remembered for ``CIRCUIT_ANSWERED_S`` after its last
+answer: its refusals are a restart or a deploy, and wait out the rule above.
+
+State lives in Redis (``crawl:host:{job}:{host}:circuit`` and ``...:answered``), changed by
+one Lua call on Redis server time, shared by every worker and the scheduler, and kept across
+worker restarts. A worker marks a host answered once per ``CIRCUIT_ANSWERED_S / 10`` at most
+(``JobCache.answered``), so the hot path pays one write per host, not one per page. If Redis
+loses its data, hosts count as not yet answered until they answer again.
 """
 
 from __future__ import annotations
@@ -60,6 +71,8 @@ local opened = 0
 local cooldown = tonumber(ARGV[5])
 if tonumber(h[3] or '0') > 0 then
   opened = 1  -- the half-open probe failed, or a late failure: open again
+elseif ARGV[6] == '1' and redis.call('EXISTS', KEYS[2]) == 0 then
+  opened = 1  -- a definitive failure of a host that never answered in this job
 elseif fails >= tonumber(ARGV[3]) and now - first >= tonumber(ARGV[4]) then
   opened = 1
 end
@@ -75,6 +88,10 @@ return opened
 
 def key(job_id: int, host: str) -> str:
     return f"crawl:host:{job_id}:{host}:circuit"
+
+
+def answered_key(job_id: int, host: str) -> str:
+    return f"crawl:host:{job_id}:{host}:answered"
 
 
 @dataclass
@@ -94,20 +111,31 @@ def check(job_id: int, host: str, job=None, *, probe: bool = True) -> State:
     return State(state.decode() if isinstance(state, bytes) else state, text, int(retry_ms) / 1000)
 
 
-def record(job_id: int, host: str, *, failed: bool, reason: str = "", job=None) -> bool:
-    """Report a request's result for the host; True if this failure opened its circuit."""
+def record(
+    job_id: int, host: str, *, failed: bool, reason: str = "", definitive: bool = False, job=None
+) -> bool:
+    """Report a request's result for the host; True if this failure opened its circuit.
+    ``definitive``: the failure says the host is not there (it opens a never-answered host's
+    circuit at once)."""
     return bool(
         script(_RECORD)(
-            keys=[key(job_id, host)],
+            keys=[key(job_id, host), answered_key(job_id, host)],
             args=[
                 "1" if failed else "0",
                 reason[:200],
                 setting("CIRCUIT_FAILURES", job),
                 int(setting("CIRCUIT_MIN_SPAN_S", job) * 1000),
                 int(setting("CIRCUIT_COOLDOWN_S", job) * 1000),
+                "1" if definitive else "0",
             ],
         )
     )
+
+
+def answered(job_id: int, host: str, job=None) -> None:
+    """The host gave an HTTP response in this job: its later refusals get the patience above."""
+    ttl = setting("CIRCUIT_ANSWERED_S", job)
+    client().set(answered_key(job_id, host), "1", px=max(1, int(ttl * 1000)))
 
 
 def open_hosts(job_id: int, hosts: list[str]) -> dict[str, str]:

@@ -1,15 +1,16 @@
 """The gates before a URL's fetch and the feedback after it: robots.txt, the host's slot
 and circuit, and what the host's throttle and circuit learn from the answer.
 
-Reads ``USER_AGENT`` and ``THROTTLE_SLOW_LATENCY_S``; robots.txt is ``tasks/fetch/robots.py``,
-the host's slot and throttle ``tasks/fetch/politeness.py``, its circuit
-``tasks/fetch/circuit.py``. A gate returns the URL's new state when the URL must not be
+Reads ``USER_AGENT``, ``THROTTLE_SLOW_LATENCY_S`` and ``CIRCUIT_ANSWERED_S``; robots.txt is
+``tasks/fetch/robots.py``, the host's slot and throttle ``tasks/fetch/politeness.py``, its
+circuit ``tasks/fetch/circuit.py``. A gate returns the URL's new state when the URL must not be
 fetched now, else None.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from typing import NamedTuple
 
 from tasks.content.links import JobCache, new_links
@@ -93,6 +94,7 @@ def through_circuit(claimed: Claim, host: str, slot: politeness.Slot) -> str | N
 
 def classify(
     claimed: Claim,
+    cache: JobCache,
     host: str,
     slot: politeness.Slot,
     fetched: fetching.Fetched,
@@ -106,9 +108,21 @@ def classify(
     report(claimed, host, slot, signal, retry_after, fetched.elapsed)
     if outcome is not None and outcome.host_level:
         return host_failure(claimed, outcome)
+    if fetched.resp is not None or (outcome is not None and outcome.status):
+        remember_answer(claimed, cache, host)
     if slot.circuit:
         circuit.record(job.pk, host, failed=False, job=job)  # the host answered
     return outcome
+
+
+def remember_answer(claimed: Claim, cache: JobCache, host: str) -> None:
+    """The host gave an HTTP response: mark it answered in this job, once per tenth of
+    ``CIRCUIT_ANSWERED_S`` per worker (the mark lives that long after its last renewal)."""
+    job = claimed.job
+    marked = cache.answered.get(host)
+    if marked is None or time.monotonic() - marked > setting("CIRCUIT_ANSWERED_S", job) / 10:
+        circuit.answered(job.pk, host, job)
+        cache.answered.put(host, time.monotonic())
 
 
 def report(
@@ -140,7 +154,8 @@ def host_failure(claimed: Claim, outcome: outcomes.CrawlOutcome) -> outcomes.Cra
     """Count a host-level failure toward the circuit; if it opens it, the URL fails now."""
     job = claimed.job
     failed_host = host_of(outcome.url or claimed.url.url)
-    opened = circuit.record(job.pk, failed_host, failed=True, reason=outcome.summary, job=job)
+    opened = circuit.record(job.pk, failed_host, failed=True, reason=outcome.summary,
+                            definitive=outcome.definitive, job=job)  # fmt: skip
     if opened:
         log.warning("job=%s host=%s unreachable (%s): circuit open", job.pk, failed_host,
                     outcome.summary)  # fmt: skip

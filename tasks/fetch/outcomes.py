@@ -40,7 +40,9 @@
 *Overload signals* tell the host's throttle that the server may be struggling
 (``tasks/fetch/politeness.py``); one signal slows nothing, most recent outcomes being signals
 does. *Host-level* failures say the host cannot be reached at all; a few in a row open its
-circuit (``tasks/fetch/circuit.py``). A ``Retry-After`` holds the host for that long instead
+circuit (``tasks/fetch/circuit.py``). Of them, the *definitive* ones (connection refused, no
+route to the host or its network, a name that does not exist) open it at once on a host that
+has not answered in this job. A ``Retry-After`` holds the host for that long instead
 of counting as a signal.
 
 :func:`from_requests` maps a ``requests`` or ``urllib3`` exception into the tree (and
@@ -60,11 +62,15 @@ import urllib3
 
 from tasks.rules import proxy_urls
 
+# connect failures that are an answer: something at the address said no
+_DEFINITIVE_CONNECT = {"connection refused", "no route to host", "network unreachable"}
+
 
 class CrawlOutcome(Exception):
     reason = "error"
     retryable = False
     host_level = False  # the host cannot be reached at all: counts toward its circuit breaker
+    definitive = False  # ... and says so for good unless it answered before (refused, no name)
     signals_overload = False  # the server may be struggling: counts toward its throttle
     summary = ""  # a few words for people, e.g. "connection refused"
 
@@ -112,9 +118,16 @@ class ConnectionReset(Retryable):
 class ConnectFailed(Retryable):
     reason, host_level, summary = "connect_error", True, "connection failed"
 
+    @property
+    def definitive(self) -> bool:
+        """Refused, or no route: something answered for the address, and it said no."""
+        return self.summary in _DEFINITIVE_CONNECT
+
 
 class DNSFailure(Retryable):
-    reason, host_level, summary = "dns", True, "name does not resolve"
+    """The name does not resolve; ``definitive`` unless the resolver said "try again"."""
+
+    reason, host_level, summary, definitive = "dns", True, "name does not resolve", True
 
 
 class ServerError(Retryable):
@@ -267,6 +280,17 @@ def _is_dns(exc: BaseException) -> bool:
     )
 
 
+def _dns_failure(exc: BaseException, message: str) -> DNSFailure:
+    failed = DNSFailure(message)
+    if any(
+        (isinstance(e, socket.gaierror) and e.errno == socket.EAI_AGAIN)
+        or "Temporary failure in name resolution" in str(e)
+        for e in _chain(exc)
+    ):
+        failed.definitive, failed.summary = False, "name lookup failed for now"
+    return failed
+
+
 _CONNECT_ERRNOS = {
     errno.ECONNREFUSED: "connection refused",
     errno.EHOSTUNREACH: "no route to host",
@@ -300,7 +324,7 @@ def from_requests(exc: Exception) -> CrawlOutcome:
         return TLSError(message)
     if isinstance(exc, requests.exceptions.ConnectionError):
         if _is_dns(exc):
-            return DNSFailure(message)
+            return _dns_failure(exc, message)
         text = str(exc)
         if "Read timed out" in text:
             return ReadTimeout(message)

@@ -8,7 +8,9 @@ RFC 9309: a 2xx body is parsed (protego); 4xx, and a robots.txt that cannot be f
 on its own backoff (``robots_unavailable``) and robots.txt is asked for again after
 ``ROBOTS_ERROR_TTL_S``. A host that cannot be reached at all (refused, DNS, TLS) is the
 host's failure, not robots.txt's: the URL gets that outcome and it counts toward the host's
-circuit breaker, which is asked before robots.txt is fetched; a host whose address the
+circuit breaker, which is asked before robots.txt is fetched (a refusal or a missing name from
+a host that has not answered in this job opens it at once, and the URL fails as
+``host_unreachable``); an answer to robots.txt marks the host answered; a host whose address the
 guard refuses fails its URLs as ``blocked_address`` (``tasks/rules/guard.py``; a redirect of
 robots.txt to a refused address only makes robots.txt unfollowable). robots.txt is fetched
 with the platform's ``USER_AGENT`` and its groups are matched against the product token
@@ -68,7 +70,8 @@ def _fetch(url: str, user_agent: str, job) -> dict:
     except outcomes.CrawlOutcome as exc:
         entry = {"status": exc.status or 0, "body": "", "error": exc.reason}
         if exc.host_level:
-            entry.update(unreachable=True, summary=exc.summary, message=str(exc)[:500])
+            entry.update(unreachable=True, summary=exc.summary, message=str(exc)[:500],
+                         definitive=exc.definitive)  # fmt: skip
         elif isinstance(exc, outcomes.BlockedAddress) and exc.url in (None, url):
             entry.update(blocked=True, message=str(exc)[:500])  # the host itself is refused
         elif isinstance(exc, outcomes.Permanent):  # cannot be followed: no restrictions
@@ -88,9 +91,14 @@ def _fetch_through_circuit(url: str, user_agent: str, job) -> dict | None:
         return None
     entry = _fetch(url, user_agent, job)
     if entry.get("unreachable"):
-        circuit.record(job.pk, host, failed=True, reason=entry["summary"], job=job)
-    else:  # the host answered: any failures in a row are over (robots.txt is fetched rarely)
-        circuit.record(job.pk, host, failed=False, job=job)
+        if circuit.record(job.pk, host, failed=True, reason=entry["summary"],
+                          definitive=entry["definitive"], job=job):  # fmt: skip
+            entry.update(open=True, message=f"circuit opened: robots.txt: {entry['message']}")
+        return entry
+    # the host answered: any failures in a row are over (robots.txt is fetched rarely)
+    circuit.record(job.pk, host, failed=False, job=job)
+    if entry["status"]:
+        circuit.answered(job.pk, host, job)
     return entry
 
 
@@ -126,8 +134,10 @@ def _parse(body: str, url: str) -> Protego:
 def _failure(entry: dict) -> outcomes.CrawlOutcome:
     if entry.get("blocked"):
         return outcomes.BlockedAddress(f"robots.txt: {entry['message']}")
-    if entry.get("open"):
-        return outcomes.HostUnreachable(entry["summary"] or "host unreachable")
+    if entry.get("open"):  # open when robots.txt was asked for, or opened by its failure
+        return outcomes.HostUnreachable(
+            f"{entry['summary'] or 'host unreachable'} ({entry['message']})"
+        )
     if entry.get("unreachable"):
         kind = {
             "dns": outcomes.DNSFailure,

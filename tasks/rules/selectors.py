@@ -4,7 +4,9 @@ A rule is ``{"name", "selector", "attr", "all", "pattern"}``: the text of the fi
 its ``attr`` attribute), every match with ``all``, only on URLs that match ``pattern`` (a
 regex, searched) when one is given. On the command line a rule is written
 ``NAME=SELECTOR``, ``NAME=SELECTOR@ATTR``, ``NAME=SELECTOR[]`` or ``NAME=SELECTOR[]@ATTR``.
-``tasks/content/extraction.py`` evaluates them on pages.
+``tasks/content/extraction.py`` evaluates them on pages, on lexbor's tree when lexbor's CSS
+parser (selectolax, the page parser's own) takes the selector. A selector is valid if
+soupsieve's stricter parser takes it (lexbor's also takes some it refuses, such as ``a[href``).
 """
 
 from __future__ import annotations
@@ -54,6 +56,18 @@ def parse_rule(text: str, pattern: str = "") -> dict[str, Any]:
         all=bool(found and (found["all"] or found["all2"])),
         pattern=pattern,
     ).as_dict()
+
+
+@lru_cache(maxsize=512)
+def on_lexbor(selector: str) -> bool:
+    """Does lexbor's CSS parser take ``selector``? (else soupsieve must, on a soup)"""
+    from selectolax.lexbor import LexborHTMLParser, SelectolaxError
+
+    try:
+        LexborHTMLParser("").css(selector)
+    except SelectolaxError:
+        return False
+    return True
 
 
 @lru_cache(maxsize=512)
