@@ -128,9 +128,9 @@ def warm_session(
     """A new session of a host whose job names a warm-up page: the warm-up takes this URL's
     slot and the URL comes back at once (its new state); None if there is nothing to warm."""
     job, who, jar = claimed.job, passage.who, session.jar
-    url = urljoin(claimed.url.url, job.warmup_path or "")
-    if not (job.warmup_path and not jar.version and warm_up(claimed, cache, who, session.visitor,
-                                                            url)):  # fmt: skip
+    if not job.warmup_path or jar.version:
+        return None
+    if not warm_up(claimed, cache, who, session.visitor, urljoin(claimed.url.url, job.warmup_path)):
         return None
     sessions.save(job.pk, host, who.key, jar, session.visitor.set_cookies, mark=True)
     gates.report(claimed, host, passage.slot, politeness.NEUTRAL)

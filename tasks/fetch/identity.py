@@ -107,12 +107,6 @@ def current(job, host: str) -> Identity:
     return found
 
 
-def replaced(job, host: str, seen: Identity) -> bool:
-    """Has ``host`` moved on from ``seen`` since (another worker rotated after a ban)?"""
-    gen = client().hget(_key(job.pk, host), "gen")
-    return gen is not None and int(gen) != seen.generation
-
-
 def _burnt(job_id: int, host: str) -> str:
     """When the host was last rotated away from each identity ("ua.px" -> milliseconds)."""
     return f"crawl:ident:{job_id}:{host}:burnt"
