@@ -203,7 +203,7 @@ def _process_claimed(claimed: Claim, rendering: bool = False) -> str:
         antibot.count_answer(claimed, host, passage, fetched, outcome)
     elif (state := antibot.warm_after_block(claimed, cache, host, passage, session)) is not None:
         return state  # a block met without a session: the identity warms up, then tries again
-    elif (state := antibot.judge_ban(claimed, host, passage.who, banned)) is not None:
+    elif (state := antibot.judge_ban(claimed, cache, host, passage, session, banned)) is not None:
         return state  # the identity's ban: tried again by a rested one, or parked at last
     return _record(claimed, cache, fetched, banned if banned is not None else outcome, rendering)
 

@@ -8,7 +8,8 @@ User-Agent. It
   seconds: 429 without ``Retry-After`` for the first half of the ban, then 403 (robots.txt is
   never counted);
 * sets a session cookie on ``/`` and gates ``/members/`` behind it (no valid cookie: 403);
-* answers ``/offers/N`` with a CAPTCHA page (status 200, reCAPTCHA markup), whoever asks;
+* answers ``/offers/N`` with a CAPTCHA page (status 200, reCAPTCHA markup), whoever asks, and
+  the paths in ``forbidden`` with 403, whoever asks;
 * serves ``/app/``, whose links to ``/app/item/N`` exist only once its script has run.
 
 ``ForwardProxy`` is an HTTP forward proxy (absolute-URI GETs; ``Proxy-Authorization`` basic
@@ -63,7 +64,9 @@ class AntiBotSite(LocalSite):
     def __init__(
         self, pages: int = 40, members: int = 8, offers: int = 3, items: int = 5,
         limit: int = 20, window: float = 60.0, ban_s: float | None = None,
+        forbidden: frozenset[str] = frozenset(),
     ) -> None:  # fmt: skip
+        self.forbidden = forbidden
         self.pages, self.members, self.offers, self.items = pages, members, offers, items
         self.limit, self.window, self.ban_s = limit, window, ban_s
         self.lock = threading.Lock()
@@ -111,6 +114,8 @@ class AntiBotSite(LocalSite):
             return 429 if self.ban_s is not None and now - began < self.ban_s / 2 else 403
 
     def _answer(self, path: str, cookie: str) -> tuple[int, dict[str, str], bytes]:
+        if path in self.forbidden:
+            return 403, {}, b"<html><body>Forbidden.</body></html>"
         if path == "/":
             sid = secrets.token_hex(8)
             with self.lock:

@@ -187,20 +187,51 @@ def warm_up(
     the cookie a site wants back) in this URL's slot; what it answers is not stored, its
     cookies are. False if ``url`` is the URL itself (then it is fetched as usual) or leaves
     its host."""
+    return visit(claimed, cache, who, visitor, url) is not None
+
+
+def visit(
+    claimed: Claim,
+    cache: JobCache,
+    who: identity.Identity,
+    visitor: fetching.Visitor,
+    url: str,
+) -> fetching.Response | outcomes.CrawlOutcome | None:
+    """Fetch ``url``, another page of the URL's host (a warm-up page, a probe), as ``who``:
+    its answer, or the outcome it ended in; it is not stored, the cookies it sets are collected
+    in ``visitor``. None if ``url`` is the URL itself or leaves its host."""
     job = claimed.job
     if canonicalize(url) == claimed.url.url or host_of(url) != host_of(claimed.url.url):
-        return False  # the URL is the warm-up page itself, or a stored path leaves its host
+        return None  # the URL is the warm-up page itself, or a stored path leaves its host
     kind, started = "ok", time.monotonic()
     try:
-        fetching.fetch(url, user_agent=who.user_agent, limits=fetching.limits_for(job),
-                       allow=guard.allowed(job), visitor=visitor,
-                       in_scope=lambda u: bool(in_scope(cache, u)))  # fmt: skip
+        answer = fetching.fetch(url, user_agent=who.user_agent, limits=fetching.limits_for(job),
+                                allow=guard.allowed(job), visitor=visitor,
+                                in_scope=lambda u: bool(in_scope(cache, u)))  # fmt: skip
     except outcomes.CrawlOutcome as exc:
-        log.info("job=%s warm-up %s: %s", job.pk, url, exc.reason)
+        log.info("job=%s %s as another page of the host: %s", job.pk, url, exc.reason)
         kind = "errors" if isinstance(exc, outcomes.ProxyFailed) else ""
+        answer = exc
     if who.proxy_id and kind:
         proxies.record(job.pk, who.proxy_id, kind, time.monotonic() - started, job)
-    return True
+    return answer
+
+
+def still_let_in(
+    claimed: Claim, cache: JobCache, host: str, passage: gates.Passage, session: Session
+) -> bool:
+    """Was the refusal the page's own? The identity that got it asks at once for a page of the
+    host that it may have (the job's warm-up page, its seed there, or the page that linked to
+    the URL): answered without a ban, the identity is not banned. Anything else (a ban, an
+    error, nothing to ask for) leaves the refusal the identity's."""
+    job, who = claimed.job, passage.who
+    for url in _warmup_candidates(claimed):
+        answer = visit(claimed, cache, who, session.visitor, url)
+        if answer is None:
+            continue  # the URL itself, or another host
+        sessions.save(job.pk, host, who.key, session.jar, session.visitor.set_cookies)
+        return isinstance(answer, fetching.Response) and ban(job, host, answer, None) is None
+    return False
 
 
 def ban(
@@ -247,16 +278,25 @@ def count_answer(
 
 
 def judge_ban(
-    claimed: Claim, host: str, who: identity.Identity, banned: outcomes.Banned
+    claimed: Claim,
+    cache: JobCache,
+    host: str,
+    passage: gates.Passage,
+    session: Session,
+    banned: outcomes.Banned,
 ) -> str | None:
     """A ban is the identity's, not the URL's: the identity rests, the host moves on to a
     rested one, and the URL waits for it with its attempt given back (its new state). It is
     parked, with the site's last answer, once its refusals have lasted ``BAN_GIVE_UP_S``.
-    None if the ban is the page's own outcome (the challenge its last attempt met: it uses an
-    attempt)."""
+    None if the refusal is the page's own outcome, which uses an attempt: the challenge its
+    last attempt met, or a refusal of a page while the host still lets its identity in."""
     if same_challenge(claimed, banned):
         return None
-    wait = rest_identity(claimed, host, who)
+    if still_let_in(claimed, cache, host, passage, session):
+        log.info("job=%s url=%s refused (%s) while its identity is let in: the page's",
+                 claimed.job.pk, claimed.url.url, banned.reason)  # fmt: skip
+        return None
+    wait = rest_identity(claimed, host, passage.who)
     since = claimed.banned_since
     if since is not None and (timezone.now() - since).total_seconds() >= setting(
         "BAN_GIVE_UP_S", claimed.job
