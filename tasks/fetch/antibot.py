@@ -1,6 +1,7 @@
-"""The anti-bot policy of one URL: is the answer a ban, what the host's ladder makes of it,
-and what a URL needs before and instead of a plain fetch (its identity's proxy and cookies, a
-session's warm-up page, a render worker).
+"""The anti-bot policy of one URL: is the answer a ban, whose it is (the identity's, which
+rests while the URL keeps its attempt, or the page's own), what the host's ladder makes of
+it, and what a URL needs before and instead of a plain fetch (its identity's proxy and
+cookies, a session's warm-up page, a render worker).
 
 Reads ``LADDER_BACKOFF_DELAY_S``, ``BAN_GIVE_UP_S`` and, for the warm-up page, the fetch settings
 (``tasks/fetch/fetching.py``). Ban detection is ``tasks/fetch/bans.py``, the ladder's levels
