@@ -8,7 +8,8 @@ recorded move (``tasks/frontier/transitions.py``), and the page's parse, links a
 (``tasks/content/pages.py``, ``links.py``). Whatever happens while a URL is processed ends in
 a recorded outcome: a transient one retries on the URL's own backoff, anything else fails the
 URL with its reason, and an unexpected exception becomes an ``internal_error`` with its
-traceback in the worker log. Nothing loops: every attempt counts.
+traceback in the worker log. Nothing loops: every attempt counts, but a ban, which is the
+identity's and gives the attempt back; a URL refused for ``BAN_GIVE_UP_S`` is parked.
 
 Reads ``BATCH_BUDGET_S``, ``DB_RETRY_S``, ``TASK_SOFT_TIME_LIMIT_S`` and the fetch settings
 (``fetching.limits_for``).
@@ -201,8 +202,10 @@ def _process_claimed(claimed: Claim, rendering: bool = False) -> str:
     sessions.save(job.pk, host, passage.who.key, session.jar, session.visitor.set_cookies)
     if banned is None:
         antibot.count_answer(claimed, host, passage, fetched, outcome)
-    elif (state := antibot.judge_ban(claimed, host, passage.who, banned)) is not None:
-        return state  # parked at the top of the ladder, or the host's ban: tried again
+    elif (state := antibot.warm_after_block(claimed, cache, host, passage, session)) is not None:
+        return state  # a block met without a session: the identity warms up, then tries again
+    elif (state := antibot.judge_ban(claimed, cache, host, passage, session, banned)) is not None:
+        return state  # the identity's ban: tried again by a rested one, or parked at last
     return _record(claimed, cache, fetched, banned if banned is not None else outcome, rendering)
 
 

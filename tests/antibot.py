@@ -4,9 +4,12 @@
 User-Agent. It
 
 * bans an identity after ``limit`` requests within ``window`` seconds: each later request
-  from it answers 403 "Access denied" until the test ends (robots.txt is never counted);
+  from it answers 403 "Access denied" until the test ends, or, with ``ban_s``, for that many
+  seconds: 429 without ``Retry-After`` for the first half of the ban, then 403 (robots.txt is
+  never counted);
 * sets a session cookie on ``/`` and gates ``/members/`` behind it (no valid cookie: 403);
-* answers ``/offers/N`` with a CAPTCHA page (status 200, reCAPTCHA markup), whoever asks;
+* answers ``/offers/N`` with a CAPTCHA page (status 200, reCAPTCHA markup), whoever asks, and
+  the paths in ``forbidden`` with 403, whoever asks;
 * serves ``/app/``, whose links to ``/app/item/N`` exist only once its script has run.
 
 ``ForwardProxy`` is an HTTP forward proxy (absolute-URI GETs; ``Proxy-Authorization`` basic
@@ -60,13 +63,15 @@ def page(title: str, links: list[str] = (), filler: int = 2000) -> bytes:
 class AntiBotSite(LocalSite):
     def __init__(
         self, pages: int = 40, members: int = 8, offers: int = 3, items: int = 5,
-        limit: int = 20, window: float = 60.0,
+        limit: int = 20, window: float = 60.0, ban_s: float | None = None,
+        forbidden: frozenset[str] = frozenset(),
     ) -> None:  # fmt: skip
+        self.forbidden = forbidden
         self.pages, self.members, self.offers, self.items = pages, members, offers, items
-        self.limit, self.window = limit, window
+        self.limit, self.window, self.ban_s = limit, window, ban_s
         self.lock = threading.Lock()
         self.seen: dict[tuple[str, str], list[float]] = defaultdict(list)  # identity -> times
-        self.banned: set[tuple[str, str]] = set()
+        self.banned: dict[tuple[str, str], float] = {}  # identity -> when its ban began
         self.sessions: set[str] = set()
         self.log: list = []
         self.served: dict[str, list[tuple[str, str, int]]] = defaultdict(list)  # path -> who
@@ -91,20 +96,26 @@ class AntiBotSite(LocalSite):
     def identities(self) -> set[tuple[str, str]]:
         return set(self.seen)
 
-    def _admit(self, who: tuple[str, str]) -> bool:
-        """Count a request of ``who``; False once it has made too many in the window."""
+    def _refusal(self, who: tuple[str, str]) -> int:
+        """Count a request of ``who``; the status refusing it (0: admitted): 403 once it has
+        made too many in the window, or with ``ban_s`` 429 for the first half of its ban."""
         now = time.monotonic()
         with self.lock:
-            if who in self.banned:
-                return False
-            times = [t for t in self.seen[who] if now - t < self.window] + [now]
-            self.seen[who] = times
-            if len(times) > self.limit:
-                self.banned.add(who)
-                return False
-            return True
+            began = self.banned.get(who)
+            if began is not None and self.ban_s is not None and now - began >= self.ban_s:
+                del self.banned[who]  # the ban is over: a new window
+                self.seen[who], began = [], None
+            if began is None:
+                times = [t for t in self.seen[who] if now - t < self.window] + [now]
+                self.seen[who] = times
+                if len(times) <= self.limit:
+                    return 0
+                began = self.banned[who] = now
+            return 429 if self.ban_s is not None and now - began < self.ban_s / 2 else 403
 
     def _answer(self, path: str, cookie: str) -> tuple[int, dict[str, str], bytes]:
+        if path in self.forbidden:
+            return 403, {}, b"<html><body>Forbidden.</body></html>"
         if path == "/":
             sid = secrets.token_hex(8)
             with self.lock:
@@ -147,8 +158,8 @@ class AntiBotSite(LocalSite):
                 who = (self.client_address[0], self.headers.get("User-Agent", ""))
                 if path == "/robots.txt":
                     status, headers, body = 200, {}, b"User-agent: *\nDisallow: /private/\n"
-                elif not site._admit(who):
-                    status, headers, body = 403, {}, DENIED
+                elif refused := site._refusal(who):
+                    status, headers, body = refused, {}, DENIED
                 else:
                     status, headers, body = site._answer(path, self.headers.get("Cookie", ""))
                 with site.lock:

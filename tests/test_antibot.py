@@ -127,3 +127,133 @@ def test_without_chromium_the_render_step_is_skipped_and_the_url_parked(redis, m
     row = FrontierURL.objects.get(pk=url.pk)
     assert "render step skipped: no Chromium at /nonexistent/chromium" in row.error_message
     assert "render step skipped" in caplog.text
+
+
+# A site that bans an identity for BAN_S seconds after more than LIMIT requests in WINDOW
+# seconds (429 without Retry-After for the first half of the ban, then 403), times scaled down
+# from a real one (10 requests in 10 s, 20 s bans) so that a crawl takes seconds.
+LIMIT, WINDOW, BAN_S = 6, 2.0, 2.0
+PATIENT = {
+    "IDENTITY_REST_S": 0.3, "IDENTITY_REST_MAX_S": 1.5, "LADDER_BACKOFF_DELAY_S": 0.1,
+    "PROXY_REST_S": 1.0, "BAN_GIVE_UP_S": 60.0, "RETRY_BACKOFF_BASE_S": 0.2,
+}  # fmt: skip
+
+
+def banning_site(**kwargs) -> AntiBotSite:
+    return AntiBotSite(**{"pages": 24, "members": 6, "offers": 0, "limit": LIMIT,
+                          "window": WINDOW, "ban_s": BAN_S, **kwargs})  # fmt: skip
+
+
+def plain_pages(site: AntiBotSite) -> set[str]:
+    """What a crawl that does not render stores: every page but the script-built ones."""
+    return site.content_paths() - {f"/app/item/{i}" for i in range(site.items)}
+
+
+def check_every_page_without_spending_attempts(site: AntiBotSite, job) -> None:
+    rows = FrontierURL.objects.filter(job=job)
+    done = paths(rows.filter(state="done").values_list("url", flat=True), site.base)
+    left = rows.exclude(state="done").values_list("url", "state", "error_reason", "attempts")
+    assert done == plain_pages(site), (plain_pages(site) - done, list(left))
+    spent = rows.exclude(attempts=1).values_list("url", "attempts", "error_reason")
+    assert not spent, list(spent)  # a ban gives the attempt back: one attempt per page
+    refusals = {s for served in site.served.values() for _, _, s in served} & {429, 403}
+    assert refusals == {429, 403}, "the site's bans were met, in both of their phases"
+
+
+def test_bans_cost_identities_not_urls_and_the_plain_crawl_gets_every_page_too(redis, tmp_path):
+    with (
+        banning_site() as site,
+        ForwardProxy("127.0.0.2") as one,
+        ForwardProxy("127.0.0.3") as two,
+        ForwardProxy("127.0.0.4") as three,
+    ):
+        pool = [one.url(), two.url(), three.url()]
+        job, pooled_s = crawl_to_end(
+            site.url("/"), tmp_path / "pooled", {}, timeout=120, max_depth=3,
+            user_agents=AGENTS, proxies=pool, settings=PATIENT,
+        )  # fmt: skip
+        check_every_page_without_spending_attempts(site, job)
+        assert len(site.identities()) >= 4 and site.banned
+        # the cookie-gated section: each identity that got in had fetched the home page itself
+        members = {(ip, ua) for p in site.served if p.startswith("/members/")
+                   for ip, ua, status in site.served[p] if status == 200}  # fmt: skip
+        warmed = {(ip, ua) for ip, ua, status in site.served["/"] if status == 200}
+        assert members and members <= warmed, (members, warmed)
+    with banning_site() as site:
+        job, plain_s = crawl_to_end(site.url("/"), tmp_path / "plain", {}, timeout=120,
+                                    max_depth=3, settings=PATIENT)  # fmt: skip
+        check_every_page_without_spending_attempts(site, job)
+        assert len(site.identities()) == 1
+    print(f"pooled crawl {pooled_s:.1f} s, plain crawl {plain_s:.1f} s")
+
+
+def test_a_cookie_gate_is_passed_by_every_identity_warming_up_by_itself(redis, tmp_path):
+    with (
+        banning_site(pages=4, members=20) as site,
+        ForwardProxy("127.0.0.2") as one,
+        ForwardProxy("127.0.0.3") as two,
+    ):
+        # bans move the host from identity to identity, each without a session at first: each
+        # must fetch the home page (the job's seed) itself before the gate lets it in
+        job, _ = crawl_to_end(
+            site.url("/"), tmp_path, {}, timeout=120, max_depth=3, user_agents=AGENTS,
+            proxies=[one.url(), two.url()], settings=PATIENT,
+        )  # fmt: skip
+        rows = FrontierURL.objects.filter(job=job, url__contains="/members/")
+        done = paths(rows.filter(state="done").values_list("url", flat=True), site.base)
+        assert done == {"/members/", *(f"/members/{i}" for i in range(20))}, list(
+            rows.exclude(state="done").values_list("url", "state", "error_reason")
+        )
+        members = {(ip, ua) for p in site.served if p.startswith("/members/")
+                   for ip, ua, status in site.served[p] if status == 200}  # fmt: skip
+        warmed = {(ip, ua) for ip, ua, status in site.served["/"] if status == 200}
+        assert len(members) >= 2 and members <= warmed, (members, warmed)
+
+
+def test_a_page_refused_to_an_identity_the_host_lets_in_ends_on_its_attempts(redis, tmp_path):
+    with AntiBotSite(pages=6, members=0, offers=0, limit=1000,
+                     forbidden=frozenset({"/p/2"})) as site:  # fmt: skip
+        job, _ = crawl_to_end(site.url("/"), tmp_path, {}, timeout=60, max_depth=1,
+                              settings={**PATIENT, "BAN_GIVE_UP_S": 3600.0})  # fmt: skip
+        row = FrontierURL.objects.get(job=job, url=site.url("/p/2"))
+        assert (row.state, row.error_reason, row.attempts) == ("needs_review", "banned", 4)
+        assert site.answered("/p/1", 200) == 1  # the host kept its pace: nothing asked twice
+
+
+def test_the_same_crawl_of_a_defended_site_gives_the_same_pages_five_times(redis, tmp_path):
+    # two attempts a URL: what a run gets must not depend on how its bans fell
+    settings = {**PATIENT, "RETRY_MAX_ATTEMPTS": 2}
+    results = []
+    with (
+        banning_site(pages=12, members=4, offers=1) as site,
+        ForwardProxy("127.0.0.2") as one,
+        ForwardProxy("127.0.0.3") as two,
+    ):
+        for run in range(5):
+            job, took = crawl_to_end(
+                site.url("/"), tmp_path / str(run), {}, timeout=120, max_depth=3,
+                user_agents=AGENTS, proxies=[one.url(), two.url()], settings=settings,
+            )  # fmt: skip
+            print(f"run {run}: {took:.1f} s")
+            rows = FrontierURL.objects.filter(job=job)
+            results.append((
+                paths(rows.filter(state="done").values_list("url", flat=True), site.base),
+                paths(rows.filter(state="needs_review").values_list("url", flat=True), site.base),
+            ))  # fmt: skip
+    assert results[0] == (plain_pages(site), site.offer_paths())
+    assert all(result == results[0] for result in results), results
+
+
+def test_a_url_refused_whatever_asks_ends_parked_after_the_give_up_bound(redis, tmp_path):
+    with AntiBotSite(pages=4, members=0, offers=0, limit=1) as site:  # the home page, then 403s
+        job, _ = crawl_to_end(site.url("/"), tmp_path, {}, timeout=60, max_depth=1,
+                              settings={**PATIENT, "BAN_GIVE_UP_S": 3.0})  # fmt: skip
+        rows = FrontierURL.objects.filter(job=job).exclude(url=site.url("/"))
+        assert len(rows) == 6  # /p/0-3, /members/, /app/
+        assert set(rows.values_list("state", "error_reason", "attempts")) == {
+            ("needs_review", "banned", 1)
+        }
+        assert max(rows.values_list("ladder_level", flat=True)) >= 2  # it climbed meanwhile
+        reviews = Review.objects.filter(job=job)
+        assert reviews.count() == 6 and all(r.status == 403 and r.body for r in reviews)
+        assert all(site.answered(p, 403) >= 2 for p in (f"/p/{i}" for i in range(4)))

@@ -35,6 +35,7 @@ def usual_size():
         (503, "/p/1", b'<div class="cf-turnstile"></div>', "challenge: cf-turnstile"),
         (429, "/p/1", b"<h1>Please VERIFY you are HUMAN</h1>", "challenge: verify you are human"),
         (403, "/p/1", b"nope", "http_403"),
+        (429, "/p/1", b"slow down", "http_429 without Retry-After"),  # refused, not told when
         (
             200,
             "/captcha?return=/p/1",
@@ -53,7 +54,6 @@ def test_block_pages_are_recognised(status, url, body, why):
     [
         (200, PAGE),  # an ordinary page
         (200, b"<p>Robots and their history</p>" * 3000),  # words, but not a tiny page
-        (429, b"slow down"),  # overload: the throttle's business, not a ban
         (503, b"maintenance"),
         (200, b"<p>Blocked drains? Call us.</p>"),  # tiny, but of a host whose size is unknown
     ],
@@ -61,6 +61,10 @@ def test_block_pages_are_recognised(status, url, body, why):
 def test_ordinary_answers_are_not_bans(status, body):
     host = HOST if b"drains" not in body else "other.test"
     assert bans.detect(JOB, host, status, f"http://{host}/p/1", body) == ""
+
+
+def test_a_429_that_says_when_to_come_back_is_the_throttles_business():
+    assert bans.detect(JOB, HOST, 429, f"http://{HOST}/p/1", b"slow down", retry_after=2.0) == ""
 
 
 def test_a_jobs_own_markers_extend_the_list():

@@ -61,7 +61,7 @@ def test_a_host_moves_off_a_resting_proxy_and_rotation_happens_once(redis):
         proxies.record(j.pk, first.proxy_id, "bans", job=j)
     moved = identity.current(j, "shop.test")
     assert moved.proxy_id != first.proxy_id and moved.generation == first.generation + 1
-    assert identity.replaced(j, "shop.test", first)
+    assert identity.current(j, "shop.test") == moved  # every worker sees the host moved on
     # two workers rotating after the same ban: one rotation, not two
     a = identity.rotate(j, "shop.test", moved)
     b = identity.rotate(j, "shop.test", moved)
@@ -133,3 +133,35 @@ def test_no_error_message_carries_an_expanded_proxy_credential(monkeypatch, temp
         fetching.fetch("http://127.0.0.1:9/page", user_agent="t", limits=limits,
                        allow=guard.networks("127.0.0.0/8"), visitor=visitor)  # fmt: skip
     assert marker not in str(failed.value)
+
+
+def test_a_banned_identity_rests_doubling_and_the_host_moves_to_a_rested_one(redis):
+    j = job(IDENTITY_REST_S=0.2, IDENTITY_REST_MAX_S=0.5)
+    first = identity.current(j, "shop.test")
+    rest = identity.rest(j, "shop.test", first)
+    assert rest.news and rest.seconds == pytest.approx(0.2)
+    assert not identity.rest(j, "shop.test", first).news  # in flight meanwhile: no news
+    moved = identity.rotate(j, "shop.test", first)
+    assert (moved.user_agent, moved.proxy_template) != (first.user_agent, first.proxy_template)
+    assert identity.rest_left(j, "shop.test", moved) == 0.0
+    time.sleep(0.3)
+    assert identity.rest(j, "shop.test", first).seconds == pytest.approx(0.4)  # in a row
+    time.sleep(0.5)
+    assert identity.rest(j, "shop.test", first).seconds == pytest.approx(0.5)  # the cap
+    identity.answered(j, "shop.test", first)
+    time.sleep(0.6)
+    assert identity.rest(j, "shop.test", first).seconds == pytest.approx(0.2)  # a new run
+
+
+def test_when_every_identity_rests_the_host_goes_to_the_one_that_wakes_first(redis):
+    j = job(IDENTITY_REST_S=5.0, IDENTITY_REST_MAX_S=60.0)
+    who = identity.current(j, "shop.test")
+    rested = []
+    for _ in range(len(AGENTS) * len(POOL)):  # every identity, each refused once
+        identity.rest(j, "shop.test", who)
+        rested.append(who)
+        time.sleep(0.01)
+        who = identity.rotate(j, "shop.test", who)
+    assert (who.user_agent, who.proxy_template) == (rested[0].user_agent,
+                                                    rested[0].proxy_template)  # fmt: skip
+    assert 4.5 < identity.rest_left(j, "shop.test", who) <= 5.0

@@ -1,8 +1,9 @@
-"""The anti-bot policy of one URL: is the answer a ban, what the host's ladder makes of it,
-and what a URL needs before and instead of a plain fetch (its identity's proxy and cookies, a
-session's warm-up page, a render worker).
+"""The anti-bot policy of one URL: is the answer a ban, whose it is (the identity's, which
+rests while the URL keeps its attempt, or the page's own), what the host's ladder makes of
+it, and what a URL needs before and instead of a plain fetch (its identity's proxy and
+cookies, a session's warm-up page, a render worker).
 
-Reads ``LADDER_BACKOFF_DELAY_S`` and, for the warm-up page, the fetch settings
+Reads ``LADDER_BACKOFF_DELAY_S``, ``BAN_GIVE_UP_S`` and, for the warm-up page, the fetch settings
 (``tasks/fetch/fetching.py``). Ban detection is ``tasks/fetch/bans.py``, the ladder's levels
 ``tasks/fetch/ladder.py``, identities ``tasks/fetch/identity.py``.
 """
@@ -15,6 +16,7 @@ from typing import NamedTuple
 from urllib.parse import urljoin
 
 from django.db import transaction
+from django.utils import timezone
 
 from tasks import dispatch
 from tasks.content.links import JobCache, in_scope
@@ -43,7 +45,7 @@ from tasks.frontier.transitions import (
 )
 from tasks.rules import guard, proxy_urls
 from tasks.rules.urls import canonicalize, host_of
-from web.models import CrawlJob, URLState
+from web.models import CrawlJob, FrontierURL, URLState
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +129,9 @@ def warm_session(
     """A new session of a host whose job names a warm-up page: the warm-up takes this URL's
     slot and the URL comes back at once (its new state); None if there is nothing to warm."""
     job, who, jar = claimed.job, passage.who, session.jar
-    if not (job.warmup_path and not jar.version and warm_up(claimed, cache, who, session.visitor)):
+    if not job.warmup_path or jar.version:
+        return None
+    if not warm_up(claimed, cache, who, session.visitor, urljoin(claimed.url.url, job.warmup_path)):
         return None
     sessions.save(job.pk, host, who.key, jar, session.visitor.set_cookies, mark=True)
     gates.report(claimed, host, passage.slot, politeness.NEUTRAL)
@@ -135,27 +139,100 @@ def warm_session(
     return defer(claimed, 0.0, claimed.previous_reason or "warming_up")
 
 
+def warm_after_block(
+    claimed: Claim, cache: JobCache, host: str, passage: gates.Passage, session: Session
+) -> str | None:
+    """An identity that met a block on a host where it held no session warms up by itself
+    before anything else (a cookie gate never depends on which identity fetched the home
+    page): the job's warm-up page, else the job's seed on that host, else the page that
+    linked there. If that gave it cookies, the URL comes back at once, its attempt given back
+    (its new state). None if the identity had a session there, or the warm-up gave it none:
+    the block is a ban."""
+    if session.jar.version:
+        return None
+    job, who, visitor = claimed.job, passage.who, session.visitor
+    for url in _warmup_candidates(claimed):
+        before = len(visitor.set_cookies)
+        if not warm_up(claimed, cache, who, visitor, url):
+            continue  # the URL itself, or another host
+        sessions.save(job.pk, host, who.key, session.jar, visitor.set_cookies, mark=True)
+        if len(visitor.set_cookies) == before:
+            return None  # no session to be had: the block is a ban
+        gates.report(claimed, host, passage.slot, politeness.NEUTRAL)
+        return defer(claimed, 0.0, claimed.previous_reason or "warming_up")
+    return None
+
+
+def _warmup_candidates(claimed: Claim) -> list[str]:
+    """Pages a new session of the URL's host may start on, best first."""
+    job, url = claimed.job, claimed.url.url
+    if job.warmup_path:
+        return [urljoin(url, job.warmup_path)]
+    seeds = [s for s in job.seeds or [] if isinstance(s, str) and host_of(s) == host_of(url)]
+    referrer = (
+        FrontierURL.objects.filter(pk=claimed.url.pk)
+        .values_list("discovered_from__url", flat=True)
+        .first()
+    )
+    return [*seeds[:1], *([referrer] if referrer else [])]
+
+
 def warm_up(
-    claimed: Claim, cache: JobCache, who: identity.Identity, visitor: fetching.Visitor
+    claimed: Claim,
+    cache: JobCache,
+    who: identity.Identity,
+    visitor: fetching.Visitor,
+    url: str,
 ) -> bool:
-    """A new session of a host: fetch the job's warm-up page first (the home page that sets
+    """A new session of a host: fetch its warm-up page ``url`` first (the home page that sets
     the cookie a site wants back) in this URL's slot; what it answers is not stored, its
-    cookies are. False if the URL is the warm-up page itself (then it is fetched as usual)."""
+    cookies are. False if ``url`` is the URL itself (then it is fetched as usual) or leaves
+    its host."""
+    return visit(claimed, cache, who, visitor, url) is not None
+
+
+def visit(
+    claimed: Claim,
+    cache: JobCache,
+    who: identity.Identity,
+    visitor: fetching.Visitor,
+    url: str,
+) -> fetching.Response | outcomes.CrawlOutcome | None:
+    """Fetch ``url``, another page of the URL's host (a warm-up page, a probe), as ``who``:
+    its answer, or the outcome it ended in; it is not stored, the cookies it sets are collected
+    in ``visitor``. None if ``url`` is the URL itself or leaves its host."""
     job = claimed.job
-    url = urljoin(claimed.url.url, job.warmup_path)
     if canonicalize(url) == claimed.url.url or host_of(url) != host_of(claimed.url.url):
-        return False  # the URL is the warm-up page itself, or a stored path leaves its host
+        return None  # the URL is the warm-up page itself, or a stored path leaves its host
     kind, started = "ok", time.monotonic()
     try:
-        fetching.fetch(url, user_agent=who.user_agent, limits=fetching.limits_for(job),
-                       allow=guard.allowed(job), visitor=visitor,
-                       in_scope=lambda u: bool(in_scope(cache, u)))  # fmt: skip
+        answer = fetching.fetch(url, user_agent=who.user_agent, limits=fetching.limits_for(job),
+                                allow=guard.allowed(job), visitor=visitor,
+                                in_scope=lambda u: bool(in_scope(cache, u)))  # fmt: skip
     except outcomes.CrawlOutcome as exc:
-        log.info("job=%s warm-up %s: %s", job.pk, url, exc.reason)
+        log.info("job=%s %s as another page of the host: %s", job.pk, url, exc.reason)
         kind = "errors" if isinstance(exc, outcomes.ProxyFailed) else ""
+        answer = exc
     if who.proxy_id and kind:
         proxies.record(job.pk, who.proxy_id, kind, time.monotonic() - started, job)
-    return True
+    return answer
+
+
+def still_let_in(
+    claimed: Claim, cache: JobCache, host: str, passage: gates.Passage, session: Session
+) -> bool:
+    """Was the refusal the page's own? The identity that got it asks at once for a page of the
+    host that it may have (the job's warm-up page, its seed there, or the page that linked to
+    the URL): answered without a ban, the identity is not banned. Anything else (a ban, an
+    error, nothing to ask for) leaves the refusal the identity's."""
+    job, who = claimed.job, passage.who
+    for url in _warmup_candidates(claimed):
+        answer = visit(claimed, cache, who, session.visitor, url)
+        if answer is None:
+            continue  # the URL itself, or another host
+        sessions.save(job.pk, host, who.key, session.jar, session.visitor.set_cookies)
+        return isinstance(answer, fetching.Response) and ban(job, host, answer, None) is None
+    return False
 
 
 def ban(
@@ -169,7 +246,8 @@ def ban(
         reason = bans.detect(job, host, resp.status, resp.final_url, resp.body)
         evidence = (resp.status, resp.headers, resp.body)
     elif outcome is not None and outcome.status:
-        reason = bans.detect(job, host, outcome.status, outcome.url or "", outcome.body)
+        reason = bans.detect(job, host, outcome.status, outcome.url or "", outcome.body,
+                             outcome.retry_after)  # fmt: skip
         evidence = (outcome.status, outcome.headers, outcome.body)
     else:
         return None
@@ -188,30 +266,48 @@ def count_answer(
     fetched: fetching.Fetched,
     outcome: outcomes.CrawlOutcome | None,
 ) -> None:
-    """Not a ban: a success for a host the ladder watches if the site answered, and the
-    proxy's tally."""
+    """Not a ban: a success for a host the ladder watches if the site answered (its identity's
+    run of rests ends), and the proxy's tally."""
     job, slot, who = claimed.job, passage.slot, passage.who
     answered = fetched.resp is not None or (outcome is not None and bool(outcome.status))
     if answered and (slot.ladder or slot.ban_streak):  # the site let us in: a success
         ladder.signal(job, host, banned=False)
+        identity.answered(job, host, who)
     if who.proxy_id:
         failed = isinstance(outcome, outcomes.ProxyFailed)
         proxies.record(job.pk, who.proxy_id, "errors" if failed else "ok", fetched.elapsed, job)
 
 
 def judge_ban(
-    claimed: Claim, host: str, who: identity.Identity, banned: outcomes.Banned
+    claimed: Claim,
+    cache: JobCache,
+    host: str,
+    passage: gates.Passage,
+    session: Session,
+    banned: outcomes.Banned,
 ) -> str | None:
-    """The ladder's word on a banned URL: parked at the top of the ladder (a person decides),
-    tried again if the ban was the host's; None if the ban is the URL's own outcome."""
-    hosts_fault = after_ban(claimed, host, who, banned)
-    if claimed.level >= ladder.PARK:
-        return park(claimed, banned)  # the top of the ladder: a person decides
-    if hosts_fault:
-        log.info("job=%s url=%s banned (%s): the host's, tried again", claimed.job.pk,
-                 claimed.url.url, banned.reason)  # fmt: skip
-        return retry_banned(claimed, banned)
-    return None
+    """A ban is the identity's, not the URL's: the identity rests, the host moves on to a
+    rested one, and the URL waits for it with its attempt given back (its new state). It is
+    parked, with the site's last answer, once its refusals have lasted ``BAN_GIVE_UP_S``.
+    None if the refusal is the page's own outcome, which uses an attempt: the challenge its
+    last attempt met, or a refusal of a page while the host still lets its identity in."""
+    if same_challenge(claimed, banned):
+        return None
+    if still_let_in(claimed, cache, host, passage, session):
+        log.info("job=%s url=%s refused (%s) while its identity is let in: the page's",
+                 claimed.job.pk, claimed.url.url, banned.reason)  # fmt: skip
+        return None
+    wait = rest_identity(claimed, host, passage.who)
+    since = claimed.banned_since
+    if since is not None and (timezone.now() - since).total_seconds() >= setting(
+        "BAN_GIVE_UP_S", claimed.job
+    ):
+        log.warning("job=%s url=%s refused since %s (%s): parked", claimed.job.pk,
+                    claimed.url.url, since.isoformat(), banned.reason)  # fmt: skip
+        return park(claimed, banned)
+    log.info("job=%s url=%s banned (%s): the identity's, tried again in %.1f s", claimed.job.pk,
+             claimed.url.url, banned, wait)  # fmt: skip
+    return retry_banned(claimed, banned, wait)
 
 
 def same_challenge(claimed: Claim, banned: outcomes.Banned) -> bool:
@@ -225,28 +321,24 @@ def same_challenge(claimed: Claim, banned: outcomes.Banned) -> bool:
     )
 
 
-def after_ban(claimed: Claim, host: str, who: identity.Identity, banned: outcomes.Banned) -> bool:
-    """A ban: the host's ladder counts it and acts on the level it is at. Returns whether the
-    ban was the host's rather than the URL's (the URL keeps its attempt): its identity had
-    been replaced, or the host had climbed, while it was in flight (stale news, not counted),
-    or the host refuses everything lately (bans in a row). A URL that meets the challenge its
-    last attempt met is not counted either: that challenge follows the page, not the
-    identity."""
+def rest_identity(claimed: Claim, host: str, who: identity.Identity) -> float:
+    """A ban: ``who`` rests on the host, the host's ladder counts it and acts on its level, and
+    the host moves on to a rested identity. Returns how long until the host has one (0: now;
+    else its slot is held that long, so its URLs wait in the frontier meanwhile).
+
+    Every ban is counted but those of requests that ran while the host was a level lower (the
+    in-flight requests of one burst are one piece of news), so a host that refuses everything
+    climbs a level per burst, within seconds."""
     job = claimed.job
-    if same_challenge(claimed, banned):
-        return False  # the challenge its last attempt met, on another request: the page's
-    if who.proxy_id:
+    if identity.rest(job, host, who).news and who.proxy_id:
         proxies.record(job.pk, who.proxy_id, "bans", job=job)
-    if identity.replaced(job, host, who):
-        return True
     step = ladder.signal(job, host, banned=True, ran_at=claimed.level)
-    if step.run < 0:
-        return True  # the host climbed while it was in flight: news already acted on
     if step.after != step.before:
         log.warning("job=%s host=%s ladder %d -> %d", job.pk, host, step.before, step.after)
     claimed.level = max(claimed.level, step.after)
     if step.after >= ladder.BACK_OFF:
         politeness.slow_down(job.pk, host, setting("LADDER_BACKOFF_DELAY_S", job), job)
-    if step.after >= ladder.ROTATE and step.run >= 2:  # one ban among successes: the page's
-        identity.rotate(job, host, who)
-    return step.run >= 2
+    wait = identity.rest_left(job, host, identity.rotate(job, host, who))
+    if wait > 0:
+        politeness.hold(job.pk, host, wait)  # every identity rests: the host waits for one
+    return wait

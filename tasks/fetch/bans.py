@@ -5,8 +5,9 @@ Reads ``BAN_MARKERS``, ``BAN_URL_MARKERS``, ``BAN_WORDS``, ``BAN_TINY_RATIO`` an
 
 A site that refuses a crawler rarely says so with a clean status code. Signs, in order:
 
-* a 403, or a 429/503 that carries a challenge (a 429 or 503 with nothing else is the
-  throttle's business: overload, or a Retry-After);
+* a 403, or a 429 without ``Retry-After`` (a site that refuses a visitor rather than asks it
+  to come back at a given time), or a 503 that carries a challenge (a 429 that says when to
+  come back, and a plain 503, are the throttle's business);
 * CAPTCHA and challenge markers in the body, whatever the status: reCAPTCHA, hCaptcha,
   Cloudflare Turnstile and challenge pages, "verify you are human", and the job's own list
   (``BAN_MARKERS``, comma-separated, case-insensitive);
@@ -16,7 +17,8 @@ A site that refuses a crawler rarely says so with a clean status code. Signs, in
 
 A ban is an outcome (``tasks/fetch/outcomes.py``: ``Banned``): the block page is never stored
 as a page, the host's ladder counts it (``tasks/fetch/ladder.py``), and the URL is tried again
-as the ladder decides, or parked for review. The host's usual page size is learnt by each
+by a rested identity, its attempt given back (``tasks/fetch/antibot.py``), or parked for
+review. The host's usual page size is learnt by each
 worker process from the pages it stores (no shared state needed for a ratio).
 """
 
@@ -67,8 +69,11 @@ def learn_size(job_id: int, host: str, size: int) -> None:
     _sizes[(job_id, host)] = log_size if old is None else old + 0.1 * (log_size - old)
 
 
-def detect(job, host: str, status: int, final_url: str, body: bytes) -> str:
-    """Why this answer is a block page ('' if it is not)."""
+def detect(
+    job, host: str, status: int, final_url: str, body: bytes, retry_after: float | None = None
+) -> str:
+    """Why this answer is a block page ('' if it is not). ``retry_after``: the answer's
+    ``Retry-After`` in seconds, if it had one."""
     head = body[: setting("BAN_SCAN_BYTES")].lower()
     marker = _first_term(setting("BAN_MARKERS", job), head)
     if marker:
@@ -79,6 +84,8 @@ def detect(job, host: str, status: int, final_url: str, body: bytes) -> str:
             return f"redirected to a challenge ({marker.decode()})"
     if status == 403:
         return "http_403"
+    if status == 429 and retry_after is None:
+        return "http_429 without Retry-After"
     usual = usual_size(job.pk, host)
     tiny = (
         usual is not None

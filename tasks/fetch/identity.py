@@ -1,18 +1,26 @@
 """Who a request says it is: a user agent, a proxy and a session, per job and host.
 
+Reads ``USER_AGENT``, ``IDENTITY_BURN_S``, ``IDENTITY_REST_S`` and ``IDENTITY_REST_MAX_S``.
+
 A job's pools are its ``user_agents`` (default: the platform's honest ``USER_AGENT``) and its
 ``proxies`` (default: none, direct). Each host of a job presents one identity at a time, kept
 in Redis (``crawl:ident:{job}:{host}``) so that every worker agrees: a site sees one user
 agent, one address and one cookie jar per visitor, as from a person. A new host starts on an
 identity chosen by its name (so hosts spread over the pools) among the proxies not resting.
-:func:`rotate` moves a host to the next combination it has not been rotated away from within
-``IDENTITY_BURN_S`` (a site's ban outlasts the request that showed it; when all were, the one
-left longest ago), on a proxy that is not resting, and a new *generation*, whose cookie jar
-starts empty: the ladder does it at level 2, and a host whose proxy went to rest moves on by
-itself. Rotation happens only when pools are configured; with one user agent and no proxy
-there is one identity. robots.txt is obeyed whatever the identity: its groups are matched
+:func:`rotate` moves a host to the next combination that is rested, on a proxy that is not
+resting, and that it has not been rotated away from within ``IDENTITY_BURN_S`` (when all were,
+the one left longest ago), and a new *generation*, whose cookie jar starts empty: every ban
+does it (``tasks/fetch/antibot.py``), and a host whose proxy went to rest moves on by itself.
+Rotation happens only when pools are configured; with one user agent and no proxy there is
+one identity. robots.txt is obeyed whatever the identity: its groups are matched
 against the job's product token (``ROBOTS_AGENT``, ``crawlplatform``), the same for every
 user agent presented.
+
+A ban is the identity's: :func:`rest` sends the identity that got it to rest on that host for
+``IDENTITY_REST_S``, doubling with each ban in a row of that identity there (a success ends
+the run, :func:`answered`), capped at ``IDENTITY_REST_MAX_S``, in Redis
+(``crawl:ident:{job}:{host}:rest``); rotation prefers rested identities, and when every one
+rests the host waits for the first to wake (:func:`rest_left`).
 """
 
 from __future__ import annotations
@@ -99,12 +107,6 @@ def current(job, host: str) -> Identity:
     return found
 
 
-def replaced(job, host: str, seen: Identity) -> bool:
-    """Has ``host`` moved on from ``seen`` since (another worker rotated after a ban)?"""
-    gen = client().hget(_key(job.pk, host), "gen")
-    return gen is not None and int(gen) != seen.generation
-
-
 def _burnt(job_id: int, host: str) -> str:
     """When the host was last rotated away from each identity ("ua.px" -> milliseconds)."""
     return f"crawl:ident:{job_id}:{host}:burnt"
@@ -129,30 +131,94 @@ def _burnt_at(job, host: str) -> dict[tuple[int, int], float]:
     }
 
 
+def _pair(job, who: Identity) -> tuple[int, int]:
+    """The (user agent, proxy) indexes of ``who`` in the job's pools (-1: direct)."""
+    agents, pool = pools(job)
+    return (agents.index(who.user_agent) if who.user_agent in agents else 0,
+            pool.index(who.proxy_template) if who.proxy_template in pool else -1)  # fmt: skip
+
+
+def _rests(job_id: int, host: str) -> str:
+    """When each identity of the host rests until ("ua.px" -> ms) and its bans in a row
+    ("ua.px#n")."""
+    return f"crawl:ident:{job_id}:{host}:rest"
+
+
+_REST = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local till = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
+if till > now then return {0, till - now} end
+local n = redis.call('HINCRBY', KEYS[1], ARGV[1] .. '#n', 1)
+local rest = math.min(tonumber(ARGV[2]) * math.pow(2, math.min(n - 1, 20)), tonumber(ARGV[3]))
+redis.call('HSET', KEYS[1], ARGV[1], now + rest)
+redis.call('PEXPIRE', KEYS[1], 86400000)
+return {1, rest}
+"""
+
+
+@dataclass(frozen=True)
+class Rest:
+    news: bool  # the identity was not resting yet: this ban is news about it
+    seconds: float  # how long it rests from now
+
+
+def rest(job, host: str, who: Identity) -> Rest:
+    """``who`` was refused by ``host``: it rests there (unless it already does: a request of
+    it that was in flight brings no news), ``IDENTITY_REST_S`` doubling per ban in a row,
+    capped at ``IDENTITY_REST_MAX_S``."""
+    ua, px = _pair(job, who)
+    news, ms = script(_REST)(
+        keys=[_rests(job.pk, host)],
+        args=[f"{ua}.{px}", int(setting("IDENTITY_REST_S", job) * 1000),
+              int(setting("IDENTITY_REST_MAX_S", job) * 1000)],
+    )  # fmt: skip
+    return Rest(bool(news), int(ms) / 1000.0)
+
+
+def answered(job, host: str, who: Identity) -> None:
+    """``host`` answered ``who``: its next ban starts a new run of rests."""
+    ua, px = _pair(job, who)
+    client().hdel(_rests(job.pk, host), f"{ua}.{px}#n")
+
+
+def _resting(job, host: str) -> dict[tuple[int, int], float]:
+    """Identities resting on ``host`` now, and for how many more seconds."""
+    redis = client()
+    now_s, now_us = redis.time()
+    now = now_s * 1000 + now_us // 1000
+    return {
+        tuple(int(i) for i in name.split(b".")): (int(till) - now) / 1000.0
+        for name, till in redis.hgetall(_rests(job.pk, host)).items()
+        if b"#" not in name and int(till) > now
+    }
+
+
+def rest_left(job, host: str, who: Identity) -> float:
+    """Seconds until ``who`` is rested on ``host`` (0: it is)."""
+    return _resting(job, host).get(_pair(job, who), 0.0)
+
+
 def rotate(job, host: str, seen: Identity) -> Identity:
-    """Move ``host`` on from ``seen`` (once, however many workers ask): to the next identity it
-    was not rotated away from within ``IDENTITY_BURN_S``, on a proxy that is not resting,
-    with a fresh session. When every identity was, the one left longest ago (a site's ban
-    wears off with time, if it does)."""
+    """Move ``host`` on from ``seen`` (once, however many workers ask): to the next identity
+    that is rested, on a proxy that is not resting, and was not rotated away from within
+    ``IDENTITY_BURN_S`` (else the one left longest ago), with a fresh session. When every
+    identity rests, the one that wakes first."""
     agents, pool = pools(job)
     if len(agents) == 1 and not pool:
         return seen
     pairs = _combinations(agents, pool)
-    here = (agents.index(seen.user_agent) if seen.user_agent in agents else 0,
-            pool.index(seen.proxy_template) if seen.proxy_template in pool else -1)  # fmt: skip
+    here = _pair(job, seen)
     start = pairs.index(here) + 1 if here in pairs else 0
     order = [pairs[(start + i) % len(pairs)] for i in range(len(pairs))]
     resting = proxies.resting(job.pk, [proxies.proxy_id(p) for p in pool]) if pool else set()
-    burnt = _burnt_at(job, host)
+    burnt, asleep = _burnt_at(job, host), _resting(job, host)
 
-    def rests(pair: tuple[int, int]) -> bool:
-        return pair[1] >= 0 and proxies.proxy_id(pool[pair[1]]) in resting
+    def rank(pair: tuple[int, int]) -> tuple:
+        proxy_rests = pair[1] >= 0 and proxies.proxy_id(pool[pair[1]]) in resting
+        return (pair in asleep, asleep.get(pair, 0.0), proxy_rests, burnt.get(pair, 0.0))
 
-    fresh = [p for p in order if p != here and p not in burnt]
-    choice = next((p for p in fresh if not rests(p)), None) or (fresh[0] if fresh else None)
-    if choice is None:
-        others = [p for p in order if p != here] or order
-        choice = min(others, key=lambda p: (rests(p), burnt.get(p, 0.0)))
+    choice = min([p for p in order if p != here] or order, key=rank)  # ties: the next in order
     script(_ROTATE)(
         keys=[_key(job.pk, host), _burnt(job.pk, host)],
         args=[seen.generation, choice[0], choice[1], f"{here[0]}.{here[1]}",

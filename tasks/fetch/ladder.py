@@ -6,21 +6,23 @@ Reads ``LADDER_CLIMB_BANS``, ``LADDER_DESCEND_SUCCESSES``, ``LADDER_QUIET_S``,
 Per (job, host), in Redis (``crawl:ladder:{job}:{host}``), shared by every worker:
 
 ====  ===================  ===========================================================
-0     normal
+0     normal               every ban already rests its identity and moves the host to a
+                           rested one (``tasks/fetch/identity.py``, ``antibot.py``)
 1     back off             the host's pace is at least ``LADDER_BACKOFF_DELAY_S``
-2     rotate identity      two bans in a row move the host to its next identity (user
-                           agent, proxy, a fresh session): ``tasks/fetch/identity.py``;
-                           one ban among successes is the page's, not the identity's
+2     rotate identity      bans keep coming after backing off: rotation goes on as at
+                           every ban (user agent, proxy, a fresh session)
 3     render               its pages are fetched by headless Chromium (``render`` queue),
                            if the job may render; otherwise it acts as level 2
-4     park                 a URL banned at this level waits as ``needs_review`` for a
-                           person at once (its pages are still tried, slowly: successes
-                           are how a host steps down)
+4     top                  every identity and way of asking is refused; its URLs still
+                           wait for rested identities and are parked for review after
+                           ``BAN_GIVE_UP_S`` of refusals (successes are how a host
+                           steps down)
 ====  ===================  ===========================================================
 
 A host climbs one level after ``LADDER_CLIMB_BANS`` ban signals in a row
-(``tasks/fetch/bans.py``), and steps down one level after ``LADDER_DESCEND_SUCCESSES``
-successes in a row once ``LADDER_QUIET_S`` have passed since its last ban. Every URL records
+(``tasks/fetch/bans.py``; those of requests that ran a level lower are not counted), and
+steps down one level after ``LADDER_DESCEND_SUCCESSES`` successes in a row once
+``LADDER_QUIET_S`` have passed since its last ban. Every URL records
 the level its last attempt ran at (``FrontierURL.ladder_level``); the levels are in
 ``/metrics`` (``crawlplatform_host_ladder_level``) and the admin.
 """

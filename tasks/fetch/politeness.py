@@ -248,6 +248,23 @@ def slow_down(job_id: int, host: str, seconds: float, job=None) -> None:
     )
 
 
+_HOLD = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local hold = tonumber(ARGV[1])
+if now + hold > tonumber(redis.call('GET', KEYS[1]) or '0') then
+  redis.call('SET', KEYS[1], now + hold, 'PX', hold + 60000)
+end
+return 1
+"""
+
+
+def hold(job_id: int, host: str, seconds: float) -> None:
+    """Keep the host's next slot at least ``seconds`` away (every identity of it rests: its
+    URLs wait in the frontier meanwhile, as after a Retry-After)."""
+    script(_HOLD)(keys=[keys(job_id, host)[0]], args=[int(seconds * 1000)])
+
+
 def set_floor(job_id: int, host: str, crawl_delay_s: float | None) -> None:
     """Record robots.txt's Crawl-delay for the host (None: no floor beyond the job's delay)."""
     key = keys(job_id, host)[3]

@@ -8,6 +8,7 @@ Reads no setting.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from web.models import CrawlJob, FrontierURL
 
@@ -28,3 +29,4 @@ class Claim:
     level: int = 0  # its host's anti-bot ladder level during this attempt
     run: int = 1  # the job's run it was claimed in (read with the claim, never from a cache)
     deferred: bool = False  # it went back to wait without an attempt (politeness, robots)
+    banned_since: datetime | None = None  # its current run of refusals (bans) began then

@@ -121,7 +121,7 @@ def requeue_for_recrawl(job_id: int) -> int:
         job_id=job_id, state__in=[URLState.DONE, URLState.FAILED, URLState.SKIPPED]
     ).exclude(error_reason=FETCHED_VIA_REDIRECT)
     return back_to_queue(rows, reason="", attempts=0, released=False, error_message="",
-                    http_status=None, ladder_level=0)  # fmt: skip
+                         http_status=None, ladder_level=0, banned_since=None)  # fmt: skip
 
 
 def requeue_reviewed(rows: QuerySet) -> int:
@@ -133,7 +133,8 @@ def requeue_reviewed(rows: QuerySet) -> int:
     )
     ids = list(parked.values_list("id", flat=True))
     Review.objects.filter(url_id__in=ids).delete()
-    return back_to_queue(FrontierURL.objects.filter(pk__in=ids), reason="", attempts=0)
+    return back_to_queue(FrontierURL.objects.filter(pk__in=ids), reason="", attempts=0,
+                         banned_since=None)  # fmt: skip
 
 
 def requeue_ended(rows: QuerySet) -> int:
@@ -143,7 +144,7 @@ def requeue_ended(rows: QuerySet) -> int:
         state__in=[URLState.FAILED, URLState.SKIPPED],
         job__state__in=[JobState.RUNNING, JobState.PAUSED],
     )
-    return back_to_queue(ended, reason="", error_message="", attempts=0)
+    return back_to_queue(ended, reason="", error_message="", attempts=0, banned_since=None)
 
 
 def reclaim_expired() -> int:

@@ -29,8 +29,8 @@ from datetime import UTC, datetime, timedelta
 from typing import NamedTuple
 
 from django.db import IntegrityError, connection, transaction
-from django.db.models import F, QuerySet, Value
-from django.db.models.functions import Concat
+from django.db.models import DateTimeField, F, QuerySet, Value
+from django.db.models.functions import Coalesce, Concat
 from django.utils import timezone
 
 from tasks.defaults import setting
@@ -131,7 +131,7 @@ WHERE id IN ({ids})
            ELSE false END
   AND EXISTS (SELECT 1 FROM {job} WHERE id = %s AND state = %s)
 RETURNING id, url, depth, attempts, scheduled_at, error_reason, error_message,
-          (SELECT run FROM {job} WHERE id = %s)
+          (SELECT run FROM {job} WHERE id = %s), banned_since
 """
 
 
@@ -146,6 +146,17 @@ class _Claimed(NamedTuple):
     error_reason: str | None  # how the previous attempt ended
     error_message: str | None
     run: int  # the job's run
+    banned_since: datetime | str | None  # its current run of refusals began then
+
+
+def _aware(value: datetime | str | None) -> datetime | None:
+    """A timestamp the claim's statement returned, as an aware datetime (SQLite returns UTC
+    text without an offset)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return value.replace(tzinfo=UTC) if timezone.is_naive(value) else value
 
 
 def claim(url_id: int, job_id: int) -> Claim | None:
@@ -183,12 +194,8 @@ def claim_many(url_ids: list[int], job_id: int) -> list[Claim]:
         if url_id not in rows:
             continue
         row = rows[url_id]
-        scheduled_at = row.scheduled_at
+        scheduled_at = _aware(row.scheduled_at)
         if scheduled_at is not None:
-            if isinstance(scheduled_at, str):
-                scheduled_at = datetime.fromisoformat(scheduled_at)
-            if timezone.is_naive(scheduled_at):  # SQLite keeps UTC without an offset
-                scheduled_at = scheduled_at.replace(tzinfo=UTC)
             metrics.DISPATCH_SECONDS.observe(max(0.0, (now - scheduled_at).total_seconds()))
         leased = FrontierURL(
             id=url_id, job_id=job_id, url=row.url, depth=row.depth, attempts=row.attempts,
@@ -196,7 +203,8 @@ def claim_many(url_ids: list[int], job_id: int) -> list[Claim]:
         )  # fmt: skip
         claims.append(Claim(url=leased, job=job, attempt=row.attempts,
                             previous_reason=row.error_reason or "",
-                            previous_message=row.error_message or "", run=row.run))  # fmt: skip
+                            previous_message=row.error_message or "", run=row.run,
+                            banned_since=_aware(row.banned_since)))  # fmt: skip
     return claims
 
 
@@ -357,6 +365,8 @@ def record_failure(claim: Claim, outcome: outcomes.CrawlOutcome) -> str:
         "error_message": str(outcome)[:2000],
         "http_status": outcome.status,
     }
+    if not isinstance(outcome, outcomes.Banned):
+        fields["banned_since"] = None  # the site answered: a run of refusals has ended
     job = claim.job
     if _retries_left(claim, outcome):
         wait = backoff_seconds(claim.attempt, job)
@@ -372,22 +382,21 @@ def record_failure(claim: Claim, outcome: outcomes.CrawlOutcome) -> str:
     return to
 
 
-IDENTITY_BANNED = "identity_banned"  # a waiting URL's reason: its host's identity was refused
+IDENTITY_BANNED = "identity_banned"  # a waiting URL's reason: its identity was refused
 
 
-def retry_banned(claim: Claim, outcome: outcomes.Banned) -> str:
-    """A ban that was its host's, not the URL's (its identity was refused while it asked, or
-    the host refuses everything lately): the URL waits for the ladder's next step with its
-    attempt given back. The ladder bounds how often: refusals in a row climb it to parking."""
+def retry_banned(claim: Claim, outcome: outcomes.Banned, wait: float) -> str:
+    """A ban is the identity's, not the URL's: the URL waits ``wait`` seconds (until a rested
+    identity may ask) with its attempt given back. Its run of refusals is timed from the first
+    (``banned_since``): ``tasks/fetch/antibot.py`` parks it after ``BAN_GIVE_UP_S``."""
     claim.reason = IDENTITY_BANNED
-    wait = backoff_seconds(claim.attempt, claim.job)
+    since = Coalesce(F("banned_since"), Value(timezone.now(), output_field=DateTimeField()))
     fields = {"error_reason": IDENTITY_BANNED, "error_message": str(outcome)[:2000],
-              "http_status": outcome.status, "ladder_level": claim.level}  # fmt: skip
+              "http_status": outcome.status, "ladder_level": claim.level,
+              "banned_since": since}  # fmt: skip
     if not requeue.back_to_queue(requeue.leased(claim), wait=wait, refund=True, **fields):
         raise LeaseLost(f"lease on URL {claim.url.pk} (attempt {claim.attempt}) ended")
     return URLState.QUEUED
-
-
 
 
 def park(claim: Claim, outcome: outcomes.CrawlOutcome) -> str:

@@ -56,6 +56,12 @@ class FrontierURL(models.Model):
     not_before = models.DateTimeField(
         default=timezone.now, help_text="Not released to workers before this time."
     )
+    banned_since = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When its current run of refusals began (its identities banned, attempts "
+        "given back); it is parked after BAN_GIVE_UP_S of them.",
+    )
     scheduled_at = models.DateTimeField(null=True, blank=True)
     lease_until = models.DateTimeField(null=True, blank=True)
     error_reason = models.CharField(max_length=40, blank=True, help_text="Outcome code.")
