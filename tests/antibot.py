@@ -160,15 +160,19 @@ class AntiBotSite(LocalSite):
 
 
 class ForwardProxy:
-    """A forward proxy on 127.0.0.1 that reaches sites from ``source`` (a loopback address)."""
+    """A forward proxy on ``listen`` (127.0.0.1) that reaches sites from ``source`` (a loopback
+    address)."""
 
-    def __init__(self, source: str, kind: str = "http", credentials: str = "") -> None:
-        self.source, self.kind, self.credentials = source, kind, credentials
+    def __init__(
+        self, source: str, kind: str = "http", credentials: str = "", listen: str = "127.0.0.1"
+    ) -> None:
+        self.source, self.kind, self.credentials, self.listen = source, kind, credentials, listen
         self.requests = 0
         self.refused = 0  # requests without the right credentials
+        self.targets: list[str] = []  # the hosts it was asked to reach, as it was told them
         self.lock = threading.Lock()
         ThreadingTCPServer.allow_reuse_address = True
-        self.server = ThreadingTCPServer(("127.0.0.1", 0), self._handler())
+        self.server = ThreadingTCPServer((listen, 0), self._handler())
         self.server.daemon_threads = True
 
     @property
@@ -177,7 +181,7 @@ class ForwardProxy:
 
     def url(self, userinfo: str = "") -> str:
         scheme = "socks5" if self.kind == "socks5" else "http"
-        return f"{scheme}://{userinfo + '@' if userinfo else ''}127.0.0.1:{self.port}"
+        return f"{scheme}://{userinfo + '@' if userinfo else ''}{self.listen}:{self.port}"
 
     def __enter__(self) -> ForwardProxy:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
@@ -226,6 +230,7 @@ class ForwardProxy:
                                      b"Content-Length: 0\r\nConnection: close\r\n\r\n")  # fmt: skip
                     return
                 parts = urlsplit(target)
+                proxy.targets.append(parts.hostname)
                 kept = [h for h in headers if not h.lower().startswith(("proxy-", "connection:"))]
                 request = "\r\n".join([
                     f"{method} {parts.path or '/'}{'?' + parts.query if parts.query else ''} "
@@ -252,6 +257,7 @@ class ForwardProxy:
                 else:
                     host = socket.inet_ntop(socket.AF_INET6, self.rfile.read(16))
                 (port,) = struct.unpack("!H", self.rfile.read(2))
+                proxy.targets.append(host)
                 if cmd != 1:
                     self.wfile.write(b"\x05\x07\x00\x01" + b"\0" * 6)
                     return

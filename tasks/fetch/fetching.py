@@ -269,9 +269,10 @@ def fetch(
     ``allow``: networks that may be connected to besides public addresses (the guard).
     ``visitor``: proxy, extra headers and cookies (none by default). ``conditional``:
     ``If-None-Match`` / ``If-Modified-Since`` of a recrawl (a 304 then comes back as a
-    response with an empty body). Through a proxy, the
-    proxy resolves and connects; the guard then checks our own resolution of each hop's host
-    first (a proxy is the operator's choice, trusted with its own network)."""
+    response with an empty body). Through a proxy, the proxy's own address passes the guard
+    like a site's (``transport.py``; refused: ``blocked_address`` naming the proxy); a proxy
+    that resolves the site's host itself is trusted with its own network, after the guard
+    checked our own resolution of each hop's host."""
     visitor = visitor or Visitor()
     started = time.monotonic()
     headers = CaseInsensitiveDict(_SESSION_HEADERS)
