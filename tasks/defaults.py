@@ -38,6 +38,13 @@ ROBOTS_AGENT = "crawlplatform"  # robots.txt groups match this token, whatever U
 RESOLVE = ""  # host=address overrides of name resolution, comma-separated ("host=": no address)
 ALLOWED_NETWORKS = ""  # CIDRs that may be fetched besides public addresses, comma-separated
 
+# TLS trust of the fetcher (see tasks/fetch/trust.py); REQUESTS_CA_BUNDLE and SSL_CERT_FILE
+# in the environment replace the default bundle (certifi's), as in requests and OpenSSL
+CA_BUNDLE = ""  # PEM file, or directory of PEM files, of CAs trusted besides the default ones
+CA_BUNDLE_ONLY = False  # trust CA_BUNDLE alone, not the default bundle
+CLIENT_CERT = ""  # PEM client certificate chain presented to servers that ask for one (mTLS)
+CLIENT_KEY = ""  # PEM private key of CLIENT_CERT ("": the key is in CLIENT_CERT's file)
+
 # Content: the body store and extraction (see tasks/content/bodies.py, extraction.py)
 BODY_MAX_BYTES = 10 << 20  # raw bodies above this are not kept in the body store (the page is)
 BODY_ZSTD_LEVEL = 1  # zstd level of stored bodies (1 fastest .. 19; 3: 5% smaller, 70% more CPU)

@@ -28,7 +28,7 @@ from requests.structures import CaseInsensitiveDict
 from requests.utils import default_headers
 
 from tasks.defaults import setting
-from tasks.fetch import outcomes
+from tasks.fetch import outcomes, trust
 from tasks.fetch.transport import check_target, session
 from tasks.rules import guard
 from web.models import CrawlJob
@@ -302,6 +302,8 @@ def fetch(
                 failure = outcomes.through_proxy(failure, exc)
             failure.url = current  # a redirect hop may have failed on another host
             raise failure from None
+        except trust.Misconfigured as exc:  # the operator's TLS settings: retried once fixed
+            raise outcomes.InternalError(f"TLS settings: {exc}"[:500]) from None
         except guard.BlockedAddress as exc:  # refused before any connection was tried
             failure = outcomes.BlockedAddress(str(exc))
             failure.url = current

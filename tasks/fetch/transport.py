@@ -44,6 +44,7 @@ from urllib3.poolmanager import ProxyManager
 from urllib3.util.timeout import _DEFAULT_TIMEOUT
 
 from tasks.defaults import setting
+from tasks.fetch import trust
 from tasks.rules import guard, proxy_urls
 
 _local = threading.local()
@@ -289,7 +290,8 @@ def _pools(allow: tuple[guard.Network, ...], through: str = "") -> dict[str, typ
 
 
 class Adapter(HTTPAdapter):
-    """requests' adapter whose connections resolve through us and pass the address guard."""
+    """requests' adapter whose connections resolve through us and pass the address guard,
+    and whose TLS connections trust and present what ``tasks/fetch/trust.py`` says."""
 
     def __init__(self, allow: tuple[guard.Network, ...], **kwargs) -> None:
         self.allow = allow
@@ -298,6 +300,21 @@ class Adapter(HTTPAdapter):
     def init_poolmanager(self, *args, **kwargs) -> None:
         super().init_poolmanager(*args, **kwargs)
         self.poolmanager.pool_classes_by_scheme = _pools(self.allow)
+
+    def build_connection_pool_key_attributes(self, request, verify, cert=None) -> tuple:
+        """The pool of a verified HTTPS request is keyed by, and connects with, the trust's
+        SSL context (``trust.Misconfigured`` if the trust settings cannot be used)."""
+        host, pool = super().build_connection_pool_key_attributes(request, verify, cert)
+        if host["scheme"] == "https" and verify is True and cert is None:
+            pool["ssl_context"] = trust.context()
+        return host, pool
+
+    def cert_verify(self, conn, url: str, verify, cert) -> None:
+        """requests would load certifi's bundle into every new connection's context: with
+        ours, the context holds the whole trust (and the client certificate)."""
+        super().cert_verify(conn, url, verify, cert)
+        if verify is True and cert is None:
+            conn.ca_certs = conn.ca_cert_dir = None
 
     def proxy_manager_for(self, proxy: str, **proxy_kwargs) -> ProxyManager:
         """The pools through ``proxy`` (a URL with its credentials), guarded like the direct
