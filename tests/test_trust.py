@@ -135,3 +135,14 @@ def test_an_https_intranet_is_crawled_with_ca_bundle_and_fails_readably_without(
                           max_depth=0)  # fmt: skip
     assert FrontierURL.objects.get(job=job).state == "done"
     assert Page.objects.filter(job=job, status=200).count() == 1
+
+
+def test_the_trust_holds_through_a_jobs_socks_proxy(monkeypatch, authority, intranet):
+    from tests.antibot import ForwardProxy
+
+    monkeypatch.setenv("CRAWL_CA_BUNDLE", str(authority.ca))
+    with ForwardProxy("127.0.0.2", "socks5") as proxy:
+        visitor = fetching.Visitor(proxy=proxy.url())
+        resp = fetching.fetch(intranet.url(), user_agent="t", limits=LIMITS,
+                              allow=guard.networks("127.0.0.0/8"), visitor=visitor)  # fmt: skip
+        assert resp.status == 200 and proxy.targets == ["127.0.0.1"]
