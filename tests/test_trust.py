@@ -146,3 +146,28 @@ def test_the_trust_holds_through_a_jobs_socks_proxy(monkeypatch, authority, intr
         resp = fetching.fetch(intranet.url(), user_agent="t", limits=LIMITS,
                               allow=guard.networks("127.0.0.0/8"), visitor=visitor)  # fmt: skip
         assert resp.status == 200 and proxy.targets == ["127.0.0.1"]
+
+
+def test_an_https_proxys_own_certificate_is_checked_with_the_same_trust(
+    monkeypatch, authority, intranet
+):
+    import ssl
+
+    from tests.antibot import ForwardProxy
+    from tests.hostile import HostileSite
+
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(authority.server, authority.server.with_suffix(".key"))
+    with HostileSite() as plain, ForwardProxy("127.0.0.2", tls=tls) as proxy:
+        visitor = fetching.Visitor(proxy=proxy.url())
+
+        def get_through(url: str) -> fetching.Response:
+            return fetching.fetch(url, user_agent="t", limits=LIMITS,
+                                  allow=guard.networks("127.0.0.0/8"), visitor=visitor)  # fmt: skip
+
+        with pytest.raises(outcomes.ProxyFailed, match=r"\(set CA_BUNDLE to trust a private CA\)"):
+            get_through(plain.url("/"))
+        monkeypatch.setenv("CRAWL_CA_BUNDLE", str(authority.ca))
+        assert get_through(plain.url("/")).status == 200  # forwarded, over TLS to the proxy
+        assert get_through(intranet.url()).status == 200  # tunnelled, TLS inside TLS
+    assert proxy.targets == ["127.0.0.1", "127.0.0.1"]

@@ -321,7 +321,9 @@ def from_requests(exc: Exception) -> CrawlOutcome:
         return ReadTimeout(message)
     if isinstance(exc, urllib3.exceptions.ProtocolError):
         return ConnectionReset(message)
-    if isinstance(exc, requests.exceptions.SSLError):
+    if isinstance(exc, requests.exceptions.SSLError) or any(
+        isinstance(cause, ssl.SSLError) for cause in _chain(exc)
+    ):  # a TLS failure with a proxy's is wrapped as the proxy's
         return _tls_failure(exc, message)
     if isinstance(exc, requests.exceptions.ConnectionError):
         if _is_dns(exc):
