@@ -44,6 +44,7 @@ CA_BUNDLE = ""  # PEM file, or directory of PEM files, of CAs trusted besides th
 CA_BUNDLE_ONLY = False  # trust CA_BUNDLE alone, not the default bundle
 CLIENT_CERT = ""  # PEM client certificate chain presented to servers that ask for one (mTLS)
 CLIENT_KEY = ""  # PEM private key of CLIENT_CERT ("": the key is in CLIENT_CERT's file)
+TLS_VERIFY = True  # check certificates; a job may turn it off only with web.skip_tls_verify
 
 # Content: the body store and extraction (see tasks/content/bodies.py, extraction.py)
 BODY_MAX_BYTES = 10 << 20  # raw bodies above this are not kept in the body store (the page is)
@@ -252,9 +253,10 @@ JOB_SETTINGS: dict[str, tuple[float, float | str]] = {
     "CIRCUIT_COOLDOWN_S": (1, 86400), "SCHEDULER_BATCH": (1, PLATFORM),
     "READY_PER_JOB": (1, PLATFORM), "READY_MIN": (1, PLATFORM), "DISPATCH_BATCH": (1, PLATFORM),
     "DISPATCH_BATCH_S": (0.01, PLATFORM), "SCHEDULER_HORIZON_S": (0, PLATFORM),
-    "LINK_CACHE_SIZE": (0, PLATFORM),
+    "LINK_CACHE_SIZE": (0, PLATFORM), "TLS_VERIFY": (0, 1),
 }  # fmt: skip
-JOB_PERMISSIONS = {"ALLOWED_NETWORKS": "web.change_crawl_network"}
+JOB_PERMISSIONS = {"ALLOWED_NETWORKS": "web.change_crawl_network",
+                   "TLS_VERIFY": "web.skip_tls_verify"}  # fmt: skip
 JOB_PRIORITY_BAND = 4  # job priorities above this need the web.raise_crawl_priority permission
 
 

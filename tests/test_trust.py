@@ -171,3 +171,31 @@ def test_an_https_proxys_own_certificate_is_checked_with_the_same_trust(
         assert get_through(plain.url("/")).status == 200  # forwarded, over TLS to the proxy
         assert get_through(intranet.url()).status == 200  # tunnelled, TLS inside TLS
     assert proxy.targets == ["127.0.0.1", "127.0.0.1"]
+
+
+@pytest.mark.django_db
+def test_a_job_skips_certificate_checks_only_while_its_owner_holds_the_permission(intranet):
+    from django.contrib.auth.models import Permission, User
+
+    from tasks.fetch import trust
+    from tasks.frontier import jobs
+    from web.models import CrawlJob
+
+    owner = User.objects.create_user("owner")  # an active user, not staff
+    unchecked = {"TLS_VERIFY": False}
+    refused = CrawlJob(seeds=["https://127.0.0.1/"], owner=owner, settings=unchecked)
+    assert "TLS_VERIFY: needs the web.skip_tls_verify permission" in refused.problems()["settings"]
+    job = jobs.create_job([intranet.url()], owner=owner)
+    CrawlJob.objects.filter(pk=job.pk).update(settings=unchecked)  # stored past the check
+    job = CrawlJob.objects.get(pk=job.pk)
+    assert trust.verifies(job) and fetching.limits_for(job).verify
+    owner.user_permissions.add(Permission.objects.get(codename="skip_tls_verify"))
+    job = CrawlJob.objects.get(pk=job.pk)
+    job.owner = User.objects.get(pk=owner.pk)  # permissions are cached per instance
+    assert not job.problems(seeds=False)
+    limits = fetching.limits_for(job)
+    assert not limits.verify
+    resp = fetching.fetch(intranet.url(), user_agent="t", limits=limits,
+                          allow=guard.networks("127.0.0.0/8"))  # fmt: skip
+    assert resp.status == 200  # no CA_BUNDLE: the certificate was not checked
+    assert trust.verifies() and trust.verifies(CrawlJob(seeds=[], settings={}))  # the default

@@ -43,6 +43,7 @@ class FetchLimits:
     deadline: float
     max_bytes: int
     max_redirects: int
+    verify: bool = True  # check certificates (``trust.verifies``)
 
 
 def limits_for(job: CrawlJob) -> FetchLimits:
@@ -53,6 +54,7 @@ def limits_for(job: CrawlJob) -> FetchLimits:
         deadline=setting("FETCH_DEADLINE_S", job),
         max_bytes=setting("FETCH_MAX_BYTES", job),
         max_redirects=setting("FETCH_MAX_REDIRECTS", job),
+        verify=trust.verifies(job),
     )
 
 
@@ -295,7 +297,7 @@ def fetch(
             request = requests.PreparedRequest()
             request.prepare(method="GET", url=current, headers=headers, cookies=visitor.cookies)
             resp = s.send(request, timeout=timeout, allow_redirects=False, stream=True,
-                          proxies=proxies, verify=True, cert=None)  # fmt: skip
+                          proxies=proxies, verify=limits.verify, cert=None)  # fmt: skip
         except requests.RequestException as exc:
             failure = outcomes.from_requests(exc)
             if proxies:

@@ -32,7 +32,7 @@ from protego import Protego
 
 from tasks.broker import client
 from tasks.defaults import setting
-from tasks.fetch import circuit, fetching, identity, outcomes
+from tasks.fetch import circuit, fetching, identity, outcomes, trust
 from tasks.rules import guard, proxy_urls
 from tasks.rules.urls import host_of
 
@@ -67,6 +67,7 @@ def _fetch(url: str, user_agent: str, job) -> dict:
         deadline=min(30.0, setting("FETCH_DEADLINE_S", job)),
         max_bytes=setting("ROBOTS_MAX_BYTES", job),
         max_redirects=5,
+        verify=trust.verifies(job),
     )
     try:
         proxy = identity.current(job, host_of(url)).proxy

@@ -1,8 +1,8 @@
 """Which certificates a TLS connection trusts, and which one it presents when asked.
 
-Reads ``CA_BUNDLE``, ``CA_BUNDLE_ONLY``, ``CLIENT_CERT`` and ``CLIENT_KEY`` (``tasks/defaults.py``;
-environment ``CRAWL_<NAME>`` or live configuration), and the environment's
-``REQUESTS_CA_BUNDLE`` and ``SSL_CERT_FILE``.
+Reads ``CA_BUNDLE``, ``CA_BUNDLE_ONLY``, ``CLIENT_CERT``, ``CLIENT_KEY`` and ``TLS_VERIFY``
+(``tasks/defaults.py``; environment ``CRAWL_<NAME>`` or live configuration), and the
+environment's ``REQUESTS_CA_BUNDLE`` and ``SSL_CERT_FILE``.
 
 The default trust is the bundle the environment names, as requests and OpenSSL read it
 (``REQUESTS_CA_BUNDLE``, else ``SSL_CERT_FILE``: a file that replaces the default), else
@@ -13,7 +13,9 @@ all read (no ``c_rehash`` needed), is added to the default trust: an intranet's 
 site's, a corporate proxy's that re-signs TLS. With ``CA_BUNDLE_ONLY`` it is the whole trust.
 ``CLIENT_CERT`` (a PEM certificate chain, with its key in ``CLIENT_KEY`` or in the same file)
 is presented to servers that ask for a client certificate (mutual TLS). Certificates are
-always verified and host names always matched.
+verified and host names matched, unless ``TLS_VERIFY`` is off: an operator setting, which a
+job may set for itself only while its owner holds ``web.skip_tls_verify`` (staff have it and
+can grant it; a value stored without it is ignored, see :func:`verifies`).
 
 Every connection shares one SSL context per configuration; the files are read when one of
 the settings changes and when a process starts (edit a bundle in place: change the setting,
@@ -30,9 +32,10 @@ from pathlib import Path
 import certifi
 from urllib3.util.ssl_ import create_urllib3_context
 
-from tasks.defaults import setting
+from tasks.defaults import JOB_PERMISSIONS, setting
 
 _PEM = b"-----BEGIN CERTIFICATE-----"
+VERIFY_PERMISSION = JOB_PERMISSIONS["TLS_VERIFY"]  # a job's owner needs it to set TLS_VERIFY
 
 
 class Misconfigured(Exception):
@@ -49,6 +52,16 @@ def context() -> ssl.SSLContext:
         os.environ.get("REQUESTS_CA_BUNDLE", ""),
         os.environ.get("SSL_CERT_FILE", ""),
     )
+
+
+def verifies(job=None) -> bool:
+    """Are certificates checked for ``job``'s fetches? Its own ``TLS_VERIFY`` counts only
+    while its owner holds the permission for it (a value stored before, or kept after the
+    permission went, does not)."""
+    own = job is not None and "TLS_VERIFY" in (getattr(job, "settings", None) or {})
+    if own and not getattr(job, "may", lambda permission: True)(VERIFY_PERMISSION):
+        job = None
+    return bool(setting("TLS_VERIFY", job))
 
 
 @lru_cache(maxsize=8)
