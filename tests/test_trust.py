@@ -121,6 +121,10 @@ def test_unusable_tls_settings_are_an_outcome_that_names_them(monkeypatch, intra
         monkeypatch.setenv(name, value)
     with pytest.raises(outcomes.InternalError, match="TLS settings: " + named):
         get(intranet.url())
+    from tests.hostile import HostileSite
+
+    with HostileSite() as plain:
+        assert get(plain.url("/")).status == 200  # a request without TLS is not refused
 
 
 @pytest.mark.django_db(transaction=True)

@@ -308,7 +308,13 @@ class Adapter(HTTPAdapter):
         settings cannot be used)."""
         host, pool = super().build_connection_pool_key_attributes(request, verify, cert)
         if verify is True and cert is None:
-            pool["ssl_context"] = trust.context()
+            try:
+                pool["ssl_context"] = trust.context()
+            except trust.Misconfigured:
+                if host["scheme"] == "https":
+                    raise
+                # a plain request: broken TLS settings are no reason to refuse it (through
+                # an HTTPS proxy, the proxy manager's own context refuses it)
         return host, pool
 
     def cert_verify(self, conn, url: str, verify, cert) -> None:
