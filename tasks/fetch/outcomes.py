@@ -321,9 +321,10 @@ def from_requests(exc: Exception) -> CrawlOutcome:
         return ReadTimeout(message)
     if isinstance(exc, urllib3.exceptions.ProtocolError):
         return ConnectionReset(message)
-    if isinstance(exc, requests.exceptions.SSLError) or any(
-        isinstance(cause, ssl.SSLError) for cause in _chain(exc)
-    ):  # a TLS failure with a proxy's is wrapped as the proxy's
+    if isinstance(exc, requests.exceptions.SSLError) or (
+        isinstance(exc, requests.exceptions.ProxyError)
+        and any(isinstance(cause, ssl.SSLError) for cause in _chain(exc))
+    ):  # the TLS handshake with an HTTPS proxy failed: requests calls it the proxy's error
         return _tls_failure(exc, message)
     if isinstance(exc, requests.exceptions.ConnectionError):
         if _is_dns(exc):
