@@ -203,3 +203,19 @@ def test_a_job_skips_certificate_checks_only_while_its_owner_holds_the_permissio
                           allow=guard.networks("127.0.0.0/8"))  # fmt: skip
     assert resp.status == 200  # no CA_BUNDLE: the certificate was not checked
     assert trust.verifies() and trust.verifies(CrawlJob(seeds=[], settings={}))  # the default
+
+
+@pytest.mark.django_db
+def test_a_job_that_skips_certificate_checks_keeps_its_robots_txt_to_itself(
+    redis, monkeypatch, intranet
+):
+    from tasks.fetch import robots
+    from tasks.frontier import jobs
+
+    monkeypatch.setenv("CRAWL_ALLOWED_NETWORKS", "127.0.0.0/8")
+    robots.forget()
+    strict = jobs.create_job([intranet.url()])  # made by an operator: may set anything
+    lax = jobs.create_job([intranet.url()], settings={"TLS_VERIFY": False})
+    assert robots.check(strict, intranet.url("/"), "t").failure.reason == "tls"
+    assert robots.check(lax, intranet.url("/"), "t").allowed  # not the strict job's failure
+    robots.forget()

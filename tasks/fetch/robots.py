@@ -14,10 +14,10 @@ robots.txt to a refused address only makes robots.txt unfollowable). robots.txt 
 with the platform's ``USER_AGENT`` and its groups are matched against the product token
 ``ROBOTS_AGENT``, whatever user agents a job presents to pages (``tasks/fetch/identity.py``);
 ``Crawl-delay`` for that token becomes the host's politeness floor. It goes out through the
-proxy of the host's identity, as the job's pages do, under the same guard; a job with proxies
-keeps its hosts' robots.txt to itself (what a proxy was answered, or refused, is not what
-another job would be). One worker fetches a host's robots.txt (a Redis lock); the others wait
-for its result in the frontier, not in a loop.
+proxy of the host's identity, as the job's pages do, under the same guard; a job with proxies,
+or its own ``ALLOWED_NETWORKS`` or ``TLS_VERIFY``, keeps its hosts' robots.txt to itself (what
+it was answered, or refused, is not what another job would be). One worker fetches a host's
+robots.txt (a Redis lock); the others wait for its result in the frontier, not in a loop.
 """
 
 from __future__ import annotations
@@ -55,9 +55,15 @@ def robots_url(url: str) -> str:
     return f"{parts.scheme}://{parts.netloc}/robots.txt"
 
 
+# A job's own settings that change how its robots.txt is fetched (its answer, or its refusal).
+_OWN_FETCH = ("ALLOWED_NETWORKS", "TLS_VERIFY")
+
+
 def _key(job, rurl: str) -> str:
-    """Where a robots.txt is kept: one copy for every direct job, one per job with proxies."""
-    return f"crawl:robots:{job.pk}:{rurl}" if job.proxies else f"crawl:robots:{rurl}"
+    """Where a robots.txt is kept: one copy for the jobs that fetch it as the platform does,
+    one per job that does not (through proxies, its own networks or certificate checks)."""
+    own = job.proxies or any(name in (job.settings or {}) for name in _OWN_FETCH)
+    return f"crawl:robots:{job.pk}:{rurl}" if own else f"crawl:robots:{rurl}"
 
 
 def _fetch(url: str, user_agent: str, job) -> dict:
