@@ -302,19 +302,12 @@ class Adapter(HTTPAdapter):
         self.poolmanager.pool_classes_by_scheme = _pools(self.allow)
 
     def build_connection_pool_key_attributes(self, request, verify, cert=None) -> tuple:
-        """The pool of a verified request is keyed by, and makes its TLS connections (to the
-        site, or to an HTTPS proxy that forwards a plain request) with, the trust's SSL
-        context; urllib3 drops it for pools without TLS (``trust.Misconfigured`` if the trust
-        settings cannot be used)."""
+        """The pool of a verified HTTPS request is keyed by, and connects with, the trust's
+        SSL context (``trust.Misconfigured`` if the trust settings cannot be used). A plain
+        request does without: no context is made, nor refused, for it."""
         host, pool = super().build_connection_pool_key_attributes(request, verify, cert)
-        if verify is True and cert is None:
-            try:
-                pool["ssl_context"] = trust.context()
-            except trust.Misconfigured:
-                if host["scheme"] == "https":
-                    raise
-                # a plain request: broken TLS settings are no reason to refuse it (through
-                # an HTTPS proxy, the proxy manager's own context refuses it)
+        if host["scheme"] == "https" and verify is True and cert is None:
+            pool["ssl_context"] = trust.context()
         return host, pool
 
     def cert_verify(self, conn, url: str, verify, cert) -> None:
@@ -327,8 +320,8 @@ class Adapter(HTTPAdapter):
     def proxy_manager_for(self, proxy: str, **proxy_kwargs) -> ProxyManager:
         """The pools through ``proxy`` (a URL with its credentials), guarded like the direct
         ones; a manager is shared with other threads only once its pools are ours. An HTTPS
-        proxy's own certificate is checked with the trust's context (a manager made under
-        other trust settings is replaced)."""
+        proxy's own certificate is checked with the trust's context, whether it tunnels or
+        forwards a plain request (a manager made under other trust settings is replaced)."""
         tls = trust.context() if proxy.lower().startswith("https:") else None
         manager = self.proxy_manager.get(proxy)
         if manager is not None and getattr(manager, "proxy_ssl_context", None) is tls:
@@ -342,8 +335,9 @@ class Adapter(HTTPAdapter):
             )
             manager.pool_classes_by_scheme = _pools(self.allow, "socks")
         else:
+            tls_kwargs = {"proxy_ssl_context": tls, "ssl_context": tls} if tls else {}
             manager = ProxyManager(
-                proxy, proxy_headers=self.proxy_headers(proxy), proxy_ssl_context=tls, **sizes,
+                proxy, proxy_headers=self.proxy_headers(proxy), **tls_kwargs, **sizes,
                 **proxy_kwargs,
             )  # fmt: skip
             manager.pool_classes_by_scheme = _pools(self.allow)
