@@ -38,6 +38,14 @@ ROBOTS_AGENT = "crawlplatform"  # robots.txt groups match this token, whatever U
 RESOLVE = ""  # host=address overrides of name resolution, comma-separated ("host=": no address)
 ALLOWED_NETWORKS = ""  # CIDRs that may be fetched besides public addresses, comma-separated
 
+# TLS trust of the fetcher (see tasks/fetch/trust.py); REQUESTS_CA_BUNDLE and SSL_CERT_FILE
+# in the environment replace the default bundle (certifi's), as in requests and OpenSSL
+CA_BUNDLE = ""  # PEM file, or directory of PEM files, of CAs trusted besides the default ones
+CA_BUNDLE_ONLY = False  # trust CA_BUNDLE alone, not the default bundle
+CLIENT_CERT = ""  # PEM client certificate chain presented to servers that ask for one (mTLS)
+CLIENT_KEY = ""  # PEM private key of CLIENT_CERT ("": the key is in CLIENT_CERT's file)
+TLS_VERIFY = True  # check certificates; a job may turn it off only with web.skip_tls_verify
+
 # Content: the body store and extraction (see tasks/content/bodies.py, extraction.py)
 BODY_MAX_BYTES = 10 << 20  # raw bodies above this are not kept in the body store (the page is)
 BODY_ZSTD_LEVEL = 1  # zstd level of stored bodies (1 fastest .. 19; 3: 5% smaller, 70% more CPU)
@@ -255,9 +263,10 @@ JOB_SETTINGS: dict[str, tuple[float, float | str]] = {
     "CIRCUIT_COOLDOWN_S": (1, 86400), "SCHEDULER_BATCH": (1, PLATFORM),
     "READY_PER_JOB": (1, PLATFORM), "READY_MIN": (1, PLATFORM), "DISPATCH_BATCH": (1, PLATFORM),
     "DISPATCH_BATCH_S": (0.01, PLATFORM), "SCHEDULER_HORIZON_S": (0, PLATFORM),
-    "LINK_CACHE_SIZE": (0, PLATFORM),
+    "LINK_CACHE_SIZE": (0, PLATFORM), "TLS_VERIFY": (0, 1),
 }  # fmt: skip
-JOB_PERMISSIONS = {"ALLOWED_NETWORKS": "web.change_crawl_network"}
+JOB_PERMISSIONS = {"ALLOWED_NETWORKS": "web.change_crawl_network",
+                   "TLS_VERIFY": "web.skip_tls_verify"}  # fmt: skip
 JOB_PRIORITY_BAND = 4  # job priorities above this need the web.raise_crawl_priority permission
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import secrets
 import socket
+import ssl
 import struct
 import threading
 import time
@@ -171,24 +172,33 @@ class AntiBotSite(LocalSite):
 
 
 class ForwardProxy:
-    """A forward proxy on 127.0.0.1 that reaches sites from ``source`` (a loopback address)."""
+    """A forward proxy on ``listen`` (127.0.0.1) that reaches sites from ``source`` (a loopback
+    address). An HTTP one tunnels ``CONNECT`` too, and with ``tls`` (a server context) it is
+    an HTTPS proxy."""
 
-    def __init__(self, source: str, kind: str = "http", credentials: str = "") -> None:
-        self.source, self.kind, self.credentials = source, kind, credentials
+    def __init__(
+        self, source: str, kind: str = "http", credentials: str = "", listen: str = "127.0.0.1",
+        tls: ssl.SSLContext | None = None,
+    ) -> None:  # fmt: skip
+        self.source, self.kind, self.credentials, self.listen = source, kind, credentials, listen
+        self.tls = tls
         self.requests = 0
         self.refused = 0  # requests without the right credentials
+        self.targets: list[str] = []  # the hosts it was asked to reach, as it was told them
         self.lock = threading.Lock()
         ThreadingTCPServer.allow_reuse_address = True
-        self.server = ThreadingTCPServer(("127.0.0.1", 0), self._handler())
+        self.server = ThreadingTCPServer((listen, 0), self._handler())
         self.server.daemon_threads = True
+        if tls is not None:
+            self.server.socket = tls.wrap_socket(self.server.socket, server_side=True)
 
     @property
     def port(self) -> int:
         return self.server.server_address[1]
 
     def url(self, userinfo: str = "") -> str:
-        scheme = "socks5" if self.kind == "socks5" else "http"
-        return f"{scheme}://{userinfo + '@' if userinfo else ''}127.0.0.1:{self.port}"
+        scheme = "socks5" if self.kind == "socks5" else "https" if self.tls else "http"
+        return f"{scheme}://{userinfo + '@' if userinfo else ''}{self.listen}:{self.port}"
 
     def __enter__(self) -> ForwardProxy:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
@@ -236,7 +246,11 @@ class ForwardProxy:
                                      b'Proxy-Authenticate: Basic realm="proxy"\r\n'
                                      b"Content-Length: 0\r\nConnection: close\r\n\r\n")  # fmt: skip
                     return
+                if method == "CONNECT":
+                    self._tunnel(*target.rsplit(":", 1))
+                    return
                 parts = urlsplit(target)
+                proxy.targets.append(parts.hostname)
                 kept = [h for h in headers if not h.lower().startswith(("proxy-", "connection:"))]
                 request = "\r\n".join([
                     f"{method} {parts.path or '/'}{'?' + parts.query if parts.query else ''} "
@@ -263,11 +277,19 @@ class ForwardProxy:
                 else:
                     host = socket.inet_ntop(socket.AF_INET6, self.rfile.read(16))
                 (port,) = struct.unpack("!H", self.rfile.read(2))
+                proxy.targets.append(host)
                 if cmd != 1:
                     self.wfile.write(b"\x05\x07\x00\x01" + b"\0" * 6)
                     return
                 with proxy._connect(host, port) as upstream:
                     self.wfile.write(b"\x05\x00\x00\x01" + socket.inet_aton(proxy.source) + b"\0\0")
+                    threading.Thread(target=self._forward, args=(upstream,), daemon=True).start()
+                    self._pipe(upstream)
+
+            def _tunnel(self, host: str, port: str) -> None:
+                proxy.targets.append(host)
+                with proxy._connect(host, int(port)) as upstream:
+                    self.wfile.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
                     threading.Thread(target=self._forward, args=(upstream,), daemon=True).start()
                     self._pipe(upstream)
 

@@ -165,3 +165,93 @@ def test_when_every_identity_rests_the_host_goes_to_the_one_that_wakes_first(red
     assert (who.user_agent, who.proxy_template) == (rested[0].user_agent,
                                                     rested[0].proxy_template)  # fmt: skip
     assert 4.5 < identity.rest_left(j, "shop.test", who) <= 5.0
+
+
+# A job's proxy inside the guard. The site is on 127.0.0.1 (allowed); the proxies listen on
+# 127.0.0.3, which a policy of 127.0.0.1/32 refuses and the operator's 127.0.0.0/8 allows.
+SITE_ONLY = "127.0.0.1/32"
+LOOPBACK = "127.0.0.0/8"
+KINDS = [("http", "http"), ("socks5", "socks5"), ("socks5", "socks5h")]
+
+
+def _fetch_through(url: str, proxy: str, allow: str):
+    from tasks.fetch import fetching
+    from tasks.rules import guard
+
+    limits = fetching.FetchLimits(2, 2, 4, 1 << 20, 3)
+    return fetching.fetch(url, user_agent="t", limits=limits, allow=guard.networks(allow),
+                          visitor=fetching.Visitor(proxy=proxy))  # fmt: skip
+
+
+@pytest.mark.parametrize("kind,scheme", KINDS)
+def test_a_proxy_on_a_refused_address_ends_the_fetch_naming_the_proxy(monkeypatch, kind, scheme):
+    from tasks.fetch import outcomes
+    from tests.antibot import ForwardProxy
+    from tests.hostile import HostileSite
+
+    marker = "marker-51c0e"
+    monkeypatch.setenv("CRAWL_PROXY_MARK", marker)
+    with HostileSite() as site, ForwardProxy("127.0.0.2", kind, listen="127.0.0.3") as proxy:
+        template = f"{scheme}://me:${{CRAWL_PROXY_MARK}}@127.0.0.3:{proxy.port}"
+        with pytest.raises(outcomes.BlockedAddress) as refused:
+            _fetch_through(site.url("/"), proxy_urls.expand(template), SITE_ONLY)
+        assert proxy.requests == 0 and site.requests == {}  # no connection was tried
+    message = str(refused.value)
+    assert f"proxy {scheme}://127.0.0.3:{proxy.port} refused" in message
+    assert "127.0.0.3 (127.0.0.3) is a loopback address" in message and marker not in message
+
+
+@pytest.mark.parametrize("kind,scheme", KINDS)
+def test_a_proxy_named_by_a_name_is_resolved_and_checked_by_the_guard(monkeypatch, kind, scheme):
+    from tasks.fetch import outcomes
+    from tests.antibot import ForwardProxy
+    from tests.hostile import HostileSite
+
+    monkeypatch.setenv("CRAWL_RESOLVE", "proxy.test=127.0.0.3")  # no resolver is asked
+    with HostileSite() as site, ForwardProxy("127.0.0.2", kind, listen="127.0.0.3") as proxy:
+        named = f"{scheme}://proxy.test:{proxy.port}"
+        with pytest.raises(outcomes.BlockedAddress, match=r"127\.0\.0\.3 \(proxy\.test\)"):
+            _fetch_through(site.url("/"), named, SITE_ONLY)
+        assert proxy.requests == 0
+        resp = _fetch_through(site.url("/"), named, LOOPBACK)  # the operator allows loopback
+        assert resp.status == 200 and proxy.requests == 1 and site.hits("/") == 1
+
+
+def test_a_socks5_proxy_is_sent_the_address_the_guard_checked(monkeypatch):
+    from tasks.fetch import outcomes
+    from tests.antibot import ForwardProxy
+    from tests.hostile import HostileSite
+
+    with HostileSite() as site, ForwardProxy("127.0.0.2", "socks5", listen="127.0.0.3") as proxy:
+        page = f"http://shop.test:{site.base.rsplit(':', 1)[1]}/"
+        monkeypatch.setenv("CRAWL_RESOLVE", "shop.test=127.0.0.1")
+        assert _fetch_through(page, proxy.url(), LOOPBACK).status == 200
+        assert proxy.targets == ["127.0.0.1"]  # resolved here, not by the proxy or PySocks
+        monkeypatch.setenv("CRAWL_RESOLVE", "shop.test=127.0.0.5")
+        with pytest.raises(outcomes.BlockedAddress, match=r"127\.0\.0\.5 \(shop\.test\)"):
+            _fetch_through(page, proxy.url(), "127.0.0.3/32,127.0.0.1/32")
+        assert proxy.targets == ["127.0.0.1"]
+
+
+@pytest.mark.parametrize("kind", ["http", "socks5"])
+def test_robots_txt_goes_through_the_jobs_proxy_under_its_guard(redis, monkeypatch, kind):
+    from tasks.fetch import robots
+    from tests.antibot import AntiBotSite, ForwardProxy
+
+    robots.forget()
+    with AntiBotSite() as site, ForwardProxy("127.0.0.2", kind, listen="127.0.0.3") as proxy:
+        proxied = SimpleNamespace(pk=5, settings={}, user_agents=[], proxies=[proxy.url()])
+        monkeypatch.setenv("CRAWL_ALLOWED_NETWORKS", SITE_ONLY)
+        refused = robots.check(proxied, site.url("/p/1"), "t")
+        assert refused.failure.reason == "blocked_address" and proxy.requests == 0
+        assert f"proxy {proxy.url()} refused" in str(refused.failure)
+        direct = SimpleNamespace(pk=6, settings={}, user_agents=[], proxies=[])
+        assert robots.check(direct, site.url("/p/1"), "t").allowed  # not the proxied job's
+        robots.forget()
+        redis.flushdb()  # the refusal was kept for ROBOTS_ERROR_TTL_S
+        monkeypatch.setenv("CRAWL_ALLOWED_NETWORKS", LOOPBACK)
+        assert robots.check(proxied, site.url("/p/1"), "t").allowed
+        assert not robots.check(proxied, site.url("/private/x"), "t").allowed
+    assert [who for who, _, _ in site.served["/robots.txt"]] == ["127.0.0.1", "127.0.0.2"]
+    assert proxy.requests == 1
+    robots.forget()

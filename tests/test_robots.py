@@ -26,7 +26,7 @@ def fresh(redis):
 
 
 def job():
-    return SimpleNamespace(settings={}, pk=1)
+    return SimpleNamespace(settings={}, pk=1, user_agents=[], proxies=[])
 
 
 def test_the_product_tokens_group_applies_and_robots_is_fetched_once(tmp_path):
@@ -35,7 +35,8 @@ def test_the_product_tokens_group_applies_and_robots_is_fetched_once(tmp_path):
         public = robots.check(job(), site.url("/public"), UA)
         robots.forget()  # another worker process: reads the copy in Redis
         browser = robots.check(job(), site.url("/private/x"), "Mozilla/5.0 (X11; Linux) Chrome/130")
-        renamed = SimpleNamespace(settings={"ROBOTS_AGENT": "otherbot"}, pk=1)
+        renamed = SimpleNamespace(settings={"ROBOTS_AGENT": "otherbot"}, pk=1, user_agents=[],
+                                  proxies=[])  # fmt: skip
         other = robots.check(renamed, site.url("/public"), UA)
         assert site.hits("/robots.txt") == 1
     assert (private.allowed, private.reason) == (False, "robots")

@@ -384,3 +384,17 @@ def test_the_admin_login_works_behind_a_tls_proxy(settings, django_user_model):
     )  # fmt: skip
     assert response.status_code == 302 and response["Location"] == "/admin/"
     assert response.cookies["sessionid"]["secure"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_job_whose_proxy_is_on_a_refused_address_fetches_and_stores_nothing(redis, tmp_path):
+    from tests.antibot import ForwardProxy
+
+    with HostileSite() as site, ForwardProxy("127.0.0.2", listen="127.0.0.3") as proxy:
+        job, _ = crawl_to_end(site.url("/"), tmp_path, narrow("127.0.0.1/32"), max_depth=0,
+                              proxies=[proxy.url()])  # fmt: skip
+        assert proxy.requests == 0 and site.requests == {}  # robots.txt neither
+    row = FrontierURL.objects.get(job=job)
+    assert (row.state, row.error_reason) == ("failed", "blocked_address")
+    assert f"proxy http://127.0.0.3:{proxy.port} refused" in row.error_message
+    assert not Page.objects.filter(job=job).exists()

@@ -28,7 +28,7 @@ from requests.structures import CaseInsensitiveDict
 from requests.utils import default_headers
 
 from tasks.defaults import setting
-from tasks.fetch import outcomes
+from tasks.fetch import outcomes, trust
 from tasks.fetch.transport import check_target, session
 from tasks.rules import guard
 from web.models import CrawlJob
@@ -43,6 +43,7 @@ class FetchLimits:
     deadline: float
     max_bytes: int
     max_redirects: int
+    verify: bool = True  # check certificates (``trust.verifies``)
 
 
 def limits_for(job: CrawlJob) -> FetchLimits:
@@ -53,6 +54,7 @@ def limits_for(job: CrawlJob) -> FetchLimits:
         deadline=setting("FETCH_DEADLINE_S", job),
         max_bytes=setting("FETCH_MAX_BYTES", job),
         max_redirects=setting("FETCH_MAX_REDIRECTS", job),
+        verify=trust.verifies(job),
     )
 
 
@@ -269,9 +271,10 @@ def fetch(
     ``allow``: networks that may be connected to besides public addresses (the guard).
     ``visitor``: proxy, extra headers and cookies (none by default). ``conditional``:
     ``If-None-Match`` / ``If-Modified-Since`` of a recrawl (a 304 then comes back as a
-    response with an empty body). Through a proxy, the
-    proxy resolves and connects; the guard then checks our own resolution of each hop's host
-    first (a proxy is the operator's choice, trusted with its own network)."""
+    response with an empty body). Through a proxy, the proxy's own address passes the guard
+    like a site's (``transport.py``; refused: ``blocked_address`` naming the proxy); a proxy
+    that resolves the site's host itself is trusted with its own network, after the guard
+    checked our own resolution of each hop's host."""
     visitor = visitor or Visitor()
     started = time.monotonic()
     headers = CaseInsensitiveDict(_SESSION_HEADERS)
@@ -294,13 +297,15 @@ def fetch(
             request = requests.PreparedRequest()
             request.prepare(method="GET", url=current, headers=headers, cookies=visitor.cookies)
             resp = s.send(request, timeout=timeout, allow_redirects=False, stream=True,
-                          proxies=proxies, verify=True, cert=None)  # fmt: skip
+                          proxies=proxies, verify=limits.verify, cert=None)  # fmt: skip
         except requests.RequestException as exc:
             failure = outcomes.from_requests(exc)
             if proxies:
                 failure = outcomes.through_proxy(failure, exc)
             failure.url = current  # a redirect hop may have failed on another host
             raise failure from None
+        except trust.Misconfigured as exc:  # the operator's TLS settings: retried once fixed
+            raise outcomes.InternalError(f"TLS settings: {exc}"[:500]) from None
         except guard.BlockedAddress as exc:  # refused before any connection was tried
             failure = outcomes.BlockedAddress(str(exc))
             failure.url = current

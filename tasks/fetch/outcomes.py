@@ -55,6 +55,7 @@ from __future__ import annotations
 import errno
 import http.client
 import socket
+import ssl
 
 import requests
 import socks
@@ -308,6 +309,30 @@ def _connect_failure(exc: BaseException, message: str) -> ConnectFailed:
     return failed
 
 
+# OpenSSL's verify codes that mean "signed by an authority we do not trust": the issuer is
+# unknown, or the chain ends in a self-signed certificate. The fix is a CA, not a new server.
+_UNTRUSTED_ISSUER = {2, 18, 19, 20, 21}
+# Alerts a server sends when it wants a client certificate it trusts (mutual TLS).
+_CLIENT_CERT_ALERTS = {"TLSV13_ALERT_CERTIFICATE_REQUIRED", "SSLV3_ALERT_BAD_CERTIFICATE",
+                       "TLSV1_ALERT_UNKNOWN_CA", "SSLV3_ALERT_CERTIFICATE_UNKNOWN"}  # fmt: skip
+
+
+def _tls_failure(exc: BaseException, message: str) -> TLSError:
+    """A TLS failure, saying which setting fixes it when one does (``tasks/fetch/trust.py``)."""
+    for cause in _chain(exc):
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            found = f"certificate verify failed: {cause.verify_message}"
+            if cause.verify_code in _UNTRUSTED_ISSUER:
+                found += " (set CA_BUNDLE to trust a private CA)"
+            return TLSError(found)
+        if isinstance(cause, ssl.SSLError) and cause.reason in _CLIENT_CERT_ALERTS:
+            return TLSError(
+                f"{cause.reason.lower()}: the server asks for a client certificate it trusts "
+                "(set CLIENT_CERT and CLIENT_KEY)"
+            )
+    return TLSError(message)
+
+
 def from_requests(exc: Exception) -> CrawlOutcome:
     """Map a requests (or, while reading a body, urllib3) exception onto the outcome tree."""
     message = f"{type(exc).__name__}: {exc}"[:500]
@@ -320,8 +345,11 @@ def from_requests(exc: Exception) -> CrawlOutcome:
         return ReadTimeout(message)
     if isinstance(exc, urllib3.exceptions.ProtocolError):
         return ConnectionReset(message)
-    if isinstance(exc, requests.exceptions.SSLError):
-        return TLSError(message)
+    if isinstance(exc, requests.exceptions.SSLError) or (
+        isinstance(exc, requests.exceptions.ProxyError)
+        and any(isinstance(cause, ssl.SSLError) for cause in _chain(exc))
+    ):  # the TLS handshake with an HTTPS proxy failed: requests calls it the proxy's error
+        return _tls_failure(exc, message)
     if isinstance(exc, requests.exceptions.ConnectionError):
         if _is_dns(exc):
             return _dns_failure(exc, message)

@@ -15,9 +15,11 @@ guard refuses fails its URLs as ``blocked_address`` (``tasks/rules/guard.py``; a
 robots.txt to a refused address only makes robots.txt unfollowable). robots.txt is fetched
 with the platform's ``USER_AGENT`` and its groups are matched against the product token
 ``ROBOTS_AGENT``, whatever user agents a job presents to pages (``tasks/fetch/identity.py``);
-``Crawl-delay`` for that token becomes the host's politeness floor. One worker fetches a
-host's robots.txt (a Redis lock); the others wait for its result in the frontier, not in a
-loop.
+``Crawl-delay`` for that token becomes the host's politeness floor. It goes out through the
+proxy of the host's identity, as the job's pages do, under the same guard; a job with proxies,
+or its own ``ALLOWED_NETWORKS`` or ``TLS_VERIFY``, keeps its hosts' robots.txt to itself (what
+it was answered, or refused, is not what another job would be). One worker fetches a host's
+robots.txt (a Redis lock); the others wait for its result in the frontier, not in a loop.
 """
 
 from __future__ import annotations
@@ -32,8 +34,8 @@ from protego import Protego
 
 from tasks.broker import client
 from tasks.defaults import setting
-from tasks.fetch import circuit, fetching, outcomes
-from tasks.rules import guard
+from tasks.fetch import circuit, fetching, identity, outcomes, trust
+from tasks.rules import guard, proxy_urls
 from tasks.rules.urls import host_of
 
 log = logging.getLogger(__name__)
@@ -55,6 +57,17 @@ def robots_url(url: str) -> str:
     return f"{parts.scheme}://{parts.netloc}/robots.txt"
 
 
+# A job's own settings that change how its robots.txt is fetched (its answer, or its refusal).
+_OWN_FETCH = ("ALLOWED_NETWORKS", "TLS_VERIFY")
+
+
+def _key(job, rurl: str) -> str:
+    """Where a robots.txt is kept: one copy for the jobs that fetch it as the platform does,
+    one per job that does not (through proxies, its own networks or certificate checks)."""
+    own = job.proxies or any(name in (job.settings or {}) for name in _OWN_FETCH)
+    return f"crawl:robots:{job.pk}:{rurl}" if own else f"crawl:robots:{rurl}"
+
+
 def _fetch(url: str, user_agent: str, job) -> dict:
     limits = fetching.FetchLimits(
         connect_timeout=setting("FETCH_CONNECT_TIMEOUT_S", job),
@@ -62,9 +75,15 @@ def _fetch(url: str, user_agent: str, job) -> dict:
         deadline=min(30.0, setting("FETCH_DEADLINE_S", job)),
         max_bytes=setting("ROBOTS_MAX_BYTES", job),
         max_redirects=5,
+        verify=trust.verifies(job),
     )
     try:
-        resp = fetching.fetch(url, user_agent=user_agent, limits=limits, allow=guard.allowed(job))
+        proxy = identity.current(job, host_of(url)).proxy
+    except (KeyError, proxy_urls.Unusable) as exc:  # its ${VAR} is not in this worker's reach
+        return {"status": 0, "body": "", "error": "proxy_error", "message": str(exc)[:200]}
+    try:
+        resp = fetching.fetch(url, user_agent=user_agent, limits=limits, allow=guard.allowed(job),
+                              visitor=fetching.Visitor(proxy=proxy))  # fmt: skip
     except outcomes.ClientError as exc:
         return {"status": exc.status or 404, "body": ""}
     except outcomes.CrawlOutcome as exc:
@@ -168,7 +187,7 @@ def forbids(job, url: str) -> bool:
     """Does the robots.txt this process holds for the URL's host forbid it? (for the links of
     a page, before they enter the frontier). False when it holds none, or a stale one, or one
     that could not be had: the fetch decides then, as for any URL."""
-    hit = _held(f"crawl:robots:{robots_url(url)}")
+    hit = _held(_key(job, robots_url(url)))
     if hit is None or hit[2] is None or not 200 <= hit[1]["status"] < 300:
         return False
     return not hit[2].can_fetch(url, setting("ROBOTS_AGENT", job))
@@ -178,7 +197,7 @@ def check(job, url: str, user_agent: str) -> Decision:
     """May ``url`` be fetched under its host's robots.txt? (fetched as ``user_agent``, matched
     for the job's product token ``ROBOTS_AGENT``)"""
     rurl = robots_url(url)
-    key = f"crawl:robots:{rurl}"
+    key = _key(job, rurl)
     hit = _held(key)
     if hit is None:
         now = time.monotonic()

@@ -11,6 +11,14 @@ Resolution happens here, in the connection, rather than inside urllib3, so that 
 place where an address is chosen for a request: the address guard (``tasks/rules/guard.py``)
 checks every resolved address before a connection is tried, and the connection goes to the
 address that was checked. Per-identity routes build on the same place.
+
+A job's proxy is a connection like any other: requests builds a proxy manager per proxy URL
+(``Adapter.proxy_manager_for``), whose pools are ours too, so the proxy's host is resolved here
+and checked with the job's policy, and the connection goes to the checked address, for HTTP(S)
+proxies and SOCKS ones (``socks5``, ``socks5h``, ``socks4``, ``socks4a``). A proxy the guard
+refuses raises :class:`RefusedProxy`, naming the proxy without its credentials. Through a
+SOCKS proxy that resolves nothing itself (``socks5``, ``socks4``), the site's host is resolved
+here as well, checked, and its checked address is what the proxy is asked to connect to.
 """
 
 from __future__ import annotations
@@ -25,14 +33,19 @@ from functools import lru_cache
 from urllib.parse import urlsplit
 
 import requests
+import socks
 from requests.adapters import HTTPAdapter
+from requests.utils import get_auth_from_url
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+from urllib3.contrib.socks import SOCKSConnection, SOCKSProxyManager
 from urllib3.exceptions import ConnectTimeoutError, NameResolutionError, NewConnectionError
+from urllib3.poolmanager import ProxyManager
 from urllib3.util.timeout import _DEFAULT_TIMEOUT
 
 from tasks.defaults import setting
-from tasks.rules import guard
+from tasks.fetch import trust
+from tasks.rules import guard, proxy_urls
 
 _local = threading.local()
 _adapters: dict[tuple[guard.Network, ...], Adapter] = {}  # per guard policy, shared by threads
@@ -80,6 +93,27 @@ def resolve(host: str, port: int) -> list[tuple]:
     return socket.getaddrinfo(name, port, socket.AF_UNSPEC, socket.SOCK_STREAM)
 
 
+class RefusedProxy(guard.BlockedAddress):
+    """The guard refused the address of a proxy: no connection was tried."""
+
+    def __init__(self, proxy: str, refused: guard.BlockedAddress) -> None:
+        self.host, self.address, self.kind = refused.host, refused.address, refused.kind
+        self.proxy = proxy  # scheme://host:port, credentials redacted
+        Exception.__init__(self, proxy_urls.redact(f"proxy {proxy} refused: {refused}"))
+
+
+def _proxy_name(scheme: str, host: str, port: object) -> str:
+    return proxy_urls.redact(f"{scheme}://{host}:{port}")
+
+
+def _track(sock: socket.socket) -> socket.socket:
+    """Put ``sock`` under this thread's :func:`deadline`, if one runs."""
+    opened = getattr(_local, "opened", None)
+    if opened is not None:
+        opened.append(sock)
+    return sock
+
+
 def _permitted(host: str, entries: list, allow: tuple[guard.Network, ...]) -> list:
     """The resolved ``entries`` of ``host`` the guard lets through; BlockedAddress (the first
     refusal) if it lets none through."""
@@ -116,10 +150,7 @@ def connect(
             if source_address:
                 sock.bind(source_address)
             sock.connect(address)
-            opened = getattr(_local, "opened", None)
-            if opened is not None:
-                opened.append(sock)
-            return sock
+            return _track(sock)
         except OSError as exc:
             error = exc
             sock.close()
@@ -165,6 +196,9 @@ def check_target(url: str, allow: tuple[guard.Network, ...]) -> None:
 
 
 class _Connection(HTTPConnection):
+    """A connection to a site, or to the HTTP(S) proxy in ``self.proxy`` (urllib3 gives a
+    proxy's pools their proxy, and their connections go to it)."""
+
     allow: tuple[guard.Network, ...] = ()  # set on the per-policy subclasses below
 
     def _new_conn(self) -> socket.socket:
@@ -173,6 +207,11 @@ class _Connection(HTTPConnection):
                 self._dns_host, self.port, self.timeout, self.allow, self.source_address,
                 self.socket_options,
             )  # fmt: skip
+        except guard.BlockedAddress as exc:
+            if self.proxy is None:
+                raise
+            proxy = _proxy_name(self.proxy.scheme, self.proxy.host, self.proxy.port)
+            raise RefusedProxy(proxy, exc) from None
         except socket.gaierror as exc:
             raise NameResolutionError(self.host, self, exc) from exc
         except TimeoutError as exc:
@@ -189,11 +228,61 @@ class _TLSConnection(_Connection, HTTPSConnection):
     pass
 
 
+_SOCKS_SCHEMES = {1: ("socks4", "socks4a"), 2: ("socks5", "socks5h")}  # by PySocks' type, rdns
+
+
+class _SOCKSConnection(SOCKSConnection):
+    """A connection through a SOCKS proxy whose address passed the guard. PySocks is handed
+    the checked address of the proxy (and, when the proxy resolves nothing itself, of the
+    site): it has no name left to resolve."""
+
+    allow: tuple[guard.Network, ...] = ()  # set on the per-policy subclasses below
+
+    def _new_conn(self) -> socket.socket:
+        named, site = self._socks_options, self._dns_host
+        host, port = named["proxy_host"] or "", int(named["proxy_port"] or 1080)
+        scheme = _SOCKS_SCHEMES.get(named["socks_version"], ("socks",) * 2)[named["rdns"]]
+        try:
+            entries = _permitted(host, resolve(host, port), self.allow)
+        except guard.BlockedAddress as exc:
+            raise RefusedProxy(_proxy_name(scheme, host, port), exc) from None
+        except socket.gaierror as exc:
+            raise NameResolutionError(host, self, exc) from exc
+        try:
+            if not named["rdns"]:  # the proxy resolves nothing: it gets the checked address
+                self._dns_host = _permitted(site, resolve(site, self.port), self.allow)[0][4][0]
+        except socket.gaierror as exc:
+            raise NameResolutionError(site, self, exc) from exc
+        try:
+            for entry in entries[:-1]:
+                self._socks_options = {**named, "proxy_host": entry[4][0], "proxy_port": port}
+                try:
+                    return _track(super()._new_conn())
+                except NewConnectionError as exc:  # the proxy's next address, if this one
+                    if not _unreachable(exc):  # did not answer
+                        raise
+            self._socks_options = {**named, "proxy_host": entries[-1][4][0], "proxy_port": port}
+            return _track(super()._new_conn())
+        finally:
+            self._socks_options, self._dns_host = named, site
+
+
+def _unreachable(exc: BaseException) -> bool:
+    """Did a SOCKS connection fail to reach the proxy itself (not a site behind it)?"""
+    return isinstance(exc.__cause__ or exc.__context__, socks.ProxyConnectionError)
+
+
+class _SOCKSTLSConnection(_SOCKSConnection, HTTPSConnection):
+    pass
+
+
 @lru_cache(maxsize=32)
-def _pools(allow: tuple[guard.Network, ...]) -> dict[str, type]:
-    """Connection pool classes whose connections apply the guard with ``allow``."""
-    plain = type("Connection", (_Connection,), {"allow": allow})
-    tls = type("TLSConnection", (_TLSConnection,), {"allow": allow})
+def _pools(allow: tuple[guard.Network, ...], through: str = "") -> dict[str, type]:
+    """Connection pool classes whose connections apply the guard with ``allow``: direct or
+    through an HTTP(S) proxy (``through`` ""), or through a SOCKS proxy (``"socks"``)."""
+    bases = (_SOCKSConnection, _SOCKSTLSConnection) if through else (_Connection, _TLSConnection)
+    plain = type("Connection", (bases[0],), {"allow": allow})
+    tls = type("TLSConnection", (bases[1],), {"allow": allow})
     return {
         "http": type("Pool", (HTTPConnectionPool,), {"ConnectionCls": plain}),
         "https": type("TLSPool", (HTTPSConnectionPool,), {"ConnectionCls": tls}),
@@ -201,7 +290,8 @@ def _pools(allow: tuple[guard.Network, ...]) -> dict[str, type]:
 
 
 class Adapter(HTTPAdapter):
-    """requests' adapter whose connections resolve through us and pass the address guard."""
+    """requests' adapter whose connections resolve through us and pass the address guard,
+    and whose TLS connections trust and present what ``tasks/fetch/trust.py`` says."""
 
     def __init__(self, allow: tuple[guard.Network, ...], **kwargs) -> None:
         self.allow = allow
@@ -210,6 +300,49 @@ class Adapter(HTTPAdapter):
     def init_poolmanager(self, *args, **kwargs) -> None:
         super().init_poolmanager(*args, **kwargs)
         self.poolmanager.pool_classes_by_scheme = _pools(self.allow)
+
+    def build_connection_pool_key_attributes(self, request, verify, cert=None) -> tuple:
+        """The pool of a verified HTTPS request is keyed by, and connects with, the trust's
+        SSL context (``trust.Misconfigured`` if the trust settings cannot be used). A plain
+        request does without: no context is made, nor refused, for it."""
+        host, pool = super().build_connection_pool_key_attributes(request, verify, cert)
+        if host["scheme"] == "https" and verify is True and cert is None:
+            pool["ssl_context"] = trust.context()
+        return host, pool
+
+    def cert_verify(self, conn, url: str, verify, cert) -> None:
+        """requests would load certifi's bundle into every new connection's context: with
+        ours, the context holds the whole trust (and the client certificate)."""
+        super().cert_verify(conn, url, verify, cert)
+        if verify is True and cert is None:
+            conn.ca_certs = conn.ca_cert_dir = None
+
+    def proxy_manager_for(self, proxy: str, **proxy_kwargs) -> ProxyManager:
+        """The pools through ``proxy`` (a URL with its credentials), guarded like the direct
+        ones; a manager is shared with other threads only once its pools are ours. An HTTPS
+        proxy's own certificate is checked with the trust's context, whether it tunnels or
+        forwards a plain request (a manager made under other trust settings is replaced)."""
+        tls = trust.context() if proxy.lower().startswith("https:") else None
+        manager = self.proxy_manager.get(proxy)
+        if manager is not None and getattr(manager, "proxy_ssl_context", None) is tls:
+            return manager
+        sizes = {"num_pools": self._pool_connections, "maxsize": self._pool_maxsize,
+                 "block": self._pool_block}  # fmt: skip
+        if proxy.lower().startswith("socks"):
+            username, password = get_auth_from_url(proxy)
+            manager = SOCKSProxyManager(
+                proxy, username=username, password=password, **sizes, **proxy_kwargs
+            )
+            manager.pool_classes_by_scheme = _pools(self.allow, "socks")
+        else:
+            tls_kwargs = {"proxy_ssl_context": tls, "ssl_context": tls} if tls else {}
+            manager = ProxyManager(
+                proxy, proxy_headers=self.proxy_headers(proxy), **tls_kwargs, **sizes,
+                **proxy_kwargs,
+            )  # fmt: skip
+            manager.pool_classes_by_scheme = _pools(self.allow)
+        self.proxy_manager[proxy] = manager
+        return manager
 
 
 class _NoCookies(requests.cookies.RequestsCookieJar):

@@ -4,10 +4,10 @@ Reads ``ALLOWED_NETWORKS`` (comma-separated CIDRs; environment ``CRAWL_ALLOWED_N
 the job's settings; ``manage.py crawl --allow-network CIDR``).
 
 A crawler fetches URLs other people chose, next to its own database, Redis and Flower. Every
-connection the transport makes (pages, every redirect hop, robots.txt, sitemaps) is checked
-here *after* its host name was resolved, and goes to the address that was checked: a name
-cannot resolve to a public address for the check and to a private one for the connection
-(DNS rebinding). Refused unless inside an allowed network:
+connection the transport makes (pages, every redirect hop, robots.txt, sitemaps, the proxies
+they go through) is checked here *after* its host name was resolved, and goes to the address
+that was checked: a name cannot resolve to a public address for the check and to a private
+one for the connection (DNS rebinding). Refused unless inside an allowed network:
 
 * loopback, private (RFC 1918, unique-local), link-local (which holds the cloud metadata
   service, 169.254.169.254), shared address space (CGNAT, 100.64.0.0/10), multicast,

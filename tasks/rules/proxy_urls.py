@@ -1,13 +1,13 @@
 """Proxy URL templates as a job states them, and the one way their ``${VAR}`` references are
 filled.
 
-A job's proxy is a URL (``http``, ``https``, ``socks5``, ``socks5h``) whose credentials or host
-may come from the workers' environment: ``http://${CRAWL_PROXY_USER}:${CRAWL_PROXY_PASSWORD}@
-proxy1:3128``. Only variables named ``CRAWL_PROXY_*`` are read, so that a job can name the
-credentials the operator gave its proxies and nothing else a worker holds (its secret key,
-database URL, object-store keys); a template naming any other variable is refused when the
-job is saved. Text that may carry an expanded value (an error message, a log line) goes
-through :func:`redact` first.
+A job's proxy is a URL (``http``, ``https``, ``socks4``, ``socks4a``, ``socks5``,
+``socks5h``) whose credentials or host may come from the workers' environment:
+``http://${CRAWL_PROXY_USER}:${CRAWL_PROXY_PASSWORD}@proxy1:3128``. Only variables named
+``CRAWL_PROXY_*`` are read, so that a job can name the credentials the operator gave its
+proxies and nothing else a worker holds (its secret key, database URL, object-store keys); a
+template naming any other variable is refused when the job is saved. Text that may carry an
+expanded value (an error message, a log line) goes through :func:`redact` first.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import re
 from urllib.parse import urlsplit
 
 PREFIX = "CRAWL_PROXY_"
-SCHEMES = ("http", "https", "socks5", "socks5h")
+SCHEMES = ("http", "https", "socks4", "socks4a", "socks5", "socks5h")
 _VAR = re.compile(r"\$\{(\w*)\}")
 
 

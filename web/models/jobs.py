@@ -205,6 +205,7 @@ class CrawlJob(models.Model):
             ("change_crawl_network", "Can let a job reach networks beyond public addresses"),
             ("pin_crawl_channel", "Can pin a job to a release channel"),
             ("raise_crawl_priority", "Can give a job a priority above the default band"),
+            ("skip_tls_verify", "Can let a job fetch without checking TLS certificates"),
         ]
 
     def __str__(self) -> str:
