@@ -4,7 +4,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ("web", "0012_crawljob_permissions"),
+        ("web", "0014_crawljob_skip_tls_verify"),
     ]
 
     operations = [
