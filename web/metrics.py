@@ -4,24 +4,26 @@ Frontier URLs by job and state (running and paused jobs), the due backlog (work 
 workers could start now: the scheduler keeps the broker short, so this is where a backlog
 waits), broker messages (ready over every priority list, and unacked: in flight), checkpoint
 age per running job, jobs by state, per-host adaptive throttle delays and open circuit
-breakers. Every web process computes the same values from the database and Redis, so
-gunicorn's several processes need no shared registry: a query for the backlog takes ``max``
-over pods. Workers serve their own counters (``tasks/worker/metrics.py``).
+breakers, online workers by channel and version, and the scheduler's leadership and passes.
+Every web process computes the same values from the database and Redis, so gunicorn's
+several processes need no shared registry: a query for the backlog takes ``max`` over pods.
+Workers serve their own counters (``tasks/worker/metrics.py``).
 """
 
 from __future__ import annotations
 
 import time
+from collections import Counter
 
 from django.db.models import Count, Max
 from django.utils import timezone
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from tasks import broker
 from tasks.defaults import setting
 from tasks.fetch.politeness import decayed_delay
-from tasks.frontier import channels
+from tasks.frontier import channels, leadership
 from tasks.worker import registry
 from web.models import ChannelEvent, CrawlJob, FrontierURL, JobState, Review, URLState
 
@@ -210,6 +212,29 @@ class PlatformCollector:
             )
         yield heartbeat
         yield last_task
+        yield from _fleet(now_s)
+
+
+def _fleet(now_s: float):
+    """Online workers by channel and version; whether a scheduler leads; its passes so far."""
+    fleet = GaugeMetricFamily(
+        "crawlplatform_workers", "Online workers (fresh heartbeat) by channel and version",
+        labels=["channel", "version"],
+    )  # fmt: skip
+    counts = Counter(
+        (w["channel"], w["version"]) for w in registry.workers() if registry.online(w, now_s)
+    )
+    for (channel, version), n in sorted(counts.items()):
+        fleet.add_metric([channel, version], n)
+    yield fleet
+    yield GaugeMetricFamily(
+        "crawlplatform_scheduler_leader", "1 while a scheduler holds the leadership, else 0",
+        value=int(leadership.leader() is not None),
+    )  # fmt: skip
+    yield CounterMetricFamily(
+        "crawlplatform_scheduler_passes", "Passes the leading schedulers have made",
+        value=leadership.passes(),
+    )  # fmt: skip
 
 
 def _channels():

@@ -186,6 +186,7 @@ class Scheduler:
                         self.stop.wait(setting("LEADER_TTL_S") / 2)
                         continue
                     released, pause = self.tick()
+                    leadership.count_pass()
                 except NotLeader as exc:
                     log.warning("scheduler %s steps down: %s", self.identity[:8], exc)
                     self.epoch = None
