@@ -19,6 +19,7 @@ from prometheus_client import REGISTRY, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 import tasks.worker.metrics  # noqa: F401 (registers the worker's metrics)
+from tasks.frontier import jobs
 from tests.test_manifests import K8S, ROOT, by_kind, documents
 
 MONITORING = K8S / "platform" / "monitoring"
@@ -117,6 +118,20 @@ def test_every_query_names_a_metric_the_platform_exports(platform_metrics):
         names = metric_names(expr)
         assert names, where
         assert names <= platform_metrics, (where, names - platform_metrics)
+
+
+def test_no_series_has_a_label_that_prometheus_would_rename(client, redis, transactional_db):
+    """Prometheus keeps ``job`` and ``instance`` for the target: a series' own ``job`` label
+    would become ``exported_job``, and every query by crawl job would miss it."""
+    jobs.start(jobs.create_job(["http://127.0.0.1:9/"]))
+    reserved = {"job", "instance"}
+    for family in text_string_to_metric_families(client.get("/metrics").content.decode()):
+        for sample in family.samples:
+            assert not reserved & set(sample.labels), sample
+    for family in text_string_to_metric_families(generate_latest(REGISTRY).decode()):
+        for sample in family.samples:
+            assert not reserved & set(sample.labels), sample
+    assert not reserved & set(tasks.worker.metrics.PAGES._labelnames)
 
 
 def test_the_dashboard_shows_what_an_operator_of_the_fleet_looks_at():

@@ -108,7 +108,9 @@ class PlatformCollector:
     def collect(self):
         live = [JobState.RUNNING, JobState.PAUSED]
         frontier = GaugeMetricFamily(
-            "crawlplatform_frontier_urls", "Frontier URLs by job and state", labels=["job", "state"]
+            "crawlplatform_frontier_urls",
+            "Frontier URLs by job and state",
+            labels=["crawl_job", "state"],
         )
         rows = (
             FrontierURL.objects.filter(job__state__in=live)
@@ -134,7 +136,7 @@ class PlatformCollector:
         age = GaugeMetricFamily(
             "crawlplatform_checkpoint_age_seconds",
             "Seconds since the last checkpoint of each running job",
-            labels=["job"],
+            labels=["crawl_job"],
         )
         now = timezone.now()
         running = CrawlJob.objects.filter(state=JobState.RUNNING).annotate(
@@ -159,7 +161,7 @@ class PlatformCollector:
         throttle = GaugeMetricFamily(
             "crawlplatform_host_throttle_delay_seconds",
             "Adaptive delay in force per job and host (hosts that were told to slow down)",
-            labels=["job", "host"],
+            labels=["crawl_job", "host"],
         )
         for job_id, host, seconds in throttled_hosts():
             throttle.add_metric([job_id, host], seconds)
@@ -168,7 +170,7 @@ class PlatformCollector:
         circuits = GaugeMetricFamily(
             "crawlplatform_host_circuit_open",
             "Hosts whose circuit breaker is open (1): their URLs fail as host_unreachable",
-            labels=["job", "host"],
+            labels=["crawl_job", "host"],
         )
         for job_id, host in open_circuits():
             circuits.add_metric([job_id, host], 1)
@@ -177,7 +179,7 @@ class PlatformCollector:
         ladders = GaugeMetricFamily(
             "crawlplatform_host_ladder_level",
             "Anti-bot ladder level per job and host (1 back off, 2 rotate, 3 render, 4 park)",
-            labels=["job", "host"],
+            labels=["crawl_job", "host"],
         )
         for key, level in _field_of_each(broker.client(), "crawl:ladder:*", "level"):
             if level is not None and int(level) > 0:
@@ -186,7 +188,9 @@ class PlatformCollector:
         yield ladders
 
         review = GaugeMetricFamily(
-            "crawlplatform_review_queue", "URLs parked for human review, per job", labels=["job"]
+            "crawlplatform_review_queue",
+            "URLs parked for human review, per job",
+            labels=["crawl_job"],
         )
         parked = Review.objects.values_list("job_id").annotate(n=Count("id"))  # small table
         for job_id, n in parked:

@@ -5,6 +5,8 @@ Reads ``WORKER_METRICS_PORT``: a worker serves its metrics there (0: not served)
 other series by them. Each
 threads-pool worker is one process, so the default registry is exact; the web process's
 own metrics (frontier, broker, checkpoints) are computed at scrape time in ``web/metrics.py``.
+A crawl job's id is the label ``crawl_job`` here and there: Prometheus keeps ``job`` for the
+scrape job, and would rename a ``job`` label of the platform's to ``exported_job``.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ from tasks.frontier import channels
 log = logging.getLogger(__name__)
 
 PAGES = Counter(
-    "crawlplatform_pages", "URLs finished by this worker, by job and outcome", ["job", "outcome"]
+    "crawlplatform_pages",
+    "URLs finished by this worker, by job and outcome",
+    ["crawl_job", "outcome"],
 )
 FETCH_SECONDS = Histogram(
     "crawlplatform_fetch_seconds",
