@@ -30,6 +30,7 @@ from pathlib import Path
 
 from celery import bootsteps, signals
 
+from crawlplatform import logs
 from tasks.defaults import setting
 from tasks.worker import registry
 
@@ -60,6 +61,8 @@ class Heartbeat(bootsteps.StartStopStep):
         slots = getattr(getattr(consumer, "controller", None), "concurrency", 0) or 0
         self.identity.update(version=channels.version(), channel=channels.mine(),
                              queues=",".join(queues), slots=slots, pid=os.getpid())  # fmt: skip
+        logs.bind_process(worker=consumer.hostname, channel=channels.mine(),
+                          version=channels.version())  # fmt: skip
         self.beat()
         self.timer_ref = consumer.timer.call_repeatedly(setting("HEARTBEAT_INTERVAL_S"), self.beat)
 
