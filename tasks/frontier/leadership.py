@@ -6,6 +6,9 @@ fencing epoch in the database (``SchedulerFence``), and every release checks, in
 transaction, that the epoch is still its leader's (:func:`check_fence`): a leader whose
 lease ran out during a slow pass writes nothing.
 
+For ``/metrics``: who leads now (:func:`leader`) and how many passes leaders have made
+(:func:`count_pass`, a Redis counter: ``crawlplatform_scheduler_passes_total``).
+
 Reads no setting of ``tasks/defaults.py``.
 """
 
