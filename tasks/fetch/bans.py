@@ -67,8 +67,9 @@ def learn_size(job_id: int, host: str, size: int) -> None:
     _sizes[(job_id, host)] = log_size if old is None else old + 0.1 * (log_size - old)
 
 
-def detect(job, host: str, status: int, final_url: str, body: bytes) -> str:
-    """Why this answer is a block page ('' if it is not)."""
+def challenge(job, status: int, final_url: str, body: bytes) -> str:
+    """Why this answer is a challenge or a refusal by its content, address or status alone
+    ('' if it is not); ``job`` may be None (the platform's markers)."""
     head = body[: setting("BAN_SCAN_BYTES")].lower()
     marker = _first_term(setting("BAN_MARKERS", job), head)
     if marker:
@@ -77,8 +78,15 @@ def detect(job, host: str, status: int, final_url: str, body: bytes) -> str:
     for marker in _terms(setting("BAN_URL_MARKERS", job)):
         if marker.decode() in url:
             return f"redirected to a challenge ({marker.decode()})"
-    if status == 403:
-        return "http_403"
+    return "http_403" if status == 403 else ""
+
+
+def detect(job, host: str, status: int, final_url: str, body: bytes) -> str:
+    """Why this answer is a block page ('' if it is not)."""
+    reason = challenge(job, status, final_url, body)
+    if reason:
+        return reason
+    head = body[: setting("BAN_SCAN_BYTES")].lower()
     usual = usual_size(job.pk, host)
     tiny = (
         usual is not None
