@@ -16,8 +16,10 @@ messages by), pid and start time, in the same round trip, so a registry that Red
 back with the next heartbeat. A worker that stops consuming (warm shutdown) removes itself;
 one that dies leaves a hash that expires after ``4 x HEARTBEAT_STALE_S``.
 
-Probes (no ``celery inspect ping``): ``python -m tasks.worker.heartbeat live`` and ``... ready``;
-``python -m tasks.worker.heartbeat live FILE`` checks another heartbeat file (the scheduler's).
+Probes (no ``celery inspect ping``): ``python -m tasks.worker.heartbeat live`` and ``... ready``
+(compose); ``python -m tasks.worker.heartbeat live FILE`` checks another heartbeat file (the
+scheduler's). On Kubernetes the workers' HTTP probes (``tasks/worker/probes.py``) read the
+same heartbeat file.
 """
 
 from __future__ import annotations
