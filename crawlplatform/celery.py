@@ -20,6 +20,7 @@ app.autodiscover_tasks()
 
 
 def _add_heartbeat() -> None:
+    from tasks.worker import probes  # noqa: F401 (serves /livez and /readyz once ready)
     from tasks.worker.heartbeat import Heartbeat
 
     app.steps["consumer"].add(Heartbeat)

@@ -34,6 +34,9 @@ Other variables (default in brackets):
 - ``SECURE_HSTS_SECONDS`` [``0``]: ``Strict-Transport-Security`` max-age, subdomains included
 - ``LOG_LEVEL`` [``INFO``]: root log level (also of the workers ``manage.py crawl`` starts;
   deployed workers take ``--loglevel`` from their command line)
+- ``LOG_FORMAT`` [``text``]: ``json`` writes one JSON object a line, with ``job_id``,
+  ``url_id``, ``worker``, ``channel`` and ``version`` wherever a line has them (``json`` on
+  Kubernetes, ``k8s/platform/config.yaml``)
 - ``CELERY_WORKER_SEND_TASK_EVENTS`` [``false``]: task events for Flower's task list (on in
   compose and k8s)
 - ``HEALTH_TOKEN`` [unset]: bearer token for ``/healthz/details`` (staff users need none)
@@ -56,6 +59,7 @@ from pathlib import Path
 
 import environ
 
+from crawlplatform import logs
 from crawlplatform.embedded import socket_path
 from crawlplatform.security import local_secret_key
 from tasks import defaults as crawl
@@ -301,12 +305,6 @@ CELERY_WORKER_SOFT_SHUTDOWN_TIMEOUT = crawl.setting("TASK_TIME_LIMIT_S") + 10
 # are on where Flower runs (compose, k8s) and off for the embedded crawl command.
 CELERY_WORKER_SEND_TASK_EVENTS = env.bool("CELERY_WORKER_SEND_TASK_EVENTS", default=False)
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "formatters": {
-        "plain": {"format": "%(asctime)s %(levelname)s %(processName)s %(name)s %(message)s"},
-    },
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
-}
+# Text (the default) or one JSON object a line with the job, URL, worker, channel and version
+# of each line (crawlplatform/logs.py).
+LOGGING = logs.config(env.str("LOG_FORMAT", default="text"), env.str("LOG_LEVEL", default="INFO"))

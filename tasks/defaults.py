@@ -161,6 +161,9 @@ READY_FILE = "/tmp/crawl-worker-ready"  # noqa: S108 exists while the worker con
 HEARTBEAT_INTERVAL_S = 5.0  # how often the heartbeat is written
 HEARTBEAT_STALE_S = 30.0  # an older heartbeat fails the liveness probe
 WORKER_METRICS_PORT = 0  # a worker serves Prometheus metrics on this port (0: off)
+WORKER_PROBE_PORT = 0  # a worker serves /livez and /readyz on this port (0: off)
+WORKER_MEMORY_GROWTH_MB_PER_MIN = 100.0  # /livez fails (and the worker exits warm) above this
+WORKER_BACKLOG_MAX = 100_000  # /readyz fails above this many messages (ready + in flight) queued
 DB_RETRY_S = 5  # a task that cannot reach the database is retried after this (a countdown)
 WORKER_LOOP_TICK_S = 0.01  # longest gap of a busy threads-pool worker's loop between turns, s
 WORKER_STARTUP_GRACE_S = 15.0  # a crawl command's worker that exits sooner has "died at start", s
@@ -225,8 +228,9 @@ def _parse(raw: str, default: Any) -> Any:
 RESTART_ONLY = frozenset({
     "TASK_SOFT_TIME_LIMIT_S", "TASK_TIME_LIMIT_S", "VISIBILITY_TIMEOUT_S",
     "UNACKED_RESTORE_INTERVAL_S", "HEARTBEAT_INTERVAL_S", "HEARTBEAT_FILE", "READY_FILE",
-    "SCHEDULER_HEARTBEAT_FILE", "WORKER_METRICS_PORT", "RENDER_CONCURRENCY", "LINK_CACHE_SIZE",
-    "WORKER_LOOP_TICK_S", "POOL_HOSTS", "POOL_PER_HOST", "RENDER_NO_SANDBOX",
+    "SCHEDULER_HEARTBEAT_FILE", "WORKER_METRICS_PORT", "WORKER_PROBE_PORT",
+    "RENDER_CONCURRENCY", "LINK_CACHE_SIZE", "WORKER_LOOP_TICK_S", "POOL_HOSTS", "POOL_PER_HOST",
+    "RENDER_NO_SANDBOX",
 })  # fmt: skip
 _SETTING_TYPES = bool | int | float | str
 live: dict[str, Any] = {}  # live values in force in this process (tasks/live.py keeps them)

@@ -24,6 +24,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from django.db import DatabaseError, InterfaceError, OperationalError, connection
 from redis.exceptions import RedisError
 
+from crawlplatform import logs
 from tasks.content import pages
 from tasks.content.links import JobCache, cache_for, in_scope
 from tasks.defaults import setting
@@ -66,7 +67,11 @@ def process_many(url_ids: list[int], job_id: int, rendering: bool = False) -> li
     ``JOB_STATE_CHECK_S``): the URLs it has not started go back to the frontier, due now, their
     attempts given back (skipped, if the job has ended).
     """
-    claims = claim_many(url_ids, job_id)
+    with logs.about(job_id=job_id):
+        return _process_claims(claim_many(url_ids, job_id), job_id, rendering)
+
+
+def _process_claims(claims: list[Claim], job_id: int, rendering: bool) -> list[str | None]:
     for claimed in claims:
         leases.hold(claimed.url.pk, claimed.attempt)
     states: list[str | None] = []
@@ -115,7 +120,8 @@ def _process_one(claimed: Claim, rendering: bool) -> str | None:
     leases.hold(claimed.url.pk, claimed.attempt)  # its time limit runs from its own start
     try:
         lend_connection_back()  # a fetch takes long: the pool serves other threads meanwhile
-        state = _process_safely(claimed, rendering)
+        with logs.about(url_id=claimed.url.pk):
+            state = _process_safely(claimed, rendering)
     finally:
         leases.let_go(claimed.url.pk)
     canary.count(state, claimed.reason, claimed.deferred, time.monotonic() - began,

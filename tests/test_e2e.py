@@ -134,10 +134,10 @@ def test_worker_metrics_count_what_was_stored(site, worker_env, scheduler):
         pattern = name + "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + r"} (\S+)"
         return float(re.search(pattern, text).group(1))
 
-    assert value("crawlplatform_pages_total", job=str(job.pk), outcome="done") == (
+    assert value("crawlplatform_pages_total", crawl_job=str(job.pk), outcome="done") == (
         Page.objects.filter(job=job).count()
     )
-    assert value("crawlplatform_pages_total", job=str(job.pk), outcome="http_4xx") == len(
+    assert value("crawlplatform_pages_total", crawl_job=str(job.pk), outcome="http_4xx") == len(
         [u for u in site.expected_failed() if "/missing/" in u]
     )
     assert value("crawlplatform_retries_total", reason="http_5xx") == 2

@@ -92,7 +92,8 @@ def test_the_secret_comes_from_an_uncommitted_file_that_names_every_key():
     assert "k8s/platform/secrets.env" in (ROOT / ".gitignore").read_text().split()
     examples = "\n".join(f.read_text() for f in K8S.rglob("secrets.env.example"))
     keys = {line.split("=", 1)[0] for line in examples.splitlines() if "=" in line}
-    used = set(re.findall(r"key: (\w+)", "".join(f.read_text() for f in K8S.rglob("*.yaml"))))
+    text = "".join(f.read_text() for f in K8S.rglob("*.yaml"))
+    used = set(re.findall(r"key: ([A-Z][A-Z0-9_]*)\b", text))  # a Secret's keys: upper case
     assert used <= keys, used - keys
 
 
@@ -199,12 +200,14 @@ def test_scale_down_is_slower_than_scale_up():
         assert behavior["scaleDown"]["stabilizationWindowSeconds"] >= 300
 
 
-def test_alerts_cover_backlog_idle_workers_errors_and_checkpoints():
+def test_alerts_cover_backlog_idle_workers_errors_checkpoints_and_the_fleet():
     rule = by_kind("PrometheusRule", "crawlplatform")
     rules = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
     assert set(rules) == {"CrawlBacklogNotDraining", "NoWorkersConsuming", "CrawlErrorRateSpike",
                           "CrawlCheckpointTooOld", "CrawlReviewQueueGrowing",
-                          "CanaryRolledBack"}  # fmt: skip
+                          "CanaryRolledBack", "CrawlWorkersDown", "CrawlSchedulerNoLeader",
+                          "CrawlBacklogGrowingWorkersIdle", "CrawlHostCircuitOpenLong",
+                          "CrawlWorkerMemoryGrowing"}  # fmt: skip
     exported = (ROOT / "web" / "metrics.py").read_text() + (
         ROOT / "tasks" / "worker" / "metrics.py"
     ).read_text()

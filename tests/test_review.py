@@ -119,5 +119,5 @@ def test_metrics_show_the_review_queue_and_ladder_levels(client, job, redis):
     for level in (0, 0, 0, 1, 1, 1):
         ladder.signal(job, HOST, banned=True, ran_at=level)
     text = client.get("/metrics").content.decode()
-    assert f'crawlplatform_review_queue{{job="{job.pk}"}} 2.0' in text
-    assert f'crawlplatform_host_ladder_level{{host="{HOST}",job="{job.pk}"}} 2.0' in text
+    assert f'crawlplatform_review_queue{{crawl_job="{job.pk}"}} 2.0' in text
+    assert f'crawlplatform_host_ladder_level{{crawl_job="{job.pk}",host="{HOST}"}} 2.0' in text

@@ -270,6 +270,10 @@ def test_metrics_need_the_token_once_one_is_set(client, redis, monkeypatch):
     assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer nope").status_code == 403
     ok = client.get("/metrics", HTTP_AUTHORIZATION="Bearer m3trics")
     assert ok.status_code == 200 and b"crawlplatform_jobs" in ok.content
+    # Prometheus scrapes a pod by its IP, a Host that ALLOWED_HOSTS refuses elsewhere
+    by_ip = client.get("/metrics", HTTP_HOST="10.1.2.3:8000", HTTP_AUTHORIZATION="Bearer m3trics")
+    assert by_ip.status_code == 200
+    assert client.get("/metrics", HTTP_HOST="10.1.2.3:8000").status_code == 403
 
 
 @pytest.mark.django_db

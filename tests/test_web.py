@@ -12,7 +12,7 @@ from django.db import connection
 
 from tasks import broker
 from tasks.fetch import circuit, politeness
-from tasks.frontier import jobs, transitions
+from tasks.frontier import jobs, leadership, transitions
 from tests.conftest import wait_for
 from web import health, metrics
 from web.models import FrontierURL
@@ -82,9 +82,9 @@ def test_metrics_show_frontier_broker_and_checkpoints(client, redis):
     jobs.start(job)
     redis.lpush("crawl\x06\x163", "x")
     text = client.get("/metrics").content.decode()
-    assert f'crawlplatform_frontier_urls{{job="{job.pk}",state="queued"}} 1.0' in text
+    assert f'crawlplatform_frontier_urls{{crawl_job="{job.pk}",state="queued"}} 1.0' in text
     assert 'crawlplatform_broker_messages{state="ready"} 1.0' in text
-    assert f'crawlplatform_checkpoint_age_seconds{{job="{job.pk}"}}' in text
+    assert f'crawlplatform_checkpoint_age_seconds{{crawl_job="{job.pk}"}}' in text
     assert 'crawlplatform_jobs{state="running"} 1.0' in text
     assert "crawlplatform_frontier_due_urls 1.0" in text  # the seed: due, not yet released
 
@@ -97,8 +97,28 @@ def test_metrics_show_throttled_hosts_and_open_circuits(client, redis, monkeypat
         circuit.record(7, "dead.test:8080", failed=True, reason="connection refused")
     text = client.get("/metrics").content.decode()
     line = next(ln for ln in text.splitlines() if ln.startswith("crawlplatform_host_throttle"))
-    assert 'host="slow.test",job="7"' in line and 0.45 < float(line.split()[-1]) <= 0.5
-    assert 'crawlplatform_host_circuit_open{host="dead.test:8080",job="7"} 1.0' in text
+    assert 'crawl_job="7",host="slow.test"' in line and 0.45 < float(line.split()[-1]) <= 0.5
+    assert 'crawlplatform_host_circuit_open{crawl_job="7",host="dead.test:8080"} 1.0' in text
+
+
+def test_metrics_show_online_workers_by_channel_and_version_and_the_scheduler(client, redis):
+    now = time.time()
+    for name, channel, version, beat in [("a", "main", "1.0", now), ("b", "main", "1.0", now),
+                                         ("c", "green", "1.1", now), ("d", "main", "0.9", 0)]:
+        redis.hset(f"crawl:worker:{name}", mapping={"channel": channel, "version": version,
+                                                    "heartbeat": beat})  # fmt: skip
+    text = client.get("/metrics").content.decode()
+    assert 'crawlplatform_workers{channel="main",version="1.0"} 2.0' in text
+    assert 'crawlplatform_workers{channel="green",version="1.1"} 1.0' in text
+    assert 'version="0.9"' not in text  # its heartbeat is stale: not online
+    assert "crawlplatform_scheduler_leader 0.0" in text
+    assert "crawlplatform_scheduler_passes_total 0.0" in text
+    leadership.renew("sched-1")
+    for _ in range(3):
+        leadership.count_pass()
+    text = client.get("/metrics").content.decode()
+    assert "crawlplatform_scheduler_leader 1.0" in text
+    assert "crawlplatform_scheduler_passes_total 3.0" in text
 
 
 @pytest.mark.django_db

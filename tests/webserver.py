@@ -51,7 +51,7 @@ class WebServer:
             try:
                 if requests.get(self.url + "/livez", timeout=1).ok:
                     return self
-            except requests.ConnectionError:
+            except (requests.ConnectionError, requests.Timeout):  # still booting, or busy
                 time.sleep(0.2)
         raise RuntimeError(f"gunicorn did not answer in 30 s: {self.log.read_text()[-2000:]}")
 

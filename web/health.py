@@ -1,7 +1,11 @@
 """The platform's health checks, each with a status, its latency and a reason.
 
-Reads ``HEALTH_BACKLOG_MAX``, ``HEALTH_MEMORY_GROWTH_MB_PER_MIN``, ``HEALTH_DNS_NAME`` and
-``HEALTH_CANARY_URL`` from the environment (defaults beside each check).
+Reads ``HEALTH_BACKLOG_MAX``, ``HEALTH_MEMORY_GROWTH_MB_PER_MIN``, ``HEALTH_DNS_NAME``,
+``HEALTH_POOL_URL`` and ``HEALTH_CANARY_URL`` from the environment (defaults beside each
+check). Each check can fail: the process when its open files near their limit, DNS when a
+configured name does not resolve (through the crawler's resolver, ``RESOLVE`` included), the
+HTTP pool when it cannot connect to its URL, the canary when its URL answers an error or a
+block page.
 
 ``/livez`` needs none of them; ``/readyz`` and ``/startupz`` use the database, Redis and
 migration checks; ``/healthz/details`` runs all nine.
@@ -10,6 +14,7 @@ migration checks; ``/healthz/details`` runs all nine.
 from __future__ import annotations
 
 import os
+import resource
 import socket
 import time
 from collections.abc import Callable
@@ -22,7 +27,7 @@ from django.utils import timezone
 
 from tasks import broker
 from tasks.defaults import setting
-from tasks.fetch import fetching, transport
+from tasks.fetch import bans, fetching, transport
 from tasks.rules import guard
 
 _started = time.monotonic()
@@ -53,7 +58,11 @@ def _fail(reason: str) -> str:
 
 
 def process() -> str:
-    return f"pid {os.getpid()}, up {time.monotonic() - _started:.0f} s"
+    """Fails when the process holds 90% of the file descriptors it may open (a leak of
+    sockets or files: the next connection would fail)."""
+    fds, (soft, _) = psutil.Process().num_fds(), resource.getrlimit(resource.RLIMIT_NOFILE)
+    text = f"pid {os.getpid()}, up {time.monotonic() - _started:.0f} s, {fds} of {soft} files"
+    return text if soft == resource.RLIM_INFINITY or fds < 0.9 * soft else _fail(text)
 
 
 def redis_writable() -> str:
@@ -105,14 +114,28 @@ def memory_growth() -> str:
 
 
 def dns() -> str:
-    name = os.environ.get("HEALTH_DNS_NAME", "localhost")
-    return f"{name} -> {socket.getaddrinfo(name, None)[0][4][0]}"
+    """Every name of ``HEALTH_DNS_NAME`` (comma-separated) resolves as the crawler resolves."""
+    names = [n.strip() for n in os.environ.get("HEALTH_DNS_NAME", "localhost").split(",")]
+    resolved, failed = [], []
+    for name in filter(None, names):
+        try:
+            resolved.append(f"{name} -> {transport.resolve(name, 80)[0][4][0]}")
+        except OSError as exc:
+            failed.append(f"{name}: {exc}")
+    return ", ".join(resolved) if not failed else _fail("; ".join(failed))
 
 
 def http_pool() -> str:
-    adapter = transport.session(guard.allowed()).get_adapter("http://")
-    pools = len(adapter.poolmanager.pools)
-    return f"{pools} host pools open (max {adapter._pool_connections})"
+    """The crawler's connection pool connects to ``HEALTH_POOL_URL`` (default: the canary's
+    URL) and gets an answer, whatever its status."""
+    url = os.environ.get("HEALTH_POOL_URL") or os.environ.get("HEALTH_CANARY_URL", "")
+    if not url:
+        return "not configured (HEALTH_POOL_URL or HEALTH_CANARY_URL)"
+    session = transport.session(guard.allowed())
+    with transport.deadline(10):
+        answer = session.head(url, timeout=5, allow_redirects=False)
+    adapter = session.get_adapter(url)
+    return f"{answer.status_code} from {url}; {len(adapter.poolmanager.pools)} host pools open"
 
 
 def metrics_up() -> str:
@@ -123,13 +146,19 @@ def metrics_up() -> str:
 
 
 def canary() -> str:
+    """``HEALTH_CANARY_URL`` answers 2xx with a page that is not a challenge or a block
+    page, to the crawler's user agent: a site that blocks the crawler fails it."""
     url = os.environ.get("HEALTH_CANARY_URL", "")
     if not url:
         return "not configured (HEALTH_CANARY_URL)"
     limits = fetching.FetchLimits(5, 5, 10, 1 << 20, 5)
     resp = fetching.fetch(url, user_agent=setting("USER_AGENT"), limits=limits,
                           allow=guard.allowed())  # fmt: skip
-    return f"{resp.status} in {resp.elapsed * 1000:.0f} ms"
+    text = f"{resp.status} in {resp.elapsed * 1000:.0f} ms"
+    if not 200 <= resp.status < 300:
+        return _fail(text)
+    blocked = bans.challenge(None, resp.status, resp.final_url, resp.body)
+    return _fail(f"{text}, blocked: {blocked}") if blocked else text
 
 
 ALL = {

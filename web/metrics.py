@@ -4,24 +4,26 @@ Frontier URLs by job and state (running and paused jobs), the due backlog (work 
 workers could start now: the scheduler keeps the broker short, so this is where a backlog
 waits), broker messages (ready over every priority list, and unacked: in flight), checkpoint
 age per running job, jobs by state, per-host adaptive throttle delays and open circuit
-breakers. Every web process computes the same values from the database and Redis, so
-gunicorn's several processes need no shared registry: a query for the backlog takes ``max``
-over pods. Workers serve their own counters (``tasks/worker/metrics.py``).
+breakers, online workers by channel and version, and the scheduler's leadership and passes.
+Every web process computes the same values from the database and Redis, so gunicorn's
+several processes need no shared registry: a query for the backlog takes ``max`` over pods.
+Workers serve their own counters (``tasks/worker/metrics.py``).
 """
 
 from __future__ import annotations
 
 import time
+from collections import Counter
 
 from django.db.models import Count, Max
 from django.utils import timezone
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from tasks import broker
 from tasks.defaults import setting
 from tasks.fetch.politeness import decayed_delay
-from tasks.frontier import channels
+from tasks.frontier import channels, leadership
 from tasks.worker import registry
 from web.models import ChannelEvent, CrawlJob, FrontierURL, JobState, Review, URLState
 
@@ -106,7 +108,9 @@ class PlatformCollector:
     def collect(self):
         live = [JobState.RUNNING, JobState.PAUSED]
         frontier = GaugeMetricFamily(
-            "crawlplatform_frontier_urls", "Frontier URLs by job and state", labels=["job", "state"]
+            "crawlplatform_frontier_urls",
+            "Frontier URLs by job and state",
+            labels=["crawl_job", "state"],
         )
         rows = (
             FrontierURL.objects.filter(job__state__in=live)
@@ -132,7 +136,7 @@ class PlatformCollector:
         age = GaugeMetricFamily(
             "crawlplatform_checkpoint_age_seconds",
             "Seconds since the last checkpoint of each running job",
-            labels=["job"],
+            labels=["crawl_job"],
         )
         now = timezone.now()
         running = CrawlJob.objects.filter(state=JobState.RUNNING).annotate(
@@ -157,7 +161,7 @@ class PlatformCollector:
         throttle = GaugeMetricFamily(
             "crawlplatform_host_throttle_delay_seconds",
             "Adaptive delay in force per job and host (hosts that were told to slow down)",
-            labels=["job", "host"],
+            labels=["crawl_job", "host"],
         )
         for job_id, host, seconds in throttled_hosts():
             throttle.add_metric([job_id, host], seconds)
@@ -166,7 +170,7 @@ class PlatformCollector:
         circuits = GaugeMetricFamily(
             "crawlplatform_host_circuit_open",
             "Hosts whose circuit breaker is open (1): their URLs fail as host_unreachable",
-            labels=["job", "host"],
+            labels=["crawl_job", "host"],
         )
         for job_id, host in open_circuits():
             circuits.add_metric([job_id, host], 1)
@@ -175,7 +179,7 @@ class PlatformCollector:
         ladders = GaugeMetricFamily(
             "crawlplatform_host_ladder_level",
             "Anti-bot ladder level per job and host (1 back off, 2 rotate, 3 render, 4 park)",
-            labels=["job", "host"],
+            labels=["crawl_job", "host"],
         )
         for key, level in _field_of_each(broker.client(), "crawl:ladder:*", "level"):
             if level is not None and int(level) > 0:
@@ -184,7 +188,9 @@ class PlatformCollector:
         yield ladders
 
         review = GaugeMetricFamily(
-            "crawlplatform_review_queue", "URLs parked for human review, per job", labels=["job"]
+            "crawlplatform_review_queue",
+            "URLs parked for human review, per job",
+            labels=["crawl_job"],
         )
         parked = Review.objects.values_list("job_id").annotate(n=Count("id"))  # small table
         for job_id, n in parked:
@@ -210,6 +216,29 @@ class PlatformCollector:
             )
         yield heartbeat
         yield last_task
+        yield from _fleet(now_s)
+
+
+def _fleet(now_s: float):
+    """Online workers by channel and version; whether a scheduler leads; its passes so far."""
+    fleet = GaugeMetricFamily(
+        "crawlplatform_workers", "Online workers (fresh heartbeat) by channel and version",
+        labels=["channel", "version"],
+    )  # fmt: skip
+    counts = Counter(
+        (w["channel"], w["version"]) for w in registry.workers() if registry.online(w, now_s)
+    )
+    for (channel, version), n in sorted(counts.items()):
+        fleet.add_metric([channel, version], n)
+    yield fleet
+    yield GaugeMetricFamily(
+        "crawlplatform_scheduler_leader", "1 while a scheduler holds the leadership, else 0",
+        value=int(leadership.leader() is not None),
+    )  # fmt: skip
+    yield CounterMetricFamily(
+        "crawlplatform_scheduler_passes", "Passes the leading schedulers have made",
+        value=leadership.passes(),
+    )  # fmt: skip
 
 
 def _channels():

@@ -1,5 +1,6 @@
-"""Probes answer before any other middleware: the kubelet calls them by pod IP, a Host
-that ALLOWED_HOSTS rightly refuses everywhere else."""
+"""Probes and ``/metrics`` answer before any other middleware: the kubelet and Prometheus
+call them by pod IP, a Host that ALLOWED_HOSTS rightly refuses everywhere else (``/metrics``
+checks its own token, and nothing it answers depends on the Host)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from django.http import HttpRequest, HttpResponse
 
 from web import views
 
-PROBES = {"/livez": views.livez, "/readyz": views.readyz, "/startupz": views.startupz}
+PROBES = {"/livez": views.livez, "/readyz": views.readyz, "/startupz": views.startupz,
+          "/metrics": views.metrics}  # fmt: skip
 
 
 class ProbeMiddleware:

@@ -69,11 +69,12 @@ def learn_size(job_id: int, host: str, size: int) -> None:
     _sizes[(job_id, host)] = log_size if old is None else old + 0.1 * (log_size - old)
 
 
-def detect(
-    job, host: str, status: int, final_url: str, body: bytes, retry_after: float | None = None
+def challenge(
+    job, status: int, final_url: str, body: bytes, retry_after: float | None = None
 ) -> str:
-    """Why this answer is a block page ('' if it is not). ``retry_after``: the answer's
-    ``Retry-After`` in seconds, if it had one."""
+    """Why this answer is a challenge or a refusal by its content, address or status alone
+    ('' if it is not); ``job`` may be None (the platform's markers). ``retry_after``: the
+    answer's ``Retry-After`` in seconds, if it had one."""
     head = body[: setting("BAN_SCAN_BYTES")].lower()
     marker = _first_term(setting("BAN_MARKERS", job), head)
     if marker:
@@ -86,6 +87,18 @@ def detect(
         return "http_403"
     if status == 429 and retry_after is None:
         return "http_429 without Retry-After"
+    return ""
+
+
+def detect(
+    job, host: str, status: int, final_url: str, body: bytes, retry_after: float | None = None
+) -> str:
+    """Why this answer is a block page ('' if it is not). ``retry_after``: the answer's
+    ``Retry-After`` in seconds, if it had one."""
+    reason = challenge(job, status, final_url, body, retry_after)
+    if reason:
+        return reason
+    head = body[: setting("BAN_SCAN_BYTES")].lower()
     usual = usual_size(job.pk, host)
     tiny = (
         usual is not None

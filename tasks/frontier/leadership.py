@@ -6,6 +6,9 @@ fencing epoch in the database (``SchedulerFence``), and every release checks, in
 transaction, that the epoch is still its leader's (:func:`check_fence`): a leader whose
 lease ran out during a slow pass writes nothing.
 
+For ``/metrics``: who leads now (:func:`leader`) and how many passes leaders have made
+(:func:`count_pass`, a Redis counter: ``crawlplatform_scheduler_passes_total``).
+
 Reads no setting of ``tasks/defaults.py``.
 """
 
@@ -20,6 +23,7 @@ from tasks.frontier import db
 from web.models import SchedulerFence
 
 LEADER_KEY = "crawl:scheduler:leader"
+PASSES_KEY = "crawl:scheduler:passes"  # passes made by leaders, for /metrics
 FENCE = "scheduler"
 
 _RENEW = """
@@ -48,6 +52,22 @@ def advance_epoch() -> int:
         SchedulerFence.objects.get_or_create(name=FENCE)
         SchedulerFence.objects.filter(name=FENCE).update(epoch=F("epoch") + 1)
         return SchedulerFence.objects.get(name=FENCE).epoch
+
+
+def leader() -> str | None:
+    """The identity of the scheduler that leads now, or None."""
+    found = broker.client().get(LEADER_KEY)
+    return found.decode() if found is not None else None
+
+
+def count_pass() -> None:
+    """Count one leader's pass (a counter in Redis: it restarts at 0 if Redis loses it)."""
+    broker.client().incr(PASSES_KEY)
+
+
+def passes() -> int:
+    """Passes counted since Redis last lost its data."""
+    return int(broker.client().get(PASSES_KEY) or 0)
 
 
 def resign(identity: str) -> None:

@@ -34,6 +34,7 @@ from pathlib import Path
 from django.db import DatabaseError, close_old_connections, connections
 from redis.exceptions import RedisError
 
+from crawlplatform import logs
 from tasks import live
 from tasks.defaults import setting
 from tasks.frontier import canary, jobs, leadership, wakeup
@@ -133,7 +134,8 @@ class Scheduler:
         running = self._running()
         released, hints = 0, []
         for job in running:
-            n, hint = self._pass_job(job)
+            with logs.about(job_id=job.pk):
+                n, hint = self._pass_job(job)
             released += n
             if hint is not None:
                 hints.append(hint)
@@ -186,6 +188,7 @@ class Scheduler:
                         self.stop.wait(setting("LEADER_TTL_S") / 2)
                         continue
                     released, pause = self.tick()
+                    leadership.count_pass()
                 except NotLeader as exc:
                     log.warning("scheduler %s steps down: %s", self.identity[:8], exc)
                     self.epoch = None

@@ -16,8 +16,10 @@ messages by), pid and start time, in the same round trip, so a registry that Red
 back with the next heartbeat. A worker that stops consuming (warm shutdown) removes itself;
 one that dies leaves a hash that expires after ``4 x HEARTBEAT_STALE_S``.
 
-Probes (no ``celery inspect ping``): ``python -m tasks.worker.heartbeat live`` and ``... ready``;
-``python -m tasks.worker.heartbeat live FILE`` checks another heartbeat file (the scheduler's).
+Probes (no ``celery inspect ping``): ``python -m tasks.worker.heartbeat live`` and ``... ready``
+(compose); ``python -m tasks.worker.heartbeat live FILE`` checks another heartbeat file (the
+scheduler's). On Kubernetes the workers' HTTP probes (``tasks/worker/probes.py``) read the
+same heartbeat file.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from pathlib import Path
 
 from celery import bootsteps, signals
 
+from crawlplatform import logs
 from tasks.defaults import setting
 from tasks.worker import registry
 
@@ -60,6 +63,8 @@ class Heartbeat(bootsteps.StartStopStep):
         slots = getattr(getattr(consumer, "controller", None), "concurrency", 0) or 0
         self.identity.update(version=channels.version(), channel=channels.mine(),
                              queues=",".join(queues), slots=slots, pid=os.getpid())  # fmt: skip
+        logs.bind_process(worker=consumer.hostname, channel=channels.mine(),
+                          version=channels.version())  # fmt: skip
         self.beat()
         self.timer_ref = consumer.timer.call_repeatedly(setting("HEARTBEAT_INTERVAL_S"), self.beat)
 

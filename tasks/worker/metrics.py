@@ -1,8 +1,12 @@
 """Prometheus metrics of the crawl engine, counted where the work happens.
 
-Reads ``WORKER_METRICS_PORT``: a worker serves its metrics there (0: not served). Each
+Reads ``WORKER_METRICS_PORT``: a worker serves its metrics there (0: not served), with
+``crawlplatform_worker_info`` naming its channel and version, so that a query can group its
+other series by them. Each
 threads-pool worker is one process, so the default registry is exact; the web process's
 own metrics (frontier, broker, checkpoints) are computed at scrape time in ``web/metrics.py``.
+A crawl job's id is the label ``crawl_job`` here and there: Prometheus keeps ``job`` for the
+scrape job, and would rename a ``job`` label of the platform's to ``exported_job``.
 """
 
 from __future__ import annotations
@@ -14,11 +18,14 @@ from celery import signals
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
 from tasks.defaults import setting
+from tasks.frontier import channels
 
 log = logging.getLogger(__name__)
 
 PAGES = Counter(
-    "crawlplatform_pages", "URLs finished by this worker, by job and outcome", ["job", "outcome"]
+    "crawlplatform_pages",
+    "URLs finished by this worker, by job and outcome",
+    ["crawl_job", "outcome"],
 )
 FETCH_SECONDS = Histogram(
     "crawlplatform_fetch_seconds",
@@ -35,6 +42,11 @@ IN_FLIGHT = Gauge("crawlplatform_fetches_in_flight", "Fetches running in this wo
 RETRIES = Counter("crawlplatform_retries", "URLs sent back to wait, by reason", ["reason"])
 WORKER_RSS = Gauge("crawlplatform_worker_rss_bytes", "Resident memory of this worker")
 WORKER_RSS.set_function(lambda: psutil.Process().memory_info().rss)
+WORKER_INFO = Gauge(
+    "crawlplatform_worker_info",
+    "1, labelled with this worker's release channel and version (join on instance)",
+    ["channel", "version"],
+)
 
 
 def outcome(job_id: int, state: str, reason: str) -> None:
@@ -55,5 +67,6 @@ def skipped_at_discovery(job_id: int, reason: str, n: int) -> None:
 def _serve(**kwargs) -> None:
     port = setting("WORKER_METRICS_PORT")
     if port:
+        WORKER_INFO.labels(channels.mine(), channels.version()).set(1)
         start_http_server(port)
         log.info("metrics on :%d/metrics", port)
