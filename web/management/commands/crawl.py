@@ -15,6 +15,7 @@ workers and the private redis-server it starts end with it, however it ends.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import signal
@@ -35,6 +36,13 @@ from tasks.worker.supervisor import WorkerPool, WorkerStartupError
 from web import export
 from web.management import crawling
 from web.models import TERMINAL_STATES, CrawlJob, JobState
+
+log = logging.getLogger(__name__)
+
+
+def step(name: str) -> None:
+    """Log, at DEBUG, that a start-up step ended (``benchmarks/first_request.py`` reads it)."""
+    log.debug("crawl start-up: %s at %.6f", name, time.time())
 
 
 class Command(BaseCommand):
@@ -195,13 +203,17 @@ class Command(BaseCommand):
                 raise CommandError(f"--output {exc}") from None
         if opts["concurrency"] < 1:
             raise CommandError("--concurrency must be at least 1")
+        step("command loaded")
         embedded = EmbeddedRedis(settings.DATA_DIR) if settings.EMBEDDED_REDIS else None
         if embedded is not None:
             embedded.start()
+            step("redis-server answers")
         try:
             if not crawling.migrated():
                 call_command("migrate", verbosity=0, interactive=False)
+            step("database migrated")
             job = self._job(opts, fresh_broker=embedded is not None)
+            step("job started")
             code = self._run(job, opts)
         finally:
             if embedded is not None:
@@ -287,6 +299,7 @@ class Command(BaseCommand):
                 fork=True,  # workers forked from this process skip its imports (supervisor.py)
             )
             pool.start()
+            step("workers forked")
             pools.append(pool)
             how = ", forked" if pool.forks else ""
             self.stderr.write(
@@ -306,6 +319,7 @@ class Command(BaseCommand):
         scheduler = Scheduler()
         thread = threading.Thread(target=scheduler.run, name="scheduler", daemon=True)
         thread.start()
+        step("scheduler started")
         interrupted = threading.Event()
         # Ctrl-C, or a TERM from a process manager: pause the job and stop the workers (they
         # run in their own sessions, so nothing else would stop them).
