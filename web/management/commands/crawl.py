@@ -25,13 +25,13 @@ import time
 from pathlib import Path
 
 from django.conf import settings
-from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from crawlplatform.embedded import EmbeddedRedis
 from tasks.defaults import setting
 from tasks.frontier import jobs
 from tasks.frontier.scheduler import Scheduler
+from tasks.worker import supervisor
 from tasks.worker.supervisor import WorkerPool, WorkerStartupError
 from web import export
 from web.management import crawling
@@ -204,14 +204,19 @@ class Command(BaseCommand):
         if opts["concurrency"] < 1:
             raise CommandError("--concurrency must be at least 1")
         step("command loaded")
+        # The private redis-server starts in the background: until the job is created, which
+        # needs it, this process prepares its workers and its database.
         embedded = EmbeddedRedis(settings.DATA_DIR) if settings.EMBEDDED_REDIS else None
         if embedded is not None:
-            embedded.start()
-            step("redis-server answers")
+            embedded.launch()
         try:
-            if not crawling.migrated():
-                call_command("migrate", verbosity=0, interactive=False)
-            step("database migrated")
+            if opts["workers"] != 0:
+                supervisor.preload()
+                step("workers' modules loaded")
+            step("database " + crawling.prepare_database())
+            if embedded is not None:
+                embedded.wait()
+                step("redis-server answers")
             job = self._job(opts, fresh_broker=embedded is not None)
             step("job started")
             code = self._run(job, opts)
