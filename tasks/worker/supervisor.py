@@ -21,6 +21,7 @@ import functools
 import gc
 import logging
 import os
+import platform
 import signal
 import subprocess
 import sys
@@ -79,9 +80,13 @@ def preload() -> bool:
     before the first fork needs it. False if they cannot be loaded (then each worker meets
     the error again, and dies at start)."""
     try:
+        import celery.app.routes  # noqa: F401
         import celery.apps.worker  # noqa: F401
+        import celery.events.receiver  # noqa: F401
         import celery.worker.consumer  # noqa: F401
+        import kombu.pidbox  # noqa: F401 (and kombu.matcher, which reads every package's metadata)
         from celery import concurrency
+        from celery.app.backends import by_name
 
         from crawlplatform.celery import app
 
@@ -89,6 +94,10 @@ def preload() -> bool:
             concurrency.get_implementation(name)
         app.loader.import_default_modules()  # the task modules (tasks.tasks, the engine)
         app.finalize(auto=True)
+        # Cached for the process's life: the result backends named in every package's
+        # metadata, and the platform the worker's banner shows (``uname -p``, a subprocess).
+        by_name(app.conf.result_backend, app.loader)
+        platform.platform()
     except Exception:  # noqa: BLE001 (reported by the workers that die of it)
         log.warning("the workers' modules cannot be loaded", exc_info=True)
         return False
