@@ -5,7 +5,7 @@
 
 A local site on 127.0.0.1 (a home page linking to two pages) records when each request
 arrives. Each round runs ``manage.py crawl http://127.0.0.1:PORT/ --max-pages 2`` once in each
-mode: ``fresh`` (the embedded defaults on a new data directory: migrations run), ``migrated``
+mode: ``fresh`` (the embedded defaults on a new data directory: its database is made), ``migrated``
 (the embedded defaults on a data directory migrated before) and ``postgres`` (``DATABASE_URL``
 and ``REDIS_URL`` set, the database migrated before). With ``--tree``, each round also runs
 the same crawls from another checkout (``git worktree add /tmp/before COMMIT``), alternately
@@ -15,10 +15,10 @@ Per mode and tree it prints the median and minimum of: wall seconds from the com
 to the site's first request and to the command's exit; CPU seconds of the command process
 up to the first request, and of everything it started (workers, private redis-server) up to
 the first request and up to its exit. The command logs its start-up steps at DEBUG
-(``crawl start-up: <step> at <epoch>``): one extra run per mode with ``LOG_LEVEL=DEBUG`` prints
-when each step ended, after the timed rounds (which run at the default level). The load
-average before and after is printed too: figures from a loaded machine compare only with
-each other.
+(``crawl start-up: <step> at <epoch>, <CPU> s CPU``): one extra run per mode with
+``LOG_LEVEL=DEBUG`` prints when each step ended, after the timed rounds (which run at the
+default level). The load average before and after is printed too: figures from a loaded
+machine compare only with each other.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ PAGES = {
     "/a": b"<html><title>a</title></html>",
     "/b": b"<html><title>b</title></html>",
 }
-STEP = re.compile(r"crawl start-up: (.+?) at (\d+\.\d+)")
+STEP = re.compile(r"crawl start-up: (.+?) at (\d+\.\d+)(?:, (\d+\.\d+) s CPU)?")
 
 
 class Site(ThreadingHTTPServer):
@@ -124,7 +124,8 @@ def run_once(tree: Path, env: dict, site: Site, debug: bool = False) -> dict:
     if proc.returncode != 0:
         sys.exit(f"the crawl in {tree} failed ({proc.returncode}):\n{''.join(stderr_lines)}")
     first = site.first or (float("nan"),) * 3
-    steps = [(m[1], float(m[2]) - started) for line in stderr_lines if (m := STEP.search(line))]
+    steps = [(m[1], float(m[2]) - started, m[3]) for line in stderr_lines
+             if (m := STEP.search(line))]  # fmt: skip
     return {
         "first": first[0] - started,
         "exit": ended - started,
@@ -215,8 +216,8 @@ def main() -> None:
                     where = "" if tree == ROOT else tree.name
                     print(f"\nsteps, {mode} {where} (one run at LOG_LEVEL=DEBUG; "
                           f"first request at {steps['first']:.3f} s):")  # fmt: skip
-                    for name, at in steps["steps"]:
-                        print(f"  {at:6.3f} s  {name}")
+                    for name, at, cpu in steps["steps"]:
+                        print(f"  {at:6.3f} s  {name}" + (f" (command CPU {cpu} s)" if cpu else ""))
     finally:
         site.shutdown()
         shutil.rmtree(scratch, ignore_errors=True)

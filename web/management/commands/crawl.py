@@ -41,8 +41,9 @@ log = logging.getLogger(__name__)
 
 
 def step(name: str) -> None:
-    """Log, at DEBUG, that a start-up step ended (``benchmarks/first_request.py`` reads it)."""
-    log.debug("crawl start-up: %s at %.6f", name, time.time())
+    """Log, at DEBUG, that a start-up step ended, with the CPU this process has spent so far
+    (``benchmarks/first_request.py`` reads it)."""
+    log.debug("crawl start-up: %s at %.6f, %.3f s CPU", name, time.time(), time.process_time())
 
 
 class Command(BaseCommand):
