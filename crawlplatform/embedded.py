@@ -69,6 +69,12 @@ class EmbeddedRedis:
             return False
 
     def start(self, timeout: float = 10.0) -> None:
+        self.launch()
+        self.wait(timeout)
+
+    def launch(self) -> None:
+        """Start the server without waiting for it to answer (:meth:`wait` does): the caller
+        does other work meanwhile. Nothing is started if a server answers already."""
         if self.socket.exists() and self._ping():
             return
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -96,13 +102,18 @@ class EmbeddedRedis:
             stdin=subprocess.DEVNULL,
             start_new_session=True,  # Ctrl-C in the terminal must not stop it under the workers
         )
+
+    def wait(self, timeout: float = 10.0) -> None:
+        """Return once the launched server answers; stop it and raise if it does not."""
+        if self.process is None:
+            return  # one answered already
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"redis-server exited early; see {self.data_dir / 'redis.log'}")
             if self.socket.exists() and self._ping():
                 return
-            time.sleep(0.05)
+            time.sleep(0.01)
         self.stop()
         raise RuntimeError(f"redis-server did not answer within {timeout} s")
 

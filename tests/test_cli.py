@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
+import sqlite3
 import subprocess
 import sys
 from io import StringIO
@@ -160,6 +162,60 @@ def test_migrated_tells_a_database_with_a_migration_left_to_apply():
         assert not migrated()
     finally:
         MigrationRecorder.Migration.objects.create(app="web", name=recorded.name)
+
+
+def _schema(path) -> dict:
+    """A SQLite database's tables (columns, indexes with their SQL, foreign keys), its
+    recorded migrations and its permissions: what ``migrate`` leaves, column order aside."""
+    db = sqlite3.connect(path)
+    found = {}
+    tables = db.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE "
+                        "'sqlite_%'").fetchall()  # fmt: skip
+    for (table,) in tables:
+        indexes = [
+            (ix[1] if not ix[1].startswith("sqlite_autoindex") else "", ix[2], ix[3], ix[4],
+             [c[2] for c in db.execute(f"PRAGMA index_xinfo('{ix[1]}')") if c[5]],
+             db.execute("SELECT sql FROM sqlite_master WHERE name = ?", (ix[1],)).fetchone())
+            for ix in db.execute(f"PRAGMA index_list('{table}')")
+        ]  # fmt: skip
+        found[table] = (
+            sorted(tuple(c[1:]) for c in db.execute(f"PRAGMA table_info('{table}')")),
+            sorted(indexes, key=repr),
+            sorted(tuple(f[2:]) for f in db.execute(f"PRAGMA foreign_key_list('{table}')")),
+        )
+    found["applied"] = sorted(db.execute("SELECT app, name FROM django_migrations"))
+    found["permissions"] = sorted(db.execute(
+        "SELECT t.app_label, t.model, p.codename, p.name FROM auth_permission p "
+        "JOIN django_content_type t ON t.id = p.content_type_id"))  # fmt: skip
+    db.close()
+    return found
+
+
+def test_a_first_crawl_on_a_new_data_directory_makes_the_database_migrate_would(fast, tmp_path):
+    """A newcomer's first crawl (embedded defaults, a new data directory) makes its database
+    from today's models instead of replaying every migration: the same tables, indexes,
+    recorded migrations and permissions as ``migrate``, and ``migrate`` finds nothing to do."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    env.update(fast, LOG_LEVEL="DEBUG", CRAWL_DATA_DIR=str(tmp_path / "new"))
+    with Site(pages=5) as site:
+        proc = crawl(env, site.url("/p/0"), "--max-pages", "3", "--workers", "1")
+        stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr
+    assert "finished:" in stdout
+    assert "crawl start-up: database created" in stderr
+    check = subprocess.run(
+        [sys.executable, "manage.py", "migrate", "--check", "-v0"],
+        cwd=settings.BASE_DIR, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert check.returncode == 0, check.stdout + check.stderr  # nothing left to apply
+    env["CRAWL_DATA_DIR"] = str(tmp_path / "migrated")
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=settings.BASE_DIR,
+                   env=env, check=True, timeout=120)  # fmt: skip
+    made = _schema(tmp_path / "new" / "crawl.sqlite3")
+    migrated = _schema(tmp_path / "migrated" / "crawl.sqlite3")
+    assert made.keys() == migrated.keys()
+    for table in made:
+        assert made[table] == migrated[table], table
 
 
 def test_a_command_runs_with_the_collector_on_and_its_start_up_frozen(worker_env):

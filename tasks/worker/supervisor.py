@@ -17,9 +17,11 @@ dies without asking (SIGKILL, a crash), the kernel sends them SIGTERM all the sa
 from __future__ import annotations
 
 import ctypes
+import functools
 import gc
 import logging
 import os
+import platform
 import signal
 import subprocess
 import sys
@@ -69,20 +71,37 @@ def worker_command(name: str, concurrency: int, pool: str, queue: str, loglevel:
     return argv
 
 
-def _preload() -> None:
+@functools.cache
+def preload() -> bool:
     """Import, in the supervisor, what every forked worker would import after the fork: the
     tasks and the engine, and Celery's worker, consumer and pools. Imported once here, it is
-    shared by all of them (copy-on-write) instead of being imported again in each."""
-    import celery.apps.worker  # noqa: F401
-    import celery.worker.consumer  # noqa: F401
-    from celery import concurrency
+    shared by all of them (copy-on-write) instead of being imported again in each. Done once
+    however often it is called: the crawl command calls it while its redis-server starts,
+    before the first fork needs it. False if they cannot be loaded (then each worker meets
+    the error again, and dies at start)."""
+    try:
+        import celery.app.routes  # noqa: F401
+        import celery.apps.worker  # noqa: F401
+        import celery.events.receiver  # noqa: F401
+        import celery.worker.consumer  # noqa: F401
+        import kombu.pidbox  # noqa: F401 (and kombu.matcher, which reads every package's metadata)
+        from celery import concurrency
+        from celery.app.backends import by_name
 
-    from crawlplatform.celery import app
+        from crawlplatform.celery import app
 
-    for name in ("threads", "prefork", "solo"):
-        concurrency.get_implementation(name)
-    app.loader.import_default_modules()  # the task modules (tasks.tasks, the engine)
-    app.finalize(auto=True)
+        for name in ("threads", "prefork", "solo"):
+            concurrency.get_implementation(name)
+        app.loader.import_default_modules()  # the task modules (tasks.tasks, the engine)
+        app.finalize(auto=True)
+        # Cached for the process's life: the result backends named in every package's
+        # metadata, and the platform the worker's banner shows (``uname -p``, a subprocess).
+        by_name(app.conf.result_backend, app.loader)
+        platform.platform()
+    except Exception:  # noqa: BLE001 (reported by the workers that die of it)
+        log.warning("the workers' modules cannot be loaded", exc_info=True)
+        return False
+    return True
 
 
 class Forked:
@@ -238,11 +257,7 @@ class WorkerPool:
 
     def _forked(self, name: str) -> Forked:
         options = worker_options(name, self.concurrency, self.pool, self.queue, self.loglevel)
-        if not self.forks:
-            try:
-                _preload()
-            except Exception:  # noqa: BLE001 (each worker meets it again, and dies at start)
-                log.warning("the workers' modules cannot be loaded", exc_info=True)
+        preload()
         log_path = self.log_dir / f"{name}.log" if self.log_dir is not None else None
         connections.close_all()  # a child must not share, nor close, this process's sessions
         sys.stdout.flush()

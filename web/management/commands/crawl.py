@@ -15,6 +15,7 @@ workers and the private redis-server it starts end with it, however it ends.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import signal
@@ -24,17 +25,25 @@ import time
 from pathlib import Path
 
 from django.conf import settings
-from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from crawlplatform.embedded import EmbeddedRedis
 from tasks.defaults import setting
 from tasks.frontier import jobs
 from tasks.frontier.scheduler import Scheduler
+from tasks.worker import supervisor
 from tasks.worker.supervisor import WorkerPool, WorkerStartupError
 from web import export
 from web.management import crawling
 from web.models import TERMINAL_STATES, CrawlJob, JobState
+
+log = logging.getLogger(__name__)
+
+
+def step(name: str) -> None:
+    """Log, at DEBUG, that a start-up step ended, with the CPU this process has spent so far
+    (``benchmarks/first_request.py`` reads it)."""
+    log.debug("crawl start-up: %s at %.6f, %.3f s CPU", name, time.time(), time.process_time())
 
 
 class Command(BaseCommand):
@@ -195,15 +204,24 @@ class Command(BaseCommand):
                 raise CommandError(f"--output {exc}") from None
         if opts["concurrency"] < 1:
             raise CommandError("--concurrency must be at least 1")
+        step("command loaded")
+        # The private redis-server starts in the background: until the job is created, which
+        # needs it, this process prepares its workers and its database.
         embedded = EmbeddedRedis(settings.DATA_DIR) if settings.EMBEDDED_REDIS else None
         if embedded is not None:
-            embedded.start()
+            embedded.launch()
         try:
             if embedded is None:
                 crawling.reachable()
-            if not crawling.migrated():
-                call_command("migrate", verbosity=0, interactive=False)
+            if opts["workers"] != 0:
+                supervisor.preload()
+                step("workers' modules loaded")
+            step("database " + crawling.prepare_database())
+            if embedded is not None:
+                embedded.wait()
+                step("redis-server answers")
             job = self._job(opts, fresh_broker=embedded is not None)
+            step("job started")
             code = self._run(job, opts)
         finally:
             if embedded is not None:
@@ -289,6 +307,7 @@ class Command(BaseCommand):
                 fork=True,  # workers forked from this process skip its imports (supervisor.py)
             )
             pool.start()
+            step("workers forked")
             pools.append(pool)
             how = ", forked" if pool.forks else ""
             self.stderr.write(
@@ -308,6 +327,7 @@ class Command(BaseCommand):
         scheduler = Scheduler()
         thread = threading.Thread(target=scheduler.run, name="scheduler", daemon=True)
         thread.start()
+        step("scheduler started")
         interrupted = threading.Event()
         # Ctrl-C, or a TERM from a process manager: pause the job and stop the workers (they
         # run in their own sessions, so nothing else would stop them).
