@@ -13,14 +13,15 @@ import sys
 from pathlib import Path
 
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from tasks.frontier import jobs
 from web import specs
+from web.management.base import PlatformCommand
 from web.models import JobState
 
 
-class Command(BaseCommand):
+class Command(PlatformCommand):
     help = "Create or update a crawl job from a YAML or JSON spec."
 
     def add_arguments(self, parser: CommandParser) -> None:

@@ -7,12 +7,13 @@ from __future__ import annotations
 import secrets
 
 from django.core.files.storage import FileSystemStorage
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from tasks.content import bodies
+from web.management.base import PlatformCommand
 
 
-class Command(BaseCommand):
+class Command(PlatformCommand):
     help = "Check the body store (and create its S3 bucket with --create)."
 
     def add_arguments(self, parser: CommandParser) -> None:

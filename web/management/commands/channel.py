@@ -16,16 +16,17 @@ from __future__ import annotations
 import getpass
 import time
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from tasks import broker
 from tasks.defaults import setting
 from tasks.frontier import canary, channels
 from tasks.worker import registry
+from web.management.base import PlatformCommand
 from web.models import ChannelEvent
 
 
-class Command(BaseCommand):
+class Command(PlatformCommand):
     help = "Show and change how the crawl is split between release channels."
 
     def add_arguments(self, parser: CommandParser) -> None:

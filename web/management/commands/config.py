@@ -13,9 +13,10 @@ import getpass
 import json
 import os
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from tasks import defaults, live
+from web.management.base import PlatformCommand
 from web.models import SettingChange
 
 
@@ -23,7 +24,7 @@ def _shown(value) -> str:
     return json.dumps(value) if not isinstance(value, str) else value
 
 
-class Command(BaseCommand):
+class Command(PlatformCommand):
     help = "Show and change crawl settings at run time (tasks/defaults.py)."
 
     def add_arguments(self, parser: CommandParser) -> None:

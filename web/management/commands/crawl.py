@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from crawlplatform.embedded import EmbeddedRedis
 from tasks.defaults import setting
@@ -35,6 +35,7 @@ from tasks.worker import supervisor
 from tasks.worker.supervisor import WorkerPool, WorkerStartupError
 from web import export
 from web.management import crawling
+from web.management.base import PlatformCommand
 from web.models import TERMINAL_STATES, CrawlJob, JobState
 
 log = logging.getLogger(__name__)
@@ -46,7 +47,7 @@ def step(name: str) -> None:
     log.debug("crawl start-up: %s at %.6f, %.3f s CPU", name, time.time(), time.process_time())
 
 
-class Command(BaseCommand):
+class Command(PlatformCommand):
     help = "Crawl from SEED URLs to completion and write the results."
     # Django's system checks load the URL configuration and the admin, a quarter second of
     # CPU this long-running process does not need; `migrate` (every deployment) runs them.

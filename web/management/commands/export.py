@@ -11,13 +11,14 @@ from __future__ import annotations
 import sys
 import time
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from web import export
 from web.management import crawling
+from web.management.base import PlatformCommand
 
 
-class Command(BaseCommand):
+class Command(PlatformCommand):
     help = "Export a job's results as JSON Lines, CSV or WARC 1.1."
 
     def add_arguments(self, parser: CommandParser) -> None:

@@ -14,12 +14,13 @@ from __future__ import annotations
 import json
 
 import yaml
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 from django.db.models import Count, Q
 from django.utils import timezone
 
 from web import specs
 from web.management import crawling
+from web.management.base import PlatformCommand
 from web.models import CrawlJob, JobState, URLState
 
 ENDED = [URLState.DONE, URLState.FAILED, URLState.SKIPPED]
@@ -64,7 +65,7 @@ def job_rows(state: str | None = None, owner: str | None = None) -> list[dict]:
     return rows
 
 
-class Command(BaseCommand):
+class Command(PlatformCommand):
     help = "List jobs, write one job as a spec (YAML or JSON), or the spec's JSON Schema."
 
     def add_arguments(self, parser: CommandParser) -> None:

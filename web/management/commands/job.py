@@ -10,16 +10,17 @@ from __future__ import annotations
 
 import json
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import CommandParser
 
 from tasks.frontier import jobs
 from web.management import crawling
+from web.management.base import PlatformCommand
 
 ACTIONS = {"pause": jobs.pause, "resume": jobs.resume, "cancel": jobs.cancel,
            "recrawl": jobs.recrawl}  # fmt: skip
 
 
-class Command(BaseCommand):
+class Command(PlatformCommand):
     help = "Pause, resume, cancel, recrawl, show or delete a crawl job."
 
     def add_arguments(self, parser: CommandParser) -> None:

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import json
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from tasks.frontier import review
 from web.management import crawling
+from web.management.base import PlatformCommand
 
 
-class Command(BaseCommand):
+class Command(PlatformCommand):
     help = "List, requeue or drop URLs parked for review."
 
     def add_arguments(self, parser: CommandParser) -> None:

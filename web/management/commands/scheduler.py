@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import signal
 
-from django.core.management.base import BaseCommand
-
 from tasks.frontier.scheduler import Scheduler
+from web.management.base import PlatformCommand
 
 
-class Command(BaseCommand):
+class Command(PlatformCommand):
     help = "Run the crawl scheduler until SIGTERM."
     # Django's system checks load the URL configuration and the admin, a quarter second of
     # CPU this long-running process does not need; `migrate` (every deployment) runs them.

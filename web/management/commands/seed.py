@@ -11,14 +11,15 @@ from __future__ import annotations
 import sys
 import time
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from tasks.frontier import jobs, seeding
 from web.management import crawling
+from web.management.base import PlatformCommand
 from web.models import TERMINAL_STATES, JobState
 
 
-class Command(BaseCommand):
+class Command(PlatformCommand):
     help = "Add the URLs of FILE (one per line; '-' for stdin) to job JOB's frontier."
 
     def add_arguments(self, parser: CommandParser) -> None:
