@@ -23,7 +23,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from django.db import DatabaseError, InterfaceError, OperationalError, connection
 from redis.exceptions import RedisError
 
-from tasks.content import pages
+from tasks.content import callbacks, pages
 from tasks.content.links import JobCache, cache_for, in_scope
 from tasks.defaults import setting
 from tasks.fetch import antibot, fetching, gates, outcomes, render, sessions
@@ -217,14 +217,17 @@ def _fetch(
     job = claimed.job
     outcome: outcomes.CrawlOutcome | None = None
     resp = None
-    conditional = None if rendering else pages.validators(claimed)
+    asked = claimed.url.request  # a spider's request: method, headers, body, cookies
+    conditional = None if rendering or asked else pages.validators(claimed)
     started = time.monotonic()
     metrics.IN_FLIGHT.inc()
     try:
         kwargs = {"conditional": conditional} if conditional else {}
+        if asked and not rendering:
+            kwargs["request"] = fetching.Asked.of(asked, session.visitor)
         get = render.fetch if rendering else fetching.fetch
         resp = get(
-            claimed.url.url,
+            asked["url"] if asked else claimed.url.url,
             user_agent=passage.who.user_agent,
             limits=fetching.limits_for(job),
             allow=guard.allowed(job),
@@ -233,7 +236,7 @@ def _fetch(
             **kwargs,
         )
     except outcomes.CrawlOutcome as exc:
-        outcome = exc
+        outcome = callbacks.no_retry_on_timeout(asked, exc)
     finally:
         metrics.IN_FLIGHT.dec()
         elapsed = time.monotonic() - started
@@ -257,4 +260,6 @@ def _record(
     if fetched.resp.status == 304 and fetched.conditional:
         return record_unchanged(claimed)  # the previous run's page stands
     metrics.FETCHED_BYTES.inc(len(fetched.resp.raw_body or fetched.resp.body))
+    if claimed.job.spider:
+        return callbacks.store(claimed, cache, fetched.resp)  # the spider's callback decides
     return pages.store(claimed, cache, fetched.resp, rendering)

@@ -23,7 +23,7 @@ from tasks import live
 from tasks.content import bodies
 from tasks.defaults import setting
 from tasks.fetch import sessions
-from tasks.frontier import requeue, schedules, transitions, wakeup, webhooks
+from tasks.frontier import requeue, schedules, spiderjobs, transitions, wakeup, webhooks
 from tasks.rules.urls import canonicalize
 from web.models import Checkpoint, CrawlJob, FrontierURL, JobState, Page, Review, URLState
 
@@ -102,14 +102,26 @@ def update(job: CrawlJob, **fields: Any) -> list[str]:
 
 
 def start(job: CrawlJob) -> bool:
-    """Draft -> running, with the seeds in the frontier at depth 0."""
+    """Draft -> running, with the seeds in the frontier at depth 0 (and a spider's start
+    requests: a spider that cannot start fails the job with the reason)."""
+    problem, begun = "", None
+    if job.spider:
+        try:
+            begun = spiderjobs.plan(job)
+        except spiderjobs.SpiderProblem as exc:
+            problem = str(exc)
     with transaction.atomic():
         if not job.transition(JobState.RUNNING):
             return False
+        if begun is not None:
+            spiderjobs.begin(job, begun)
         transitions.insert_urls(job.pk, job.seeds, depth=0)
         if job.use_sitemaps:
             roots = {canonicalize(urljoin(seed, "/sitemap.xml")) for seed in job.seeds}
             transitions.insert_urls(job.pk, sorted(roots - set(job.seeds) - {None}), depth=0)
+    if problem:
+        fail(job, problem)
+        return True
     wakeup.nudge()
     return True
 
@@ -227,6 +239,8 @@ def finished(job: CrawlJob) -> None:
     checkpoint; then its webhook is called."""
     stats = {"run": job.run, "pages": job.pages.count(), **changes(job),
              "frontier": counts(job.pk)}  # fmt: skip
+    if job.spider:
+        stats.update(spiderjobs.ended(job))
     CrawlJob.objects.filter(pk=job.pk).update(stats=stats)
     job.stats = stats
     checkpoint(job, "finish")

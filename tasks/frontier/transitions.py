@@ -22,6 +22,7 @@ it, a swept lease on the last attempt fails it.
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 from collections.abc import Iterable, Mapping, Sequence
@@ -131,7 +132,7 @@ WHERE id IN ({ids})
            ELSE false END
   AND EXISTS (SELECT 1 FROM {job} WHERE id = %s AND state = %s)
 RETURNING id, url, depth, attempts, scheduled_at, error_reason, error_message,
-          (SELECT run FROM {job} WHERE id = %s)
+          (SELECT run FROM {job} WHERE id = %s), request
 """
 
 
@@ -146,6 +147,7 @@ class _Claimed(NamedTuple):
     error_reason: str | None  # how the previous attempt ended
     error_message: str | None
     run: int  # the job's run
+    request: dict | str | None  # a spider's request (SQLite returns text)
 
 
 def claim(url_id: int, job_id: int) -> Claim | None:
@@ -190,9 +192,10 @@ def claim_many(url_ids: list[int], job_id: int) -> list[Claim]:
             if timezone.is_naive(scheduled_at):  # SQLite keeps UTC without an offset
                 scheduled_at = scheduled_at.replace(tzinfo=UTC)
             metrics.DISPATCH_SECONDS.observe(max(0.0, (now - scheduled_at).total_seconds()))
+        request = json.loads(row.request) if isinstance(row.request, str) else row.request
         leased = FrontierURL(
             id=url_id, job_id=job_id, url=row.url, depth=row.depth, attempts=row.attempts,
-            state=URLState.LEASED,
+            state=URLState.LEASED, request=request,
         )  # fmt: skip
         claims.append(Claim(url=leased, job=job, attempt=row.attempts,
                             previous_reason=row.error_reason or "",

@@ -1,0 +1,114 @@
+"""Spider jobs in-process against the local shop (tests/shop.py), the real database and
+Redis: the example spider's items exactly, POST dedup by body, and how user code fails."""
+
+from __future__ import annotations
+
+import pytest
+from django.utils import timezone
+
+from tasks import engine
+from tasks.content import spiders
+from tasks.frontier import jobs
+from tests.shop import Shop, expected_products, expected_stock
+from web.models import CrawlJob, FrontierURL, Item, JobState, URLState
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def installed(monkeypatch, redis, fast):
+    monkeypatch.setenv("CRAWL_SPIDER_MODULES", "tests.spiders")
+    spiders._classes.clear()
+    yield
+    spiders._classes.clear()
+    spiders._instances.clear()
+
+
+def run_job(job: CrawlJob, rounds: int = 60) -> None:
+    """Process every URL the job has until none is pending, as workers would."""
+    for _ in range(rounds):
+        pending = list(FrontierURL.objects.filter(job=job, state=URLState.QUEUED))
+        if not pending:
+            return
+        for row in pending:
+            FrontierURL.objects.filter(pk=row.pk, state=URLState.QUEUED).update(
+                state=URLState.SCHEDULED, not_before=timezone.now()
+            )
+            engine.process(row.pk, job.pk)
+    raise AssertionError("URLs still pending")
+
+
+def shop_job(shop: Shop, **args) -> CrawlJob:
+    job = jobs.create_job([], spider="shop", max_depth=20, spider_args={
+        "base": shop.base, "user": "alice", "password": "s3cret", **args})  # fmt: skip
+    jobs.start(job)
+    job.refresh_from_db()
+    return job
+
+
+def kept(job: CrawlJob) -> list[dict]:
+    return list(Item.objects.filter(job=job, dropped="").values_list("data", flat=True))
+
+
+def by_sku(items: list[dict]) -> list[dict]:
+    return sorted(items, key=lambda i: (i["kind"], i["sku"]))
+
+
+def test_the_shop_spider_logs_in_and_yields_exactly_the_expected_items(installed):
+    with Shop() as shop:
+        job = shop_job(shop)
+        assert job.state == JobState.RUNNING, job.error
+        run_job(job)
+    assert by_sku(kept(job)) == by_sku(expected_products() + expected_stock())
+    assert shop.hits["POST /login"] == 1
+    assert not [k for k, n in shop.hits.items() if n > 1 and k != "GET /robots.txt"]
+
+
+def test_broken_products_end_as_schema_drop_pipeline_error_and_spider_error(installed):
+    with Shop() as shop:
+        job = shop_job(shop)
+        run_job(job)
+    dropped = dict(Item.objects.filter(job=job).exclude(dropped="").values_list(
+        "data__sku", "dropped"))  # fmt: skip
+    assert dropped["SKU-0007"] == "no price"
+    assert dropped["SKU-0008"].startswith("schema: price: -3.0 is less than the minimum of 0")
+    assert dropped["SKU-0010"] == "pipeline_error"
+    failed = FrontierURL.objects.get(job=job, url__endswith="/product/9")
+    assert (failed.state, failed.error_reason, failed.attempts) == ("failed", "spider_error", 1)
+    assert failed.error_message.startswith("AttributeError: 'NoneType' object has no attribute")
+    assert "parse_product" in failed.error_message  # the traceback's last lines
+
+
+def test_two_posts_with_different_bodies_are_two_requests_and_the_same_body_one(installed):
+    with Shop() as shop:
+        job = jobs.create_job([], spider="search", spider_args={"base": shop.base})
+        jobs.start(job)
+        run_job(job)
+    assert shop.hits["POST /search"] == 2
+    assert sorted(i["q"] for i in kept(job)) == ["hats", "shoes"]
+
+
+def test_a_job_naming_a_spider_that_is_not_installed_fails_at_start_with_the_import_error(
+    installed,
+):
+    job = jobs.create_job([], spider="broken")
+    jobs.start(job)
+    job.refresh_from_db()
+    assert job.state == JobState.FAILED
+    assert "no spider named 'broken' is installed" in job.error
+    assert "ModuleNotFoundError: No module named 'crawlplatform.spiders.nothing_here'" in job.error
+
+
+def test_a_finished_spider_job_writes_its_items_feed_and_counts_drops(installed):
+    from tasks.content import bodies
+    from tasks.frontier.scheduler import finish_if_done
+
+    with Shop() as shop:
+        job = shop_job(shop)
+        run_job(job)
+    finish_if_done(job)
+    job.refresh_from_db()
+    assert job.stats["items"] == len(expected_products() + expected_stock())
+    assert job.stats["drops"] == {"no price": 1, "schema": 1, "pipeline_error": 1}
+    with bodies.storage().open(job.stats["items_feed"], "rb") as feed:
+        assert len(feed.read().decode().splitlines()) == job.stats["items"]
