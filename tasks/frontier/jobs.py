@@ -26,6 +26,7 @@ from tasks.fetch import sessions
 from tasks.frontier import requeue, schedules, spiderjobs, transitions, wakeup, webhooks
 from tasks.rules.urls import canonicalize
 from web.models import Checkpoint, CrawlJob, FrontierURL, JobState, Page, Review, URLState
+from web.models.jobs import MAX_DEPTH_LIMIT
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,8 @@ def canonical_seeds(seeds: Any) -> Any:
 def create_job(seeds: list[str], **fields: Any) -> CrawlJob:
     """Validate and save a draft job; raises JobError naming each field that is wrong."""
     canonical = canonical_seeds(seeds)
+    if fields.get("spider"):  # a spider's requests go as deep as it asks, as Scrapy's do
+        fields.setdefault("max_depth", MAX_DEPTH_LIMIT)
     first = canonical[0] if isinstance(canonical, list) and canonical else ""
     fields.setdefault("name", (first if isinstance(first, str) else "") or "crawl")
     job = CrawlJob(seeds=canonical, **fields)
