@@ -3,6 +3,8 @@ Redis: the example spider's items exactly, POST dedup by body, and how user code
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from django.utils import timezone
 
@@ -112,3 +114,58 @@ def test_a_finished_spider_job_writes_its_items_feed_and_counts_drops(installed)
     assert job.stats["drops"] == {"no price": 1, "schema": 1, "pipeline_error": 1}
     with bodies.storage().open(job.stats["items_feed"], "rb") as feed:
         assert len(feed.read().decode().splitlines()) == job.stats["items"]
+
+
+def test_a_spider_job_from_the_api_runs_and_its_items_are_paginated_and_streamed(
+    installed, django_user_model
+):
+    from rest_framework.test import APIClient
+
+    api = APIClient()
+    api.force_login(django_user_model.objects.create_user("alice", is_staff=True))
+    with Shop() as shop:
+        made = api.post("/api/jobs/", {"spider": "shop", "spider_args": {
+            "base": shop.base, "user": "alice", "password": "s3cret"}}, format="json")  # fmt: skip
+        assert made.status_code == 201, made.json()
+        assert api.post(f"/api/jobs/{made.json()['id']}/start/").status_code == 200
+        job = CrawlJob.objects.get(pk=made.json()["id"])
+        run_job(job)
+    expected = by_sku(expected_products() + expected_stock())
+    rows, url = [], f"/api/jobs/{job.pk}/items/?page_size=7"
+    while url:
+        page = api.get(url).json()
+        rows += page["results"]
+        url = page["next"]
+    assert by_sku([r["data"] for r in rows]) == expected
+    assert all(r["url"] and r["spider"] == "shop" for r in rows)
+    dropped = api.get(f"/api/jobs/{job.pk}/items/?dropped=no price").json()["results"]
+    assert [r["data"]["sku"] for r in dropped] == ["SKU-0007"]
+    streamed = api.get(f"/api/jobs/{job.pk}/items/export/?format=jsonl")
+    lines = b"".join(streamed.streaming_content).decode().splitlines()
+    assert by_sku([json.loads(line) for line in lines]) == expected
+    table = b"".join(api.get(f"/api/jobs/{job.pk}/items/export/?format=csv").streaming_content)
+    assert len(table.decode().splitlines()) == len(expected) + 1
+    stats = api.get(f"/api/jobs/{job.pk}/stats/").json()
+    assert stats["items"] == len(expected)
+    assert stats["drops"] == {"no price": 1, "schema": 1, "pipeline_error": 1}
+
+
+def test_a_spider_job_from_a_spec_runs(installed, tmp_path):
+    from django.core.management import call_command
+
+    with Shop() as shop:
+        spec = tmp_path / "shop.yaml"
+        spec.write_text(f"""\
+apiVersion: crawlplatform/v1
+kind: CrawlJob
+metadata: {{name: shop}}
+spec:
+  spider: shop
+  spider_args: {{base: "{shop.base}", user: alice, password: s3cret}}
+""")
+        call_command("apply", "-f", str(spec))
+        job = CrawlJob.objects.get(name="shop")
+        assert (job.spider, job.seeds, job.max_depth) == ("shop", [], 32767)
+        jobs.start(job)
+        run_job(job)
+    assert by_sku(kept(job)) == by_sku(expected_products() + expected_stock())

@@ -243,7 +243,7 @@ class CrawlJob(models.Model):
 
         if seeds:
             if not isinstance(self.seeds, list) or (not self.seeds and not self.spider):
-                add("seeds", "give at least one start URL")
+                add("seeds", "give at least one start URL, or a spider")
             for seed in self.seeds if isinstance(self.seeds, list) else []:
                 if problem := seed_problem(seed):
                     add("seeds", problem)
