@@ -3,9 +3,10 @@
 ``/login`` shows a form with a CSRF token (tied to a ``csrftoken`` cookie); posting the right
 user, password and token sets a ``session`` cookie and redirects (303) to ``/account``.
 Everything else needs that session (without it: 403): listing pages ``/catalog/1`` ..
-``/catalog/{LISTINGS}`` (``PER_LISTING`` product links each and a ``next`` link), product pages
+``/catalog/{listings}`` (``PER_LISTING`` product links each and a ``next`` link), product pages
 ``/product/{id}``, a JSON API ``/api/stock?page=N`` (``{"results": [...], "next": URL}``,
-``PER_API_PAGE`` a page) and ``POST /search`` (form ``q``). Some products are broken: one
+``PER_API_PAGE`` a page) and ``POST /search`` (form ``q``). ``delay``: seconds each answer
+waits (to have pages in flight when a test kills a worker). Some products are broken: one
 without a price, one with a negative price, one without its SKU, one named ``Boom``.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 import json
 import secrets
 import threading
+import time
 from collections import Counter
 from http.cookies import SimpleCookie
 from http.server import BaseHTTPRequestHandler
@@ -23,7 +25,6 @@ from tests.site import LocalSite, send
 
 USER, PASSWORD = "alice", "s3cret"
 LISTINGS, PER_LISTING, PER_API_PAGE = 3, 4, 5
-PRODUCTS = range(1, LISTINGS * PER_LISTING + 1)
 NO_PRICE, NEGATIVE_PRICE, NO_SKU, BOOM = 7, 8, 9, 10
 
 
@@ -39,20 +40,25 @@ def name_of(i: int) -> str:
     return "Boom" if i == BOOM else f"Product {i}"
 
 
-def expected_products() -> list[dict]:
+def products(listings: int = LISTINGS) -> range:
+    return range(1, listings * PER_LISTING + 1)
+
+
+def expected_products(listings: int = LISTINGS) -> list[dict]:
     """The product items a correct spider keeps, after its cleaning pipeline."""
     broken = {NO_PRICE, NEGATIVE_PRICE, NO_SKU, BOOM}
     return [{"kind": "product", "sku": f"SKU-{i:04d}", "name": name_of(i),
              "price": i * 10 + 0.5, "listing": (i - 1) // PER_LISTING + 1}
-            for i in PRODUCTS if i not in broken]  # fmt: skip
+            for i in products(listings) if i not in broken]  # fmt: skip
 
 
-def expected_stock() -> list[dict]:
-    return [{"kind": "stock", "sku": f"SKU-{i:04d}", "stock": i % 4} for i in PRODUCTS]
+def expected_stock(listings: int = LISTINGS) -> list[dict]:
+    return [{"kind": "stock", "sku": f"SKU-{i:04d}", "stock": i % 4} for i in products(listings)]
 
 
 class Shop(LocalSite):
-    def __init__(self) -> None:
+    def __init__(self, listings: int = LISTINGS, delay: float = 0.0) -> None:
+        self.listings, self.products, self.delay = listings, products(listings), delay
         self.hits: Counter[str] = Counter()  # "METHOD path?query"
         self.bodies: list[bytes] = []  # POST bodies of /search, in order
         self.sessions: set[str] = set()
@@ -76,6 +82,8 @@ class Shop(LocalSite):
             def _count(self) -> None:
                 with shop._lock:
                     shop.hits[f"{self.command} {self.path}"] += 1
+                if shop.delay:
+                    time.sleep(shop.delay)
 
             def do_GET(self) -> None:
                 self._count()
@@ -140,17 +148,18 @@ class Shop(LocalSite):
                 send(self, 404, {}, b"")
 
             def _listing(self, n: int) -> None:
-                if not 1 <= n <= LISTINGS:
+                if not 1 <= n <= shop.listings:
                     return send(self, 404, {}, b"")
                 first = (n - 1) * PER_LISTING + 1
                 links = "".join(f'<li><a class="product" href="/product/{i}">{name_of(i)}</a></li>'
                                 for i in range(first, first + PER_LISTING))  # fmt: skip
-                nxt = f'<a rel="next" href="/catalog/{n + 1}">next</a>' if n < LISTINGS else ""
+                last = n >= shop.listings
+                nxt = "" if last else f'<a rel="next" href="/catalog/{n + 1}">next</a>'
                 body = f"<html><title>Catalog {n}</title><ul>{links}</ul>{nxt}</html>"
                 send(self, 200, {}, body.encode())
 
             def _product(self, i: int) -> None:
-                if i not in PRODUCTS:
+                if i not in shop.products:
                     return send(self, 404, {}, b"")
                 sku = "" if i == NO_SKU else f'<span class="sku">SKU-{i:04d}</span>'
                 body = (
@@ -160,8 +169,8 @@ class Shop(LocalSite):
                 send(self, 200, {}, body.encode())
 
             def _api(self, page: int) -> None:
-                ids = list(PRODUCTS)[(page - 1) * PER_API_PAGE : page * PER_API_PAGE]
-                more = page * PER_API_PAGE < len(PRODUCTS)
+                ids = list(shop.products)[(page - 1) * PER_API_PAGE : page * PER_API_PAGE]
+                more = page * PER_API_PAGE < len(shop.products)
                 data = {"results": [{"sku": f"SKU-{i:04d}", "stock": i % 4} for i in ids],
                         "next": f"/api/stock?page={page + 1}" if more else None}  # fmt: skip
                 send(self, 200, {"Content-Type": "application/json"}, json.dumps(data).encode())
