@@ -253,6 +253,8 @@ def _record(
 ) -> str:
     """The URL's outcome if the fetch ended in one; else its page, unchanged or stored."""
     if outcome is not None:
+        if claimed.job.spider and (claimed.url.request or {}).get("errback"):
+            return callbacks.failed(claimed, cache, outcome)  # the spider's errback sees it
         state = record_failure(claimed, outcome)
         log.info("job=%s url=%s outcome=%s state=%s", claimed.job.pk, claimed.url.url,
                  outcome.reason, state)  # fmt: skip

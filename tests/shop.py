@@ -101,6 +101,9 @@ class Shop(LocalSite):
                             f'name="password"><button type="submit">Log in</button></form>'
                             f"</body></html>").encode()  # fmt: skip
                     return send(self, 200, {"Set-Cookie": f"csrftoken={token}; Path=/"}, body)
+                known = ("/account", "/catalog/", "/product/", "/api/stock")
+                if not path.startswith(known):
+                    return send(self, 404, {}, b"<html><title>Not found</title></html>")
                 if self._cookies().get("session") not in shop.sessions:
                     return send(self, 403, {}, b"<html><title>Log in first</title></html>")
                 if path == "/account":

@@ -169,3 +169,14 @@ spec:
         jobs.start(job)
         run_job(job)
     assert by_sku(kept(job)) == by_sku(expected_products() + expected_stock())
+
+
+def test_an_errback_sees_the_failure_and_its_items_commit_with_the_urls_failure(installed):
+    with Shop() as shop:
+        job = jobs.create_job([], spider="errbacks", spider_args={"base": shop.base})
+        jobs.start(job)
+        run_job(job)
+    gone = FrontierURL.objects.get(job=job, url__contains="/gone")
+    assert (gone.state, gone.error_reason) == ("failed", "http_4xx")
+    assert kept(job) == [{"missing": shop.url("/gone"), "status": 404, "reason": "http_4xx",
+                          "checked": True}]  # fmt: skip

@@ -8,6 +8,7 @@ Names and behaviour follow Scrapy's, so that a Scrapy spider ports by changing i
 """
 
 from crawlplatform.spiders.http import (
+    Failure,
     FormRequest,
     Headers,
     HtmlResponse,
@@ -21,6 +22,7 @@ from crawlplatform.spiders.spider import DropItem, Spider
 
 __all__ = [
     "DropItem",
+    "Failure",
     "FormRequest",
     "Headers",
     "HtmlResponse",

@@ -432,3 +432,34 @@ class HtmlResponse(TextResponse):
 
 class XmlResponse(TextResponse):
     """Scrapy's name for an XML response: the same class here."""
+
+
+class Failure:
+    """What an errback receives, shaped as the Twisted ``Failure`` Scrapy passes: ``value``
+    (the exception the request ended with; its ``reason`` is the URL's outcome code),
+    ``request``, ``response`` (the server's answer for an HTTP error: its status, headers and
+    the start of its body; else None), ``check()`` and ``getErrorMessage()``."""
+
+    def __init__(self, value: BaseException, request: Request, response: Response | None = None):
+        self.value = value
+        self.type = type(value)
+        self.request = request
+        self.response = response
+        if response is not None and not hasattr(value, "response"):
+            value.response = response  # as Scrapy's HttpError carries it
+
+    def check(self, *types: type) -> type | None:
+        """The first of ``types`` the exception is an instance of (by class or by name)."""
+        for kind in types:
+            name = kind if isinstance(kind, str) else kind.__name__
+            if isinstance(kind, type) and isinstance(self.value, kind):
+                return kind
+            if any(c.__name__ == name for c in self.type.__mro__):
+                return kind
+        return None
+
+    def getErrorMessage(self) -> str:  # noqa: N802 (Twisted's name)
+        return str(self.value)
+
+    def __repr__(self) -> str:
+        return f"<Failure {self.type.__name__}: {self.value}>"

@@ -29,7 +29,7 @@ import traceback
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
-from crawlplatform.spiders import Request, Response, Spider
+from crawlplatform.spiders import Failure, Request, Response, Spider
 from tasks.content import items as itempipes
 from tasks.content import pages, spiders
 from tasks.content.links import JobCache, in_scope
@@ -37,8 +37,13 @@ from tasks.defaults import setting
 from tasks.fetch import fetching, outcomes, robots
 from tasks.frontier.claims import Claim
 from tasks.frontier.db import with_retries
-from tasks.frontier.transitions import ROBOTS_FORBIDDEN, record_failure
-from tasks.frontier.yields import NewItem, NewRequest, record_spider_page
+from tasks.frontier.transitions import ROBOTS_FORBIDDEN, ends, record_failure
+from tasks.frontier.yields import (
+    NewItem,
+    NewRequest,
+    record_spider_failure,
+    record_spider_page,
+)
 from web.models import CrawlJob
 
 log = logging.getLogger(__name__)
@@ -162,8 +167,9 @@ def _failure(exc: BaseException, lines: int) -> outcomes.SpiderError:
     return outcomes.SpiderError("\n".join([head, *text[-lines:]])[:2000])
 
 
-def call(spider: Spider, name: str, response: Response, kwargs: dict, job: CrawlJob) -> Yielded:
-    """Run ``spider.name(response, **kwargs)`` and gather what it yields, within
+def call(spider: Spider, name: str, response: Any, kwargs: dict, job: CrawlJob) -> Yielded:
+    """Run ``spider.name(response, **kwargs)`` (an errback: ``(failure)``) and gather what it
+    yields, within
     ``SPIDER_CALLBACK_TIMEOUT_S``; raises SpiderError or SpiderTimeout."""
     timeout = setting("SPIDER_CALLBACK_TIMEOUT_S", job)
     deadline = time.monotonic() + timeout
@@ -185,7 +191,7 @@ def call(spider: Spider, name: str, response: Response, kwargs: dict, job: Crawl
     if error:
         if isinstance(error[0], outcomes.SpiderTimeout):
             raise error[0]
-        log.error("job=%s url=%s: callback %s raised", job.pk, response.url, name,
+        log.error("job=%s: callback %s raised on %r", job.pk, name, response,
                   exc_info=error[0])  # fmt: skip
         raise _failure(error[0], setting("SPIDER_TRACEBACK_LINES")) from None
     return Yielded([f for f in found if not isinstance(f, Request)],
@@ -263,3 +269,33 @@ def store(claimed: Claim, cache: JobCache, resp: fetching.Response) -> str:
         title = (response.css("title::text").get() or "").strip()[: setting("TITLE_MAX_CHARS", job)]
     page = pages.page_row(claimed, resp, title, {})
     return with_retries(lambda: record_spider_page(claimed, page, new, kept, spider.name))
+
+
+def failed(claimed: Claim, cache: JobCache, outcome: outcomes.CrawlOutcome) -> str:
+    """A spider request ended with ``outcome``: if it ends the URL and the request has an
+    errback, the errback runs on it and what it yields commits with the URL's failure. An
+    errback that raises is logged; the URL keeps its own outcome."""
+    kept = claimed.url.request or {}
+    job = claimed.job
+    if not kept.get("errback") or not ends(claimed, outcome):
+        return record_failure(claimed, outcome)
+    try:
+        spider = spiders.for_job(job)
+        pipes = pipelines(job, spider)
+    except Exception:
+        log.exception("job=%s: spider %r unavailable for an errback", job.pk, job.spider)
+        return record_failure(claimed, outcome)
+    request = request_of(claimed.url.url, kept)
+    answer = None
+    if outcome.status is not None:
+        answer = Response(getattr(outcome, "url", "") or request.url, status=outcome.status,
+                          headers=outcome.headers or {}, body=outcome.body or b"",
+                          request=request)  # fmt: skip
+    try:
+        yielded = call(spider, kept["errback"], Failure(outcome, request, answer), {}, job)
+        new = new_requests(claimed, cache, spider, yielded.requests)
+    except (outcomes.SpiderError, outcomes.SpiderTimeout) as exc:
+        log.warning("job=%s url=%s: errback failed: %s", job.pk, claimed.url.url, exc)
+        return record_failure(claimed, outcome)
+    items = [NewItem(*pipes.process(item)) for item in yielded.items]
+    return with_retries(lambda: record_spider_failure(claimed, outcome, new, items, spider.name))

@@ -352,6 +352,11 @@ def _retries_left(claim: Claim, outcome: outcomes.CrawlOutcome) -> bool:
     return claim.attempt < last
 
 
+def ends(claim: Claim, outcome: outcomes.CrawlOutcome) -> bool:
+    """Whether ``outcome`` ends the URL (failed or skipped) rather than retrying or parking it."""
+    return not _retries_left(claim, outcome) and not isinstance(outcome, outcomes.Banned)
+
+
 def record_failure(claim: Claim, outcome: outcomes.CrawlOutcome) -> str:
     """Retry later, fail or skip the URL according to the outcome's class; returns the new state."""
     claim.reason = outcome.reason

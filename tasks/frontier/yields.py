@@ -1,5 +1,6 @@
 """Committing what a spider's callback yielded: the URL's DONE state, its page, its items and
-the new requests, in one transaction, so that a worker killed at any moment leaves each item
+the new requests, in one transaction (or, for an errback, the URL's failure and what the
+errback yielded), so that a worker killed at any moment leaves each item
 stored once (or not yet, and the URL's lease sweep runs the callback again).
 
 Reads no setting. The new requests enter the frontier with ``ON CONFLICT DO NOTHING`` on the
@@ -20,6 +21,7 @@ from tasks.fetch import outcomes
 from tasks.frontier import requeue
 from tasks.frontier.claims import Claim, LeaseLost
 from tasks.frontier.pages import save_page
+from tasks.frontier.transitions import record_failure
 from tasks.rules.urls import host_of
 from tasks.worker import metrics
 from web.models import FrontierURL, Item, Page, URLState
@@ -55,6 +57,40 @@ def insert_requests(job_id: int, requests: Sequence[NewRequest], depth: int,
     return len(FrontierURL.objects.bulk_create(rows, ignore_conflicts=True, batch_size=1000))
 
 
+def _add(claim: Claim, requests: Sequence[NewRequest], items: Sequence[NewItem], spider: str,
+         now) -> None:  # fmt: skip
+    Item.objects.filter(url_id=claim.url.pk).delete()  # a recrawl's run replaces them
+    Item.objects.bulk_create(
+        [Item(job_id=claim.job.pk, url_id=claim.url.pk, spider=spider, data=i.data,
+              dropped=i.dropped[:200], run=claim.run, created=now) for i in items],
+        batch_size=1000,
+    )  # fmt: skip
+    if requests:
+        insert_requests(claim.job.pk, requests, claim.url.depth + 1, claim.url.pk)
+
+
+def _added(claim: Claim, requests: Sequence[NewRequest]) -> None:
+    claim.new_links = any(r.skip is None for r in requests)
+    forbidden = [r for r in requests if r.skip is not None]
+    if forbidden:
+        metrics.skipped_at_discovery(claim.job.pk, forbidden[0].skip.reason, len(forbidden))
+
+
+def record_spider_failure(
+    claim: Claim,
+    outcome: outcomes.CrawlOutcome,
+    requests: Sequence[NewRequest],
+    items: Sequence[NewItem],
+    spider: str,
+) -> str:
+    """One transaction: the URL ended with ``outcome`` and what its errback yielded."""
+    with transaction.atomic():
+        state = record_failure(claim, outcome)
+        _add(claim, requests, items, spider, timezone.now())
+    _added(claim, requests)
+    return state
+
+
 def record_spider_page(
     claim: Claim,
     page: Page,
@@ -73,16 +109,6 @@ def record_spider_page(
         if not won:
             raise LeaseLost(f"lease on URL {claim.url.pk} (attempt {claim.attempt}) ended")
         save_page(page)
-        Item.objects.filter(url_id=claim.url.pk).delete()  # a recrawl's run replaces them
-        Item.objects.bulk_create(
-            [Item(job_id=claim.job.pk, url_id=claim.url.pk, spider=spider, data=i.data,
-                  dropped=i.dropped[:200], run=claim.run, created=now) for i in items],
-            batch_size=1000,
-        )  # fmt: skip
-        if requests:
-            insert_requests(claim.job.pk, requests, claim.url.depth + 1, claim.url.pk)
-    claim.new_links = any(r.skip is None for r in requests)
-    forbidden = [r for r in requests if r.skip is not None]
-    if forbidden:
-        metrics.skipped_at_discovery(claim.job.pk, forbidden[0].skip.reason, len(forbidden))
+        _add(claim, requests, items, spider, now)
+    _added(claim, requests)
     return URLState.DONE

@@ -101,3 +101,19 @@ class SearchSpider(Spider):
 
     def found(self, response):
         yield response.json()
+
+
+class ErrbackSpider(Spider):
+    """Asks for a page that is not there; its errback says what happened."""
+
+    name = "errbacks"
+
+    def start_requests(self):
+        yield Request(f"{self.base}/gone", callback=self.parse, errback=self.missing)
+
+    def parse(self, response):
+        yield {"found": response.url}
+
+    def missing(self, failure):
+        yield {"missing": failure.request.url, "status": failure.value.response.status,
+               "reason": failure.value.reason, "checked": bool(failure.check(Exception))}
