@@ -180,3 +180,26 @@ def test_an_errback_sees_the_failure_and_its_items_commit_with_the_urls_failure(
     assert (gone.state, gone.error_reason) == ("failed", "http_4xx")
     assert kept(job) == [{"missing": shop.url("/gone"), "status": 404, "reason": "http_4xx",
                           "checked": True}]  # fmt: skip
+
+
+def test_a_spider_job_is_released_only_while_an_online_worker_has_its_spider(installed, redis):
+    import time
+
+    from tasks.frontier.pacing import Pacing
+    from tasks.frontier.release import release
+    from tasks.worker import registry
+
+    with Shop() as shop:
+        job = shop_job(shop)
+
+    def worker(spiders: str) -> None:  # as a worker's heartbeat registers it
+        redis.hset(registry.PREFIX + "w1", mapping={
+            "version": "1", "channel": "main", "queues": "crawl", "slots": 4, "pid": 1,
+            "spiders": spiders, "started": time.time(), "heartbeat": time.time(),
+            "last_task": 0})  # fmt: skip
+
+    worker("search")
+    assert release(job, Pacing())[0] == 0
+    assert FrontierURL.objects.get(job=job).state == URLState.QUEUED
+    worker("search,shop")
+    assert release(job, Pacing())[0] == 1

@@ -190,8 +190,11 @@ def release(job: CrawlJob, pacing: Pacing, epoch: int | None = None) -> tuple[in
     ends with every host in it paced out, the pass looks again past them). ``pacing`` is the
     calling scheduler's memory of its passes; ``epoch`` its fencing epoch (None: unfenced).
     Returns how many, and in how many seconds the job may have more to release (None: not
-    before new work).
+    before new work). A spider job is released only while an online worker has its spider
+    installed (the workers' registry).
     """
+    if job.spider and job.spider not in pacing.spiders():
+        return 0, setting("NO_SLOTS_CACHE_S")  # no online worker has its spider: it waits
     outstanding = transitions.count_scheduled(job.pk)
     now, horizon = time.monotonic(), setting("SCHEDULER_HORIZON_S", job)
     size, per_url = pacing.pace_per_slot(job)
