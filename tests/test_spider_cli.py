@@ -70,3 +70,31 @@ def test_crawl_naming_an_unknown_spider_fails_at_start_with_the_reason(worker_en
     done = manage(worker_env, "crawl", "--spider", "nosuch", "--workers", "0")
     assert done.returncode != 0
     assert "no spider named 'nosuch' is installed" in done.stderr
+
+
+def test_parse_prints_what_a_callback_yields_for_one_url_and_stores_nothing(worker_env):
+    with Shop() as shop:
+        done = manage(worker_env, "parse", f"{shop.base}/catalog/1", "--spider", "shop",
+                      "--ignore-robots", "-a", f"base={shop.base}")  # fmt: skip
+        assert done.returncode != 0 and "http_4xx" in done.stderr  # 403: not logged in
+        page = manage(worker_env, "parse", f"{shop.base}/login", "--spider", "shop",
+                      "--callback", "login", "-a", f"base={shop.base}", "-a", "user=alice",
+                      "-a", "password=s3cret")  # fmt: skip
+    assert page.returncode == 0, page.stderr
+    lines = page.stdout.splitlines()
+    assert lines[0] == f">>> 200 {shop.base}/login <<<"
+    assert lines[-1] == f"<POST {shop.base}/login> -> logged_in"
+    assert not CrawlJob.objects.exists()
+
+
+def test_startspider_writes_a_spider_that_imports_and_runs_its_template(worker_env, tmp_path):
+    done = manage(worker_env, "startspider", "books", "books.example", "--directory",
+                  str(tmp_path))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    namespace: dict = {}
+    exec(compile((tmp_path / "books.py").read_text(), "books.py", "exec"), namespace)  # noqa: S102
+    spider = namespace["BooksSpider"]()
+    assert (spider.name, spider.allowed_domains) == ("books", ["books.example"])
+    again = manage(worker_env, "startspider", "books", "books.example", "--directory",
+                   str(tmp_path))  # fmt: skip
+    assert again.returncode != 0 and "exists" in again.stderr
