@@ -203,3 +203,23 @@ def test_a_spider_job_is_released_only_while_an_online_worker_has_its_spider(ins
     assert FrontierURL.objects.get(job=job).state == URLState.QUEUED
     worker("search,shop")
     assert release(job, Pacing())[0] == 1
+
+
+def test_the_admin_offers_the_installed_spiders_and_shows_a_jobs_and_a_pages_items(
+    installed, admin_client
+):
+    page = admin_client.get("/admin/web/crawljob/add/").content.decode()
+    assert '<option value="shop">shop</option>' in page
+    with Shop() as shop:
+        job = shop_job(shop)
+        run_job(job)
+    detail = admin_client.get(f"/admin/web/crawljob/{job.pk}/change/").content.decode()
+    assert f"?job__id__exact={job.pk}\">20 items</a>; dropped: 1 no price, 1 pipeline_error, " \
+           "1 schema" in detail  # fmt: skip
+    listed = admin_client.get(f"/admin/web/item/?job__id__exact={job.pk}&kept=no").content.decode()
+    assert "no price" in listed and "pipeline_error" in listed
+    product = FrontierURL.objects.get(job=job, url=shop.url("/product/1"))
+    page = admin_client.get(f"/admin/web/page/{product.page.pk}/change/").content.decode()
+    assert f"?url__id__exact={product.pk}\">1 items</a>" in page
+    one = admin_client.get(f"/admin/web/item/?url__id__exact={product.pk}").content.decode()
+    assert "SKU-0001" in one and "SKU-0002" not in one
