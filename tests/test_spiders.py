@@ -205,7 +205,7 @@ def test_a_spider_job_is_released_only_while_an_online_worker_has_its_spider(ins
     assert release(job, Pacing())[0] == 1
 
 
-def test_the_admin_offers_the_installed_spiders_and_shows_a_jobs_and_a_pages_items(
+def test_the_admin_and_dashboard_show_the_installed_spiders_a_jobs_items_and_drops(
     installed, admin_client
 ):
     page = admin_client.get("/admin/web/crawljob/add/").content.decode()
@@ -223,3 +223,9 @@ def test_the_admin_offers_the_installed_spiders_and_shows_a_jobs_and_a_pages_ite
     assert f"?url__id__exact={product.pk}\">1 items</a>" in page
     one = admin_client.get(f"/admin/web/item/?url__id__exact={product.pk}").content.decode()
     assert "SKU-0001" in one and "SKU-0002" not in one
+    data = admin_client.get(f"/dashboard/jobs/{job.pk}/data").json()
+    assert data["values"]["items"] == "20"
+    assert [[c["text"] for c in row] for row in data["tables"]["drops"]] == [
+        ["no price", "1"], ["pipeline_error", "1"], ["schema", "1"]]  # fmt: skip
+    shown = admin_client.get(f"/dashboard/jobs/{job.pk}/").content.decode()
+    assert '<span data-value="items">20</span> kept' in shown
