@@ -60,6 +60,7 @@ def test_spiders_lists_what_is_installed_and_what_cannot_be_loaded(worker_env):
     done = manage(worker_env, "spiders")
     assert done.stdout.splitlines() == [
         "errbacks\ttests.spiders.shop.ErrbackSpider",
+        "odd_settings\ttests.spiders.shop.OddSettingsSpider",
         "search\ttests.spiders.shop.SearchSpider",
         "shop\ttests.spiders.shop.ShopSpider",
     ]

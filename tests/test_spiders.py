@@ -60,6 +60,8 @@ def test_the_shop_spider_logs_in_and_yields_exactly_the_expected_items(installed
     with Shop() as shop:
         job = shop_job(shop)
         assert job.state == JobState.RUNNING, job.error
+        assert job.settings == {"RETRY_MAX_ATTEMPTS": 2, "FETCH_READ_TIMEOUT_S": 5.0}
+        assert (job.delay, job.allowed_domains) == (0, ["127.0.0.1"])
         run_job(job)
     assert by_sku(kept(job)) == by_sku(expected_products() + expected_stock())
     assert shop.hits["POST /login"] == 1
@@ -99,6 +101,15 @@ def test_a_job_naming_a_spider_that_is_not_installed_fails_at_start_with_the_imp
     assert job.state == JobState.FAILED
     assert "no spider named 'broken' is installed" in job.error
     assert "ModuleNotFoundError: No module named 'crawlplatform.spiders.nothing_here'" in job.error
+
+
+def test_custom_settings_a_job_cannot_have_fail_it_at_start_naming_them(installed):
+    job = jobs.create_job([], spider="odd_settings")
+    jobs.start(job)
+    job.refresh_from_db()
+    assert job.state == JobState.FAILED
+    assert "DOWNLOAD_DELAY: 'soon' cannot be taken" in job.error
+    assert "NOT_A_SETTING" in job.error
 
 
 def test_a_finished_spider_job_writes_its_items_feed_and_counts_drops(installed):

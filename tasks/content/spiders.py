@@ -19,7 +19,7 @@ import pkgutil
 import traceback
 from dataclasses import dataclass
 from importlib.metadata import entry_points
-from typing import Any
+from typing import Any, NamedTuple
 
 from crawlplatform.spiders import Spider
 from tasks.defaults import setting
@@ -150,9 +150,63 @@ def forget(job_id: int) -> list[Spider]:
     return [_instances.pop(key) for key in gone]
 
 
-def job_settings(spider_cls: type[Spider]) -> dict[str, Any]:
-    """A spider's ``custom_settings`` that are job settings (``ITEM_PIPELINES`` is read by
-    the pipelines)."""
-    custom = dict(spider_cls.custom_settings or {})
-    custom.pop("ITEM_PIPELINES", None)
-    return custom
+# Scrapy settings with a job field of the same meaning, and how the value carries over.
+SCRAPY_FIELDS: dict[str, tuple[str, Any]] = {
+    "DOWNLOAD_DELAY": ("delay", float),
+    "ROBOTSTXT_OBEY": ("obey_robots", bool),
+    "CONCURRENT_REQUESTS_PER_DOMAIN": ("host_concurrency", int),
+    "DEPTH_LIMIT": ("max_depth", lambda n: int(n) or 32767),  # Scrapy's 0: no limit
+    "CLOSESPIDER_PAGECOUNT": ("max_pages", lambda n: int(n) or None),
+}
+# Scrapy settings with a job setting of the same meaning, and how the value carries over.
+SCRAPY_SETTINGS: dict[str, tuple[str, Any]] = {
+    "DOWNLOAD_TIMEOUT": ("FETCH_DEADLINE_S", float),
+    "RETRY_TIMES": ("RETRY_MAX_ATTEMPTS", lambda n: int(n) + 1),  # retries -> attempts
+    "DOWNLOAD_MAXSIZE": ("FETCH_MAX_BYTES", int),
+    "REDIRECT_MAX_TIMES": ("FETCH_MAX_REDIRECTS", int),
+}
+# Scrapy settings about its own process, which a worker has no use for: left out, logged.
+SCRAPY_IGNORED = frozenset({
+    "LOG_LEVEL", "LOG_ENABLED", "LOG_FILE", "LOG_FORMAT", "TELNETCONSOLE_ENABLED", "FEEDS",
+    "FEED_EXPORT_ENCODING", "FEED_FORMAT", "FEED_URI", "COOKIES_ENABLED", "COOKIES_DEBUG",
+    "REQUEST_FINGERPRINTER_IMPLEMENTATION", "TWISTED_REACTOR", "CONCURRENT_REQUESTS",
+    "CONCURRENT_ITEMS", "HTTPCACHE_ENABLED", "AUTOTHROTTLE_ENABLED", "AUTOTHROTTLE_START_DELAY",
+    "AUTOTHROTTLE_MAX_DELAY", "AUTOTHROTTLE_TARGET_CONCURRENCY", "RETRY_ENABLED",
+    "REDIRECT_ENABLED", "DOWNLOADER_MIDDLEWARES", "SPIDER_MIDDLEWARES", "EXTENSIONS",
+    "RANDOMIZE_DOWNLOAD_DELAY", "STATS_DUMP", "MEMUSAGE_ENABLED", "BOT_NAME",
+})  # fmt: skip
+
+
+class Custom(NamedTuple):
+    """A spider's ``custom_settings`` as a job takes them."""
+
+    settings: dict[str, Any]  # job settings (tasks/defaults.py), validated as a job's own
+    fields: dict[str, Any]  # job fields a Scrapy setting names (DOWNLOAD_DELAY: delay, ...)
+    problems: list[str]  # Scrapy settings whose value does not carry over
+
+
+def custom_settings(spider_cls: type[Spider]) -> Custom:
+    """A spider's ``custom_settings`` that the job takes (``ITEM_PIPELINES`` is read by the
+    pipelines): the platform's settings by their names, Scrapy's own translated where the
+    platform has the same knob, Scrapy's process settings left out."""
+    settings: dict[str, Any] = {}
+    fields: dict[str, Any] = {}
+    problems: list[str] = []
+    for name, value in (spider_cls.custom_settings or {}).items():
+        if name == "ITEM_PIPELINES":
+            continue
+        if name in SCRAPY_IGNORED:
+            log.info("spider %s: custom setting %s has no use here; left out", spider_cls.name,
+                     name)  # fmt: skip
+            continue
+        target = SCRAPY_FIELDS.get(name) or SCRAPY_SETTINGS.get(name)
+        if target is None:
+            settings[name] = value  # validated with the job's settings
+            continue
+        try:
+            converted = target[1](value)
+        except (TypeError, ValueError):
+            problems.append(f"{name}: {value!r} cannot be taken")
+            continue
+        (fields if name in SCRAPY_FIELDS else settings)[target[0]] = converted
+    return Custom(settings, fields, problems)

@@ -41,6 +41,7 @@ class Start(NamedTuple):
     items: list[tuple[dict, str]]  # (data, dropped reason)
     settings: dict  # the job's settings with the spider's custom_settings under them
     domains: list[str]  # the job's allowed domains once started
+    fields: dict  # job fields the spider's Scrapy settings set (delay, obey_robots, ...)
 
 
 def _gather(spider: Spider, job: CrawlJob) -> list:
@@ -63,11 +64,13 @@ def plan(job: CrawlJob) -> Start:
         cls = spiders.load(job.spider)
     except spiders.SpiderUnavailable as exc:
         raise SpiderProblem(str(exc)) from None
-    custom = spiders.job_settings(cls)
-    problems = defaults.job_problems(custom, job.may)
+    custom = spiders.custom_settings(cls)
+    problems = custom.problems + defaults.job_problems(custom.settings, job.may)
     if problems:
         raise SpiderProblem(f"spider {job.spider!r} custom_settings: " + "; ".join(problems))
-    settings = {**custom, **(job.settings or {})}
+    settings = {**custom.settings, **(job.settings or {})}
+    for field, value in custom.fields.items():
+        setattr(job, field, value)
     try:
         spider = spiders.create(job)
         yielded = _gather(spider, job)
@@ -95,13 +98,14 @@ def plan(job: CrawlJob) -> Start:
         rows.setdefault(row_key, NewRequest(row_key, None if callbacks.plain(kept) else kept, None))
     items = [pipes.process(i) for i in yielded if not isinstance(i, Request)]
     pipes.close()
-    return Start(list(rows.values()), items, settings, domains)
+    return Start(list(rows.values()), items, settings, domains, custom.fields)
 
 
 def begin(job: CrawlJob, start: Start) -> None:
     """Inside the job's start transaction: its settings, scope, start requests and items."""
     CrawlJob.objects.filter(pk=job.pk).update(settings=start.settings,
-                                              allowed_domains=start.domains)  # fmt: skip
+                                              allowed_domains=start.domains,
+                                              **start.fields)  # fmt: skip
     insert_requests(job.pk, start.requests, 0, None)
     Item.objects.bulk_create([Item(job_id=job.pk, spider=job.spider, data=data, dropped=dropped,
                                    run=job.run) for data, dropped in start.items])  # fmt: skip

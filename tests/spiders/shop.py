@@ -32,7 +32,10 @@ class ShopSpider(Spider):
     name = "shop"
     custom_settings = {
         "ITEM_PIPELINES": {"tests.spiders.shop.CleanPrice": 300},
-        "RETRY_MAX_ATTEMPTS": 2,
+        "RETRY_TIMES": 1,  # Scrapy's: RETRY_MAX_ATTEMPTS 2
+        "DOWNLOAD_DELAY": 0,  # Scrapy's: the job's delay
+        "LOG_LEVEL": "INFO",  # Scrapy's own process: left out
+        "FETCH_READ_TIMEOUT_S": 5.0,  # the platform's
     }
     item_schema = {
         "type": "object",
@@ -117,3 +120,11 @@ class ErrbackSpider(Spider):
     def missing(self, failure):
         yield {"missing": failure.request.url, "status": failure.value.response.status,
                "reason": failure.value.reason, "checked": bool(failure.check(Exception))}
+
+
+class OddSettingsSpider(Spider):
+    """custom_settings a job cannot have: the job fails at start, naming them."""
+
+    name = "odd_settings"
+    custom_settings = {"NOT_A_SETTING": 1, "DOWNLOAD_DELAY": "soon"}
+    start_urls = ["http://127.0.0.1:9/"]

@@ -38,9 +38,11 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
         except ValueError as exc:
             raise CommandError(f"--cbkwargs: {exc}") from None
-        job = CrawlJob(spider=opts["spider"], obey_robots=not opts["ignore_robots"],
-                       spider_args=crawling.parse_spider_args(opts["spider_args"]),
-                       settings=spiders.job_settings(cls))  # fmt: skip
+        custom = spiders.custom_settings(cls)
+        job = CrawlJob(spider=opts["spider"], spider_args=crawling.parse_spider_args(
+            opts["spider_args"]), settings=custom.settings, **custom.fields)  # fmt: skip
+        if opts["ignore_robots"]:
+            job.obey_robots = False
         try:
             tried = tryout.parse_url(job, opts["url"], opts["callback"], cb_kwargs)
         except outcomes.CrawlOutcome as exc:
