@@ -7,13 +7,10 @@ Names and behaviour follow Scrapy's, so that a Scrapy spider ports by changing i
 ``crawlplatform.spiders`` entry-point group) and chosen by name in a job.
 """
 
-from crawlplatform.spiders.http import (
+from crawlplatform.spiders.http import FormRequest, Headers, JsonRequest, Request
+from crawlplatform.spiders.response import (
     Failure,
-    FormRequest,
-    Headers,
     HtmlResponse,
-    JsonRequest,
-    Request,
     Response,
     TextResponse,
     XmlResponse,

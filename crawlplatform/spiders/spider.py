@@ -14,7 +14,8 @@ import logging
 from collections.abc import AsyncIterator, Iterable
 from typing import Any, ClassVar
 
-from crawlplatform.spiders.http import Request, Response
+from crawlplatform.spiders.http import Request
+from crawlplatform.spiders.response import Response
 
 
 class DropItem(Exception):

@@ -205,13 +205,17 @@ def response_of(resp: fetching.Response, request: Request) -> Response:
 
 
 _pipelines: dict[tuple[int, int], itempipes.Pipelines] = {}
+_opened = threading.Lock()  # the worker's threads open a job's pipelines once between them
 
 
 def pipelines(job: CrawlJob, spider: Spider) -> itempipes.Pipelines:
     """This process's pipelines of ``job`` (opened on first use)."""
     found = _pipelines.get((job.pk, job.run))
     if found is None:
-        found = _pipelines[(job.pk, job.run)] = itempipes.Pipelines(spider)
+        with _opened:
+            found = _pipelines.get((job.pk, job.run))
+            if found is None:
+                found = _pipelines[(job.pk, job.run)] = itempipes.Pipelines(spider)
     return found
 
 

@@ -11,7 +11,9 @@ A pipeline's ``process_item(item, spider)`` returns the item (changed or not) or
 ``DropItem(reason)``; any other exception drops the item as ``pipeline_error`` with its
 traceback in the log. ``open_spider(spider)`` is called when a worker process first uses the
 job's pipelines, ``close_spider(spider)`` when the process lets them go (it leaves, or the job
-ended). A dropped item is stored with its reason, so drops are counted exactly once.
+ended). A dropped item is stored with its reason, so drops are counted exactly once. The
+pipelines of a process see one item at a time (a lock), as in Scrapy's single thread, so a
+pipeline may keep state (a set of seen keys) without locks of its own.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import importlib
 import inspect
 import json
 import logging
+import threading
 from typing import Any
 
 from itemadapter import ItemAdapter
@@ -115,12 +118,17 @@ class Pipelines:
         if getattr(spider, "item_schema", None):
             stages.append((SCHEMA_ORDER, _Schema(spider.item_schema)))
         self.stages = [stage for _, stage in sorted(stages, key=lambda s: s[0])]
+        self.lock = threading.Lock()
         for stage in self.stages:
             if hasattr(stage, "open_spider"):
                 _settle(stage.open_spider(spider))
 
     def process(self, item: Any) -> tuple[dict, str]:
         """The item as the pipelines leave it, and the reason it was dropped ("" if kept)."""
+        with self.lock:
+            return self._process(item)
+
+    def _process(self, item: Any) -> tuple[dict, str]:
         try:
             data = as_json(item)
         except (TypeError, ValueError) as exc:

@@ -16,6 +16,7 @@ import importlib
 import inspect
 import logging
 import pkgutil
+import threading
 import traceback
 from dataclasses import dataclass
 from importlib.metadata import entry_points
@@ -131,16 +132,22 @@ def create(job: CrawlJob) -> Spider:
 
 
 _instances: dict[tuple[int, int], Spider] = {}
+_made = threading.Lock()  # the worker's threads make one spider object per job between them
 
 
 def for_job(job: CrawlJob) -> Spider:
-    """This process's spider object of ``job`` (one per job and run, kept between pages)."""
+    """This process's spider object of ``job`` (one per job and run, kept between pages).
+    Its callbacks may run in several threads of the process at once: crawl state belongs in
+    ``cb_kwargs`` and ``meta``, not in the spider's attributes."""
     key = (job.pk, job.run)
     spider = _instances.get(key)
     if spider is None:
-        if len(_instances) > setting("LINK_CACHE_JOBS"):
-            _instances.clear()
-        spider = _instances[key] = create(job)
+        with _made:
+            spider = _instances.get(key)
+            if spider is None:
+                if len(_instances) > setting("LINK_CACHE_JOBS"):
+                    _instances.clear()
+                spider = _instances[key] = create(job)
     return spider
 
 
