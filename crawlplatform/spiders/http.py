@@ -10,15 +10,22 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from urllib.parse import urlencode, urljoin, urlsplit, urlunsplit
 
 import parsel
 
-if TYPE_CHECKING:
-    from crawlplatform.spiders.response import Response
-
 Callback = Callable[..., Any] | str | None
+
+
+class Page(Protocol):
+    """What ``FormRequest.from_response`` reads of a response (``response.py``)."""
+
+    url: str
+
+    def css(self, query: str) -> parsel.SelectorList: ...
+
+    def xpath(self, query: str) -> parsel.SelectorList: ...
 
 
 class Headers(dict):
@@ -207,7 +214,7 @@ class FormRequest(Request):
     @classmethod
     def from_response(
         cls,
-        response: Response,
+        response: Page,
         formname: str | None = None,
         formid: str | None = None,
         formnumber: int = 0,
@@ -248,7 +255,7 @@ def _pairs(headers: Mapping | Iterable | None) -> list[tuple[str, Any]]:
 
 
 def _find_form(
-    response: Response,
+    response: Page,
     formname: str | None,
     formid: str | None,
     formnumber: int,
