@@ -23,6 +23,8 @@ class Page(Protocol):
 
     url: str
 
+    def urljoin(self, url: str) -> str: ...
+
     def css(self, query: str) -> parsel.SelectorList: ...
 
     def xpath(self, query: str) -> parsel.SelectorList: ...
@@ -241,11 +243,20 @@ class FormRequest(Request):
             click = found[0].root
         method = kwargs.pop("method", None)
         built = form2request(form, formdata, click=click, method=method)
-        base = urljoin(response.url, "")
         headers = [*built.headers, *_pairs(kwargs.pop("headers", None))]
-        request = cls(urljoin(base, built.url), method=built.method, headers=headers,
-                      body=built.body, **kwargs)  # fmt: skip
-        return request
+        return cls(_form_url(response, form, built), method=built.method, headers=headers,
+                   body=built.body, **kwargs)  # fmt: skip
+
+
+def _form_url(response: Page, form: parsel.Selector, built: Any) -> str:
+    """Where the form goes: its action against the page's base (its ``<base href>`` too, as
+    Scrapy resolves it), the page itself without one; a GET carries the fields as its query."""
+    action = form.attrib.get("action")
+    url = response.url if action is None else urljoin(response.urljoin(""), action.strip())
+    if built.method == "GET":
+        parts = urlsplit(url)
+        url = urlunsplit(parts._replace(query=urlsplit(built.url).query, fragment=""))
+    return url
 
 
 def _pairs(headers: Mapping | Iterable | None) -> list[tuple[str, Any]]:

@@ -28,8 +28,8 @@ class Spider:
 
     name: ClassVar[str] = ""
     custom_settings: ClassVar[dict[str, Any] | None] = None
-    start_urls: Iterable[str] = ()
-    allowed_domains: Iterable[str] = ()
+    start_urls: list[str]  # [] unless the class or its arguments give them
+    allowed_domains: list[str]  # optional: the job's scope when the job sets none
     item_schema: ClassVar[dict | None] = None
 
     def __init__(self, name: str | None = None, **kwargs: Any) -> None:

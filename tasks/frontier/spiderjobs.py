@@ -80,7 +80,7 @@ def plan(job: CrawlJob) -> Start:
             str(callbacks._failure(exc, setting("SPIDER_TRACEBACK_LINES")))
         ) from exc
     requests = [r for r in yielded if isinstance(r, Request)]
-    domains = list(job.allowed_domains or spider.allowed_domains or
+    domains = list(job.allowed_domains or getattr(spider, "allowed_domains", None) or
                    sorted({urlsplit(r.url).hostname or "" for r in requests} - {""}))  # fmt: skip
     job.allowed_domains, job.settings = domains, settings
     cache = JobCache(Scope.for_job(job), 1000)
