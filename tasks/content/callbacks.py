@@ -171,15 +171,14 @@ def call(spider: Spider, name: str, response: Any, kwargs: dict, job: CrawlJob) 
     """Run ``spider.name(response, **kwargs)`` (an errback: ``(failure)``) and gather what it
     yields, within
     ``SPIDER_CALLBACK_TIMEOUT_S``; raises SpiderError or SpiderTimeout."""
-    timeout = setting("SPIDER_CALLBACK_TIMEOUT_S", job)
+    timeout, cap = setting("SPIDER_CALLBACK_TIMEOUT_S", job), setting("SPIDER_MAX_YIELDS", job)
     deadline = time.monotonic() + timeout
     found: list[Any] = []
     error: list[BaseException] = []
 
-    def run() -> None:
+    def run() -> None:  # user code only: this thread never opens a database connection
         try:
-            _collect(getattr(spider, name)(response, **kwargs), deadline,
-                     setting("SPIDER_MAX_YIELDS", job), found)  # fmt: skip
+            _collect(getattr(spider, name)(response, **kwargs), deadline, cap, found)
         except BaseException as exc:  # user code: whatever it raises is the URL's outcome
             error.append(exc)
 
