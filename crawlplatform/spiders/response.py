@@ -40,6 +40,7 @@ class Response:
         self._encoding: str | None = None
         self._selector: parsel.Selector | None = None
         self._soup: Any = None
+        self._base: str | None = None
 
     def __repr__(self) -> str:
         return f"<{self.status} {self.url}>"
@@ -101,14 +102,20 @@ class Response:
             self._soup = BeautifulSoup(self.text, "html.parser")
         return self._soup
 
+    @property
+    def base(self) -> str:
+        """What relative URLs resolve against: the page's ``<base href>``, else its URL."""
+        if self._base is None:
+            self._base = self.url
+            if self.body and b"<base" in self.body[:65536].lower():
+                href = self.css("base::attr(href)").get()
+                if href:
+                    self._base = urljoin(self.url, href.strip())
+        return self._base
+
     def urljoin(self, url: str) -> str:
         """``url`` made absolute against the page's base (its ``<base href>`` if it has one)."""
-        base = self.url
-        if self.body and b"<base" in self.body[:65536].lower():
-            href = self.css("base::attr(href)").get()
-            if href:
-                base = urljoin(self.url, href.strip())
-        return urljoin(base, url)
+        return urljoin(self.base, url)
 
     def follow(
         self, url: str | parsel.Selector, callback: Callback = None, **kwargs: Any

@@ -70,6 +70,8 @@ def record(request: Request, spider: Spider) -> dict:
             "callback": callback, "errback": request.errback_name, "cb_kwargs": request.cb_kwargs,
             "meta": request.meta, "cookies": request.cookies, "priority": request.priority,
             "dont_filter": request.dont_filter}  # fmt: skip
+    if not (request.cb_kwargs or request.meta or request.cookies or kept["headers"]):
+        return kept  # nothing of the user's to check: a page's links mostly
     try:
         text = json.dumps(kept, allow_nan=False)
     except (TypeError, ValueError) as exc:
@@ -234,19 +236,26 @@ def new_requests(claimed: Claim, cache: JobCache, spider: Spider,
         return []
     out: dict[str, NewRequest] = {}
     for n, request in enumerate(requests):
+        canonical = in_scope(cache, request.url)
+        if not canonical:
+            continue  # off the job's domains or patterns, as Scrapy's offsite filter drops it
+        if canonical in cache.committed and _plain_get(request):
+            continue  # already in the frontier (this process saw it committed)
         try:
             kept = record(request, spider)
         except ValueError as exc:
             raise outcomes.SpiderError(f"ValueError: {exc}"[:2000]) from None
-        canonical = in_scope(cache, request.url)
-        if not canonical:
-            continue  # off the job's domains or patterns, as Scrapy's offsite filter drops it
         unique = f"{claimed.url.pk}.{n}" if request.dont_filter else ""
         row_key = key(canonical, kept, unique)
         forbidden = job.obey_robots and robots.forbids(job, canonical)
         out.setdefault(row_key, NewRequest(row_key, None if plain(kept) else kept,
                                            ROBOTS_FORBIDDEN if forbidden else None))  # fmt: skip
     return list(out.values())
+
+
+def _plain_get(request: Request) -> bool:
+    """A request whose frontier key is its canonical URL."""
+    return request.method == "GET" and not request.body and not request.dont_filter
 
 
 def store(claimed: Claim, cache: JobCache, resp: fetching.Response) -> str:
@@ -271,7 +280,10 @@ def store(claimed: Claim, cache: JobCache, resp: fetching.Response) -> str:
     if response._selector is not None:  # the callback parsed the page: its title costs nothing
         title = (response.css("title::text").get() or "").strip()[: setting("TITLE_MAX_CHARS", job)]
     page = pages.page_row(claimed, resp, title, {})
-    return with_retries(lambda: record_spider_page(claimed, page, new, kept, spider.name))
+    state = with_retries(lambda: record_spider_page(claimed, page, new, kept, spider.name))
+    for request in new:  # in the frontier now: this process sends them no more
+        cache.committed.put(request.key)
+    return state
 
 
 def failed(claimed: Claim, cache: JobCache, outcome: outcomes.CrawlOutcome) -> str:
