@@ -83,6 +83,16 @@ def test_broken_products_end_as_schema_drop_pipeline_error_and_spider_error(inst
     assert "parse_product" in failed.error_message  # the traceback's last lines
 
 
+def test_a_callback_error_is_retried_only_when_the_request_asks(installed):
+    with Shop() as shop:
+        job = jobs.create_job([], spider="stubborn", spider_args={"base": shop.base})
+        jobs.start(job)
+        run_job(job)
+    failed = FrontierURL.objects.get(job=job, url=shop.url("/product/9"))
+    assert (failed.state, failed.error_reason, failed.attempts) == ("failed", "spider_error", 3)
+    assert shop.hits["GET /product/9"] == 3  # RETRY_MAX_ATTEMPTS of the test budgets
+
+
 def test_two_posts_with_different_bodies_are_two_requests_and_the_same_body_one(installed):
     with Shop() as shop:
         job = jobs.create_job([], spider="search", spider_args={"base": shop.base})

@@ -11,7 +11,8 @@ A request's frontier key is its fingerprint: the canonical URL for a GET without
 adds the yielding URL's id and the request's place among what it yielded, so that the same
 page run again yields the same keys. A callback that raises ends its URL as ``spider_error``
 with the exception and the last lines of its traceback; one that runs too long, as
-``spider_timeout`` (its thread is left to finish on its own: Python cannot stop it).
+``spider_timeout`` (its thread is left to finish on its own: Python cannot stop it). Neither
+is retried unless the request's ``meta`` says ``retry_on_error``.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from web.models import CrawlJob
 
 log = logging.getLogger(__name__)
 UNSAFE_RETRY = "retry_on_timeout"  # meta key: a POST (or other non-GET) is retried on a timeout
+RETRY_ON_ERROR = "retry_on_error"  # meta key: a callback that raises is tried again (fetch too)
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 
 
@@ -274,6 +276,8 @@ def store(claimed: Claim, cache: JobCache, resp: fetching.Response) -> str:
         yielded = call(spider, request.callback_name or "parse", response, request.cb_kwargs, job)
         new = new_requests(claimed, cache, spider, yielded.requests)
     except (outcomes.SpiderError, outcomes.SpiderTimeout) as failure:
+        if request.meta.get(RETRY_ON_ERROR):
+            failure.retryable = True  # the spider asks: fetched and called again, to the cap
         return record_failure(claimed, failure)
     kept = [NewItem(*pipes.process(item)) for item in yielded.items]
     title = ""

@@ -106,6 +106,25 @@ class SearchSpider(Spider):
         yield response.json()
 
 
+class StubbornSpider(Spider):
+    """Asks for its failing product to be tried again (``retry_on_error``)."""
+
+    name = "stubborn"
+
+    def start_requests(self):
+        yield Request(f"{self.base}/login", callback=self.login)
+
+    def login(self, response):
+        yield FormRequest.from_response(response, formdata={"username": "alice",
+                                                            "password": "s3cret"})  # fmt: skip
+
+    def parse(self, response):
+        yield response.follow("/product/9", callback=self.product, meta={"retry_on_error": True})
+
+    def product(self, response):
+        yield {"sku": response.css(".sku::text").get().strip()}
+
+
 class ErrbackSpider(Spider):
     """Asks for a page that is not there; its errback says what happened."""
 
