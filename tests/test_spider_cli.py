@@ -64,6 +64,7 @@ def test_spiders_lists_what_is_installed_and_what_cannot_be_loaded(worker_env):
         "search\ttests.spiders.shop.SearchSpider",
         "shop\ttests.spiders.shop.ShopSpider",
         "stubborn\ttests.spiders.shop.StubbornSpider",
+        "unkeepable\ttests.spiders.shop.UnkeepableSpider",
     ]
     assert "cannot load tests.spiders.broken: ModuleNotFoundError" in done.stderr
 

@@ -93,6 +93,18 @@ def test_a_callback_error_is_retried_only_when_the_request_asks(installed):
     assert shop.hits["GET /product/9"] == 3  # RETRY_MAX_ATTEMPTS of the test budgets
 
 
+def test_a_request_whose_meta_is_not_json_fails_the_page_that_yielded_it(installed):
+    with Shop() as shop:
+        job = jobs.create_job([], spider="unkeepable", spider_args={"base": shop.base})
+        jobs.start(job)
+        run_job(job)
+    page = FrontierURL.objects.get(job=job, url__contains="/login")
+    assert (page.state, page.error_reason) == ("failed", "spider_error")
+    assert page.error_message.startswith(f"ValueError: <GET {shop.url('/account')}>: meta, "
+                                         "cb_kwargs and cookies must be JSON")  # fmt: skip
+    assert not Item.objects.filter(job=job).exists()  # nothing of the page is kept
+
+
 def test_two_posts_with_different_bodies_are_two_requests_and_the_same_body_one(installed):
     with Shop() as shop:
         job = jobs.create_job([], spider="search", spider_args={"base": shop.base})

@@ -125,6 +125,19 @@ class StubbornSpider(Spider):
         yield {"sku": response.css(".sku::text").get().strip()}
 
 
+class UnkeepableSpider(Spider):
+    """Yields a request whose meta is not JSON: its page fails, naming the request."""
+
+    name = "unkeepable"
+
+    def start_requests(self):
+        yield Request(f"{self.base}/login")
+
+    def parse(self, response):
+        yield {"kept": "never"}
+        yield Request(f"{self.base}/account", meta={"seen": {1, 2}})
+
+
 class ErrbackSpider(Spider):
     """Asks for a page that is not there; its errback says what happened."""
 
