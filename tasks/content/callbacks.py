@@ -38,7 +38,8 @@ from tasks.defaults import setting
 from tasks.fetch import fetching, outcomes, robots
 from tasks.frontier.claims import Claim
 from tasks.frontier.db import with_retries
-from tasks.frontier.transitions import ROBOTS_FORBIDDEN, ends, record_failure
+from tasks.frontier.retries import ends
+from tasks.frontier.transitions import ROBOTS_FORBIDDEN, record_failure
 from tasks.frontier.yields import (
     NewItem,
     NewRequest,

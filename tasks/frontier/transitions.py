@@ -1,8 +1,7 @@
 """The frontier: every URL of a job, its state, and the moves between states, one function each.
 
-Reads ``LEASE_S``, ``RETRY_MAX_ATTEMPTS``, ``RETRY_TIMEOUT_ATTEMPTS``, ``RETRY_BACKOFF_BASE_S``
-and ``RETRY_BACKOFF_MAX_S``; its prepared statements go through ``db.prepared_cursor``, which
-reads ``DB_PREPARE``.
+Reads ``LEASE_S`` (the attempt cap and the backoff: ``retries.py``); its prepared statements
+go through ``db.prepared_cursor``, which reads ``DB_PREPARE``.
 
 A URL is inserted once per job (``ON CONFLICT DO NOTHING`` on the unique (job, url) index:
 dedup is exact). The scheduler *schedules* it (in a message in the broker). A worker *claims*
@@ -24,7 +23,6 @@ from __future__ import annotations
 
 import json
 import logging
-import random
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import NamedTuple
@@ -41,6 +39,7 @@ from tasks.frontier.claims import Claim, LeaseLost
 from tasks.frontier.db import in_state, prepared_cursor
 from tasks.frontier.jobconfig import job_config
 from tasks.frontier.pages import record_page_statement, save_page
+from tasks.frontier.retries import backoff_seconds, retries_left
 from tasks.rules.urls import host_of
 from tasks.worker import metrics
 from web.models import NOT_MODIFIED, CrawlJob, FrontierURL, JobState, Page, Review, URLState
@@ -334,29 +333,6 @@ def _take_redirect_target(claim: Claim, target: str) -> bool:
     return not (fetched_as_itself or taken_by_another)  # (this URL's previous run took it)
 
 
-def backoff_seconds(attempt: int, job: CrawlJob | None = None) -> float:
-    """Exponential backoff with equal jitter: half the step fixed, half random."""
-    step = min(
-        setting("RETRY_BACKOFF_MAX_S", job),
-        setting("RETRY_BACKOFF_BASE_S", job) * 2 ** (attempt - 1),
-    )
-    return step / 2 + random.uniform(0, step / 2)  # noqa: S311 (jitter, not a secret)
-
-
-def _retries_left(claim: Claim, outcome: outcomes.CrawlOutcome) -> bool:
-    if not outcome.retryable:
-        return False
-    last = setting("RETRY_MAX_ATTEMPTS", claim.job)
-    if isinstance(outcome, outcomes.Timeout):
-        last = min(last, setting("RETRY_TIMEOUT_ATTEMPTS", claim.job))
-    return claim.attempt < last
-
-
-def ends(claim: Claim, outcome: outcomes.CrawlOutcome) -> bool:
-    """Whether ``outcome`` ends the URL (failed or skipped) rather than retrying or parking it."""
-    return not _retries_left(claim, outcome) and not isinstance(outcome, outcomes.Banned)
-
-
 def record_failure(claim: Claim, outcome: outcomes.CrawlOutcome) -> str:
     """Retry later, fail or skip the URL according to the outcome's class; returns the new state."""
     claim.reason = outcome.reason
@@ -366,7 +342,7 @@ def record_failure(claim: Claim, outcome: outcomes.CrawlOutcome) -> str:
         "http_status": outcome.status,
     }
     job = claim.job
-    if _retries_left(claim, outcome):
+    if retries_left(claim, outcome):
         wait = backoff_seconds(claim.attempt, job)
         if outcome.retry_after is not None:
             wait = max(wait, min(outcome.retry_after, setting("RETRY_BACKOFF_MAX_S", job)))
