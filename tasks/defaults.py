@@ -9,7 +9,8 @@ Environment values are parsed to the default's type; per-job and live values are
 The time budgets nest, and ``tests/test_config.py`` checks that they do:
 ``FETCH_DEADLINE_S < TASK_SOFT_TIME_LIMIT_S < TASK_TIME_LIMIT_S < VISIBILITY_TIMEOUT_S``,
 ``BATCH_BUDGET_S + FETCH_DEADLINE_S < TASK_SOFT_TIME_LIMIT_S`` (a message of several URLs
-starts its last one within the budget), and ``LEASE_RENEW_S`` fits three times into
+starts its last one within the budget; with the defaults a spider's callback fits in too:
+``+ SPIDER_CALLBACK_TIMEOUT_S``), and ``LEASE_RENEW_S`` fits three times into
 ``LEASE_S``. A page that runs over its fetch deadline fails on its own; a task that hangs past
 its time limit is killed (or, in a thread, left behind: its lease is no longer renewed); a
 worker renews the leases of the pages it works on, so a lease expires ``LEASE_S`` after its
@@ -204,6 +205,16 @@ CANARY_SLOT_S = 10  # outcome counts are kept per channel in slots this long, se
 CANARY_FLUSH_S = 1.0  # a worker process adds its counts to Redis at most this often, seconds
 CANARY_ANALYSE_EVERY_S = 2.0  # the scheduler judges canaries this often, seconds
 
+# Spiders (tasks/content/spiders.py, callbacks.py, items.py; docs/spiders.md)
+SPIDER_MODULES = ""  # modules scanned for Spider subclasses, comma-separated (CRAWL_SPIDER_MODULES)
+ITEM_PIPELINES = ""  # the operator's item pipelines: dotted class paths, comma-separated, in order
+SPIDER_CALLBACK_TIMEOUT_S = 20.0  # one callback's run, all it yields included, seconds
+SPIDER_MAX_YIELDS = 50_000  # items and requests one callback may yield; more fail the URL
+SPIDER_REQUEST_MAX_BYTES = 64 << 10  # a stored request's headers, cb_kwargs and meta as JSON
+SPIDER_BODY_MAX_BYTES = 1 << 20  # a request's body, bytes
+ITEM_MAX_BYTES = 1 << 20  # one item as JSON, bytes; a bigger one is dropped as too_large
+SPIDER_TRACEBACK_LINES = 12  # last lines of a callback's traceback kept on its URL
+
 # Completion webhooks (tasks/frontier/webhooks.py)
 WEBHOOK_ATTEMPTS = 6  # calls of a job's webhook at most (a 5xx, 408, 429 or no answer: again)
 WEBHOOK_RETRY_S = 5.0  # first wait before calling again; doubles each attempt, seconds
@@ -268,6 +279,8 @@ JOB_SETTINGS: dict[str, tuple[float, float | str]] = {
     "READY_PER_JOB": (1, PLATFORM), "READY_MIN": (1, PLATFORM), "DISPATCH_BATCH": (1, PLATFORM),
     "DISPATCH_BATCH_S": (0.01, PLATFORM), "SCHEDULER_HORIZON_S": (0, PLATFORM),
     "LINK_CACHE_SIZE": (0, PLATFORM), "TLS_VERIFY": (0, 1),
+    "SPIDER_CALLBACK_TIMEOUT_S": (0.1, PLATFORM), "SPIDER_MAX_YIELDS": (1, PLATFORM),
+    "ITEM_MAX_BYTES": (2, PLATFORM),
 }  # fmt: skip
 JOB_PERMISSIONS = {"ALLOWED_NETWORKS": "web.change_crawl_network",
                    "TLS_VERIFY": "web.skip_tls_verify"}  # fmt: skip

@@ -25,7 +25,7 @@ from django.db import DatabaseError, InterfaceError, OperationalError, connectio
 from redis.exceptions import RedisError
 
 from crawlplatform import logs
-from tasks.content import pages
+from tasks.content import callbacks, pages
 from tasks.content.links import JobCache, cache_for, in_scope
 from tasks.defaults import setting
 from tasks.fetch import antibot, fetching, gates, outcomes, render, sessions
@@ -227,14 +227,17 @@ def _fetch(
     job = claimed.job
     outcome: outcomes.CrawlOutcome | None = None
     resp = None
-    conditional = None if rendering else pages.validators(claimed)
+    asked = claimed.url.request  # a spider's request: method, headers, body, cookies
+    conditional = None if rendering or asked else pages.validators(claimed)
     started = time.monotonic()
     metrics.IN_FLIGHT.inc()
     try:
         kwargs = {"conditional": conditional} if conditional else {}
+        if asked and not rendering:
+            kwargs["request"] = fetching.Asked.of(asked, session.visitor)
         get = render.fetch if rendering else fetching.fetch
         resp = get(
-            claimed.url.url,
+            asked["url"] if asked else claimed.url.url,
             user_agent=passage.who.user_agent,
             limits=fetching.limits_for(job),
             allow=guard.allowed(job),
@@ -243,7 +246,7 @@ def _fetch(
             **kwargs,
         )
     except outcomes.CrawlOutcome as exc:
-        outcome = exc
+        outcome = callbacks.no_retry_on_timeout(asked, exc)
     finally:
         metrics.IN_FLIGHT.dec()
         elapsed = time.monotonic() - started
@@ -260,6 +263,8 @@ def _record(
 ) -> str:
     """The URL's outcome if the fetch ended in one; else its page, unchanged or stored."""
     if outcome is not None:
+        if claimed.job.spider and (claimed.url.request or {}).get("errback"):
+            return callbacks.failed(claimed, cache, outcome)  # the spider's errback sees it
         state = record_failure(claimed, outcome)
         log.info("job=%s url=%s outcome=%s state=%s", claimed.job.pk, claimed.url.url,
                  outcome.reason, state)  # fmt: skip
@@ -267,4 +272,6 @@ def _record(
     if fetched.resp.status == 304 and fetched.conditional:
         return record_unchanged(claimed)  # the previous run's page stands
     metrics.FETCHED_BYTES.inc(len(fetched.resp.raw_body or fetched.resp.body))
+    if claimed.job.spider:
+        return callbacks.store(claimed, cache, fetched.resp)  # the spider's callback decides
     return pages.store(claimed, cache, fetched.resp, rendering)

@@ -176,7 +176,7 @@ def test_values_of_the_wrong_json_type_or_unstorable_text_are_a_400(alice):
         assert response.status_code == 400, (field, response.content)
         assert list(response.json()) == [field]
     assert api.post("/api/jobs/", {"name": "no seeds"}, format="json").json() == {
-        "seeds": ["This field is required."]
+        "seeds": ["give at least one start URL, or a spider"]
     }
 
 

@@ -27,6 +27,13 @@ def test_time_budgets_nest():
     assert last_start < setting("TASK_SOFT_TIME_LIMIT_S")
 
 
+def test_a_spider_page_ends_within_its_task_budget_by_default():
+    # The last URL of a message: its fetch and then its callback, before the soft limit.
+    steps = ["BATCH_BUDGET_S", "FETCH_DEADLINE_S", "SPIDER_CALLBACK_TIMEOUT_S"]
+    last_end = sum(map(setting, steps))
+    assert last_end < setting("TASK_SOFT_TIME_LIMIT_S")
+
+
 def test_the_test_budgets_nest_as_well(monkeypatch):
     from tests.budgets import FAST
 

@@ -37,13 +37,14 @@ from rest_framework.response import Response
 from rest_framework.routers import SimpleRouter
 from rest_framework.views import APIView
 
-from tasks.frontier import jobs
+from tasks.frontier import jobs, spiderjobs
 from web import access
-from web.export import Export
-from web.models import CrawlJob, FrontierURL, Page
+from web.export import Export, count_items
+from web.models import CrawlJob, FrontierURL, Item, Page
 from web.serializers import (
     DetailSerializer,
     FrontierURLSerializer,
+    ItemSerializer,
     JobSerializer,
     PageSerializer,
     StatsSerializer,
@@ -210,6 +211,8 @@ class JobViewSet(viewsets.ModelViewSet):
             "pages": Page.objects.filter(job_id=job.pk).count(),
             "outcomes": dict(outcomes),
             "stats": job.stats,
+            "items": count_items(job.pk),
+            "drops": spiderjobs.drops(job.pk),
         })  # fmt: skip
 
 
@@ -243,6 +246,30 @@ class JobExportView(APIView):
         name = f"job{job.pk}.{fmt}" + (".gz" if fmt == "warc" else "")
         response = StreamingHttpResponse(
             Export(job, fmt, filename=name).chunks(),
+            content_type=request.accepted_renderer.media_type,
+        )
+        response["Content-Disposition"] = f'attachment; filename="{name}"'
+        return response
+
+
+class JobItemsExportView(JobExportView):
+    """A spider job's items, streamed as JSON Lines or CSV (``?format=`` or ``Accept``)."""
+
+    renderer_classes = [JsonLinesRenderer, CsvRenderer]
+
+    @extend_schema(
+        summary="The job's items as JSON Lines or CSV",
+        description="Streamed as the crawl stands now: the items its pipelines kept, in the "
+        "order they were stored (`manage.py export JOB --items`'s bytes).",
+        responses={(200, JsonLinesRenderer.media_type): OpenApiTypes.STR,
+                   (200, CsvRenderer.media_type): OpenApiTypes.STR},
+    )  # fmt: skip
+    def get(self, request: Request, job_id: int) -> StreamingHttpResponse:
+        job = get_object_or_404(access.jobs(request.user), pk=job_id)
+        fmt = request.accepted_renderer.format
+        name = f"job{job.pk}-items.{fmt}"
+        response = StreamingHttpResponse(
+            Export(job, fmt, filename=name, items=True).chunks(),
             content_type=request.accepted_renderer.media_type,
         )
         response["Content-Disposition"] = f'attachment; filename="{name}"'
@@ -291,6 +318,16 @@ class APIRootView(APIView):
         })  # fmt: skip
 
 
+class JobItemsView(_JobRows):
+    """The items a spider job kept (``?dropped=REASON``: those dropped for it)."""
+
+    queryset = Item.objects.select_related("url")
+    serializer_class = ItemSerializer
+
+    def get_queryset(self) -> QuerySet:
+        return super().get_queryset().filter(dropped=self.request.query_params.get("dropped", ""))
+
+
 router = SimpleRouter(use_regex_path=False)
 router.register("jobs", JobViewSet, basename="job")
 urlpatterns = [
@@ -299,6 +336,8 @@ urlpatterns = [
     path("jobs/<int:job_id>/pages/", JobPagesView.as_view(), name="job-pages"),
     path("jobs/<int:job_id>/urls/", JobURLsView.as_view(), name="job-urls"),
     path("jobs/<int:job_id>/export/", JobExportView.as_view(), name="job-export"),
+    path("jobs/<int:job_id>/items/", JobItemsView.as_view(), name="job-items"),
+    path("jobs/<int:job_id>/items/export/", JobItemsExportView.as_view(), name="job-items-export"),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
 ]

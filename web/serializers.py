@@ -20,7 +20,7 @@ from rest_framework.validators import ProhibitSurrogateCharactersValidator
 
 from tasks.frontier import jobs
 from web import specs
-from web.models import CrawlJob, FrontierURL, Page
+from web.models import CrawlJob, FrontierURL, Item, Page
 
 _TEXT_CHECKS = (ProhibitNullCharactersValidator(), ProhibitSurrogateCharactersValidator())
 
@@ -82,7 +82,7 @@ class JobSerializer(serializers.ModelSerializer):
         model = CrawlJob
         fields = ["id", "owner", *CONFIG, *PROGRESS]
         read_only_fields = PROGRESS
-        extra_kwargs = {"name": {"required": False}, "seeds": {"required": True}}
+        extra_kwargs = {"name": {"required": False}, "seeds": {"required": False}}
 
     def build_standard_field(self, field_name: str, model_field: models.Field) -> tuple:
         field_class, kwargs = super().build_standard_field(field_name, model_field)
@@ -98,7 +98,7 @@ class JobSerializer(serializers.ModelSerializer):
         return field_class, kwargs
 
     def create(self, validated_data: dict) -> CrawlJob:
-        seeds = validated_data.pop("seeds")
+        seeds = validated_data.pop("seeds", [])  # a spider job may have none
         owner = self.context["request"].user
         try:
             return jobs.create_job(seeds, owner=owner, **validated_data)
@@ -147,6 +147,20 @@ class FrontierURLSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+class ItemSerializer(serializers.ModelSerializer):
+    """An item a spider yielded, as its pipelines left it."""
+
+    url = serializers.CharField(
+        source="url.url", read_only=True, default=None,
+        help_text="The URL whose page yielded it (null: yielded by the spider's start).",
+    )  # fmt: skip
+
+    class Meta:
+        model = Item
+        fields = ["id", "url", "spider", "data", "dropped", "run", "created"]
+        read_only_fields = fields
+
+
 class StatsSerializer(serializers.Serializer):
     """Where a job stands now."""
 
@@ -160,6 +174,10 @@ class StatsSerializer(serializers.Serializer):
         child=serializers.IntegerField(), help_text="URLs by outcome code (error_reason)."
     )
     stats = serializers.DictField(help_text="Counters at the last finish.")
+    items = serializers.IntegerField(help_text="Items a spider yielded and its pipelines kept.")
+    drops = serializers.DictField(
+        child=serializers.IntegerField(), help_text="Items dropped, by reason."
+    )
 
 
 class DetailSerializer(serializers.Serializer):

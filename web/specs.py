@@ -18,7 +18,8 @@
 A spec is checked twice, with the same messages wherever a job comes from: against the JSON
 Schema below (shapes and types; ``schema()`` is published as ``docs/job-spec.schema.json``),
 then by the job's own validation (``CrawlJob.problems``: regexes, selectors, seeds, proxies,
-schedules). Every error names the spec's path and, for YAML, its line.
+schedules). Every error names the spec's path and, for YAML, its line. A spider job names its
+spider (``spec.spider``, with ``spec.spider_args``) and may have no seeds.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import yaml
 
 from tasks.frontier import jobs
 from web.models import CrawlJob
+from web.models.jobs import MAX_DEPTH_LIMIT
 
 API_VERSION = "crawlplatform/v1"
 KIND = "CrawlJob"
@@ -38,6 +40,8 @@ KIND = "CrawlJob"
 # spec path -> the job's field. Sections group what belongs together; the order is the dump's.
 FIELDS: dict[str, str] = {
     "seeds": "seeds",
+    "spider": "spider",
+    "spider_args": "spider_args",
     "scope.allowed_domains": "allowed_domains",
     "scope.include_subdomains": "include_subdomains",
     "scope.include_patterns": "include_patterns",
@@ -80,7 +84,9 @@ _RULE = {
     },
 }
 _TYPES: dict[str, dict] = {
-    "seeds": {**_STRINGS, "minItems": 1},
+    "seeds": _STRINGS,
+    "spider": {"type": "string", "maxLength": 200},
+    "spider_args": {"type": "object", "additionalProperties": {"type": "string"}},
     "allowed_domains": _STRINGS,
     "include_subdomains": {"type": "boolean"},
     "include_patterns": _STRINGS,
@@ -147,7 +153,7 @@ def schema() -> dict[str, Any]:
             },
             "spec": {
                 "type": "object",
-                "required": ["seeds"],
+                "anyOf": [{"required": ["seeds"]}, {"required": ["spider"]}],
                 "additionalProperties": False,
                 "properties": {**top, **sections},
             },
@@ -251,7 +257,10 @@ def apply(text: str, source: str = "spec", owner: Any = None) -> Applied:
     SpecError with every problem otherwise."""
     document, lines = parse(text, source)
     name = document["metadata"]["name"]
-    wanted = {**_defaults(), **_fields(document["spec"])}
+    given = _fields(document["spec"])
+    wanted = {**_defaults(), **given}
+    if given.get("spider") and "max_depth" not in given:  # a spider's requests: no depth limit
+        wanted["max_depth"] = MAX_DEPTH_LIMIT
     if owner is not None:
         wanted["owner"] = owner
     found = list(CrawlJob.objects.filter(name=name)[:2])

@@ -125,7 +125,7 @@ def _commit(
     redirect_target = None
     if resp.final_url != claimed.url.url:
         redirect_target = in_scope(cache, resp.final_url) or None
-    page = _page(claimed, resp, parsed, data)
+    page = page_row(claimed, resp, parsed.title if parsed is not None else "", data)
     state = with_retries(
         lambda: record_page(claimed, page, links, found.note, redirect_target, forbidden=forbidden)
     )
@@ -133,9 +133,7 @@ def _commit(
     return state
 
 
-def _page(
-    claimed: Claim, resp: fetching.Response, parsed: parsing.Parsed | None, data: dict
-) -> Page:
+def page_row(claimed: Claim, resp: fetching.Response, title: str, data: dict) -> Page:
     """The page's row, its raw body kept first."""
     job = claimed.job
     now = datetime.now(UTC)
@@ -145,7 +143,7 @@ def _page(
         final_url=resp.final_url[:2048],
         status=resp.status,
         content_type=resp.content_type[:200],
-        title=parsed.title if parsed is not None else "",
+        title=title,
         size=len(resp.body),
         truncated=resp.truncated,
         elapsed_ms=int(resp.elapsed * 1000),

@@ -13,6 +13,7 @@ headers are bounded by http.client (100 headers, 64 KiB a line: ``headers_too_la
 
 from __future__ import annotations
 
+import base64
 import email.utils
 import time
 import zlib
@@ -256,6 +257,30 @@ def _evidence(failure: outcomes.CrawlOutcome, resp: requests.Response, limits: F
     return failure
 
 
+@dataclass(frozen=True)
+class Asked:
+    """What a spider's request asks beyond a GET: its method, body and headers (its cookies
+    join the visitor's jar for this request)."""
+
+    method: str = "GET"
+    body: bytes = b""
+    headers: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def of(cls, kept: dict, visitor: Visitor) -> Asked:
+        """From a stored request (``tasks/content/callbacks.py``), its cookies put in the
+        visitor's jar."""
+        for name, value in (kept.get("cookies") or {}).items():
+            visitor.cookies.set(name, str(value))
+        body = base64.b64decode(kept.get("body") or "")
+        return cls(kept.get("method", "GET"), body, tuple(map(tuple, kept.get("headers") or ())))
+
+
+# A 301, 302 or 303 to a request other than GET or HEAD is followed with a GET without body,
+# as browsers and Scrapy do; 307 and 308 repeat the request.
+_BECOMES_GET = (301, 302, 303)
+
+
 def fetch(
     url: str,
     *,
@@ -265,8 +290,10 @@ def fetch(
     in_scope: Callable[[str], bool] = lambda u: True,
     visitor: Visitor | None = None,
     conditional: dict[str, str] | None = None,
+    request: Asked | None = None,
 ) -> Response:
-    """GET ``url`` and return the response; raise a :mod:`tasks.fetch.outcomes` type on failure.
+    """GET ``url`` (or make a spider's ``request``) and return the response; raise a
+    :mod:`tasks.fetch.outcomes` type on failure.
 
     ``allow``: networks that may be connected to besides public addresses (the guard).
     ``visitor``: proxy, extra headers and cookies (none by default). ``conditional``:
@@ -279,8 +306,11 @@ def fetch(
     started = time.monotonic()
     headers = CaseInsensitiveDict(_SESSION_HEADERS)
     headers.update(visitor.headers)
+    asked = request or Asked()
+    headers.update(dict(asked.headers))  # a spider's headers, its identity's user agent kept
     headers.update({"User-Agent": user_agent, "Accept-Encoding": "gzip, deflate"})
     headers.update(conditional or {})
+    method, body = asked.method, asked.body or None
     proxies = {"http": visitor.proxy, "https": visitor.proxy} if visitor.proxy else {}
     current = url
     seen = {url}
@@ -294,9 +324,10 @@ def fetch(
         try:
             if proxies:
                 check_target(current, allow)
-            request = requests.PreparedRequest()
-            request.prepare(method="GET", url=current, headers=headers, cookies=visitor.cookies)
-            resp = s.send(request, timeout=timeout, allow_redirects=False, stream=True,
+            prepared = requests.PreparedRequest()
+            prepared.prepare(method=method, url=current, headers=headers, data=body,
+                             cookies=visitor.cookies)  # fmt: skip
+            resp = s.send(prepared, timeout=timeout, allow_redirects=False, stream=True,
                           proxies=proxies, verify=limits.verify, cert=None)  # fmt: skip
         except requests.RequestException as exc:
             failure = outcomes.from_requests(exc)
@@ -327,6 +358,10 @@ def fetch(
                 seen.add(target)
                 redirects.append(target)
                 current = target
+                if resp.status_code in _BECOMES_GET and method not in ("GET", "HEAD"):
+                    method, body = "GET", None
+                    for name in ("Content-Type", "Content-Length"):
+                        headers.pop(name, None)
                 continue
             failure = outcomes.from_status(
                 resp.status_code, parse_retry_after(resp.headers.get("retry-after"))

@@ -18,7 +18,8 @@
     │   ├── ProxyFailed           proxy_error         (the job's proxy, not the site: its health)
     │   ├── TaskTimeout           task_timeout        (the page ran past the task's time limit)
     │   ├── DatabaseUnavailable   database_error      (the page could not be committed)
-    │   └── InternalError         internal_error      (an unexpected exception; see the worker log)
+    │   ├── InternalError         internal_error      (an unexpected exception; see the worker log)
+    │   └── SpiderUnavailable     spider_unavailable  (this worker cannot load the job's spider)
     ├── Permanent                 the URL fails with its reason
     │   ├── ClientError           http_4xx
     │   ├── TLSError              tls                 host-level
@@ -31,7 +32,9 @@
     │   ├── HeadersTooLarge       headers_too_large   (more than 100 headers, or a 64 KiB line)
     │   ├── ParseError            parse_error
     │   ├── StoreRefused          store_error         (the database refused the page's values)
-    │   └── AttemptsExhausted     attempts_exhausted  (claimed after its last attempt)
+    │   ├── AttemptsExhausted     attempts_exhausted  (claimed after its last attempt)
+    │   ├── SpiderError           spider_error        (the spider's callback raised; traceback kept)
+    │   └── SpiderTimeout         spider_timeout      (the callback ran past its time limit)
     └── Skip                      the URL is skipped, never fetched (or not followed)
         ├── OutOfScope            out_of_scope        (a redirect left the job's scope)
         ├── RobotsDisallowed      robots
@@ -189,8 +192,20 @@ class InternalError(Retryable):
     reason = "internal_error"
 
 
+class SpiderUnavailable(Retryable):
+    reason = "spider_unavailable"
+
+
 class Permanent(CrawlOutcome):
     pass
+
+
+class SpiderError(Permanent):
+    reason = "spider_error"
+
+
+class SpiderTimeout(Permanent):
+    reason = "spider_timeout"
 
 
 class ClientError(Permanent):

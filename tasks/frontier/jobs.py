@@ -23,9 +23,10 @@ from tasks import live
 from tasks.content import bodies
 from tasks.defaults import setting
 from tasks.fetch import sessions
-from tasks.frontier import channels, requeue, schedules, transitions, wakeup, webhooks
+from tasks.frontier import channels, requeue, schedules, spiderjobs, transitions, wakeup, webhooks
 from tasks.rules.urls import canonicalize
 from web.models import Checkpoint, CrawlJob, FrontierURL, JobState, Page, Review, URLState
+from web.models.jobs import MAX_DEPTH_LIMIT
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,8 @@ def canonical_seeds(seeds: Any) -> Any:
 def create_job(seeds: list[str], **fields: Any) -> CrawlJob:
     """Validate and save a draft job; raises JobError naming each field that is wrong."""
     canonical = canonical_seeds(seeds)
+    if fields.get("spider"):  # a spider's requests go as deep as it asks, as Scrapy's do
+        fields.setdefault("max_depth", MAX_DEPTH_LIMIT)
     first = canonical[0] if isinstance(canonical, list) and canonical else ""
     fields.setdefault("name", (first if isinstance(first, str) else "") or "crawl")
     job = CrawlJob(seeds=canonical, **fields)
@@ -115,14 +118,26 @@ def update(job: CrawlJob, **fields: Any) -> list[str]:
 
 
 def start(job: CrawlJob) -> bool:
-    """Draft -> running, with the seeds in the frontier at depth 0."""
+    """Draft -> running, with the seeds in the frontier at depth 0 (and a spider's start
+    requests: a spider that cannot start fails the job with the reason)."""
+    problem, begun = "", None
+    if job.spider:
+        try:
+            begun = spiderjobs.plan(job)
+        except spiderjobs.SpiderProblem as exc:
+            problem = str(exc)
     with transaction.atomic():
         if not job.transition(JobState.RUNNING):
             return False
+        if begun is not None:
+            spiderjobs.begin(job, begun)
         transitions.insert_urls(job.pk, job.seeds, depth=0)
         if job.use_sitemaps:
             roots = {canonicalize(urljoin(seed, "/sitemap.xml")) for seed in job.seeds}
             transitions.insert_urls(job.pk, sorted(roots - set(job.seeds) - {None}), depth=0)
+    if problem:
+        fail(job, problem)
+        return True
     wakeup.nudge()
     return True
 
@@ -240,6 +255,8 @@ def finished(job: CrawlJob) -> None:
     checkpoint; then its webhook is called."""
     stats = {"run": job.run, "pages": job.pages.count(), **changes(job),
              "frontier": counts(job.pk)}  # fmt: skip
+    if job.spider:
+        stats.update(spiderjobs.ended(job))
     CrawlJob.objects.filter(pk=job.pk).update(stats=stats)
     job.stats = stats
     checkpoint(job, "finish")

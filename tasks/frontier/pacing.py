@@ -129,6 +129,7 @@ class Pacing:
             return False
         self.noted[what] = now
         return True
+        self.spiders_read: tuple[float, frozenset[str]] = (-setting("SLOTS_CACHE_S"), frozenset())
 
     def next_due(self, job: CrawlJob) -> float | None:
         """Seconds until the job's next waiting URL is due (None: none waits)."""
@@ -199,6 +200,20 @@ class Pacing:
             ]
             self.slots_read[:] = [now, sum(int(w["slots"]) for w in crawling), count]
         return int(self.slots_read[1])
+
+    def spiders(self) -> frozenset[str]:
+        """The spiders some online crawl worker has installed (their registry), read as often
+        as the slots: a spider job is released only while one of them has its spider."""
+        now = time.monotonic()
+        when, names = self.spiders_read
+        if now - when >= setting("SLOTS_CACHE_S" if names else "NO_SLOTS_CACHE_S"):
+            wall = time.time()
+            names = frozenset(
+                name for w in registry.workers() if registry.online(w, wall)
+                for name in str(w.get("spiders", "")).split(",") if name
+            )  # fmt: skip
+            self.spiders_read = (now, names)
+        return names
 
     def pace_per_slot(self, job: CrawlJob) -> tuple[int, float]:
         """URLs per message for the job now, and the seconds one URL takes in a worker slot.

@@ -196,13 +196,17 @@ def release(job: CrawlJob, pacing: Pacing, epoch: int | None = None) -> tuple[in
     calling scheduler's memory of its passes; ``epoch`` its fencing epoch (None: unfenced).
     Returns how many, and in how many seconds the job may have more to release (None: not
     before new work). A job pinned to a channel that no online worker consumes releases
-    nothing: its URLs wait in the frontier until the channel's workers are back.
+    nothing: its URLs wait in the frontier until the channel's workers are back, and a spider
+    job is released only while an online worker has its spider installed (the workers'
+    registry).
     """
     if job.channel and job.channel not in channels.served():
         if pacing.note(f"unserved {job.pk}"):
             log.warning("job=%s: pinned to channel %s, which no online worker consumes: its URLs "
                         "wait in the frontier", job.pk, job.channel)  # fmt: skip
         return 0, setting("CHANNEL_SERVED_CACHE_S")
+    if job.spider and job.spider not in pacing.spiders():
+        return 0, setting("NO_SLOTS_CACHE_S")  # no online worker has its spider: it waits
     outstanding = transitions.count_scheduled(job.pk)
     now, horizon = time.monotonic(), setting("SCHEDULER_HORIZON_S", job)
     size, per_url = pacing.pace_per_slot(job)

@@ -1,8 +1,7 @@
 """The frontier: every URL of a job, its state, and the moves between states, one function each.
 
-Reads ``LEASE_S``, ``RETRY_MAX_ATTEMPTS``, ``RETRY_TIMEOUT_ATTEMPTS``, ``RETRY_BACKOFF_BASE_S``
-and ``RETRY_BACKOFF_MAX_S``; its prepared statements go through ``db.prepared_cursor``, which
-reads ``DB_PREPARE``.
+Reads ``LEASE_S`` (the attempt cap and the backoff: ``retries.py``); its prepared statements
+go through ``db.prepared_cursor``, which reads ``DB_PREPARE``.
 
 A URL is inserted once per job (``ON CONFLICT DO NOTHING`` on the unique (job, url) index:
 dedup is exact). The scheduler *schedules* it (in a message in the broker). A worker *claims*
@@ -22,8 +21,8 @@ it, a swept lease on the last attempt fails it.
 
 from __future__ import annotations
 
+import json
 import logging
-import random
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import NamedTuple
@@ -40,6 +39,7 @@ from tasks.frontier.claims import Claim, LeaseLost
 from tasks.frontier.db import in_state, prepared_cursor
 from tasks.frontier.jobconfig import job_config
 from tasks.frontier.pages import record_page_statement, save_page
+from tasks.frontier.retries import backoff_seconds, retries_left
 from tasks.rules.urls import host_of
 from tasks.worker import metrics
 from web.models import NOT_MODIFIED, CrawlJob, FrontierURL, JobState, Page, Review, URLState
@@ -131,7 +131,7 @@ WHERE id IN ({ids})
            ELSE false END
   AND EXISTS (SELECT 1 FROM {job} WHERE id = %s AND state = %s)
 RETURNING id, url, depth, attempts, scheduled_at, error_reason, error_message,
-          (SELECT run FROM {job} WHERE id = %s), banned_since
+          (SELECT run FROM {job} WHERE id = %s), banned_since, request
 """
 
 
@@ -147,6 +147,7 @@ class _Claimed(NamedTuple):
     error_message: str | None
     run: int  # the job's run
     banned_since: datetime | str | None  # its current run of refusals began then
+    request: dict | str | None  # a spider's request (SQLite returns text)
 
 
 def _aware(value: datetime | str | None) -> datetime | None:
@@ -197,9 +198,10 @@ def claim_many(url_ids: list[int], job_id: int) -> list[Claim]:
         scheduled_at = _aware(row.scheduled_at)
         if scheduled_at is not None:
             metrics.DISPATCH_SECONDS.observe(max(0.0, (now - scheduled_at).total_seconds()))
+        request = json.loads(row.request) if isinstance(row.request, str) else row.request
         leased = FrontierURL(
             id=url_id, job_id=job_id, url=row.url, depth=row.depth, attempts=row.attempts,
-            state=URLState.LEASED,
+            state=URLState.LEASED, request=request,
         )  # fmt: skip
         claims.append(Claim(url=leased, job=job, attempt=row.attempts,
                             previous_reason=row.error_reason or "",
@@ -339,24 +341,6 @@ def _take_redirect_target(claim: Claim, target: str) -> bool:
     return not (fetched_as_itself or taken_by_another)  # (this URL's previous run took it)
 
 
-def backoff_seconds(attempt: int, job: CrawlJob | None = None) -> float:
-    """Exponential backoff with equal jitter: half the step fixed, half random."""
-    step = min(
-        setting("RETRY_BACKOFF_MAX_S", job),
-        setting("RETRY_BACKOFF_BASE_S", job) * 2 ** (attempt - 1),
-    )
-    return step / 2 + random.uniform(0, step / 2)  # noqa: S311 (jitter, not a secret)
-
-
-def _retries_left(claim: Claim, outcome: outcomes.CrawlOutcome) -> bool:
-    if not outcome.retryable:
-        return False
-    last = setting("RETRY_MAX_ATTEMPTS", claim.job)
-    if isinstance(outcome, outcomes.Timeout):
-        last = min(last, setting("RETRY_TIMEOUT_ATTEMPTS", claim.job))
-    return claim.attempt < last
-
-
 def record_failure(claim: Claim, outcome: outcomes.CrawlOutcome) -> str:
     """Retry later, fail or skip the URL according to the outcome's class; returns the new state."""
     claim.reason = outcome.reason
@@ -368,7 +352,7 @@ def record_failure(claim: Claim, outcome: outcomes.CrawlOutcome) -> str:
     if not isinstance(outcome, outcomes.Banned):
         fields["banned_since"] = None  # the site answered: a run of refusals has ended
     job = claim.job
-    if _retries_left(claim, outcome):
+    if retries_left(claim, outcome):
         wait = backoff_seconds(claim.attempt, job)
         if outcome.retry_after is not None:
             wait = max(wait, min(outcome.retry_after, setting("RETRY_BACKOFF_MAX_S", job)))

@@ -12,7 +12,8 @@ heartbeat and last-task ages, so a worker that stops consuming while work waits 
 The same hash is the registry of workers (``tasks/worker/registry.py``, read by ``/metrics``,
 the dashboard and the scheduler): each heartbeat also writes the worker's version, its
 channel, the queues it consumes, its slots (pages it works on at once: what the scheduler sizes
-messages by), pid and start time, in the same round trip, so a registry that Redis lost comes
+messages by), the spiders it has installed (a spider job is released only while a worker has
+its spider), pid and start time, in the same round trip, so a registry that Redis lost comes
 back with the next heartbeat. A worker that stops consuming (warm shutdown) removes itself;
 one that dies leaves a hash that expires after ``4 x HEARTBEAT_STALE_S``.
 
@@ -57,12 +58,14 @@ class Heartbeat(bootsteps.StartStopStep):
 
     def start(self, consumer) -> None:
         self.key = registry.PREFIX + consumer.hostname
+        from tasks.content import spiders
         from tasks.frontier import channels
 
         queues = sorted(queue.name for queue in consumer.task_consumer.queues)
         slots = getattr(getattr(consumer, "controller", None), "concurrency", 0) or 0
         self.identity.update(version=channels.version(), channel=channels.mine(),
-                             queues=",".join(queues), slots=slots, pid=os.getpid())  # fmt: skip
+                             queues=",".join(queues), slots=slots, pid=os.getpid(),
+                             spiders=",".join(spiders.names()))  # fmt: skip
         logs.bind_process(worker=consumer.hostname, channel=channels.mine(),
                           version=channels.version())  # fmt: skip
         self.beat()

@@ -1,7 +1,8 @@
 """The registry of workers: each worker's heartbeat (``tasks/worker/heartbeat.py``) writes a
-hash ``crawl:worker:HOSTNAME`` to Redis with its version, channel, queues, slots, pid, start
-time, heartbeat and last task; ``/metrics``, the dashboard, the channel command and the
-scheduler (which sizes messages by the workers' slots) read it here.
+hash ``crawl:worker:HOSTNAME`` to Redis with its version, channel, queues, slots, the spiders
+it has installed, pid, start time, heartbeat and last task; ``/metrics``, the dashboard, the
+channel command and the scheduler (which sizes messages by the workers' slots and releases a
+spider job only while a worker has its spider) read it here.
 
 Reads ``HEARTBEAT_STALE_S``.
 """
@@ -22,8 +23,8 @@ def online(worker: dict, now: float) -> bool:
 
 def workers() -> list[dict[str, str | int | float]]:
     """Workers in the registry, by name: ``name``, ``version``, ``channel``, ``queues``,
-    ``slots``, ``pid``, ``started``, ``heartbeat`` and ``last_task`` (Unix times; 0: no task
-    yet)."""
+    ``slots``, ``spiders`` (comma-separated names), ``pid``, ``started``, ``heartbeat`` and
+    ``last_task`` (Unix times; 0: no task yet)."""
     redis = client()
     keys = sorted(redis.scan_iter(match=PREFIX + "*", count=500))
     pipe = redis.pipeline(transaction=False)
@@ -39,6 +40,7 @@ def workers() -> list[dict[str, str | int | float]]:
             "version": text.get("version", ""),
             "channel": text.get("channel", ""),
             "queues": text.get("queues", ""),
+            "spiders": text.get("spiders", ""),
             "slots": int(text.get("slots") or 0),
             "pid": int(text.get("pid") or 0),
             **{f: float(text.get(f) or 0) for f in ("started", "heartbeat", "last_task")},

@@ -1,18 +1,19 @@
-"""The frontier's admin: URLs (read-only, requeued by action) and pages to inspect (stored
-bodies, extraction rules tried on them)."""
+"""The frontier's admin: URLs (read-only, requeued by action), pages to inspect (stored
+bodies, extraction rules tried on them, the items a spider yielded for them) and items."""
 
 from __future__ import annotations
 
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
 from tasks.content import bodies, extraction
 from tasks.frontier import review
 from tasks.rules import selectors
 from web.admin.ownership import JobFilter, OwnJobs
-from web.models import FrontierURL, Page
+from web.models import FrontierURL, Item, Page
 
 _PREVIEW_BYTES = 20_000
 
@@ -61,7 +62,7 @@ class PageAdmin(OwnJobs, admin.ModelAdmin):
     search_fields = ["final_url", "title"]
     list_select_related = ["job"]
     raw_id_fields = ["job", "url"]
-    readonly_fields = [f.name for f in Page._meta.fields] + ["body", "extraction_now"]
+    readonly_fields = [f.name for f in Page._meta.fields] + ["body", "extraction_now", "items"]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # pages are what a crawl fetched, nothing else
@@ -79,6 +80,12 @@ class PageAdmin(OwnJobs, admin.ModelAdmin):
             return f"cannot read the stored body: {type(exc).__name__}: {exc}"
         return format_html("<pre style='white-space:pre-wrap'>{}</pre>", text[:_PREVIEW_BYTES])
 
+    @admin.display(description="items")
+    def items(self, page: Page) -> str:
+        n = Item.objects.filter(url_id=page.url_id).count()
+        return format_html('<a href="{}?url__id__exact={}">{} items</a>',
+                           reverse("admin:web_item_changelist"), page.url_id, n)  # fmt: skip
+
     @admin.display(description="the job's extraction rules, tried now on the stored body")
     def extraction_now(self, page: Page) -> str:
         if not page.job.extract:
@@ -91,3 +98,42 @@ class PageAdmin(OwnJobs, admin.ModelAdmin):
         except Exception as exc:  # noqa: BLE001
             return f"cannot apply the rules: {type(exc).__name__}: {exc}"
         return format_html_join("", "<div><b>{}</b>: {}</div>", sorted(found.items()))
+
+
+class DroppedFilter(admin.SimpleListFilter):
+    title = "kept or dropped"
+    parameter_name = "kept"
+
+    def lookups(self, request: HttpRequest, model_admin) -> list[tuple[str, str]]:
+        return [("yes", "kept"), ("no", "dropped")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        if self.value() == "yes":
+            return queryset.filter(dropped="")
+        if self.value() == "no":
+            return queryset.exclude(dropped="")
+        return queryset
+
+
+@admin.register(Item)
+class ItemAdmin(OwnJobs, admin.ModelAdmin):
+    """What spiders yielded: a job's items (``?job__id__exact=``), a page's
+    (``?url__id__exact=``), kept or dropped with the reason."""
+
+    list_display = ["id", "job", "spider", "short", "dropped", "run", "created"]
+    list_filter = [DroppedFilter, "spider", JobFilter]
+    list_select_related = ["job"]
+    raw_id_fields = ["job", "url"]
+    readonly_fields = [f.name for f in Item._meta.fields]
+    show_full_result_count = False  # a job may have millions: no second count
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # items are what spiders yielded, nothing else
+
+    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False
+
+    @admin.display(description="data")
+    def short(self, item: Item) -> str:
+        text = ", ".join(f"{k}={v!r}" for k, v in list(item.data.items())[:6])
+        return text[:200]

@@ -12,15 +12,17 @@ from django import forms
 from django.contrib import admin, messages
 from django.db.models import Count, Max, QuerySet
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from redis.exceptions import RedisError
 
+from tasks.content import spiders
 from tasks.fetch import ladder, proxies
-from tasks.frontier import jobs, schedules
+from tasks.frontier import jobs, schedules, spiderjobs
 from web import access, export, specs
 from web.admin.ownership import OwnJobs
-from web.models import Checkpoint, CrawlJob, FrontierURL, Page
+from web.models import Checkpoint, CrawlJob, FrontierURL, Item, Page
 
 _CONTENT_TYPES = {"jsonl": "application/jsonl", "csv": "text/csv", "warc": "application/gzip"}
 
@@ -119,6 +121,18 @@ class CrawlJobForm(forms.ModelForm):
         fields = "__all__"
         field_classes = {**dict.fromkeys(_LINES, LinesField), "headers": HeadersField}
 
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if "spider" in self.fields:  # the installed spiders to choose from
+            names = spiders.names()
+            current = self.instance.spider if self.instance else ""
+            choices = [("", "none: a crawl by configuration"), *((n, n) for n in names)]
+            if current and current not in names:
+                choices.append((current, f"{current} (not installed here)"))
+            self.fields["spider"] = forms.ChoiceField(
+                choices=choices, required=False, help_text=self.fields["spider"].help_text
+            )
+
     def clean_seeds(self) -> list[str]:
         return jobs.canonical_seeds(self.cleaned_data["seeds"])
 
@@ -197,7 +211,7 @@ class CrawlJobAdmin(OwnJobs, admin.ModelAdmin):
     list_select_related = ["owner"]
     readonly_fields = ["state", "run", "released", "stats", "created_at", "started_at",
                        "finished_at", "error", "anti_bot", "webhook_secret",
-                       "webhook_status"]  # fmt: skip
+                       "webhook_status", "items"]  # fmt: skip
     fieldsets = [
         (None, {"fields": ["name", "owner", "seeds", "state"]}),
         ("Scope", {"fields": ["allowed_domains", "include_subdomains", "include_patterns",
@@ -209,6 +223,7 @@ class CrawlJobAdmin(OwnJobs, admin.ModelAdmin):
         ("Identities and anti-bot", {"fields": ["user_agents", "proxies", "headers",
                                                 "warmup_path", "render", "anti_bot"]}),
         ("Content", {"fields": ["store_bodies", "extract", "schedule"]}),
+        ("Spider", {"fields": ["spider", "spider_args", "items"]}),
         ("Notifications", {"fields": ["webhook_url", "webhook_secret", "webhook_status"]}),
         ("Advanced", {"fields": ["settings"], "classes": ["collapse"]}),
         ("Progress", {"fields": ["run", "released", "stats", "error", "created_at",
@@ -252,6 +267,19 @@ class CrawlJobAdmin(OwnJobs, admin.ModelAdmin):
     @admin.display(description="progress")
     def progress(self, job: CrawlJob) -> str:
         return _progress(getattr(job, "url_counts", None) or jobs.counts(job.pk))
+
+    @admin.display(description="items")
+    def items(self, job: CrawlJob) -> str:
+        if not job.pk or not job.spider:
+            return "-"
+        kept = Item.objects.filter(job_id=job.pk, dropped="").count()
+        drops = spiderjobs.drops(job.pk)
+        where = reverse("admin:web_item_changelist")
+        link = format_html('<a href="{}?job__id__exact={}">{} items</a>', where, job.pk, kept)
+        if not drops:
+            return link
+        return format_html("{}; dropped: {}", link,
+                           ", ".join(f"{n} {why}" for why, n in sorted(drops.items())))  # fmt: skip
 
     @admin.display(description="pages/s")
     def rate(self, job: CrawlJob) -> str:

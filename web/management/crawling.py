@@ -39,6 +39,8 @@ T = TypeVar("T")
 # The job fields as the command line names them, for error messages.
 OPTION_OF = {
     "seeds": "SEED",
+    "spider": "--spider",
+    "spider_args": "-a",
     "allowed_domains": "--allow-domain",
     "include_patterns": "--include",
     "exclude_patterns": "--exclude",
@@ -67,6 +69,17 @@ def parse_headers(given: list[str]) -> dict[str, str]:
             raise CommandError(f'--header: {item!r} is not "Name: value"')
         headers[name.strip()] = value.strip()
     return headers
+
+
+def parse_spider_args(given: list[str]) -> dict[str, str]:
+    """The spider's arguments from ``-a NAME=VALUE`` options (Scrapy's)."""
+    args = {}
+    for item in given:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise CommandError(f"-a: {item!r} is not NAME=VALUE")
+        args[name.strip()] = value
+    return args
 
 
 def parse_rules(given: list[str], pattern: str) -> list[dict]:
@@ -297,6 +310,11 @@ def summary(
             f"run {job.run}: {change['new']} new, {change['changed']} changed, "
             f"{change['unchanged']} unchanged, {change['gone']} gone"
         )
+    if job.spider and job.stats:
+        drops = ", ".join(f"{n} {why}" for why, n in sorted(job.stats.get("drops", {}).items()))
+        kept = f"{job.stats.get('items', 0)} items"
+        stdout.write(kept + (f"; dropped: {drops}" if drops else ""))
     if output is not None:
-        written = export.save(job, export.format_of(str(output)), str(output))
-        stdout.write(f"wrote {written.rows} rows to {output}")
+        spider = bool(job.spider)  # a spider job's --output is its items, as Scrapy's -O
+        written = export.save(job, export.format_of(str(output)), str(output), items=spider)
+        stdout.write(f"wrote {written.rows} {'items' if spider else 'rows'} to {output}")

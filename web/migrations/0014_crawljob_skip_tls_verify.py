@@ -4,7 +4,7 @@ from django.db import migrations
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('web', '0012_crawljob_permissions'),
+        ('web', '0013_spiders_items'),
     ]
 
     operations = [

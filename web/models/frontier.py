@@ -70,6 +70,12 @@ class FrontierURL(models.Model):
     discovered_from = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    request = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="A spider's request: method, headers, body, callback, cb_kwargs, meta "
+        "(empty: a plain GET of the URL, handled by parse).",
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -202,3 +208,34 @@ class Review(models.Model):
 
     def __str__(self) -> str:
         return f"{self.url_id} ({self.reason})"
+
+
+class Item(models.Model):
+    """What a spider's callback yielded for a page: committed with the page, many per page.
+    An item a pipeline dropped is kept with its reason (``dropped``), so drops are counted
+    exactly once too; exports and the API give the kept ones."""
+
+    job = models.ForeignKey(CrawlJob, on_delete=models.CASCADE, related_name="items",
+                            db_index=False)  # fmt: skip
+    url = models.ForeignKey(
+        FrontierURL,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="items",
+        help_text="The URL whose page yielded it (its page: url.page); empty: yielded by the "
+        "spider's start.",
+    )
+    spider = models.CharField(max_length=200)
+    data = models.JSONField(help_text="The item as the pipelines left it.")
+    dropped = models.CharField(
+        max_length=200, blank=True, default="", help_text="Why a pipeline dropped it; empty: kept."
+    )
+    run = models.PositiveIntegerField(default=1, help_text="The job's run that yielded it.")
+    created = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [models.Index(fields=["job", "id"], name="item_job_id")]
+
+    def __str__(self) -> str:
+        return f"item {self.pk} of job {self.job_id}"

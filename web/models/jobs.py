@@ -50,7 +50,9 @@ class InvalidTransition(ValueError):
 
 class CrawlJob(models.Model):
     name = models.CharField(max_length=200, help_text="A label for people; need not be unique.")
-    seeds = models.JSONField(default=list, help_text="Start URLs (depth 0).")
+    seeds = models.JSONField(
+        default=list, blank=True, help_text="Start URLs (depth 0); a spider job may have none."
+    )
     allowed_domains = models.JSONField(
         default=list,
         blank=True,
@@ -136,6 +138,21 @@ class CrawlJob(models.Model):
         '"all": false, "pattern": ""}, ...] (CSS selectors; "attr": an attribute instead of '
         'the text; "all": every match; "pattern": only on URLs matching this regex). The CLI '
         "writes them NAME=SELECTOR[@ATTR][[]].",
+    )
+    spider = models.CharField(
+        max_length=200,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="The installed spider that handles this job's responses (manage.py spiders "
+        "lists them); empty: a crawl by configuration (links and extraction rules).",
+    )
+    spider_args = models.JSONField(
+        default=dict,
+        blank=True,
+        db_default={},
+        help_text="Arguments set as the spider's attributes (Scrapy's -a key=value), e.g. "
+        '{"category": "books"}.',
     )
     obey_nofollow = models.BooleanField(
         default=False, help_text='Links marked rel="nofollow" are not followed.'
@@ -226,8 +243,8 @@ class CrawlJob(models.Model):
             found.setdefault(name, []).append(message)
 
         if seeds:
-            if not isinstance(self.seeds, list) or not self.seeds:
-                add("seeds", "give at least one start URL")
+            if not isinstance(self.seeds, list) or (not self.seeds and not self.spider):
+                add("seeds", "give at least one start URL, or a spider")
             for seed in self.seeds if isinstance(self.seeds, list) else []:
                 if problem := seed_problem(seed):
                     add("seeds", problem)
@@ -250,6 +267,12 @@ class CrawlJob(models.Model):
                     add("path_caps", f"{pattern!r}: {limit!r} is not a whole number >= 0")
         for problem in defaults.job_problems(self.settings, self.may):
             add("settings", problem)
+        if not isinstance(self.spider_args, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in self.spider_args.items()
+        ):
+            add("spider_args", "must be an object of text arguments, e.g. {\"page\": \"2\"}")
+        elif self.spider_args and not self.spider:
+            add("spider_args", "arguments need a spider")
         for problem in selectors.problems(self.extract):
             add("extract", problem)
         if problem := schedules.problem(self.schedule or ""):

@@ -62,7 +62,9 @@ class Command(PlatformCommand):
             metavar="D",
             help="a domain the crawl may visit (repeatable; default: the seeds' hosts)",
         )
-        parser.add_argument("--max-depth", type=int, default=5, metavar="N")
+        parser.add_argument("--max-depth", type=int, default=None, metavar="N",
+                            help="links followed from a seed (default 5; a spider's requests: "
+                            "no limit but the platform's)")  # fmt: skip
         parser.add_argument("--max-pages", type=int, default=None, metavar="N")
         parser.add_argument(
             "--concurrency",
@@ -171,6 +173,13 @@ class Command(PlatformCommand):
                             help='do not follow links marked rel="nofollow"')  # fmt: skip
         parser.add_argument("--output", type=Path, default=None, metavar="FILE",
                             help="results: .jsonl, .csv or .warc (.gz compresses)")  # fmt: skip
+        parser.add_argument("--spider", default="", metavar="NAME",
+                            help="run the installed spider NAME (manage.py spiders lists them); "
+                            "SEEDs are optional then")  # fmt: skip
+        parser.add_argument("-a", dest="spider_args", action="append", default=[],
+                            metavar="NAME=VALUE",
+                            help="a spider argument, set as its attribute (repeatable)",
+                            )  # fmt: skip
         parser.add_argument("--name", default=None)
         parser.add_argument(
             "--resume", type=int, default=None, metavar="JOB_ID", help="continue a paused job"
@@ -196,8 +205,16 @@ class Command(PlatformCommand):
         )
 
     def handle(self, *args, **opts) -> None:
-        if not opts["seeds"] and opts["resume"] is None and opts["recrawl"] is None:
-            raise CommandError("give at least one SEED URL, --resume JOB_ID or --recrawl JOB_ID")
+        if (not opts["seeds"] and not opts["spider"] and opts["resume"] is None
+                and opts["recrawl"] is None):  # fmt: skip
+            raise CommandError("give at least one SEED URL, --spider NAME, --resume JOB_ID or "
+                               "--recrawl JOB_ID")  # fmt: skip
+        if opts["spider_args"] and not opts["spider"]:
+            raise CommandError("-a NAME=VALUE needs --spider")
+        if opts["output"] is not None and opts["spider"] and str(opts["output"]).endswith(
+            (".warc", ".warc.gz")
+        ):
+            raise CommandError("--output of a spider job holds its items: .jsonl or .csv")
         if opts["output"] is not None:
             try:
                 export.format_of(str(opts["output"]))
@@ -258,9 +275,11 @@ class Command(PlatformCommand):
         try:
             job = jobs.create_job(
                 opts["seeds"],
-                name=opts["name"] or opts["seeds"][0],
+                name=opts["name"] or opts["spider"] or opts["seeds"][0],
+                spider=opts["spider"],
+                spider_args=crawling.parse_spider_args(opts["spider_args"]),
                 allowed_domains=opts["allow_domain"],
-                max_depth=opts["max_depth"],
+                **({"max_depth": opts["max_depth"]} if opts["max_depth"] is not None else {}),
                 max_pages=opts["max_pages"],
                 delay=opts["delay"],
                 host_concurrency=opts["host_concurrency"],
@@ -288,7 +307,10 @@ class Command(PlatformCommand):
             ]
             raise CommandError("; ".join(lines) or str(exc)) from None
         jobs.start(job)
-        self.stderr.write(f"job {job.pk} started: {', '.join(job.seeds)}")
+        if job.state == JobState.FAILED:
+            raise CommandError(f"job {job.pk} failed at start: {job.error}")
+        what = f"spider {job.spider}" if job.spider else ", ".join(job.seeds)
+        self.stderr.write(f"job {job.pk} started: {what}")
         return job
 
     def _run(self, job: CrawlJob, opts: dict) -> int:

@@ -1,5 +1,6 @@
 """``python manage.py export JOB --format jsonl|csv|warc --output FILE``: a job's results, at
-any time (running, finished, or after a crash), streamed with constant memory.
+any time (running, finished, or after a crash), streamed with constant memory. ``--items``:
+a spider job's items instead (jsonl or csv).
 
 ``--output -`` writes to standard output; a name ending in ``.gz`` is compressed. Without
 ``--format`` the file name says it (``.jsonl``, ``.csv``, ``.warc``). On a terminal a
@@ -27,6 +28,8 @@ class Command(PlatformCommand):
                             help="default: from the output's name")  # fmt: skip
         parser.add_argument("--output", "-o", required=True, metavar="FILE",
                             help="where to write (-: standard output; .gz compresses)")  # fmt: skip
+        parser.add_argument("--items", action="store_true",
+                            help="the items a spider job yielded (jsonl or csv)")  # fmt: skip
 
     def handle(self, *args, **opts) -> None:
         job = crawling.job_named(opts["job"])
@@ -35,7 +38,9 @@ class Command(PlatformCommand):
             fmt = opts["format"] or export.format_of(target)
         except ValueError as exc:
             raise CommandError(f"--output {exc}") from None
-        total = export.count(job.pk)
+        if opts["items"] and fmt == "warc":
+            raise CommandError("--items are exported as jsonl or csv")
+        total = export.count_items(job.pk) if opts["items"] else export.count(job.pk)
         tty = sys.stderr.isatty()
         shown = [0.0]
 
@@ -46,10 +51,11 @@ class Command(PlatformCommand):
                 self.stderr.write(f"\rexported {running.rows}/{total} rows", ending="")
 
         try:
-            done = export.save(job, fmt, target, progress)
+            done = export.save(job, fmt, target, progress, items=opts["items"])
         except OSError as exc:
             raise CommandError(f"cannot write {target}: {exc}") from None
         if tty:
             self.stderr.write("")
-        what = f"{done.rows} rows" + (f", {done.records} pages" if fmt == "warc" else "")
+        what = f"{done.rows} {'items' if opts['items'] else 'rows'}"
+        what += f", {done.records} pages" if fmt == "warc" else ""
         self.stderr.write(f"job {job.pk} ({job.state}): {what} written to {target}")

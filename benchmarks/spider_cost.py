@@ -1,0 +1,124 @@
+"""What a spider's callback costs per page against a crawl's parse and its CSS extraction
+rules, on real pages, in one process (no services):
+
+    apt-get install python3.11-doc
+    .venv/bin/python benchmarks/spider_cost.py [--docs /usr/share/doc/python3.11/html]
+
+For every HTML page of the Python 3.11 docs, the content step of a page (the fetch, the
+politeness and the commit are the same for the three and left out):
+
+- plain: the hot path's parse (links, title, robots directives) and the links scoped and
+  canonicalized (``new_links``), as a crawl without rules does;
+- rules: the same, plus the extraction rule ``title=h1`` (``extraction.extract``);
+- spider: what a spider job does instead: the ``Response``, a callback that yields one item
+  (``{"url", "title": response.css("h1::text").get()}``) and follows every link
+  (``response.follow_all(css="a")``) run through ``callbacks.call``; the item through the
+  pipelines (none but the JSON check); the requests made frontier rows as the engine makes
+  them (``callbacks.new_requests``: the scope, what this process saw committed, ``record``, the
+  fingerprint key). Both kinds of pages remember what they add, as a page's commit does.
+
+Printed: CPU ms per page of each (best of ``--rounds``), and the ratios the spider API is held
+to (a spider within 10% of rules, rules within 15% of plain).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "crawlplatform.settings")
+
+import django  # noqa: E402
+
+
+def best_ms(step, pages: list[tuple[str, bytes]], rounds: int) -> float:
+    """Lowest CPU ms per page over ``rounds`` passes of ``step`` over every page."""
+    times = []
+    for _ in range(rounds):
+        started = time.process_time()
+        for url, body in pages:
+            step(url, body)
+        times.append(1000 * (time.process_time() - started) / len(pages))
+    return min(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--docs", type=Path, default=Path("/usr/share/doc/python3.11/html"))
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    if not (args.docs / "index.html").exists():
+        sys.exit(f"{args.docs} not found: apt-get install python3.11-doc")
+    django.setup()
+    from crawlplatform.spiders import Spider
+    from tasks.content import callbacks, extraction, items, parsing
+    from tasks.content.links import JobCache, new_links
+    from tasks.fetch import fetching
+    from tasks.frontier.claims import Claim
+    from tasks.rules import selectors
+    from tasks.rules.urls import Scope
+    from web.models import CrawlJob, FrontierURL
+
+    base = "http://docs.local/3/"
+    pages = [(base + p.relative_to(args.docs).as_posix(), p.read_bytes())
+             for p in sorted(args.docs.rglob("*.html"))]  # fmt: skip
+    header = "text/html; charset=utf-8"
+    job = CrawlJob(pk=1, seeds=[base], max_depth=100, spider="docs")
+    rules = selectors.rules_of([selectors.parse_rule("title=h1")])
+
+    def cache() -> JobCache:  # a fresh one per pass: the cache's hits are the same for all
+        return JobCache(Scope.for_job(job), 100_000)
+
+    class Docs(Spider):
+        name = "docs"
+
+        def parse(self, response):
+            yield {"url": response.url, "title": response.css("h1::text").get()}
+            yield from response.follow_all(css="a", callback=self.parse)
+
+    spider = Docs()
+    pipes = items.Pipelines(spider)
+    state = {"cache": cache()}
+
+    def links(url: str, body: bytes) -> parsing.Parsed:
+        parsed = parsing.parse_html(body, header, url, "crawlplatform")
+        for link in new_links(state["cache"], parsed.base, parsed.hrefs):
+            state["cache"].committed.put(link)  # as the page's commit does
+        return parsed
+
+    def plain(url: str, body: bytes) -> None:
+        links(url, body)
+
+    def with_rules(url: str, body: bytes) -> None:
+        extraction.extract(rules, links(url, body).text)
+
+    def with_spider(url: str, body: bytes) -> None:
+        resp = fetching.Response(url=url, final_url=url, status=200, content_type="text/html",
+                                 content_type_header=header, body=body, truncated=False,
+                                 elapsed=0.0, headers={"Content-Type": header})  # fmt: skip
+        request = callbacks.request_of(url, None)
+        found = callbacks.call(spider, "parse", callbacks.response_of(resp, request), {}, job)
+        for item in found.items:
+            pipes.process(item)
+        claimed = Claim(url=FrontierURL(pk=1, url=url, depth=0), job=job, attempt=1)
+        for new in callbacks.new_requests(claimed, state["cache"], spider, found.requests):
+            state["cache"].committed.put(new.key)  # as the page's commit does
+
+    results = {}
+    for name, step in (("plain", plain), ("rules", with_rules), ("spider", with_spider)):
+        state["cache"] = cache()
+        results[name] = best_ms(step, pages, args.rounds)
+    print(f"{len(pages)} pages of the Python 3.11 docs, CPU ms per page (best of {args.rounds})")
+    print(f"plain  (parse, links)                  {results['plain']:6.2f}")
+    print(f"rules  (parse, links, title=h1)        {results['rules']:6.2f}")
+    print(f"spider (callback: 1 item, follow_all)  {results['spider']:6.2f}")
+    print(f"spider / rules {results['spider'] / results['rules']:.2f}; "
+          f"rules / plain {results['rules'] / results['plain']:.2f}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,32 @@
+"""The spider API: what users program a crawl against (everything else is internal).
+
+    from crawlplatform.spiders import Spider, Request, FormRequest, JsonRequest, DropItem
+
+Names and behaviour follow Scrapy's, so that a Scrapy spider ports by changing its imports
+(``docs/spiders.md``). Spiders are installed by operators (``CRAWL_SPIDER_MODULES`` or the
+``crawlplatform.spiders`` entry-point group) and chosen by name in a job.
+"""
+
+from crawlplatform.spiders.http import FormRequest, Headers, JsonRequest, Request
+from crawlplatform.spiders.response import (
+    Failure,
+    HtmlResponse,
+    Response,
+    TextResponse,
+    XmlResponse,
+)
+from crawlplatform.spiders.spider import DropItem, Spider
+
+__all__ = [
+    "DropItem",
+    "Failure",
+    "FormRequest",
+    "Headers",
+    "HtmlResponse",
+    "JsonRequest",
+    "Request",
+    "Response",
+    "Spider",
+    "TextResponse",
+    "XmlResponse",
+]

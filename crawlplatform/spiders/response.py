@@ -1,0 +1,208 @@
+"""Responses of the spider API, named and shaped as Scrapy's: what a callback receives (the
+fetched answer with parsel selectors, ``json()``, ``urljoin``, ``follow``/``follow_all`` and,
+built on first use, a beautifulsoup4 tree, ``soup``), and the ``Failure`` an errback receives.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+from urllib.parse import urljoin
+
+import parsel
+from w3lib.encoding import html_to_unicode
+
+from crawlplatform.spiders.http import Callback, Headers, Request
+
+
+class Response:
+    """A fetched answer as a callback sees it."""
+
+    def __init__(
+        self,
+        url: str,
+        status: int = 200,
+        headers: Mapping | Iterable | None = None,
+        body: bytes = b"",
+        request: Request | None = None,
+        flags: list[str] | None = None,
+        ip_address: str | None = None,
+    ) -> None:
+        self.url = url
+        self.status = status
+        self.headers = Headers(headers)
+        self.body = body
+        self.request = request
+        self.flags = list(flags or [])
+        self.ip_address = ip_address
+        self._text: str | None = None
+        self._encoding: str | None = None
+        self._selector: parsel.Selector | None = None
+        self._soup: Any = None
+        self._base: str | None = None
+
+    def __repr__(self) -> str:
+        return f"<{self.status} {self.url}>"
+
+    @property
+    def meta(self) -> dict:
+        if self.request is None:
+            raise AttributeError(
+                "Response.meta not available, this response is not tied to any request"
+            )
+        return self.request.meta
+
+    @property
+    def cb_kwargs(self) -> dict:
+        if self.request is None:
+            raise AttributeError("Response.cb_kwargs not available: no request")
+        return self.request.cb_kwargs
+
+    def _decode(self) -> None:
+        content_type = self.headers.get("Content-Type", b"").decode("latin-1")
+        self._encoding, self._text = html_to_unicode(content_type, self.body)
+
+    @property
+    def text(self) -> str:
+        if self._text is None:
+            self._decode()
+        return self._text
+
+    @property
+    def encoding(self) -> str:
+        if self._encoding is None:
+            self._decode()
+        return self._encoding
+
+    def json(self) -> Any:
+        """The body parsed as JSON."""
+        return json.loads(self.text)
+
+    @property
+    def selector(self) -> parsel.Selector:
+        if self._selector is None:
+            content_type = self.headers.get("Content-Type", b"").decode("latin-1").lower()
+            kind = "xml" if "xml" in content_type and "html" not in content_type else "html"
+            self._selector = parsel.Selector(text=self.text, type=kind, base_url=self.url)
+        return self._selector
+
+    def css(self, query: str) -> parsel.SelectorList:
+        return self.selector.css(query)
+
+    def xpath(self, query: str, **kwargs: Any) -> parsel.SelectorList:
+        return self.selector.xpath(query, **kwargs)
+
+    @property
+    def soup(self) -> Any:
+        """The body as a beautifulsoup4 tree, built on first use."""
+        if self._soup is None:
+            from bs4 import BeautifulSoup
+
+            self._soup = BeautifulSoup(self.text, "html.parser")
+        return self._soup
+
+    @property
+    def base(self) -> str:
+        """What relative URLs resolve against: the page's ``<base href>``, else its URL."""
+        if self._base is None:
+            self._base = self.url
+            if self.body and b"<base" in self.body[:65536].lower():
+                href = self.css("base::attr(href)").get()
+                if href:
+                    self._base = urljoin(self.url, href.strip())
+        return self._base
+
+    def urljoin(self, url: str) -> str:
+        """``url`` made absolute against the page's base (its ``<base href>`` if it has one)."""
+        return urljoin(self.base, url)
+
+    def follow(
+        self, url: str | parsel.Selector, callback: Callback = None, **kwargs: Any
+    ) -> Request:
+        """A request for ``url`` (relative, an ``<a>``/``<link>`` selector or an attribute
+        selector), with the arguments of ``Request``."""
+        if isinstance(url, parsel.Selector):
+            url = _url_from_selector(url)
+        elif isinstance(url, parsel.SelectorList):
+            raise ValueError("SelectorList is not supported: follow one selector, or follow_all")
+        if url == "":
+            raise ValueError("url can't be empty")
+        cls = kwargs.pop("cls", Request)
+        return cls(self.urljoin(url.strip()), callback=callback, **kwargs)
+
+    def follow_all(
+        self,
+        urls: Iterable[str | parsel.Selector] | parsel.SelectorList | None = None,
+        callback: Callback = None,
+        css: str | None = None,
+        xpath: str | None = None,
+        **kwargs: Any,
+    ) -> Iterator[Request]:
+        """Requests for each of ``urls``, or for each link ``css`` or ``xpath`` selects."""
+        if sum(x is not None for x in (urls, css, xpath)) != 1:
+            raise ValueError(
+                "Please supply exactly one of the following arguments: urls, css, xpath"
+            )
+        if urls is None:
+            urls = self.css(css) if css is not None else self.xpath(xpath)
+        for url in urls:
+            try:
+                yield self.follow(url, callback=callback, **kwargs)
+            except ValueError:  # a selected element without a link
+                continue
+
+
+def _url_from_selector(sel: parsel.Selector) -> str:
+    if isinstance(sel.root, str):  # an attribute or text selection
+        return sel.root.strip()
+    tag = getattr(sel.root, "tag", "")
+    if tag not in ("a", "link"):
+        raise ValueError(f"Only <a> and <link> elements are supported; got <{tag}>")
+    href = sel.root.get("href")
+    if href is None:
+        raise ValueError(f"<{tag}> element has no href attribute: {sel}")
+    return href.strip()
+
+
+class TextResponse(Response):
+    """Scrapy's name for a response with a text body: the same class here."""
+
+
+class HtmlResponse(TextResponse):
+    """Scrapy's name for an HTML response: the same class here."""
+
+
+class XmlResponse(TextResponse):
+    """Scrapy's name for an XML response: the same class here."""
+
+
+class Failure:
+    """What an errback receives, shaped as the Twisted ``Failure`` Scrapy passes: ``value``
+    (the exception the request ended with; its ``reason`` is the URL's outcome code),
+    ``request``, ``response`` (the server's answer for an HTTP error: its status, headers and
+    the start of its body; else None), ``check()`` and ``getErrorMessage()``."""
+
+    def __init__(self, value: BaseException, request: Request, response: Response | None = None):
+        self.value = value
+        self.type = type(value)
+        self.request = request
+        self.response = response
+        if response is not None and not hasattr(value, "response"):
+            value.response = response  # as Scrapy's HttpError carries it
+
+    def check(self, *types: type) -> type | None:
+        """The first of ``types`` the exception is an instance of (by class or by name)."""
+        for kind in types:
+            name = kind if isinstance(kind, str) else kind.__name__
+            if isinstance(kind, type) and isinstance(self.value, kind):
+                return kind
+            if any(c.__name__ == name for c in self.type.__mro__):
+                return kind
+        return None
+
+    def getErrorMessage(self) -> str:  # noqa: N802 (Twisted's name)
+        return str(self.value)
+
+    def __repr__(self) -> str:
+        return f"<Failure {self.type.__name__}: {self.value}>"

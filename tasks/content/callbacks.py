@@ -1,0 +1,321 @@
+"""A spider's side of one fetched page: the callback run on the response, bounded in time and
+in what it yields; the items through the pipelines; the requests turned into frontier rows;
+and the page committed with them (``tasks/frontier/yields.py``).
+
+Reads ``SPIDER_CALLBACK_TIMEOUT_S``, ``SPIDER_MAX_YIELDS``, ``SPIDER_REQUEST_MAX_BYTES``,
+``SPIDER_BODY_MAX_BYTES``, ``SPIDER_TRACEBACK_LINES`` and the job's depth limit.
+
+A request's frontier key is its fingerprint: the canonical URL for a GET without a body
+(so a spider's links dedup as any crawl's), else the canonical URL with
+``#METHOD:<sha1 of the body>`` appended (canonical URLs have no fragment); ``dont_filter``
+adds the yielding URL's id and the request's place among what it yielded, so that the same
+page run again yields the same keys. A callback that raises ends its URL as ``spider_error``
+with the exception and the last lines of its traceback; one that runs too long, as
+``spider_timeout`` (its thread is left to finish on its own: Python cannot stop it). Neither
+is retried unless the request's ``meta`` says ``retry_on_error``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import base64
+import hashlib
+import inspect
+import json
+import logging
+import threading
+import time
+import traceback
+from collections.abc import Iterable
+from typing import Any, NamedTuple
+
+from crawlplatform.spiders import Failure, Request, Response, Spider
+from tasks.content import items as itempipes
+from tasks.content import pages, spiders
+from tasks.content.links import JobCache, in_scope
+from tasks.defaults import setting
+from tasks.fetch import fetching, outcomes, robots
+from tasks.frontier.claims import Claim
+from tasks.frontier.db import with_retries
+from tasks.frontier.retries import ends
+from tasks.frontier.transitions import ROBOTS_FORBIDDEN, record_failure
+from tasks.frontier.yields import (
+    NewItem,
+    NewRequest,
+    record_spider_failure,
+    record_spider_page,
+)
+from web.models import CrawlJob
+
+log = logging.getLogger(__name__)
+UNSAFE_RETRY = "retry_on_timeout"  # meta key: a POST (or other non-GET) is retried on a timeout
+RETRY_ON_ERROR = "retry_on_error"  # meta key: a callback that raises is tried again (fetch too)
+SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
+
+
+class Yielded(NamedTuple):
+    items: list[Any]
+    requests: list[Request]
+
+
+def record(request: Request, spider: Spider) -> dict:
+    """A request as its frontier row keeps it (JSON); ValueError says what cannot be kept."""
+    callback = request.callback_name or "parse"
+    for name in filter(None, (callback, request.errback_name)):
+        if not callable(getattr(spider, name, None)):
+            raise ValueError(f"{request}: the spider has no method {name!r} to call back")
+    if len(request.body) > setting("SPIDER_BODY_MAX_BYTES"):
+        raise ValueError(f"{request}: body of {len(request.body)} bytes is above "
+                         f"SPIDER_BODY_MAX_BYTES")  # fmt: skip
+    kept = {"url": request.url, "method": request.method, "headers": request.headers.pairs(),
+            "body": base64.b64encode(request.body).decode() if request.body else "",
+            "callback": callback, "errback": request.errback_name, "cb_kwargs": request.cb_kwargs,
+            "meta": request.meta, "cookies": request.cookies, "priority": request.priority,
+            "dont_filter": request.dont_filter}  # fmt: skip
+    if not (request.cb_kwargs or request.meta or request.cookies or kept["headers"]):
+        return kept  # nothing of the user's to check: a page's links mostly
+    try:
+        text = json.dumps(kept, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{request}: meta, cb_kwargs and cookies must be JSON: {exc}") from None
+    if len(text) > setting("SPIDER_REQUEST_MAX_BYTES"):
+        raise ValueError(f"{request}: headers, cb_kwargs and meta take {len(text)} bytes, above "
+                         f"SPIDER_REQUEST_MAX_BYTES")  # fmt: skip
+    return kept
+
+
+def key(canonical: str, kept: dict, unique: str = "") -> str:
+    """The request's frontier key: its fingerprint (see the module's docstring)."""
+    body = kept["body"]
+    if kept["method"] == "GET" and not body and not kept["dont_filter"]:
+        return canonical
+    digest = hashlib.sha1(base64.b64decode(body), usedforsecurity=False).hexdigest()
+    suffix = f"#{kept['method']}:{digest}"
+    return canonical + suffix + (f":{unique}" if unique else "")
+
+
+def plain(kept: dict) -> bool:
+    """A GET for ``parse`` with nothing else to remember: its row needs no request."""
+    return (kept["method"] == "GET" and not kept["body"] and not kept["headers"]
+            and kept["callback"] == "parse" and not kept["errback"] and not kept["cb_kwargs"]
+            and not kept["meta"] and not kept["cookies"] and not kept["dont_filter"])  # fmt: skip
+
+
+def request_of(url: str, kept: dict | None) -> Request:
+    """The Request a stored row stands for (a plain row: a GET of its URL for ``parse``)."""
+    if not kept:
+        return Request(url)
+    request = Request(kept.get("url") or url, callback=kept.get("callback"),
+                      method=kept.get("method", "GET"), headers=kept.get("headers"),
+                      body=base64.b64decode(kept.get("body") or ""), meta=kept.get("meta"),
+                      cookies=kept.get("cookies"), priority=kept.get("priority", 0),
+                      dont_filter=kept.get("dont_filter", False), errback=kept.get("errback"),
+                      cb_kwargs=kept.get("cb_kwargs"))  # fmt: skip
+    return request
+
+
+def no_retry_on_timeout(kept: dict | None, outcome: outcomes.CrawlOutcome) -> outcomes.CrawlOutcome:
+    """A timed-out request that is not safe to send twice (a POST, say) fails instead of
+    retrying, unless its ``meta`` says ``retry_on_timeout``: the server may have acted on it."""
+    if (kept and isinstance(outcome, outcomes.Timeout) and kept.get("method") not in SAFE_METHODS
+            and not (kept.get("meta") or {}).get(UNSAFE_RETRY)):  # fmt: skip
+        outcome.retryable = False
+    return outcome
+
+
+def _collect(result: Any, deadline: float, cap: int, into: list) -> None:
+    """Everything a callback's result yields, in order (generators, async generators,
+    coroutines, a single item or request, or None)."""
+    if result is None:
+        return
+    if inspect.isawaitable(result) and not inspect.isasyncgen(result):
+
+        async def wait() -> Any:
+            return await result
+
+        _collect(asyncio.run(wait()), deadline, cap, into)
+        return
+    if inspect.isasyncgen(result):
+
+        async def drain() -> None:
+            async for one in result:
+                _add(one, deadline, cap, into)
+
+        asyncio.run(drain())
+        return
+    if isinstance(result, Request) or itempipes.is_item(result):
+        _add(result, deadline, cap, into)
+        return
+    if isinstance(result, Iterable) and not isinstance(result, str | bytes):
+        for one in result:
+            _add(one, deadline, cap, into)
+        return
+    raise TypeError(f"a callback must yield requests or items, not {type(result).__name__}")
+
+
+def _add(one: Any, deadline: float, cap: int, into: list) -> None:
+    if time.monotonic() > deadline:
+        raise outcomes.SpiderTimeout("the callback ran past SPIDER_CALLBACK_TIMEOUT_S")
+    if one is None:
+        return
+    if not (isinstance(one, Request) or itempipes.is_item(one)):
+        raise TypeError(f"a callback must yield requests or items, not {type(one).__name__}")
+    into.append(one)
+    if len(into) > cap:
+        raise ValueError(f"the callback yielded more than SPIDER_MAX_YIELDS ({cap})")
+
+
+def _failure(exc: BaseException, lines: int) -> outcomes.SpiderError:
+    text = "".join(traceback.format_exception(exc)).rstrip().splitlines()
+    head = f"{type(exc).__name__}: {exc}"
+    return outcomes.SpiderError("\n".join([head, *text[-lines:]])[:2000])
+
+
+def call(spider: Spider, name: str, response: Any, kwargs: dict, job: CrawlJob) -> Yielded:
+    """Run ``spider.name(response, **kwargs)`` (an errback: ``(failure)``) and gather what it
+    yields, within
+    ``SPIDER_CALLBACK_TIMEOUT_S``; raises SpiderError or SpiderTimeout."""
+    timeout, cap = setting("SPIDER_CALLBACK_TIMEOUT_S", job), setting("SPIDER_MAX_YIELDS", job)
+    deadline = time.monotonic() + timeout
+    found: list[Any] = []
+    error: list[BaseException] = []
+
+    def run() -> None:  # user code only: this thread never opens a database connection
+        try:
+            _collect(getattr(spider, name)(response, **kwargs), deadline, cap, found)
+        except BaseException as exc:  # user code: whatever it raises is the URL's outcome
+            error.append(exc)
+
+    thread = threading.Thread(target=run, name=f"spider-{spider.name}", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise outcomes.SpiderTimeout(f"{name} still running after {timeout:g} s")
+    if error:
+        if isinstance(error[0], outcomes.SpiderTimeout):
+            raise error[0]
+        log.error("job=%s: callback %s raised on %r", job.pk, name, response,
+                  exc_info=error[0])  # fmt: skip
+        raise _failure(error[0], setting("SPIDER_TRACEBACK_LINES")) from None
+    return Yielded([f for f in found if not isinstance(f, Request)],
+                   [f for f in found if isinstance(f, Request)])  # fmt: skip
+
+
+def response_of(resp: fetching.Response, request: Request) -> Response:
+    """What a callback sees of a fetched answer."""
+    return Response(resp.final_url, status=resp.status, headers=resp.http.get("response")
+                    or list(resp.headers.items()), body=resp.body, request=request)  # fmt: skip
+
+
+_pipelines: dict[tuple[int, int], itempipes.Pipelines] = {}
+_opened = threading.Lock()  # the worker's threads open a job's pipelines once between them
+
+
+def pipelines(job: CrawlJob, spider: Spider) -> itempipes.Pipelines:
+    """This process's pipelines of ``job`` (opened on first use)."""
+    found = _pipelines.get((job.pk, job.run))
+    if found is None:
+        with _opened:
+            found = _pipelines.get((job.pk, job.run))
+            if found is None:
+                found = _pipelines[(job.pk, job.run)] = itempipes.Pipelines(spider)
+    return found
+
+
+@atexit.register
+def close_all() -> None:
+    """The process leaves: every pipeline it opened is closed."""
+    while _pipelines:
+        _pipelines.popitem()[1].close()
+
+
+def new_requests(claimed: Claim, cache: JobCache, spider: Spider,
+                 requests: list[Request]) -> list[NewRequest]:  # fmt: skip
+    """The frontier rows of what a callback yielded: in the job's scope and depth, each once,
+    those robots.txt forbids entering skipped. A request that cannot be kept fails the URL."""
+    job = claimed.job
+    if claimed.url.depth >= job.max_depth:
+        return []
+    out: dict[str, NewRequest] = {}
+    for n, request in enumerate(requests):
+        canonical = in_scope(cache, request.url)
+        if not canonical:
+            continue  # off the job's domains or patterns, as Scrapy's offsite filter drops it
+        if canonical in cache.committed and _plain_get(request):
+            continue  # already in the frontier (this process saw it committed)
+        try:
+            kept = record(request, spider)
+        except ValueError as exc:
+            raise outcomes.SpiderError(f"ValueError: {exc}"[:2000]) from None
+        unique = f"{claimed.url.pk}.{n}" if request.dont_filter else ""
+        row_key = key(canonical, kept, unique)
+        forbidden = job.obey_robots and robots.forbids(job, canonical)
+        out.setdefault(row_key, NewRequest(row_key, None if plain(kept) else kept,
+                                           ROBOTS_FORBIDDEN if forbidden else None))  # fmt: skip
+    return list(out.values())
+
+
+def _plain_get(request: Request) -> bool:
+    """A request whose frontier key is its canonical URL."""
+    return request.method == "GET" and not request.body and not request.dont_filter
+
+
+def store(claimed: Claim, cache: JobCache, resp: fetching.Response) -> str:
+    """Run the URL's callback on its response and commit the page with what it yielded."""
+    job = claimed.job
+    try:
+        spider = spiders.for_job(job)
+        pipes = pipelines(job, spider)
+    except Exception as exc:  # a broken spider or pipeline: this worker cannot do the URL
+        log.exception("job=%s: spider %r unavailable", job.pk, job.spider)
+        return record_failure(claimed, outcomes.SpiderUnavailable(f"{type(exc).__name__}: "
+                                                                  f"{exc}"[:2000]))  # fmt: skip
+    request = request_of(claimed.url.url, claimed.url.request)
+    response = response_of(resp, request)
+    try:
+        yielded = call(spider, request.callback_name or "parse", response, request.cb_kwargs, job)
+        new = new_requests(claimed, cache, spider, yielded.requests)
+    except (outcomes.SpiderError, outcomes.SpiderTimeout) as failure:
+        if request.meta.get(RETRY_ON_ERROR):
+            failure.retryable = True  # the spider asks: fetched and called again, to the cap
+        return record_failure(claimed, failure)
+    kept = [NewItem(*pipes.process(item)) for item in yielded.items]
+    title = ""
+    if response._selector is not None:  # the callback parsed the page: its title costs nothing
+        title = (response.css("title::text").get() or "").strip()[: setting("TITLE_MAX_CHARS", job)]
+    page = pages.page_row(claimed, resp, title, {})
+    state = with_retries(lambda: record_spider_page(claimed, page, new, kept, spider.name))
+    for request in new:  # in the frontier now: this process sends them no more
+        cache.committed.put(request.key)
+    return state
+
+
+def failed(claimed: Claim, cache: JobCache, outcome: outcomes.CrawlOutcome) -> str:
+    """A spider request ended with ``outcome``: if it ends the URL and the request has an
+    errback, the errback runs on it and what it yields commits with the URL's failure. An
+    errback that raises is logged; the URL keeps its own outcome."""
+    kept = claimed.url.request or {}
+    job = claimed.job
+    if not kept.get("errback") or not ends(claimed, outcome):
+        return record_failure(claimed, outcome)
+    try:
+        spider = spiders.for_job(job)
+        pipes = pipelines(job, spider)
+    except Exception:
+        log.exception("job=%s: spider %r unavailable for an errback", job.pk, job.spider)
+        return record_failure(claimed, outcome)
+    request = request_of(claimed.url.url, kept)
+    answer = None
+    if outcome.status is not None:
+        answer = Response(getattr(outcome, "url", "") or request.url, status=outcome.status,
+                          headers=outcome.headers or {}, body=outcome.body or b"",
+                          request=request)  # fmt: skip
+    try:
+        yielded = call(spider, kept["errback"], Failure(outcome, request, answer), {}, job)
+        new = new_requests(claimed, cache, spider, yielded.requests)
+    except (outcomes.SpiderError, outcomes.SpiderTimeout) as exc:
+        log.warning("job=%s url=%s: errback failed: %s", job.pk, claimed.url.url, exc)
+        return record_failure(claimed, outcome)
+    items = [NewItem(*pipes.process(item)) for item in yielded.items]
+    return with_retries(lambda: record_spider_failure(claimed, outcome, new, items, spider.name))

@@ -1,0 +1,173 @@
+"""Items: what a spider yields, made JSON, passed through the item pipelines, and fed out.
+
+Reads ``ITEM_PIPELINES`` (the operator's pipelines: dotted class paths, comma-separated, each
+with an optional ``:ORDER``; 1000 when not given), ``ITEM_MAX_BYTES`` and the spider's
+``custom_settings["ITEM_PIPELINES"]`` (Scrapy's ``{path: order}``, ``None`` as an order
+turns one off; or a list, in order). Pipelines run by ascending order, the operator's and the
+spider's together, then the built-in schema check (order ``SCHEMA_ORDER``) when the spider
+has an ``item_schema``.
+
+A pipeline's ``process_item(item, spider)`` returns the item (changed or not) or raises
+``DropItem(reason)``; any other exception drops the item as ``pipeline_error`` with its
+traceback in the log. ``open_spider(spider)`` is called when a worker process first uses the
+job's pipelines, ``close_spider(spider)`` when the process lets them go (it leaves, or the job
+ended). A dropped item is stored with its reason, so drops are counted exactly once. The
+pipelines of a process see one item at a time (a lock), as in Scrapy's single thread, so a
+pipeline may keep state (a set of seen keys) without locks of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime
+import decimal
+import importlib
+import inspect
+import json
+import logging
+import threading
+from typing import Any
+
+from itemadapter import ItemAdapter
+
+from crawlplatform.spiders import DropItem, Spider
+from tasks.defaults import setting
+
+log = logging.getLogger(__name__)
+OPERATOR_ORDER = 1000  # an operator's pipeline given without an order runs here
+SCHEMA_ORDER = 900  # the schema check: after the spider's cleaning, before the operator's
+PIPELINE_ERROR = "pipeline_error"
+SCHEMA = "schema"
+TOO_LARGE = "too_large"
+NOT_JSON = "not_serialisable"
+
+
+class PipelineProblem(Exception):
+    """A pipeline that cannot be loaded (a wrong path, an import error)."""
+
+
+def is_item(obj: Any) -> bool:
+    return ItemAdapter.is_item(obj)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, datetime.datetime | datetime.date | datetime.time):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, set | frozenset | tuple):
+        return list(value)
+    if dataclasses.is_dataclass(value) or ItemAdapter.is_item(value):
+        return ItemAdapter(value).asdict()
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def as_json(item: Any) -> dict:
+    """The item as a JSON object (dates as ISO text, decimals as text)."""
+    return json.loads(json.dumps(ItemAdapter(item).asdict(), default=_plain))
+
+
+def _ordered(spider: Spider) -> list[tuple[float, str]]:
+    chosen: dict[str, float | None] = {}
+    for entry in filter(None, (e.strip() for e in setting("ITEM_PIPELINES").split(","))):
+        path, _, order = entry.partition(":")
+        chosen[path] = float(order) if order else OPERATOR_ORDER
+    own = (getattr(spider, "custom_settings", None) or {}).get("ITEM_PIPELINES") or {}
+    if isinstance(own, dict):
+        chosen.update(own)
+    else:
+        chosen.update({path: n for n, path in enumerate(own)})
+    return sorted((order, path) for path, order in chosen.items() if order is not None)
+
+
+def _load(path: str) -> Any:
+    module, _, name = path.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module), name)
+    except Exception as exc:
+        raise PipelineProblem(f"item pipeline {path!r} cannot be loaded: "
+                              f"{type(exc).__name__}: {exc}") from exc  # fmt: skip
+    return cls() if inspect.isclass(cls) else cls
+
+
+class _Schema:
+    """The built-in check of ``item_schema`` (JSON Schema, with formats)."""
+
+    def __init__(self, schema: dict) -> None:
+        import jsonschema
+
+        cls = jsonschema.validators.validator_for(schema)
+        cls.check_schema(schema)
+        self.validator = cls(schema, format_checker=cls.FORMAT_CHECKER)
+
+    def process_item(self, item: dict, spider: Spider) -> dict:
+        error = next(iter(self.validator.iter_errors(item)), None)
+        if error is not None:
+            where = "/".join(map(str, error.absolute_path)) or "item"
+            raise DropItem(f"{SCHEMA}: {where}: {error.message}"[:200])
+        return item
+
+
+class Pipelines:
+    """One spider's pipelines in one worker process, opened on creation."""
+
+    def __init__(self, spider: Spider) -> None:
+        self.spider = spider
+        stages = [(order, _load(path)) for order, path in _ordered(spider)]
+        if getattr(spider, "item_schema", None):
+            stages.append((SCHEMA_ORDER, _Schema(spider.item_schema)))
+        self.stages = [stage for _, stage in sorted(stages, key=lambda s: s[0])]
+        self.lock = threading.Lock()
+        for stage in self.stages:
+            if hasattr(stage, "open_spider"):
+                _settle(stage.open_spider(spider))
+
+    def process(self, item: Any) -> tuple[dict, str]:
+        """The item as the pipelines leave it, and the reason it was dropped ("" if kept)."""
+        with self.lock:
+            return self._process(item)
+
+    def _process(self, item: Any) -> tuple[dict, str]:
+        try:
+            data = as_json(item)
+        except (TypeError, ValueError) as exc:
+            return {"repr": repr(item)[:1000]}, f"{NOT_JSON}: {exc}"[:200]
+        for stage in self.stages:
+            try:
+                out = _settle(stage.process_item(data, self.spider))
+                data = as_json(out)
+            except DropItem as exc:
+                return data, _drop_reason(exc)
+            except Exception:
+                log.exception("spider=%s: pipeline %s failed on an item", self.spider.name,
+                              type(stage).__name__)  # fmt: skip
+                return data, PIPELINE_ERROR
+        if len(json.dumps(data)) > setting("ITEM_MAX_BYTES"):
+            return {"size": len(json.dumps(data))}, TOO_LARGE
+        return data, ""
+
+    def close(self) -> None:
+        for stage in self.stages:
+            if hasattr(stage, "close_spider"):
+                try:
+                    _settle(stage.close_spider(self.spider))
+                except Exception:
+                    log.exception("spider=%s: close_spider of %s failed", self.spider.name,
+                                  type(stage).__name__)  # fmt: skip
+
+
+def _drop_reason(exc: DropItem) -> str:
+    """The reason an item is counted under: the DropItem's message, or its class's name."""
+    return (str(exc).strip() or type(exc).__name__)[:200]
+
+
+def _settle(result: Any) -> Any:
+    """A pipeline method's result, awaited if it is a coroutine (``async def``)."""
+    if inspect.isawaitable(result):
+
+        async def wait() -> Any:
+            return await result
+
+        return asyncio.run(wait())
+    return result

@@ -1,0 +1,219 @@
+"""Where spiders come from, and the spider object a worker process keeps per job.
+
+Reads ``SPIDER_MODULES`` (``CRAWL_SPIDER_MODULES``: modules scanned, with their submodules,
+for ``Spider`` subclasses that have a name, as Scrapy's ``SPIDER_MODULES``) and the
+``crawlplatform.spiders`` entry-point group (``name = package.module:SpiderClass``), so that
+a team ships its spiders as a package in the worker image. Only operators install code: a job
+names a spider, never uploads one.
+
+A spider that cannot be imported is listed with its traceback; a job naming it, or a name no
+module provides, fails at start with that text (``SpiderUnavailable``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import logging
+import pkgutil
+import threading
+import traceback
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from typing import Any, NamedTuple
+
+from crawlplatform.spiders import Spider
+from tasks.defaults import setting
+from web.models import CrawlJob
+
+log = logging.getLogger(__name__)
+ENTRY_POINTS = "crawlplatform.spiders"
+
+
+class SpiderUnavailable(Exception):
+    """A job's spider cannot be had: unknown, or its module fails to import (the traceback
+    is in the message)."""
+
+
+@dataclass(frozen=True)
+class Installed:
+    """A spider as this process finds it installed."""
+
+    name: str
+    source: str  # the module or entry point it came from
+    cls: type[Spider] | None  # None: broken
+    error: str = ""  # why it cannot be loaded (its import traceback)
+
+
+def _modules() -> list[str]:
+    return [m.strip() for m in setting("SPIDER_MODULES").split(",") if m.strip()]
+
+
+def _spiders_in(module: Any) -> list[type[Spider]]:
+    return [
+        obj
+        for obj in vars(module).values()
+        if inspect.isclass(obj) and issubclass(obj, Spider) and obj is not Spider
+        and obj.__module__ == module.__name__ and getattr(obj, "name", "")
+    ]  # fmt: skip
+
+
+def _walk(name: str) -> list[Any]:
+    """The module ``name`` and, if it is a package, every module under it; a module that
+    fails to import is (its name, its traceback)."""
+    try:
+        module = importlib.import_module(name)
+    except Exception:  # user code: any error is the module's, reported, never raised
+        return [(name, traceback.format_exc())]
+    found: list[Any] = [module]
+    for info in pkgutil.walk_packages(getattr(module, "__path__", []), f"{name}."):
+        found.extend(_walk(info.name) if not info.ispkg else [importlib.import_module(info.name)])
+    return found
+
+
+def installed() -> dict[str, Installed]:
+    """Every spider this process can find, by name (broken modules included, with why)."""
+    out: dict[str, Installed] = {}
+    for name in _modules():
+        for module in _walk(name):
+            if isinstance(module, tuple):
+                out[f"<{module[0]}>"] = Installed(f"<{module[0]}>", module[0], None, module[1])
+                continue
+            for cls in _spiders_in(module):
+                out.setdefault(cls.name, Installed(cls.name, module.__name__, cls))
+    for point in entry_points(group=ENTRY_POINTS):
+        try:
+            cls = point.load()
+        except Exception:
+            out.setdefault(point.name, Installed(point.name, point.value, None,
+                                                 traceback.format_exc()))  # fmt: skip
+            continue
+        if inspect.isclass(cls) and issubclass(cls, Spider):
+            out.setdefault(getattr(cls, "name", "") or point.name,
+                           Installed(cls.name or point.name, point.value, cls))  # fmt: skip
+    return out
+
+
+def names() -> list[str]:
+    """The spiders this process can run (for the heartbeat and the admin)."""
+    return sorted(n for n, s in installed().items() if s.cls is not None)
+
+
+_classes: dict[str, type[Spider]] = {}
+
+
+def load(name: str) -> type[Spider]:
+    """The class of spider ``name``; SpiderUnavailable says why it cannot be had."""
+    found = _classes.get(name)
+    if found is not None:
+        return found
+    every = installed()
+    spider = every.get(name)
+    if spider is None or spider.cls is None:
+        broken = [s for s in every.values() if s.cls is None]
+        if spider is None:
+            why = f"no spider named {name!r} is installed"
+            known = ", ".join(sorted(n for n, s in every.items() if s.cls is not None))
+            why += f" (installed: {known or 'none'})"
+        else:
+            why = f"spider {name!r} cannot be loaded"
+        errors = "".join(f"\n{s.source} failed to import:\n{s.error}" for s in broken)
+        raise SpiderUnavailable(why + errors)
+    _classes[name] = spider.cls
+    return spider.cls
+
+
+def create(job: CrawlJob) -> Spider:
+    """A new spider object for ``job``: its arguments set as attributes, as Scrapy does."""
+    cls = load(job.spider)
+    spider = cls(**dict(job.spider_args or {}))
+    spider.job_id = job.pk
+    return spider
+
+
+_instances: dict[tuple[int, int], Spider] = {}
+_made = threading.Lock()  # the worker's threads make one spider object per job between them
+
+
+def for_job(job: CrawlJob) -> Spider:
+    """This process's spider object of ``job`` (one per job and run, kept between pages).
+    Its callbacks may run in several threads of the process at once: crawl state belongs in
+    ``cb_kwargs`` and ``meta``, not in the spider's attributes."""
+    key = (job.pk, job.run)
+    spider = _instances.get(key)
+    if spider is None:
+        with _made:
+            spider = _instances.get(key)
+            if spider is None:
+                if len(_instances) > setting("LINK_CACHE_JOBS"):
+                    _instances.clear()
+                spider = _instances[key] = create(job)
+    return spider
+
+
+def forget(job_id: int) -> list[Spider]:
+    """Drop this process's spider objects of a job; those dropped."""
+    gone = [key for key in _instances if key[0] == job_id]
+    return [_instances.pop(key) for key in gone]
+
+
+# Scrapy settings with a job field of the same meaning, and how the value carries over.
+SCRAPY_FIELDS: dict[str, tuple[str, Any]] = {
+    "DOWNLOAD_DELAY": ("delay", float),
+    "ROBOTSTXT_OBEY": ("obey_robots", bool),
+    "CONCURRENT_REQUESTS_PER_DOMAIN": ("host_concurrency", int),
+    "DEPTH_LIMIT": ("max_depth", lambda n: int(n) or 32767),  # Scrapy's 0: no limit
+    "CLOSESPIDER_PAGECOUNT": ("max_pages", lambda n: int(n) or None),
+}
+# Scrapy settings with a job setting of the same meaning, and how the value carries over.
+SCRAPY_SETTINGS: dict[str, tuple[str, Any]] = {
+    "DOWNLOAD_TIMEOUT": ("FETCH_DEADLINE_S", float),
+    "RETRY_TIMES": ("RETRY_MAX_ATTEMPTS", lambda n: int(n) + 1),  # retries -> attempts
+    "DOWNLOAD_MAXSIZE": ("FETCH_MAX_BYTES", int),
+    "REDIRECT_MAX_TIMES": ("FETCH_MAX_REDIRECTS", int),
+}
+# Scrapy settings about its own process, which a worker has no use for: left out, logged.
+SCRAPY_IGNORED = frozenset({
+    "LOG_LEVEL", "LOG_ENABLED", "LOG_FILE", "LOG_FORMAT", "TELNETCONSOLE_ENABLED", "FEEDS",
+    "FEED_EXPORT_ENCODING", "FEED_FORMAT", "FEED_URI", "COOKIES_ENABLED", "COOKIES_DEBUG",
+    "REQUEST_FINGERPRINTER_IMPLEMENTATION", "TWISTED_REACTOR", "CONCURRENT_REQUESTS",
+    "CONCURRENT_ITEMS", "HTTPCACHE_ENABLED", "AUTOTHROTTLE_ENABLED", "AUTOTHROTTLE_START_DELAY",
+    "AUTOTHROTTLE_MAX_DELAY", "AUTOTHROTTLE_TARGET_CONCURRENCY", "RETRY_ENABLED",
+    "REDIRECT_ENABLED", "DOWNLOADER_MIDDLEWARES", "SPIDER_MIDDLEWARES", "EXTENSIONS",
+    "RANDOMIZE_DOWNLOAD_DELAY", "STATS_DUMP", "MEMUSAGE_ENABLED", "BOT_NAME",
+})  # fmt: skip
+
+
+class Custom(NamedTuple):
+    """A spider's ``custom_settings`` as a job takes them."""
+
+    settings: dict[str, Any]  # job settings (tasks/defaults.py), validated as a job's own
+    fields: dict[str, Any]  # job fields a Scrapy setting names (DOWNLOAD_DELAY: delay, ...)
+    problems: list[str]  # Scrapy settings whose value does not carry over
+
+
+def custom_settings(spider_cls: type[Spider]) -> Custom:
+    """A spider's ``custom_settings`` that the job takes (``ITEM_PIPELINES`` is read by the
+    pipelines): the platform's settings by their names, Scrapy's own translated where the
+    platform has the same knob, Scrapy's process settings left out."""
+    settings: dict[str, Any] = {}
+    fields: dict[str, Any] = {}
+    problems: list[str] = []
+    for name, value in (spider_cls.custom_settings or {}).items():
+        if name == "ITEM_PIPELINES":
+            continue
+        if name in SCRAPY_IGNORED:
+            log.info("spider %s: custom setting %s has no use here; left out", spider_cls.name,
+                     name)  # fmt: skip
+            continue
+        target = SCRAPY_FIELDS.get(name) or SCRAPY_SETTINGS.get(name)
+        if target is None:
+            settings[name] = value  # validated with the job's settings
+            continue
+        try:
+            converted = target[1](value)
+        except (TypeError, ValueError):
+            problems.append(f"{name}: {value!r} cannot be taken")
+            continue
+        (fields if name in SCRAPY_FIELDS else settings)[target[0]] = converted
+    return Custom(settings, fields, problems)

@@ -1,0 +1,55 @@
+"""One URL through a spider's callback, nothing stored: what ``manage.py parse`` shows while a
+spider is being written.
+
+Reads the fetch settings (``fetching.limits_for``), ``USER_AGENT`` and ``ALLOWED_NETWORKS``
+(the guard) of the job it is given. The URL is fetched as a job's URL is: through the one
+transport and its address guard, as the job's first identity (user agent, headers), after
+its host's robots.txt unless the job ignores it; the callback runs bounded as in a worker,
+and the items go through the spider's pipelines.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from crawlplatform.spiders import Request
+from tasks.content import callbacks, items, spiders
+from tasks.content.links import cache_for, in_scope
+from tasks.fetch import fetching, identity, outcomes, robots
+from tasks.rules import guard
+from web.models import CrawlJob
+
+
+class Tried(NamedTuple):
+    status: int
+    url: str  # after redirects
+    items: list[tuple[dict, str]]  # (item, the reason a pipeline dropped it or "")
+    requests: list[Request]
+
+
+def parse_url(job: CrawlJob, url: str, callback: str = "", cb_kwargs: dict | None = None) -> Tried:
+    """Fetch ``url`` and run the spider's ``callback`` (default: the request's, ``parse``) on
+    it; raises a CrawlOutcome if the fetch or the callback fails."""
+    spider = spiders.create(job)
+    agent = identity.pools(job)[0][0]
+    if job.obey_robots:
+        decision = robots.check(job, url, agent)
+        if decision.failure is not None:
+            raise decision.failure
+        if not decision.allowed:
+            raise outcomes.RobotsDisallowed(f"robots.txt forbids {url} ({decision.reason})")
+    cache = cache_for(job)
+    resp = fetching.fetch(
+        url, user_agent=agent, limits=fetching.limits_for(job), allow=guard.allowed(job),
+        in_scope=lambda u: bool(in_scope(cache, u)),
+        visitor=fetching.Visitor(headers=dict(job.headers or {})),
+    )  # fmt: skip
+    request = Request(url, callback=callback or None, cb_kwargs=cb_kwargs)
+    yielded = callbacks.call(spider, callback or "parse", callbacks.response_of(resp, request),
+                             request.cb_kwargs, job)  # fmt: skip
+    pipes = items.Pipelines(spider)
+    try:
+        kept = [pipes.process(item) for item in yielded.items]
+    finally:
+        pipes.close()
+    return Tried(resp.status, resp.final_url, kept, yielded.requests)

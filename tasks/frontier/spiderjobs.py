@@ -1,0 +1,158 @@
+"""A spider job's start and end: its start requests (and items) into the frontier when it
+starts, its items' feed to the body store and its pipelines closed when it ends.
+
+Reads ``SPIDER_CALLBACK_TIMEOUT_S`` (the start is a callback too) and ``SPIDER_MAX_YIELDS``.
+The spider is loaded where the job is started: a name no installed module provides, a module
+that fails to import, ``custom_settings`` a job could not have, or a ``start`` that raises,
+fail the job at once with the reason (and the traceback) in its error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from typing import NamedTuple
+from urllib.parse import urlsplit
+
+from django.core.files.base import ContentFile
+
+from crawlplatform.spiders import Request, Spider
+from tasks import defaults
+from tasks.content import bodies, callbacks, spiders
+from tasks.content import items as itempipes
+from tasks.content.links import JobCache
+from tasks.defaults import setting
+from tasks.fetch import outcomes
+from tasks.frontier.yields import NewRequest, insert_requests
+from tasks.rules.urls import Scope, canonicalize
+from web.models import CrawlJob, Item
+
+log = logging.getLogger(__name__)
+
+
+class SpiderProblem(Exception):
+    """Why a spider job cannot start (the text goes to the job's error)."""
+
+
+class Start(NamedTuple):
+    requests: list[NewRequest]
+    items: list[tuple[dict, str]]  # (data, dropped reason)
+    settings: dict  # the job's settings with the spider's custom_settings under them
+    domains: list[str]  # the job's allowed domains once started
+    fields: dict  # job fields the spider's Scrapy settings set (delay, obey_robots, ...)
+
+
+def _gather(spider: Spider, job: CrawlJob) -> list:
+    """What ``spider.start()`` yields, within the callback's time bound."""
+    found: list = []
+    deadline = time.monotonic() + setting("SPIDER_CALLBACK_TIMEOUT_S", job)
+    cap = setting("SPIDER_MAX_YIELDS", job)
+
+    async def drain() -> None:
+        async for one in spider.start():
+            callbacks._add(one, deadline, cap, found)
+
+    asyncio.run(drain())
+    return found
+
+
+def plan(job: CrawlJob) -> Start:
+    """The spider's start for ``job``; SpiderProblem says why there is none."""
+    try:
+        cls = spiders.load(job.spider)
+    except spiders.SpiderUnavailable as exc:
+        raise SpiderProblem(str(exc)) from None
+    custom = spiders.custom_settings(cls)
+    problems = custom.problems + defaults.job_problems(custom.settings, job.may)
+    if problems:
+        raise SpiderProblem(f"spider {job.spider!r} custom_settings: " + "; ".join(problems))
+    settings = {**custom.settings, **(job.settings or {})}
+    for field, value in custom.fields.items():
+        setattr(job, field, value)
+    try:
+        spider = spiders.create(job)
+        yielded = _gather(spider, job)
+        pipes = itempipes.Pipelines(spider)
+    except Exception as exc:  # user code: its error is the job's
+        raise SpiderProblem(
+            str(callbacks._failure(exc, setting("SPIDER_TRACEBACK_LINES")))
+        ) from exc
+    requests = [r for r in yielded if isinstance(r, Request)]
+    domains = list(job.allowed_domains or getattr(spider, "allowed_domains", None) or
+                   sorted({urlsplit(r.url).hostname or "" for r in requests} - {""}))  # fmt: skip
+    job.allowed_domains, job.settings = domains, settings
+    cache = JobCache(Scope.for_job(job), 1000)
+    rows: dict[str, NewRequest] = {}
+    for n, request in enumerate(requests):
+        try:
+            kept = callbacks.record(request, spider)
+        except ValueError as exc:
+            raise SpiderProblem(f"start: {exc}") from None
+        canonical = canonicalize(request.url)
+        if canonical is None or not cache.scope.allows(canonical):
+            log.warning("job=%s: start request %s is outside the job's scope", job.pk, request)
+            continue
+        row_key = callbacks.key(canonical, kept, f"start.{n}" if request.dont_filter else "")
+        rows.setdefault(row_key, NewRequest(row_key, None if callbacks.plain(kept) else kept, None))
+    items = [pipes.process(i) for i in yielded if not isinstance(i, Request)]
+    pipes.close()
+    return Start(list(rows.values()), items, settings, domains, custom.fields)
+
+
+def begin(job: CrawlJob, start: Start) -> None:
+    """Inside the job's start transaction: its settings, scope, start requests and items."""
+    CrawlJob.objects.filter(pk=job.pk).update(settings=start.settings,
+                                              allowed_domains=start.domains,
+                                              **start.fields)  # fmt: skip
+    insert_requests(job.pk, start.requests, 0, None)
+    Item.objects.bulk_create([Item(job_id=job.pk, spider=job.spider, data=data, dropped=dropped,
+                                   run=job.run) for data, dropped in start.items])  # fmt: skip
+
+
+FEED_NAME = "{job}/items/run-{run}.jsonl"
+
+
+def write_feed(job: CrawlJob) -> str:
+    """The job's items of its last run as JSON lines in the body store; the feed's name."""
+    name = FEED_NAME.format(job=job.pk, run=job.run)
+    kept = Item.objects.filter(job_id=job.pk, run=job.run, dropped="").order_by("id")
+    text = "".join(json.dumps(data, ensure_ascii=False) + "\n"
+                   for data in kept.values_list("data", flat=True).iterator(2000))  # fmt: skip
+    store = bodies.storage()
+    if store.exists(name):
+        store.delete(name)
+    store.save(name, ContentFile(text.encode()))
+    return name
+
+
+def drops(job_id: int) -> dict[str, int]:
+    """The job's dropped items by reason."""
+    out: dict[str, int] = {}
+    for reason in (
+        Item.objects.filter(job_id=job_id)
+        .exclude(dropped="")
+        .values_list("dropped", flat=True)
+        .iterator(2000)
+    ):
+        kind = reason.split(":", 1)[0] if reason.startswith(itempipes.SCHEMA) else reason
+        out[kind] = out.get(kind, 0) + 1
+    return out
+
+
+def ended(job: CrawlJob) -> dict:
+    """A spider job's run ended: its feed is written and the counts it keeps returned."""
+    stats = {"items": Item.objects.filter(job_id=job.pk, run=job.run, dropped="").count(),
+             "drops": drops(job.pk)}  # fmt: skip
+    try:
+        stats["items_feed"] = write_feed(job)
+    except Exception as exc:  # the store is away: the items stay in the database
+        log.exception("job=%s: the items feed could not be written", job.pk)
+        stats["items_feed_error"] = f"{type(exc).__name__}: {exc}"[:500]
+    for spider in spiders.forget(job.pk):
+        log.info("job=%s: spider %s let go", job.pk, spider.name)
+    return stats
+
+
+SPIDER_ERRORS = (outcomes.SpiderError.reason, outcomes.SpiderTimeout.reason)

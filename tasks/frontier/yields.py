@@ -1,0 +1,114 @@
+"""Committing what a spider's callback yielded: the URL's DONE state, its page, its items and
+the new requests, in one transaction (or, for an errback, the URL's failure and what the
+errback yielded), so that a worker killed at any moment leaves each item
+stored once (or not yet, and the URL's lease sweep runs the callback again).
+
+Reads no setting. The new requests enter the frontier with ``ON CONFLICT DO NOTHING`` on the
+unique (job, url) index, whose key is the request's fingerprint (``tasks/content/callbacks.py``):
+a request already there is not added twice. A recrawl replaces the items the URL's page
+yielded in the run before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from django.db import transaction
+from django.utils import timezone
+
+from tasks.fetch import outcomes
+from tasks.frontier import requeue
+from tasks.frontier.claims import Claim, LeaseLost
+from tasks.frontier.pages import save_page
+from tasks.frontier.transitions import record_failure
+from tasks.rules.urls import host_of
+from tasks.worker import metrics
+from web.models import FrontierURL, Item, Page, URLState
+
+
+class NewRequest(NamedTuple):
+    """A request a callback yielded, as its frontier row will hold it."""
+
+    key: str  # the frontier's URL column: the canonical URL, with the fingerprint if needed
+    request: dict | None  # method, headers, body, callback, ...; None: a plain GET for parse
+    skip: outcomes.Skip | None  # enters ended with this outcome (robots.txt forbids it)
+
+
+class NewItem(NamedTuple):
+    data: dict
+    dropped: str  # the reason a pipeline dropped it; "": kept
+
+
+def insert_requests(job_id: int, requests: Sequence[NewRequest], depth: int,
+                    parent_id: int | None) -> int:  # fmt: skip
+    """Frontier rows for requests (sorted, as every insert of links is, so that two pages
+    inserting the same keys take the index's locks in the same order); how many were new."""
+    now = timezone.now()
+    rows = [
+        FrontierURL(
+            job_id=job_id, url=r.key, host=host_of(r.key), depth=depth,
+            discovered_from_id=parent_id, not_before=now, request=r.request,
+            **({"state": URLState.SKIPPED, "error_reason": r.skip.reason,
+                "error_message": str(r.skip)} if r.skip is not None else {}),
+        )
+        for r in sorted(requests, key=lambda r: r.key)
+    ]  # fmt: skip
+    return len(FrontierURL.objects.bulk_create(rows, ignore_conflicts=True, batch_size=1000))
+
+
+def _add(claim: Claim, requests: Sequence[NewRequest], items: Sequence[NewItem], spider: str,
+         now) -> None:  # fmt: skip
+    Item.objects.filter(url_id=claim.url.pk).delete()  # a recrawl's run replaces them
+    Item.objects.bulk_create(
+        [Item(job_id=claim.job.pk, url_id=claim.url.pk, spider=spider, data=i.data,
+              dropped=i.dropped[:200], run=claim.run, created=now) for i in items],
+        batch_size=1000,
+    )  # fmt: skip
+    if requests:
+        insert_requests(claim.job.pk, requests, claim.url.depth + 1, claim.url.pk)
+
+
+def _added(claim: Claim, requests: Sequence[NewRequest]) -> None:
+    claim.new_links = any(r.skip is None for r in requests)
+    forbidden = [r for r in requests if r.skip is not None]
+    if forbidden:
+        metrics.skipped_at_discovery(claim.job.pk, forbidden[0].skip.reason, len(forbidden))
+
+
+def record_spider_failure(
+    claim: Claim,
+    outcome: outcomes.CrawlOutcome,
+    requests: Sequence[NewRequest],
+    items: Sequence[NewItem],
+    spider: str,
+) -> str:
+    """One transaction: the URL ended with ``outcome`` and what its errback yielded."""
+    with transaction.atomic():
+        state = record_failure(claim, outcome)
+        _add(claim, requests, items, spider, timezone.now())
+    _added(claim, requests)
+    return state
+
+
+def record_spider_page(
+    claim: Claim,
+    page: Page,
+    requests: Sequence[NewRequest],
+    items: Sequence[NewItem],
+    spider: str,
+) -> str:
+    """One transaction: the URL done, its page, its items and its new requests; a lost lease
+    writes nothing (LeaseLost)."""
+    now = timezone.now()
+    with transaction.atomic():
+        won = requeue.leased(claim).update(
+            state=URLState.DONE, lease_until=None, ladder_level=claim.level,
+            http_status=page.status, error_reason="", error_message="",
+        )  # fmt: skip
+        if not won:
+            raise LeaseLost(f"lease on URL {claim.url.pk} (attempt {claim.attempt}) ended")
+        save_page(page)
+        _add(claim, requests, items, spider, now)
+    _added(claim, requests)
+    return URLState.DONE

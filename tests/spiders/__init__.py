@@ -1,0 +1,1 @@
+"""Spiders the tests install (``CRAWL_SPIDER_MODULES=tests.spiders``)."""

@@ -1,0 +1,103 @@
+"""Spider jobs as users run them: ``manage.py crawl --spider NAME -a k=v --output items``
+with real workers, ``manage.py spiders``, and ``manage.py export JOB --items``."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+
+import pytest
+from django.conf import settings
+
+from tests.shop import Shop, expected_products, expected_stock
+from web.models import CrawlJob, JobState
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def manage(env: dict, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "manage.py", *args], cwd=settings.BASE_DIR, timeout=timeout,
+        env={**env, "CRAWL_SPIDER_MODULES": "tests.spiders"}, capture_output=True, text=True,
+    )  # fmt: skip
+
+
+def by_sku(items: list[dict]) -> list[dict]:
+    return sorted(items, key=lambda i: (i["kind"], i["sku"]))
+
+
+def test_crawl_with_a_spider_writes_its_items_and_export_gives_them_in_both_formats(
+    worker_env, tmp_path
+):
+    out = tmp_path / "items.jsonl"
+    with Shop() as shop:
+        done = manage(worker_env, "crawl", "--spider", "shop", "-a", f"base={shop.base}",
+                      "-a", "user=alice", "-a", "password=s3cret", "--concurrency", "4",
+                      "--output", str(out))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    expected = by_sku(expected_products() + expected_stock())
+    assert by_sku([json.loads(line) for line in out.read_text().splitlines()]) == expected
+    assert f"{len(expected)} items; dropped: 1 no price, 1 pipeline_error, 1 schema" in done.stdout
+    job = CrawlJob.objects.get(spider="shop")
+    assert job.state == JobState.FINISHED
+
+    again = manage(worker_env, "export", str(job.pk), "--items", "--format", "jsonl", "-o", "-")
+    assert again.returncode == 0, again.stderr
+    assert by_sku([json.loads(line) for line in again.stdout.splitlines()]) == expected
+    table = manage(worker_env, "export", str(job.pk), "--items", "--format", "csv", "-o", "-")
+    rows = list(csv.DictReader(io.StringIO(table.stdout)))
+    assert len(rows) == len(expected)
+    assert list(rows[0]) == list(dict.fromkeys(k for item in [json.loads(
+        line) for line in out.read_text().splitlines()] for k in item))  # fmt: skip
+    product = next(r for r in rows if r["sku"] == "SKU-0001" and r["kind"] == "product")
+    assert (product["price"], product["listing"], product["stock"]) == ("10.5", "1", "")
+
+
+def test_spiders_lists_what_is_installed_and_what_cannot_be_loaded(worker_env):
+    done = manage(worker_env, "spiders")
+    assert done.stdout.splitlines() == [
+        "errbacks\ttests.spiders.shop.ErrbackSpider",
+        "odd_settings\ttests.spiders.shop.OddSettingsSpider",
+        "search\ttests.spiders.shop.SearchSpider",
+        "shop\ttests.spiders.shop.ShopSpider",
+        "stubborn\ttests.spiders.shop.StubbornSpider",
+        "unkeepable\ttests.spiders.shop.UnkeepableSpider",
+    ]
+    assert "cannot load tests.spiders.broken: ModuleNotFoundError" in done.stderr
+
+
+def test_crawl_naming_an_unknown_spider_fails_at_start_with_the_reason(worker_env):
+    done = manage(worker_env, "crawl", "--spider", "nosuch", "--workers", "0")
+    assert done.returncode != 0
+    assert "no spider named 'nosuch' is installed" in done.stderr
+
+
+def test_parse_prints_what_a_callback_yields_for_one_url_and_stores_nothing(worker_env):
+    with Shop() as shop:
+        done = manage(worker_env, "parse", f"{shop.base}/catalog/1", "--spider", "shop",
+                      "--ignore-robots", "-a", f"base={shop.base}")  # fmt: skip
+        assert done.returncode != 0 and "http_4xx" in done.stderr  # 403: not logged in
+        page = manage(worker_env, "parse", f"{shop.base}/login", "--spider", "shop",
+                      "--callback", "login", "-a", f"base={shop.base}", "-a", "user=alice",
+                      "-a", "password=s3cret")  # fmt: skip
+    assert page.returncode == 0, page.stderr
+    lines = page.stdout.splitlines()
+    assert lines[0] == f">>> 200 {shop.base}/login <<<"
+    assert lines[-1] == f"<POST {shop.base}/login> -> logged_in"
+    assert not CrawlJob.objects.exists()
+
+
+def test_startspider_writes_a_spider_that_imports_and_runs_its_template(worker_env, tmp_path):
+    done = manage(worker_env, "startspider", "books", "books.example", "--directory",
+                  str(tmp_path))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    namespace: dict = {}
+    exec(compile((tmp_path / "books.py").read_text(), "books.py", "exec"), namespace)  # noqa: S102
+    spider = namespace["BooksSpider"]()
+    assert (spider.name, spider.allowed_domains) == ("books", ["books.example"])
+    again = manage(worker_env, "startspider", "books", "books.example", "--directory",
+                   str(tmp_path))  # fmt: skip
+    assert again.returncode != 0 and "exists" in again.stderr

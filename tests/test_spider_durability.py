@@ -1,0 +1,49 @@
+"""A spider job survives SIGKILL of a worker mid-crawl with every item stored exactly once:
+a callback's items commit with its page, so a page whose worker died before the commit is
+run again (by redelivery or the lease sweep) and adds its items then, never twice."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from tests.conftest import wait_for
+from tests.shop import Shop, expected_products, expected_stock
+from tests.test_e2e import finished
+from web.models import FrontierURL, Item, URLState
+
+pytestmark = pytest.mark.django_db(transaction=True)
+LISTINGS = 25  # 100 products, 20 API pages
+
+
+def test_sigkill_of_a_worker_mid_spider_crawl_leaves_every_item_stored_once(
+    worker_env, workers, scheduler, monkeypatch
+):
+    from tasks.frontier import jobs
+
+    monkeypatch.setenv("CRAWL_SPIDER_MODULES", "tests.spiders")
+    worker_env["CRAWL_SPIDER_MODULES"] = "tests.spiders"
+    pool = workers(processes=2, concurrency=4)
+    with Shop(listings=LISTINGS, delay=0.1) as shop:
+        job = jobs.create_job([], spider="shop", spider_args={
+            "base": shop.base, "user": "alice", "password": "s3cret"})  # fmt: skip
+        jobs.start(job)
+
+        def in_flight() -> bool:
+            leased = FrontierURL.objects.filter(job=job, state=URLState.LEASED).count()
+            return Item.objects.filter(job=job).count() >= 30 and leased >= 2
+
+        wait_for(in_flight, 90, "items stored and pages in flight")
+        victim = next(iter(pool.procs))
+        os.killpg(pool.procs[victim].pid, signal.SIGKILL)
+        pool.procs.pop(victim).wait()
+        pool.spawn()  # the replacement, as a Deployment would start one
+        wait_for(lambda: finished(job), 180, "the crawl to finish after the kill")
+    kept = list(Item.objects.filter(job=job, dropped="").values_list("data", flat=True))
+    expected = expected_products(LISTINGS) + expected_stock(LISTINGS)
+    key = lambda i: (i["kind"], i["sku"])  # noqa: E731
+    assert sorted(kept, key=key) == sorted(expected, key=key)  # none lost, none twice
+    assert Item.objects.filter(job=job).exclude(dropped="").count() == 3
+    assert shop.hits["POST /login"] == 1  # the login's session held for every worker

@@ -1,0 +1,264 @@
+"""Spider jobs in-process against the local shop (tests/shop.py), the real database and
+Redis: the example spider's items exactly, POST dedup by body, and how user code fails."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.utils import timezone
+
+from tasks import engine
+from tasks.content import spiders
+from tasks.frontier import jobs
+from tests.shop import Shop, expected_products, expected_stock
+from web.models import CrawlJob, FrontierURL, Item, JobState, URLState
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def installed(monkeypatch, redis, fast):
+    monkeypatch.setenv("CRAWL_SPIDER_MODULES", "tests.spiders")
+    spiders._classes.clear()
+    yield
+    spiders._classes.clear()
+    spiders._instances.clear()
+
+
+def run_job(job: CrawlJob, rounds: int = 60) -> None:
+    """Process every URL the job has until none is pending, as workers would."""
+    for _ in range(rounds):
+        pending = list(FrontierURL.objects.filter(job=job, state=URLState.QUEUED))
+        if not pending:
+            return
+        for row in pending:
+            FrontierURL.objects.filter(pk=row.pk, state=URLState.QUEUED).update(
+                state=URLState.SCHEDULED, not_before=timezone.now()
+            )
+            engine.process(row.pk, job.pk)
+    raise AssertionError("URLs still pending")
+
+
+def shop_job(shop: Shop, **args) -> CrawlJob:
+    job = jobs.create_job([], spider="shop", max_depth=20, spider_args={
+        "base": shop.base, "user": "alice", "password": "s3cret", **args})  # fmt: skip
+    jobs.start(job)
+    job.refresh_from_db()
+    return job
+
+
+def kept(job: CrawlJob) -> list[dict]:
+    return list(Item.objects.filter(job=job, dropped="").values_list("data", flat=True))
+
+
+def by_sku(items: list[dict]) -> list[dict]:
+    return sorted(items, key=lambda i: (i["kind"], i["sku"]))
+
+
+def test_the_shop_spider_logs_in_and_yields_exactly_the_expected_items(installed):
+    with Shop() as shop:
+        job = shop_job(shop)
+        assert job.state == JobState.RUNNING, job.error
+        assert job.settings == {"RETRY_MAX_ATTEMPTS": 2, "FETCH_READ_TIMEOUT_S": 5.0}
+        assert (job.delay, job.allowed_domains) == (0, ["127.0.0.1"])
+        run_job(job)
+    assert by_sku(kept(job)) == by_sku(expected_products() + expected_stock())
+    assert shop.hits["POST /login"] == 1
+    assert not [k for k, n in shop.hits.items() if n > 1 and k != "GET /robots.txt"]
+
+
+def test_broken_products_end_as_schema_drop_pipeline_error_and_spider_error(installed):
+    with Shop() as shop:
+        job = shop_job(shop)
+        run_job(job)
+    dropped = dict(Item.objects.filter(job=job).exclude(dropped="").values_list(
+        "data__sku", "dropped"))  # fmt: skip
+    assert dropped["SKU-0007"] == "no price"
+    assert dropped["SKU-0008"].startswith("schema: price: -3.0 is less than the minimum of 0")
+    assert dropped["SKU-0010"] == "pipeline_error"
+    failed = FrontierURL.objects.get(job=job, url__endswith="/product/9")
+    assert (failed.state, failed.error_reason, failed.attempts) == ("failed", "spider_error", 1)
+    assert failed.error_message.startswith("AttributeError: 'NoneType' object has no attribute")
+    assert "parse_product" in failed.error_message  # the traceback's last lines
+
+
+def test_a_callback_error_is_retried_only_when_the_request_asks(installed):
+    with Shop() as shop:
+        job = jobs.create_job([], spider="stubborn", spider_args={"base": shop.base})
+        jobs.start(job)
+        run_job(job)
+    failed = FrontierURL.objects.get(job=job, url=shop.url("/product/9"))
+    assert (failed.state, failed.error_reason, failed.attempts) == ("failed", "spider_error", 3)
+    assert shop.hits["GET /product/9"] == 3  # RETRY_MAX_ATTEMPTS of the test budgets
+
+
+def test_a_request_whose_meta_is_not_json_fails_the_page_that_yielded_it(installed):
+    with Shop() as shop:
+        job = jobs.create_job([], spider="unkeepable", spider_args={"base": shop.base})
+        jobs.start(job)
+        run_job(job)
+    page = FrontierURL.objects.get(job=job, url__contains="/login")
+    assert (page.state, page.error_reason) == ("failed", "spider_error")
+    assert page.error_message.startswith(f"ValueError: <GET {shop.url('/account')}>: meta, "
+                                         "cb_kwargs and cookies must be JSON")  # fmt: skip
+    assert not Item.objects.filter(job=job).exists()  # nothing of the page is kept
+
+
+def test_two_posts_with_different_bodies_are_two_requests_and_the_same_body_one(installed):
+    with Shop() as shop:
+        job = jobs.create_job([], spider="search", spider_args={"base": shop.base})
+        jobs.start(job)
+        run_job(job)
+    assert shop.hits["POST /search"] == 2
+    assert sorted(i["q"] for i in kept(job)) == ["hats", "shoes"]
+
+
+def test_a_job_naming_a_spider_that_is_not_installed_fails_at_start_with_the_import_error(
+    installed,
+):
+    job = jobs.create_job([], spider="broken")
+    jobs.start(job)
+    job.refresh_from_db()
+    assert job.state == JobState.FAILED
+    assert "no spider named 'broken' is installed" in job.error
+    assert "ModuleNotFoundError: No module named 'crawlplatform.spiders.nothing_here'" in job.error
+
+
+def test_custom_settings_a_job_cannot_have_fail_it_at_start_naming_them(installed):
+    job = jobs.create_job([], spider="odd_settings")
+    jobs.start(job)
+    job.refresh_from_db()
+    assert job.state == JobState.FAILED
+    assert "DOWNLOAD_DELAY: 'soon' cannot be taken" in job.error
+    assert "NOT_A_SETTING" in job.error
+
+
+def test_a_finished_spider_job_writes_its_items_feed_and_counts_drops(installed):
+    from tasks.content import bodies
+    from tasks.frontier.scheduler import finish_if_done
+
+    with Shop() as shop:
+        job = shop_job(shop)
+        run_job(job)
+    finish_if_done(job)
+    job.refresh_from_db()
+    assert job.stats["items"] == len(expected_products() + expected_stock())
+    assert job.stats["drops"] == {"no price": 1, "schema": 1, "pipeline_error": 1}
+    with bodies.storage().open(job.stats["items_feed"], "rb") as feed:
+        assert len(feed.read().decode().splitlines()) == job.stats["items"]
+
+
+def test_a_spider_job_from_the_api_runs_and_its_items_are_paginated_and_streamed(
+    installed, django_user_model
+):
+    from rest_framework.test import APIClient
+
+    api = APIClient()
+    api.force_login(django_user_model.objects.create_user("alice", is_staff=True))
+    with Shop() as shop:
+        made = api.post("/api/jobs/", {"spider": "shop", "spider_args": {
+            "base": shop.base, "user": "alice", "password": "s3cret"}}, format="json")  # fmt: skip
+        assert made.status_code == 201, made.json()
+        assert api.post(f"/api/jobs/{made.json()['id']}/start/").status_code == 200
+        job = CrawlJob.objects.get(pk=made.json()["id"])
+        run_job(job)
+    expected = by_sku(expected_products() + expected_stock())
+    rows, url = [], f"/api/jobs/{job.pk}/items/?page_size=7"
+    while url:
+        page = api.get(url).json()
+        rows += page["results"]
+        url = page["next"]
+    assert by_sku([r["data"] for r in rows]) == expected
+    assert all(r["url"] and r["spider"] == "shop" for r in rows)
+    dropped = api.get(f"/api/jobs/{job.pk}/items/?dropped=no price").json()["results"]
+    assert [r["data"]["sku"] for r in dropped] == ["SKU-0007"]
+    streamed = api.get(f"/api/jobs/{job.pk}/items/export/?format=jsonl")
+    lines = b"".join(streamed.streaming_content).decode().splitlines()
+    assert by_sku([json.loads(line) for line in lines]) == expected
+    table = b"".join(api.get(f"/api/jobs/{job.pk}/items/export/?format=csv").streaming_content)
+    assert len(table.decode().splitlines()) == len(expected) + 1
+    stats = api.get(f"/api/jobs/{job.pk}/stats/").json()
+    assert stats["items"] == len(expected)
+    assert stats["drops"] == {"no price": 1, "schema": 1, "pipeline_error": 1}
+
+
+def test_a_spider_job_from_a_spec_runs(installed, tmp_path):
+    from django.core.management import call_command
+
+    with Shop() as shop:
+        spec = tmp_path / "shop.yaml"
+        spec.write_text(f"""\
+apiVersion: crawlplatform/v1
+kind: CrawlJob
+metadata: {{name: shop}}
+spec:
+  spider: shop
+  spider_args: {{base: "{shop.base}", user: alice, password: s3cret}}
+""")
+        call_command("apply", "-f", str(spec))
+        job = CrawlJob.objects.get(name="shop")
+        assert (job.spider, job.seeds, job.max_depth) == ("shop", [], 32767)
+        jobs.start(job)
+        run_job(job)
+    assert by_sku(kept(job)) == by_sku(expected_products() + expected_stock())
+
+
+def test_an_errback_sees_the_failure_and_its_items_commit_with_the_urls_failure(installed):
+    with Shop() as shop:
+        job = jobs.create_job([], spider="errbacks", spider_args={"base": shop.base})
+        jobs.start(job)
+        run_job(job)
+    gone = FrontierURL.objects.get(job=job, url__contains="/gone")
+    assert (gone.state, gone.error_reason) == ("failed", "http_4xx")
+    assert kept(job) == [{"missing": shop.url("/gone"), "status": 404, "reason": "http_4xx",
+                          "checked": True}]  # fmt: skip
+
+
+def test_a_spider_job_is_released_only_while_an_online_worker_has_its_spider(installed, redis):
+    import time
+
+    from tasks.frontier.pacing import Pacing
+    from tasks.frontier.release import release
+    from tasks.worker import registry
+
+    with Shop() as shop:
+        job = shop_job(shop)
+
+    def worker(spiders: str) -> None:  # as a worker's heartbeat registers it
+        redis.hset(registry.PREFIX + "w1", mapping={
+            "version": "1", "channel": "main", "queues": "crawl", "slots": 4, "pid": 1,
+            "spiders": spiders, "started": time.time(), "heartbeat": time.time(),
+            "last_task": 0})  # fmt: skip
+
+    worker("search")
+    assert release(job, Pacing())[0] == 0
+    assert FrontierURL.objects.get(job=job).state == URLState.QUEUED
+    worker("search,shop")
+    assert release(job, Pacing())[0] == 1
+
+
+def test_the_admin_and_dashboard_show_the_installed_spiders_a_jobs_items_and_drops(
+    installed, admin_client
+):
+    page = admin_client.get("/admin/web/crawljob/add/").content.decode()
+    assert '<option value="shop">shop</option>' in page
+    with Shop() as shop:
+        job = shop_job(shop)
+        run_job(job)
+    detail = admin_client.get(f"/admin/web/crawljob/{job.pk}/change/").content.decode()
+    assert f"?job__id__exact={job.pk}\">20 items</a>; dropped: 1 no price, 1 pipeline_error, " \
+           "1 schema" in detail  # fmt: skip
+    listed = admin_client.get(f"/admin/web/item/?job__id__exact={job.pk}&kept=no").content.decode()
+    assert "no price" in listed and "pipeline_error" in listed
+    product = FrontierURL.objects.get(job=job, url=shop.url("/product/1"))
+    page = admin_client.get(f"/admin/web/page/{product.page.pk}/change/").content.decode()
+    assert f"?url__id__exact={product.pk}\">1 items</a>" in page
+    one = admin_client.get(f"/admin/web/item/?url__id__exact={product.pk}").content.decode()
+    assert "SKU-0001" in one and "SKU-0002" not in one
+    data = admin_client.get(f"/dashboard/jobs/{job.pk}/data").json()
+    assert data["values"]["items"] == "20"
+    assert [[c["text"] for c in row] for row in data["tables"]["drops"]] == [
+        ["no price", "1"], ["pipeline_error", "1"], ["schema", "1"]]  # fmt: skip
+    shown = admin_client.get(f"/dashboard/jobs/{job.pk}/").content.decode()
+    assert '<span data-value="items">20</span> kept' in shown

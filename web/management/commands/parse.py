@@ -1,0 +1,58 @@
+"""``python manage.py parse URL --spider NAME [--callback NAME] [-a key=value ...]``: fetch one
+URL as a job would (address guard, robots.txt, identity) and print the items and requests the
+spider's callback yields, as Scrapy's ``parse`` does. Nothing is stored."""
+
+from __future__ import annotations
+
+import json
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from tasks.content import spiders, tryout
+from tasks.fetch import outcomes
+from web.management import crawling
+from web.models import CrawlJob
+
+
+class Command(BaseCommand):
+    help = "Run a spider's callback on one URL and print what it yields."
+    requires_system_checks: list = []
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("url", metavar="URL")
+        parser.add_argument("--spider", required=True, metavar="NAME")
+        parser.add_argument("--callback", "-c", default="", metavar="NAME",
+                            help="the spider's method to call (default: parse)")  # fmt: skip
+        parser.add_argument("-a", dest="spider_args", action="append", default=[],
+                            metavar="NAME=VALUE",
+                            help="a spider argument (repeatable)")  # fmt: skip
+        parser.add_argument("--cbkwargs", default="{}", metavar="JSON",
+                            help="the callback's keyword arguments, a JSON object")  # fmt: skip
+        parser.add_argument("--ignore-robots", action="store_true")
+
+    def handle(self, *args, **opts) -> None:
+        try:
+            cls = spiders.load(opts["spider"])
+            cb_kwargs = json.loads(opts["cbkwargs"])
+        except spiders.SpiderUnavailable as exc:
+            raise CommandError(str(exc)) from None
+        except ValueError as exc:
+            raise CommandError(f"--cbkwargs: {exc}") from None
+        custom = spiders.custom_settings(cls)
+        job = CrawlJob(spider=opts["spider"], spider_args=crawling.parse_spider_args(
+            opts["spider_args"]), settings=custom.settings, **custom.fields)  # fmt: skip
+        if opts["ignore_robots"]:
+            job.obey_robots = False
+        try:
+            tried = tryout.parse_url(job, opts["url"], opts["callback"], cb_kwargs)
+        except outcomes.CrawlOutcome as exc:
+            raise CommandError(f"{exc.reason}: {exc}") from None
+        self.stdout.write(f">>> {tried.status} {tried.url} <<<")
+        self.stdout.write("# Scraped Items " + "-" * 60)
+        for data, dropped in tried.items:
+            line = json.dumps(data, ensure_ascii=False, sort_keys=True)
+            self.stdout.write(f"{line}  # dropped: {dropped}" if dropped else line)
+        self.stdout.write("# Requests " + "-" * 65)
+        for request in tried.requests:
+            extra = f" -> {request.callback_name}" if request.callback_name else ""
+            self.stdout.write(f"<{request.method} {request.url}>{extra}")
