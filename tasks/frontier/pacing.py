@@ -121,6 +121,7 @@ class Pacing:
         # when the slots were read, how many, and how many the read before found
         self.slots_read: list[float] = [-setting("SLOTS_CACHE_S"), 0, 0]
         self.noted: dict[str, float] = {}  # what was last logged, and when
+        self.spiders_read: tuple[float, frozenset[str]] = (-setting("SLOTS_CACHE_S"), frozenset())
 
     def note(self, what: str) -> bool:
         """Whether to log ``what`` now: once a minute while it lasts."""
@@ -129,7 +130,6 @@ class Pacing:
             return False
         self.noted[what] = now
         return True
-        self.spiders_read: tuple[float, frozenset[str]] = (-setting("SLOTS_CACHE_S"), frozenset())
 
     def next_due(self, job: CrawlJob) -> float | None:
         """Seconds until the job's next waiting URL is due (None: none waits)."""
