@@ -70,8 +70,10 @@ def test_crawl_command_writes_every_result_and_exits_zero(worker_env, tmp_path):
 
 def test_ctrl_c_pauses_and_resume_finishes(worker_env, tmp_path):
     out = tmp_path / "out.csv"
+    early = tmp_path / "early.jsonl"
     with Site(pages=120, delay=0.1) as site:
-        proc = crawl(worker_env, site.url("/p/0"), "--max-depth", "200", "--concurrency", "4")
+        proc = crawl(worker_env, site.url("/p/0"), "--max-depth", "200", "--concurrency", "4",
+                     "-o", str(early))  # fmt: skip
         job = wait_for(lambda: CrawlJob.objects.first(), 30, "the job to be created")
         wait_for(lambda: Page.objects.filter(job=job).count() >= 20, 60, "pages to be fetched")
         proc.send_signal(signal.SIGINT)
@@ -80,9 +82,14 @@ def test_ctrl_c_pauses_and_resume_finishes(worker_env, tmp_path):
         job.refresh_from_db()
         assert job.state == JobState.PAUSED
         assert Checkpoint.objects.filter(job=job, reason="pause").exists()
-        assert f"crawl --resume {job.pk}" in stderr
+        assert f"crawl --resume {job.pk}" in stderr and f"export {job.pk} -o" in stderr
         paused_at = Page.objects.filter(job=job).count()
         assert paused_at < len(site.expected_done())
+        # What was done before Ctrl-C is in the output it asked for.
+        written = [json.loads(line) for line in early.read_text().splitlines()]
+        assert paused_at <= len(written) and f"to {early}" in stderr
+        assert {r["url"] for r in written if r["status"] == 200} == set(
+            Page.objects.filter(job=job, status=200).values_list("url__url", flat=True))
 
         proc = crawl(worker_env, "--resume", str(job.pk), "--output", str(out))
         stdout, stderr = proc.communicate(timeout=120)
@@ -322,3 +329,47 @@ def test_help_lists_the_platforms_commands_first(worker_env):
     assert groups[0].startswith("[crawlplatform")
     first = text.split(groups[0], 1)[1].split("\n\n", 1)[0].split()
     assert {"crawl", "get", "job", "export", "apply", "review"} <= set(first)
+
+
+@pytest.mark.parametrize("output", [["-o", "jsonl"], ["--output", "-", "--format", "jsonl"]],
+                         ids=" ".join)  # fmt: skip
+def test_results_go_to_standard_output_in_the_format_named(worker_env, output):
+    with Site(pages=5) as site:
+        proc = crawl(worker_env, site.url("/p/0"), "--concurrency", "2", *output)
+        stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr
+    rows = [json.loads(line) for line in stdout.splitlines()]  # nothing else on stdout
+    assert {r["url"] for r in rows} == site.expected_done() | site.expected_failed()
+    assert "wrote" in stderr and "standard output" in stderr
+
+
+def test_an_output_to_standard_output_without_a_format_is_refused_at_once(worker_env):
+    done = _run(worker_env, "crawl", "http://127.0.0.1:9/", "--output", "-")
+    assert done.returncode != 0 and "--format" in done.stderr
+    assert not CrawlJob.objects.exists()
+
+
+def test_the_readme_shows_the_commands_as_their_parsers_define_them():
+    from web.management import usage
+
+    readme = (settings.BASE_DIR / "README.md").read_text()
+    shown = readme.split("keeps them equal -->\n```\n", 1)[1].split("```", 1)[0]
+    assert shown == usage.block() + "\n", "run: python -m web.management.usage"
+
+
+def test_every_option_of_the_platforms_commands_says_what_it_does_and_its_default():
+    from django.core.management import load_command_class
+
+    from web.management import usage
+
+    for name in usage.platform_commands():
+        parser = load_command_class("web", name).create_parser("manage.py", name)
+        text = parser.format_help()
+        for action in parser._actions:
+            if set(action.option_strings) & usage.COMMON or not action.option_strings:
+                continue
+            assert action.help, f"{name} {action.option_strings[0]} has no help"
+            if action.default not in (None, False, "", []):
+                assert "default" in (action.help or "").lower() or (
+                    f"(default: {action.default})" in " ".join(text.split())
+                ), f"{name} {action.option_strings[0]}: its default is not shown"

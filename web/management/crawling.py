@@ -14,7 +14,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import TypeVar
 
 from django.apps import apps
@@ -99,6 +98,26 @@ def allowed_networks(cidrs: list[str]) -> dict:
         return {}
     from_env = os.environ.get("CRAWL_ALLOWED_NETWORKS", "")
     return {"ALLOWED_NETWORKS": ",".join(c for c in [from_env, *cidrs] if c)}
+
+
+OUTPUT_HELP = ("the output: a file (.jsonl, .csv or .warc, .gz compresses), - for standard "
+               "output, or a format name (jsonl, csv, warc) for standard output in it")
+FORMAT_HELP = "the output's format, when its name does not say it (jsonl, csv or warc)"
+
+
+def output_target(output: str | None, fmt: str | None) -> tuple[str, str] | None:
+    """``(format, target)`` of an ``-o/--output`` and ``--format`` (target ``-``: standard
+    output), None without an output. ``-o`` means the output everywhere: a format name prints
+    in that format, anything else is a file whose name gives the format unless ``--format``
+    does."""
+    if output is None:
+        return None
+    if output in export.FORMATS:
+        return (fmt or output), "-"
+    try:
+        return (fmt or export.format_of(output)), output
+    except ValueError as exc:
+        raise CommandError(f"--output {exc}") from None
 
 
 def job_named(ref: str) -> CrawlJob:
@@ -294,10 +313,8 @@ def tick(job: CrawlJob, interrupted: threading.Event) -> bool:
     return False
 
 
-def summary(
-    job: CrawlJob, counts: dict, elapsed: float, output: Path | None, stdout: OutputWrapper
-) -> None:
-    """The job's outcome (and a recrawl's changes) on ``stdout``; the results to ``output``."""
+def summary(job: CrawlJob, counts: dict, elapsed: float, stdout: OutputWrapper) -> None:
+    """The job's outcome (and a recrawl's changes) on ``stdout``."""
     done = counts["done"]
     stdout.write(
         f"job {job.pk} {job.state}: {done} pages, {counts['failed']} failed, "
@@ -314,7 +331,12 @@ def summary(
         drops = ", ".join(f"{n} {why}" for why, n in sorted(job.stats.get("drops", {}).items()))
         kept = f"{job.stats.get('items', 0)} items"
         stdout.write(kept + (f"; dropped: {drops}" if drops else ""))
-    if output is not None:
-        spider = bool(job.spider)  # a spider job's --output is its items, as Scrapy's -O
-        written = export.save(job, export.format_of(str(output)), str(output), items=spider)
-        stdout.write(f"wrote {written.rows} {'items' if spider else 'rows'} to {output}")
+
+
+def write_output(job: CrawlJob, fmt: str, target: str, said: OutputWrapper) -> None:
+    """The job's results (a spider job's items, as Scrapy's ``-O``) to ``target`` (``-``:
+    standard output); what was written on ``said``."""
+    spider = bool(job.spider)
+    written = export.save(job, fmt, target, items=spider)
+    where = "standard output" if target == "-" else target
+    said.write(f"wrote {written.rows} {'items' if spider else 'rows'} to {where}")

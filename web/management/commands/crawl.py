@@ -3,9 +3,9 @@
 With no ``DATABASE_URL`` and no ``REDIS_URL`` it runs on the embedded defaults (SQLite and a
 private redis-server in ``CRAWL_DATA_DIR``). It starts its own workers (``--workers``) and the
 scheduler, shows a live progress line, writes ``--output`` and prints a summary. Ctrl-C pauses
-the job (in-flight pages finish, a checkpoint is written); ``--resume JOB_ID`` continues it.
-``--recrawl JOB_ID`` runs an ended job again with conditional requests and reports what is
-new, changed, unchanged and gone.
+the job (in-flight pages finish, a checkpoint is written, ``--output`` holds what was done);
+``--resume JOB`` (its name or id) continues it. ``--recrawl JOB`` runs an ended job again
+with conditional requests and reports what is new, changed, unchanged and gone.
 ``--workers 0`` leaves the fetching to external workers (``celery -A crawlplatform worker``).
 
 It rides out a database or Redis outage (a failover, a restart): the progress loop, the
@@ -22,7 +22,6 @@ import signal
 import sys
 import threading
 import time
-from pathlib import Path
 
 from django.conf import settings
 from django.core.management.base import CommandError, CommandParser
@@ -65,29 +64,33 @@ class Command(PlatformCommand):
         parser.add_argument("--max-depth", type=int, default=None, metavar="N",
                             help="links followed from a seed (default 5; a spider's requests: "
                             "no limit but the platform's)")  # fmt: skip
-        parser.add_argument("--max-pages", type=int, default=None, metavar="N")
+        parser.add_argument("--max-pages", type=int, default=None, metavar="N",
+                            help="pages fetched at most (retries not counted; default: no "
+                            "limit)")  # fmt: skip
         parser.add_argument(
             "--concurrency",
             type=int,
             default=8,
             metavar="N",
-            help="pages fetched at once, over all workers (default 8)",
+            help="pages fetched at once, over all workers (default: 8)",
         )
         parser.add_argument(
             "--delay",
             type=float,
             default=0.0,
             metavar="SECONDS",
-            help="minimum gap between two requests to one host",
+            help="minimum gap between two requests to one host, in seconds (default: 0, "
+            "robots.txt's Crawl-delay and the host's own pace still apply)",
         )
         parser.add_argument(
             "--host-concurrency",
             type=int,
             default=0,
             metavar="N",
-            help="requests in flight to one host at most (0: no limit)",
+            help="requests in flight to one host at most (default: 0, no limit)",
         )
-        parser.add_argument("--max-pages-per-host", type=int, default=None, metavar="N")
+        parser.add_argument("--max-pages-per-host", type=int, default=None, metavar="N",
+                            help="pages fetched at most per host (default: no limit)")  # fmt: skip
         parser.add_argument(
             "--include",
             action="append",
@@ -126,8 +129,9 @@ class Command(PlatformCommand):
             action="append",
             default=[],
             metavar="URL",
-            help="a proxy (http, https or socks5 URL; ${VAR} is read from the workers' "
-            "environment, e.g. http://${PROXY_USER}:${PROXY_PASSWORD}@proxy:3128; repeatable)",
+            help="a proxy (http, https, socks4 or socks5 URL; credentials as ${CRAWL_PROXY_*} "
+            "variables of the workers' environment, e.g. "
+            "http://${CRAWL_PROXY_USER}:${CRAWL_PROXY_PASSWORD}@proxy:3128; repeatable)",
         )
         parser.add_argument(
             "--header",
@@ -138,15 +142,16 @@ class Command(PlatformCommand):
         )
         parser.add_argument(
             "--warmup", default="", metavar="PATH",
-            help="fetched first on each new session of a host (e.g. / that sets a cookie)",
+            help="a path fetched first by each new session of a host (e.g. / that sets a "
+            "cookie; default: none, a refused identity warms up on the seed)",
         )  # fmt: skip
         parser.add_argument(
             "--render",
             default="never",
             choices=["never", "auto", "always"],
-            help="render pages in headless Chromium: never, when the anti-bot ladder or a page "
-            "that needs JavaScript asks (auto), or always (needs requirements-render.txt and "
-            "Debian's chromium)",
+            help="render pages in headless Chromium: never (default), when the anti-bot "
+            "ladder or a page that needs JavaScript asks (auto), or always (needs "
+            "requirements-render.txt and Debian's chromium)",
         )
         parser.add_argument(
             "--allow-network",
@@ -166,13 +171,17 @@ class Command(PlatformCommand):
             "match), e.g. title=h1 or links=a[]@href (repeatable)",
         )
         parser.add_argument("--extract-pages", default="", metavar="REGEX",
-                            help="apply --extract only on URLs matching this")  # fmt: skip
+                            help="apply --extract only on URLs matching this (default: every "
+                            "page)")  # fmt: skip
         parser.add_argument("--no-bodies", action="store_true",
                             help="do not keep raw page bodies in the body store")  # fmt: skip
         parser.add_argument("--obey-nofollow", action="store_true",
                             help='do not follow links marked rel="nofollow"')  # fmt: skip
-        parser.add_argument("--output", type=Path, default=None, metavar="FILE",
-                            help="results: .jsonl, .csv or .warc (.gz compresses)")  # fmt: skip
+        parser.add_argument("-o", "--output", default=None, metavar="FILE|-|FORMAT",
+                            help=crawling.OUTPUT_HELP + "; a spider job's are its items; "
+                            "written after Ctrl-C too (default: none)")  # fmt: skip
+        parser.add_argument("--format", choices=export.FORMATS, default=None,
+                            help=crawling.FORMAT_HELP)  # fmt: skip
         parser.add_argument("--spider", default="", metavar="NAME",
                             help="run the installed spider NAME (manage.py spiders lists them); "
                             "SEEDs are optional then")  # fmt: skip
@@ -180,14 +189,16 @@ class Command(PlatformCommand):
                             metavar="NAME=VALUE",
                             help="a spider argument, set as its attribute (repeatable)",
                             )  # fmt: skip
-        parser.add_argument("--name", default=None)
+        parser.add_argument("--name", default=None,
+                            help="the job's name, to find it by later (default: the spider's "
+                            "name or the first seed)")  # fmt: skip
         parser.add_argument(
-            "--resume", type=int, default=None, metavar="JOB_ID", help="continue a paused job"
+            "--resume", default=None, metavar="JOB", help="continue a paused job (its name or id)"
         )
         parser.add_argument(
-            "--recrawl", type=int, default=None, metavar="JOB_ID",
-            help="run an ended job again: pages are asked for with If-None-Match / "
-            "If-Modified-Since and only changed ones are downloaded",
+            "--recrawl", default=None, metavar="JOB",
+            help="run an ended job (its name or id) again: pages are asked for with "
+            "If-None-Match / If-Modified-Since and only changed ones are downloaded",
         )  # fmt: skip
         parser.add_argument(
             "--workers",
@@ -201,25 +212,22 @@ class Command(PlatformCommand):
             "--pool",
             default="threads",
             choices=["threads", "prefork", "solo"],
-            help="Celery pool of the started workers (see docs/benchmarks.md)",
+            help="Celery pool of the started workers (default: threads; see "
+            "docs/benchmarks.md)",
         )
 
     def handle(self, *args, **opts) -> None:
         if (not opts["seeds"] and not opts["spider"] and opts["resume"] is None
                 and opts["recrawl"] is None):  # fmt: skip
-            raise CommandError("give at least one SEED URL, --spider NAME, --resume JOB_ID or "
-                               "--recrawl JOB_ID")  # fmt: skip
+            raise CommandError("give at least one SEED URL, --spider NAME, --resume JOB or "
+                               "--recrawl JOB")  # fmt: skip
         if opts["spider_args"] and not opts["spider"]:
             raise CommandError("-a NAME=VALUE needs --spider")
-        if opts["output"] is not None and opts["spider"] and str(opts["output"]).endswith(
-            (".warc", ".warc.gz")
-        ):
-            raise CommandError("--output of a spider job holds its items: .jsonl or .csv")
-        if opts["output"] is not None:
-            try:
-                export.format_of(str(opts["output"]))
-            except ValueError as exc:
-                raise CommandError(f"--output {exc}") from None
+        if opts["output"] == "-" and opts["format"] is None:
+            raise CommandError("--output -: give --format jsonl, csv or warc (or -o jsonl)")
+        output = crawling.output_target(opts["output"], opts["format"])
+        if output is not None and opts["spider"] and output[0] == "warc":
+            raise CommandError("--output of a spider job holds its items: jsonl or csv")
         if opts["concurrency"] < 1:
             raise CommandError("--concurrency must be at least 1")
         step("command loaded")
@@ -240,7 +248,7 @@ class Command(PlatformCommand):
                 step("redis-server answers")
             job = self._job(opts, fresh_broker=embedded is not None)
             step("job started")
-            code = self._run(job, opts)
+            code = self._run(job, opts, output)
         finally:
             if embedded is not None:
                 embedded.stop()
@@ -249,17 +257,13 @@ class Command(PlatformCommand):
 
     def _job(self, opts: dict, fresh_broker: bool) -> CrawlJob:
         if opts["recrawl"] is not None:
-            job = CrawlJob.objects.filter(pk=opts["recrawl"]).first()
-            if job is None:
-                raise CommandError(f"no job {opts['recrawl']}")
+            job = crawling.job_named(opts["recrawl"])
             if not jobs.recrawl(job):
                 raise CommandError(f"job {job.pk} is {job.state}; only an ended job is recrawled")
             self.stderr.write(f"job {job.pk} ({job.name}): run {job.run} started")
             return job
         if opts["resume"] is not None:
-            job = CrawlJob.objects.filter(pk=opts["resume"]).first()
-            if job is None:
-                raise CommandError(f"no job {opts['resume']}")
+            job = crawling.job_named(opts["resume"])
             if job.state in TERMINAL_STATES:
                 raise CommandError(f"job {job.pk} is {job.state}; nothing to resume")
             if fresh_broker:
@@ -313,7 +317,7 @@ class Command(PlatformCommand):
         self.stderr.write(f"job {job.pk} started: {what}")
         return job
 
-    def _run(self, job: CrawlJob, opts: dict) -> int:
+    def _run(self, job: CrawlJob, opts: dict, output: tuple[str, str] | None) -> int:
         concurrency = opts["concurrency"]
         processes = opts["workers"]
         if processes is None:
@@ -380,17 +384,24 @@ class Command(PlatformCommand):
         crawling.with_database(job.refresh_from_db, "reading the job")
         counts = crawling.with_database(lambda: jobs.counts(job.pk), "counting URLs")
         elapsed = time.monotonic() - started
+        # With the results on standard output, what people read goes to standard error.
+        said = self.stderr if output is not None and output[1] == "-" else self.stdout
         if interrupted.is_set():
             crawling.with_database(
                 lambda: jobs.checkpoint(job, "interrupt"), "writing a checkpoint"
             )
+            self.stderr.write(f"job {job.pk} paused with {counts['done']} pages done.")
+            if output is not None:  # what was done so far (a second Ctrl-C stops at once)
+                crawling.with_database(lambda: crawling.write_output(job, *output, self.stderr),
+                                       "writing the results")  # fmt: skip
             self.stderr.write(
-                f"job {job.pk} paused with {counts['done']} pages done. "
-                f"Continue with: python manage.py crawl --resume {job.pk}"
+                f"Continue with: python manage.py crawl --resume {job.pk}; its results at any "
+                f"time: python manage.py export {job.pk} -o FILE"
             )
             return 130
-        crawling.with_database(
-            lambda: crawling.summary(job, counts, elapsed, opts["output"], self.stdout),
-            "writing the results",
-        )
+        crawling.with_database(lambda: crawling.summary(job, counts, elapsed, said),
+                               "writing the summary")  # fmt: skip
+        if output is not None:
+            crawling.with_database(lambda: crawling.write_output(job, *output, said),
+                                   "writing the results")  # fmt: skip
         return 0 if job.state == JobState.FINISHED else 1

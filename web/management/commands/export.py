@@ -1,10 +1,10 @@
-"""``python manage.py export JOB --format jsonl|csv|warc --output FILE``: a job's results, at
-any time (running, finished, or after a crash), streamed with constant memory. ``--items``:
-a spider job's items instead (jsonl or csv).
+"""``python manage.py export JOB -o FILE|-|FORMAT [--format jsonl|csv|warc] [--items]``: a
+job's results, at any time (running, finished, or after a crash), streamed with constant
+memory. ``--items``: a spider job's items instead (jsonl or csv).
 
-``--output -`` writes to standard output; a name ending in ``.gz`` is compressed. Without
-``--format`` the file name says it (``.jsonl``, ``.csv``, ``.warc``). On a terminal a
-progress line counts the rows.
+``-o -`` writes to standard output (with ``--format``), as does ``-o jsonl`` (a format name);
+a name ending in ``.gz`` is compressed. Without ``--format`` the file name says it (``.jsonl``,
+``.csv``, ``.warc``). On a terminal a progress line counts the rows.
 """
 
 from __future__ import annotations
@@ -25,19 +25,17 @@ class Command(PlatformCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("job", metavar="JOB", help="the job's name or id")
         parser.add_argument("--format", choices=export.FORMATS, default=None,
-                            help="default: from the output's name")  # fmt: skip
-        parser.add_argument("--output", "-o", required=True, metavar="FILE",
-                            help="where to write (-: standard output; .gz compresses)")  # fmt: skip
+                            help=crawling.FORMAT_HELP)  # fmt: skip
+        parser.add_argument("-o", "--output", required=True, metavar="FILE|-|FORMAT",
+                            help=crawling.OUTPUT_HELP)  # fmt: skip
         parser.add_argument("--items", action="store_true",
                             help="the items a spider job yielded (jsonl or csv)")  # fmt: skip
 
     def handle(self, *args, **opts) -> None:
         job = crawling.job_named(opts["job"])
-        target = opts["output"]
-        try:
-            fmt = opts["format"] or export.format_of(target)
-        except ValueError as exc:
-            raise CommandError(f"--output {exc}") from None
+        if opts["output"] == "-" and opts["format"] is None:
+            raise CommandError("--output -: give --format jsonl, csv or warc (or -o jsonl)")
+        fmt, target = crawling.output_target(opts["output"], opts["format"])
         if opts["items"] and fmt == "warc":
             raise CommandError("--items are exported as jsonl or csv")
         total = export.count_items(job.pk) if opts["items"] else export.count(job.pk)
@@ -58,4 +56,5 @@ class Command(PlatformCommand):
             self.stderr.write("")
         what = f"{done.rows} {'items' if opts['items'] else 'rows'}"
         what += f", {done.records} pages" if fmt == "warc" else ""
-        self.stderr.write(f"job {job.pk} ({job.state}): {what} written to {target}")
+        where = "standard output" if target == "-" else target
+        self.stderr.write(f"job {job.pk} ({job.state}): {what} written to {where}")

@@ -6,21 +6,23 @@ from __future__ import annotations
 
 import json
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from tasks.content import spiders, tryout
 from tasks.fetch import outcomes
 from web.management import crawling
+from web.management.base import PlatformCommand
 from web.models import CrawlJob
 
 
-class Command(BaseCommand):
+class Command(PlatformCommand):
     help = "Run a spider's callback on one URL and print what it yields."
     requires_system_checks: list = []
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("url", metavar="URL")
-        parser.add_argument("--spider", required=True, metavar="NAME")
+        parser.add_argument("url", metavar="URL", help="the page to fetch and parse")
+        parser.add_argument("--spider", required=True, metavar="NAME",
+                            help="the installed spider (manage.py spiders lists them)")  # fmt: skip
         parser.add_argument("--callback", "-c", default="", metavar="NAME",
                             help="the spider's method to call (default: parse)")  # fmt: skip
         parser.add_argument("-a", dest="spider_args", action="append", default=[],
@@ -28,7 +30,8 @@ class Command(BaseCommand):
                             help="a spider argument (repeatable)")  # fmt: skip
         parser.add_argument("--cbkwargs", default="{}", metavar="JSON",
                             help="the callback's keyword arguments, a JSON object")  # fmt: skip
-        parser.add_argument("--ignore-robots", action="store_true")
+        parser.add_argument("--ignore-robots", action="store_true",
+                            help="fetch even where robots.txt forbids it")  # fmt: skip
 
     def handle(self, *args, **opts) -> None:
         try:

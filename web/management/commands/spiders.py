@@ -4,12 +4,11 @@ their tracebacks (``-v 2``)."""
 
 from __future__ import annotations
 
-from django.core.management.base import BaseCommand
-
 from tasks.content import spiders
+from web.management.base import PlatformCommand
 
 
-class Command(BaseCommand):
+class Command(PlatformCommand):
     help = "List the installed spiders."
     requires_system_checks: list = []
 

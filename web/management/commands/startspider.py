@@ -7,7 +7,9 @@ import keyword
 import re
 from pathlib import Path
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
+
+from web.management.base import PlatformCommand
 
 TEMPLATE = '''"""The {name} spider: start here, then install it (CRAWL_SPIDER_MODULES, or an
 entry point in the crawlplatform.spiders group) and run it:
@@ -41,14 +43,15 @@ class {cls}(Spider):
 '''
 
 
-class Command(BaseCommand):
+class Command(PlatformCommand):
     help = "Write a commented spider to start from."
     requires_system_checks: list = []
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("name", metavar="NAME", help="the spider's name (a Python name)")
         parser.add_argument("domain", metavar="DOMAIN", help="the site, e.g. shop.example")
-        parser.add_argument("--directory", default=".", metavar="DIR")
+        parser.add_argument("--directory", default=".", metavar="DIR",
+                            help="where its module is written (default: here)")  # fmt: skip
 
     def handle(self, *args, **opts) -> None:
         name, domain = opts["name"], opts["domain"].strip().lower()
