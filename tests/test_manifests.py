@@ -314,3 +314,14 @@ def test_the_compose_env_helper_fills_every_secret_compose_requires():
     again = subprocess.run(["python3", "deploy/env.py"], cwd=ROOT, capture_output=True,
                            text=True, check=True).stdout  # fmt: skip
     assert again != made  # new secrets each time
+
+
+def test_every_path_the_docs_name_exists():
+    """A path in README.md or docs/ names a file of this repository (or one the reader makes
+    from its ``.example``)."""
+    cited = r"`((?:k8s|docs|tasks|web|benchmarks|deploy|tests|crawlplatform)/[\w./-]+)`"
+    for doc in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]:
+        for path in re.findall(cited, doc.read_text()):
+            path = path.rstrip(".")
+            made = (ROOT / f"{path}.example").exists()
+            assert (ROOT / path).exists() or made, f"{doc.name} names {path}, which is not here"
