@@ -25,7 +25,7 @@ class Command(PlatformCommand):
     help = "Create or update a crawl job from a YAML or JSON spec."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("-f", "--file", "--filename", dest="filename", required=True,
+        parser.add_argument("-f", "--filename", required=True,
                             metavar="FILE", help="the spec (- for standard input)")  # fmt: skip
         parser.add_argument("--start", action="store_true", help="start the job if it is a draft")
         parser.add_argument("--owner", metavar="USERNAME", help="whose job it is")
