@@ -502,7 +502,7 @@ def test_crawl_recrawl_and_export_to_stdout(worker_env, tmp_path, capsysbinary):
     assert "run 2: 0 new, 1 changed," in again.stdout and ", 0 gone" in again.stdout
     assert site.not_modified["/a/1"] == 1 and site.full["/a/2"] == 2
     _check_warc(tmp_path / "again.warc.gz")
-    assert refused.returncode != 0 and "no job 999999" in refused.stderr
+    assert refused.returncode != 0 and "no job named '999999'" in refused.stderr
     call_command("export", str(job.pk), "--output", "-", "--format", "jsonl",
                  stderr=io.StringIO())  # fmt: skip
     rows = [json.loads(line) for line in capsysbinary.readouterr().out.splitlines()]

@@ -78,7 +78,7 @@ def test_seed_command_starts_a_draft_job_and_reports(tmp_path):
 
 
 def test_seed_command_refuses_what_it_cannot_do(tmp_path):
-    with pytest.raises(CommandError, match="no job 999"):
+    with pytest.raises(CommandError, match="no job named '999'"):
         call_command("seed", "999", "-", stdout=io.StringIO())
     job = _job()
     with pytest.raises(CommandError, match="cannot read"):
