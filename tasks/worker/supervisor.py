@@ -140,6 +140,20 @@ def _name_process(name: str) -> None:
         pass  # not Linux
 
 
+def _end_when_orphaned(parent: int, grace: float) -> None:
+    """Once ``parent`` (the supervisor) is gone, SIGKILL included, the kernel's SIGTERM has
+    begun a warm stop; a stop that hangs (its broker, the supervisor's private redis-server,
+    went with it, and closing the connection waits on it) ends ``grace`` seconds later."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        time.sleep(grace)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="orphan-watch", daemon=True).start()
+
+
 def _run_forked(options: dict, log_path: Path | None, parent: int) -> None:
     """In the forked child: become a Celery worker with ``options`` (``worker_options``).
 
@@ -151,6 +165,7 @@ def _run_forked(options: dict, log_path: Path | None, parent: int) -> None:
         os.setsid()  # its own session, as a started worker: a terminal's Ctrl-C is not for it
         if not orphans.end_with(parent):
             os._exit(0)
+        _end_when_orphaned(parent, setting("FETCH_DEADLINE_S") + 15)
         os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
         if log_path is not None:
             out = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
