@@ -126,3 +126,46 @@ def test_workers_log_at_the_level_their_environment_asks(worker_env, tmp_path, f
     process with one thread)."""
     found = _in_a_fresh_interpreter("_received_logged", tmp_path, f"fork={fork}", **worker_env)
     assert found == "{'INFO': True, 'WARNING': False}"
+
+
+def test_a_worker_handles_sigterm_once_however_many_arrive():
+    import signal
+
+    from tasks.worker import lifecycle
+
+    calls = []
+    before = signal.signal(signal.SIGTERM, lambda *_: calls.append(1))
+    try:
+        lifecycle.term_once()
+        lifecycle.term_once()  # installing it twice wraps once
+        for _ in range(3):
+            os.kill(os.getpid(), signal.SIGTERM)
+        assert calls == [1]
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+ORPHAN = """
+import os, signal, sys, time
+from tasks.worker.supervisor import _end_when_orphaned
+parent = os.getpid()
+child = os.fork()
+if child == 0:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a warm stop that never ends
+    _end_when_orphaned(parent, 0.5)
+    time.sleep(120)
+    os._exit(0)
+print(child, flush=True)
+"""
+
+
+def test_a_forked_worker_whose_supervisor_died_ends_after_its_grace():
+    """However its warm stop hangs, an orphaned worker is gone soon after its grace."""
+    import psutil
+
+    done = subprocess.run([sys.executable, "-c", ORPHAN], capture_output=True, text=True,
+                          timeout=30, cwd=Path(__file__).resolve().parent.parent)  # fmt: skip
+    orphan = psutil.Process(int(done.stdout.strip()))
+    gone, alive = psutil.wait_procs([orphan], timeout=10)
+    assert not alive

@@ -99,3 +99,26 @@ def _memory_ceiling(**kwargs) -> None:
         log.warning("worker RSS %.0f MB above %d MB: warm shutdown for a fresh process", rss_mb,
                     limit)  # fmt: skip
         os.kill(os.getpid(), signal.SIGTERM)
+
+
+def term_once() -> None:
+    """Make this worker's SIGTERM handler run once. Celery's handler sends its
+    ``worker_shutting_down`` signal under its dispatcher's lock; a second SIGTERM arriving
+    while the first handler holds it runs the handler again on the same thread, which waits on
+    that lock for good (an orphaned worker hung so after three SIGTERMs). The first one starts
+    the warm shutdown; later ones would only ask for it again, so they are ignored."""
+    handler = signal.getsignal(signal.SIGTERM)
+    if not callable(handler) or getattr(handler, "once", False):
+        return
+
+    def once(signum: int, frame) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        handler(signum, frame)
+
+    once.once = True  # type: ignore[attr-defined]
+    signal.signal(signal.SIGTERM, once)
+
+
+@signals.worker_ready.connect
+def _term_once(**kwargs) -> None:
+    term_once()  # Celery installed its handlers before the worker was ready
