@@ -373,3 +373,23 @@ def test_every_option_of_the_platforms_commands_says_what_it_does_and_its_defaul
                 assert "default" in (action.help or "").lower() or (
                     f"(default: {action.default})" in " ".join(text.split())
                 ), f"{name} {action.option_strings[0]}: its default is not shown"
+
+
+def test_a_second_ctrl_c_stops_the_workers_at_once(worker_env, tmp_path):
+    """The first Ctrl-C waits for in-flight pages (here: pages that take 30 s); the second
+    does not: the workers end now and their URLs come back through their leases."""
+    env = {**worker_env, "CRAWL_FETCH_DEADLINE_S": "60", "CRAWL_FETCH_READ_TIMEOUT_S": "60"}
+    with Site(pages=20, delay=30) as site:
+        proc = crawl(env, site.url("/p/0"), "--concurrency", "2", "-o", str(tmp_path / "o.jsonl"))
+        job = wait_for(lambda: CrawlJob.objects.first(), 30, "the job to be created")
+        children = wait_for(lambda: [c for c in psutil.Process(proc.pid).children(recursive=True)
+                                     if _is_worker(c)], 30, "the workers")  # fmt: skip
+        wait_for(lambda: sum(site.hits.values()) >= 1, 30, "a fetch in flight")
+        proc.send_signal(signal.SIGINT)
+        wait_for(lambda: CrawlJob.objects.get(pk=job.pk).state == JobState.PAUSED, 30,
+                 "the job to be paused")  # fmt: skip
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=20)  # the in-flight fetch would take 30 s
+        assert proc.returncode == 130, stderr
+        gone, alive = psutil.wait_procs(children, timeout=5)
+    assert not alive

@@ -319,19 +319,24 @@ class WorkerPool:
     def signal(self, name: str, sig: int) -> None:
         self.procs[name].send_signal(sig)
 
-    def stop(self, grace: float = 60.0) -> dict[str, int]:
-        """Warm shutdown of every worker; SIGKILL after ``grace`` seconds. Returns exit codes."""
+    def stop(self, grace: float = 60.0, hurry: threading.Event | None = None) -> dict[str, int]:
+        """Warm shutdown of every worker; SIGKILL after ``grace`` seconds, or as soon as
+        ``hurry`` is set (a second Ctrl-C: their in-flight URLs come back through their
+        leases). Returns exit codes."""
         for p in self.procs.values():
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + grace
         codes = {}
         for name, p in self.procs.items():
-            try:
-                codes[name] = p.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-                codes[name] = p.wait()
+            while name not in codes:
+                left = deadline - time.monotonic()
+                try:
+                    codes[name] = p.wait(timeout=max(0.1, min(left, 0.2)))
+                except subprocess.TimeoutExpired:
+                    if left <= 0.2 or (hurry is not None and hurry.is_set()):
+                        os.killpg(p.pid, signal.SIGKILL)
+                        codes[name] = p.wait()
         self.procs.clear()
         self.started.clear()
         return codes

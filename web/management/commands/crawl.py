@@ -355,13 +355,15 @@ class Command(PlatformCommand):
         thread = threading.Thread(target=scheduler.run, name="scheduler", daemon=True)
         thread.start()
         step("scheduler started")
-        interrupted = threading.Event()
-        # Ctrl-C, or a TERM from a process manager: pause the job and stop the workers (they
-        # run in their own sessions, so nothing else would stop them).
-        previous = {
-            sig: signal.signal(sig, lambda *_: interrupted.set())
-            for sig in (signal.SIGINT, signal.SIGTERM)
-        }
+        interrupted, hurry = threading.Event(), threading.Event()
+
+        def stop(*_) -> None:
+            (hurry if interrupted.is_set() else interrupted).set()
+
+        # Ctrl-C, or a TERM from a process manager: pause the job and stop the workers warm
+        # (they run in their own sessions, so nothing else would stop them); a second one
+        # stops them at once.
+        previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
         started = time.monotonic()
         try:
             crawling.show_progress(job, pools, interrupted, started, self.stderr)
@@ -374,9 +376,9 @@ class Command(PlatformCommand):
         finally:
             if interrupted.is_set():
                 crawling.with_database(lambda: jobs.pause(job), "pausing the job", patience=60)
-                self.stderr.write("\npausing: in-flight pages finish ...")
+                self.stderr.write("\npausing: in-flight pages finish (Ctrl-C again: stop now) ...")
             for each in pools:  # a second Ctrl-C or TERM must not orphan the workers
-                each.stop(grace=setting("FETCH_DEADLINE_S", job) + 15)
+                each.stop(grace=setting("FETCH_DEADLINE_S", job) + 15, hurry=hurry)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             scheduler.shutdown()
