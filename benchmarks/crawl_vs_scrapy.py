@@ -4,6 +4,7 @@
     .venv/bin/pip install -r benchmarks/requirements.txt
     .venv/bin/python benchmarks/crawl_vs_scrapy.py [--sites docs,light,heavy] [--concurrency 16]
         [--extract 'title=h1' --extract 'links=a[]@href']  # the platform also extracts these
+        [--spider titles]  # the platform crawls with that spider of bench_spiders.py instead
 
 Sites: ``docs``, the Python 3.11 HTML docs (527 pages, link-heavy, 93 KiB on average);
 ``docs-dead``, the same pages, each also linking to two URLs on a port of 127.0.0.1 where
@@ -178,12 +179,17 @@ def compare(site: str, args: argparse.Namespace) -> list[Result]:
         store = tempfile.mkdtemp(prefix="bench-bodies-")  # fresh, as the database
         env = {**os.environ, "DATABASE_URL": database_url, "REDIS_URL": args.redis,
                "LOG_LEVEL": "WARNING", "BODY_STORE": store}  # fmt: skip
+        if args.spider:
+            env["CRAWL_SPIDER_MODULES"] = "bench_spiders"
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "benchmarks"),
+                                                              env.get("PYTHONPATH")]))  # fmt: skip
         migrate(env)
         results.append(measure(
             "crawlplatform",
             [sys.executable, "manage.py", "crawl", start_url, "--max-depth", "100",
              "--concurrency", str(args.concurrency), "--workers", str(args.workers),
-             "--pool", args.pool, *(f"--extract={rule}" for rule in args.extract)],
+             "--pool", args.pool, *(f"--extract={rule}" for rule in args.extract),
+             *(["--spider", args.spider] if args.spider else [])],
             env, stats_url, ("postgres", "redis-server"),
             lambda out: int(re.search(r"finished: (\d+) pages", out).group(1)),
         ))  # fmt: skip
@@ -237,6 +243,8 @@ def main() -> None:
         metavar="RULE",
         help="the platform's crawl also applies this rule (NAME=SELECTOR...)",
     )
+    parser.add_argument("--spider", help="the platform's crawl runs this spider of "
+                        "benchmarks/bench_spiders.py (e.g. titles)")  # fmt: skip
     args = parser.parse_args()
     print(machine_speed(), flush=True)
     sites = args.sites.split(",")

@@ -1,6 +1,6 @@
 """Profile the crawl engine in one process, without Celery: where does a page's CPU go?
 
-    .venv/bin/python benchmarks/profile_engine.py URL [--pages N]
+    .venv/bin/python benchmarks/profile_engine.py URL [--pages N] [--spider titles]
 
 Runs the scheduler's release and ``engine.process`` inline on a fresh job (against
 ``DATABASE_URL``/``REDIS_URL`` as configured), prints the SQL statements per page by kind and
@@ -21,6 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "crawlplatform.settings")
 os.environ.setdefault("CRAWL_ALLOWED_NETWORKS", "127.0.0.0/8")  # the local site
+os.environ.setdefault("CRAWL_SPIDER_MODULES", "bench_spiders")  # --spider's
 
 import django  # noqa: E402
 
@@ -40,6 +41,7 @@ def main() -> None:
     parser.add_argument("url")
     parser.add_argument("--pages", type=int, default=500)
     parser.add_argument("--no-profile", action="store_true", help="time only: no profiler")
+    parser.add_argument("--spider", help="crawl with this spider of benchmarks/bench_spiders.py")
     args = parser.parse_args()
     statements: Counter[str] = Counter()
 
@@ -47,11 +49,14 @@ def main() -> None:
         statements[re.sub(r"\s+", " ", sql)[:60]] += 1
         return execute(sql, params, many, context)
 
-    job = jobs.create_job([args.url], max_depth=100, max_pages=args.pages)
+    spider = {"spider": args.spider} if args.spider else {}
+    job = jobs.create_job([args.url], max_depth=100, max_pages=args.pages, **spider)
     jobs.start(job)
     release.publish = lambda rows: None  # messages are not needed: we process inline
     profiler = Profiler()
     pacing = Pacing()  # what the scheduler remembers between passes
+    if args.spider:  # this process is the worker that has the spider
+        pacing.spiders = lambda: frozenset([args.spider])
     done = 0
     started = time.process_time()
     with connection.execute_wrapper(count), nullcontext() if args.no_profile else profiler:

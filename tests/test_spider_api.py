@@ -106,3 +106,45 @@ def test_response_json_and_text_follow_the_declared_charset():
     r = Response("http://x.test/", headers={"Content-Type": "application/json; charset=latin-1"},
                  body='{"name": "café"}'.encode("latin-1"))  # fmt: skip
     assert r.json() == {"name": "café"} and r.encoding == "cp1252"
+
+
+def test_urljoin_is_urllibs_for_every_kind_of_href():
+    """Joins are cached by the base's directory: the result must still be urllib's own."""
+    from urllib.parse import urljoin
+
+    bases = ["http://a/b/c.html", "http://a", "http://a/", "http://a/b/c?x=/y#z", "http://a/b/../c",
+             "http://a/b//c", "http://a/b?", "http://a/b?#f", "https://a:8/b;p/c;q?r#s",
+             "http://a/b/c/", "http://a#f", "http://a?q"]  # fmt: skip
+    hrefs = ["", "#", "#x", "?y", "?", ";p", "d", "./d", "../d", "../../../d", "/d", "//h/d",
+             "http://h/d", "http:d", "https:d", "d?e#f", "mailto:x", ".", "..", "d;e",
+             "d/../e"]  # fmt: skip
+    for base in bases:
+        for response in (Response(base), Response("http://other/x/y")):  # the cache is shared
+            for href in hrefs:
+                assert response.urljoin(href) == urljoin(response.url, href), (response.url, href)
+
+
+def test_follow_all_takes_the_links_scrapy_takes():
+    body = b"""<html><body><a href=" x \n">1</a><a>no href</a><a href="">self</a>
+    <link href="/css"><span href="/span">not a link</span><a href="http://[bad">bad</a>
+    <a href="#top">top</a></body></html>"""
+    r = HtmlResponse("http://s.test/d/p?q=1", body=body)
+    expected = ["http://s.test/d/x", "http://s.test/d/p?q=1", "http://s.test/css",
+                "http://s.test/d/p?q=1#top"]  # fmt: skip
+    assert [q.url for q in r.follow_all(css="a, link, span")] == expected
+    assert [q.url for q in r.follow_all(xpath="//a | //link | //span")] == expected
+    assert [q.url for q in r.follow_all(r.css("a, link, span"))] == expected
+    assert [q.url for q in r.follow_all(css="a::attr(href)")][:1] == ["http://s.test/d/x"]
+    with pytest.raises(ValueError, match="XPath error"):
+        list(r.follow_all(xpath="//a["))
+
+
+def test_requests_keep_scrapys_defaults_and_accept_assignment():
+    plain = Request("http://s.test/")
+    assert (plain.meta, plain.cb_kwargs, plain.headers, plain.cookies) == ({}, {}, {}, {})
+    plain.meta["k"] = 1
+    plain.headers["X-A"] = "b"
+    assert plain.meta == {"k": 1} and plain.headers[b"x-a"] == b"b"
+    plain.headers = {"Accept": "text/html"}
+    assert plain.headers.getlist("accept") == [b"text/html"]
+    assert plain.replace(url="http://s.test/2").headers.pairs() == [("Accept", "text/html")]

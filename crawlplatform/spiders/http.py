@@ -125,20 +125,51 @@ class Request:
         self.url = url
         self.callback = callback
         self.errback = errback
-        self._callback = _callback_name(callback)
-        self._errback = _callback_name(errback)
-        self.method = str(method).upper()
+        self._callback = None if callback is None else _callback_name(callback)
+        self._errback = None if errback is None else _callback_name(errback)
+        self.method = "GET" if method == "GET" else str(method).upper()
         self.encoding = encoding
-        self.headers = Headers(headers, encoding)
+        # As in Scrapy, what most requests leave empty (a page's links) is made on first use.
+        self._headers = Headers(headers, encoding) if headers else None
         if isinstance(body, str):
             body = body.encode(encoding)
         self.body = body or b""
-        self.cookies = dict(cookies or {})
-        self.meta = dict(meta or {})
+        self.cookies = dict(cookies) if cookies else {}
+        self._meta = dict(meta) if meta else None
         self.priority = int(priority)
         self.dont_filter = bool(dont_filter)
-        self.flags = list(flags or [])
-        self.cb_kwargs = dict(cb_kwargs or {})
+        self.flags = list(flags) if flags else []
+        self._cb_kwargs = dict(cb_kwargs) if cb_kwargs else None
+
+    @property
+    def headers(self) -> Headers:
+        if self._headers is None:
+            self._headers = Headers(None, self.encoding)
+        return self._headers
+
+    @headers.setter
+    def headers(self, headers: Mapping | Iterable | None) -> None:
+        self._headers = headers if isinstance(headers, Headers) else Headers(headers, self.encoding)
+
+    @property
+    def meta(self) -> dict:
+        if self._meta is None:
+            self._meta = {}
+        return self._meta
+
+    @meta.setter
+    def meta(self, meta: dict | None) -> None:
+        self._meta = meta
+
+    @property
+    def cb_kwargs(self) -> dict:
+        if self._cb_kwargs is None:
+            self._cb_kwargs = {}
+        return self._cb_kwargs
+
+    @cb_kwargs.setter
+    def cb_kwargs(self, cb_kwargs: dict | None) -> None:
+        self._cb_kwargs = cb_kwargs
 
     @property
     def callback_name(self) -> str | None:

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator, Mapping
+from functools import lru_cache
 from typing import Any
 from urllib.parse import urljoin
 
 import parsel
+from lxml import etree
+from parsel.csstranslator import GenericTranslator, HTMLTranslator
 from w3lib.encoding import html_to_unicode
 
 from crawlplatform.spiders.http import Callback, Headers, Request
@@ -115,7 +118,12 @@ class Response:
 
     def urljoin(self, url: str) -> str:
         """``url`` made absolute against the page's base (its ``<base href>`` if it has one)."""
-        return urljoin(self.base, url)
+        first = url[:1]
+        if first == "#" and len(url) > 1:  # the page itself with that fragment
+            return _joined(self.base, "#") + url
+        if first in _WHOLE_BASE:  # "", "?q", "#", ";p" resolve against the whole base
+            return urljoin(self.base, url)
+        return _joined(_directory(self.base), url)
 
     def follow(
         self, url: str | parsel.Selector, callback: Callback = None, **kwargs: Any
@@ -126,8 +134,8 @@ class Response:
             url = _url_from_selector(url)
         elif isinstance(url, parsel.SelectorList):
             raise ValueError("SelectorList is not supported: follow one selector, or follow_all")
-        if url == "":
-            raise ValueError("url can't be empty")
+        elif url is None:
+            raise ValueError("url can't be None")
         cls = kwargs.pop("cls", Request)
         return cls(self.urljoin(url.strip()), callback=callback, **kwargs)
 
@@ -145,24 +153,70 @@ class Response:
                 "Please supply exactly one of the following arguments: urls, css, xpath"
             )
         if urls is None:
-            urls = self.css(css) if css is not None else self.xpath(xpath)
+            urls = self._links(css, xpath)
+        elif isinstance(urls, parsel.SelectorList):
+            urls = _links_of(sel.root for sel in urls)
         for url in urls:
             try:
                 yield self.follow(url, callback=callback, **kwargs)
-            except ValueError:  # a selected element without a link
+            except ValueError:  # a link that is no URL (``http://[x``), as a browser skips it
                 continue
+
+    def _links(self, css: str | None, xpath: str | None) -> list[str]:
+        """The links of what ``css`` or ``xpath`` selects, as ``self.css(css)`` would give
+        them to Scrapy's ``follow_all``, without a Selector for each element."""
+        selector = self.selector
+        if css is not None:
+            translator = _HTML if selector.type == "html" else _XML
+            xpath = translator.css_to_xpath(css)
+        try:
+            found = selector.root.xpath(xpath, namespaces=selector.namespaces,
+                                        smart_strings=False)  # fmt: skip
+        except etree.XPathError as exc:  # reported as parsel reports it
+            raise ValueError(f"XPath error: {exc} in {xpath}") from None
+        return _links_of(found if isinstance(found, list) else [found])
+
+
+_HTML, _XML = HTMLTranslator(), GenericTranslator()
+_WHOLE_BASE = ("", "?", "#", ";")
+_joined = lru_cache(maxsize=65536)(urljoin)
+
+
+def _directory(base: str) -> str:
+    """What a relative path resolves against: ``base`` up to its path's last slash (the
+    same for every page of one directory, so joins are cached by it)."""
+    head = base.split("?", 1)[0].split("#", 1)[0]
+    cut = head.rfind("/")
+    return head[: cut + 1] if cut > head.find("//") + 1 else head
+
+
+def _links_of(roots: Iterable[Any]) -> list[str]:
+    """The link of each selected node that has one (Scrapy skips the others): an attribute's
+    or a text's value, the ``href`` of an ``<a>`` or ``<link>``."""
+    links = []
+    for root in roots:
+        if isinstance(root, str):
+            links.append(root.strip(_HTML5_SPACE))
+        elif getattr(root, "tag", None) in ("a", "link"):
+            href = root.get("href")
+            if href is not None:
+                links.append(href.strip(_HTML5_SPACE))
+    return links
+
+
+_HTML5_SPACE = " \t\n\r\x0c"
 
 
 def _url_from_selector(sel: parsel.Selector) -> str:
     if isinstance(sel.root, str):  # an attribute or text selection
-        return sel.root.strip()
+        return sel.root.strip(_HTML5_SPACE)
     tag = getattr(sel.root, "tag", "")
     if tag not in ("a", "link"):
         raise ValueError(f"Only <a> and <link> elements are supported; got <{tag}>")
     href = sel.root.get("href")
     if href is None:
         raise ValueError(f"<{tag}> element has no href attribute: {sel}")
-    return href.strip()
+    return href.strip(_HTML5_SPACE)
 
 
 class TextResponse(Response):
