@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from tasks.fetch import fetching, outcomes, render, render_proxy
+from tasks.fetch import fetching, outcomes, render, render_proxy, render_tls
 from tasks.rules import guard
 from tests.antibot import ForwardProxy
 
@@ -268,7 +268,7 @@ def test_the_door_refuses_a_service_worker_s_script_it_can_read():
     it) is refused by the door itself."""
     site = PageSite({"/sw.js": (200, {"Content-Type": "text/javascript"}, b"")})
     try:
-        with render_proxy.Door(render_proxy.Policy(allow=ALLOW)) as door:
+        with render_proxy.Door(render_proxy.Policy(allow=ALLOW), render_tls.Interception()) as door:
             port = int(door.url.rsplit(":", 1)[1])
             answers = []
             for extra in (b"", b"Service-Worker: script\r\n"):
@@ -292,8 +292,8 @@ def test_only_web_urls_are_rendered(tmp_path):
 
 def test_the_sandbox_is_on_unless_the_operator_turns_it_off(monkeypatch):
     monkeypatch.setenv("CRAWL_RENDER_NO_SANDBOX", "false")
-    options = render.launch_options("http://127.0.0.1:9")
+    options = render.launch_options("http://127.0.0.1:9", "c3BraQ==")
     assert options["chromium_sandbox"] is True and "--no-sandbox" not in options["args"]
     assert "--proxy-server=http://127.0.0.1:9" in options["args"]
     monkeypatch.setenv("CRAWL_RENDER_NO_SANDBOX", "true")
-    assert render.launch_options("http://127.0.0.1:9")["chromium_sandbox"] is False
+    assert render.launch_options("http://127.0.0.1:9", "c3BraQ==")["chromium_sandbox"] is False

@@ -3,13 +3,16 @@
 ``Authority(directory)`` writes ``ca.pem`` (the CA), ``server.pem`` / ``server.key`` (for
 127.0.0.1 and ``localhost``) and ``client.pem`` / ``client.key`` (a client certificate), all
 signed by the CA. ``TLSSite(authority)`` serves a tiny site over TLS with the server
-certificate; with ``ask_client=True`` it refuses a client that presents no certificate signed by
-the CA (mutual TLS). Nothing leaves loopback.
+certificate (or with another server context, ``tls``); with ``ask_client=True`` it refuses a
+client that presents no certificate signed by the CA (mutual TLS). ``pages`` adds paths to
+serve, and a WebSocket asked for at ``/socket`` gets one message. Nothing leaves loopback.
 """
 
 from __future__ import annotations
 
+import base64
 import datetime
+import hashlib
 import ipaddress
 import socket
 import ssl
@@ -111,16 +114,30 @@ class Authority:
         return path.with_suffix(".pem")
 
 
-class TLSSite:
-    """``/`` answers a small page, anything else 404, over TLS on 127.0.0.1."""
+WEBSOCKET_MESSAGE = b"hello over wss"
+_WEBSOCKET_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"  # RFC 6455's
 
-    def __init__(self, authority: Authority, ask_client: bool = False) -> None:
-        tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        tls.load_cert_chain(authority.server, authority.server.with_suffix(".key"))
+
+class TLSSite:
+    """``/`` answers a small page (unless ``pages``, path -> (content type, body), says
+    otherwise), ``/socket`` a WebSocket with one message, anything else 404, over TLS on
+    127.0.0.1."""
+
+    def __init__(
+        self, authority: Authority, ask_client: bool = False,
+        pages: dict[str, tuple[str, bytes]] | None = None, tls: ssl.SSLContext | None = None,
+    ) -> None:  # fmt: skip
+        if tls is None:
+            tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            tls.load_cert_chain(authority.server, authority.server.with_suffix(".key"))
         if ask_client:
             tls.verify_mode = ssl.CERT_REQUIRED
             tls.load_verify_locations(cafile=authority.ca)
         self.requests: list[str] = []
+        pages = {
+            "/": ("text/html", b"<html><head><title>Intranet</title></head><body>hi</body></html>"),
+            **(pages or {}),
+        }
 
         site = self
 
@@ -149,11 +166,29 @@ class TLSSite:
 
             def do_GET(self) -> None:
                 site.requests.append(self.path)
-                if self.path == "/":
-                    body = b"<html><head><title>Intranet</title></head><body>hi</body></html>"
-                    send(self, 200, {"Content-Type": "text/html"}, body)
+                upgrade = self.headers.get("Upgrade", "").lower()
+                if self.path == "/socket" and upgrade == "websocket":
+                    self._websocket()
+                elif self.path in pages:
+                    kind, body = pages[self.path]
+                    send(self, 200, {"Content-Type": kind}, body)
                 else:
                     send(self, 404, {"Content-Type": "text/plain"}, b"not found")
+
+            def _websocket(self) -> None:
+                """RFC 6455's handshake, one text message and a close frame."""
+                key = self.headers["Sec-WebSocket-Key"].encode()
+                digest = hashlib.sha1(key + _WEBSOCKET_GUID, usedforsecurity=False).digest()
+                accept = base64.b64encode(digest).decode()
+                self.send_response(101)
+                self.send_header("Upgrade", "websocket")
+                self.send_header("Connection", "Upgrade")
+                self.send_header("Sec-WebSocket-Accept", accept)
+                self.end_headers()
+                frame = bytes([0x81, len(WEBSOCKET_MESSAGE)]) + WEBSOCKET_MESSAGE
+                self.wfile.write(frame + b"\x88\x00")
+                self.wfile.flush()
+                self.close_connection = True
 
         class Server(ThreadingHTTPServer):
             daemon_threads = True

@@ -332,8 +332,9 @@ _CLIENT_CERT_ALERTS = {"TLSV13_ALERT_CERTIFICATE_REQUIRED", "SSLV3_ALERT_BAD_CER
                        "TLSV1_ALERT_UNKNOWN_CA", "SSLV3_ALERT_CERTIFICATE_UNKNOWN"}  # fmt: skip
 
 
-def _tls_failure(exc: BaseException, message: str) -> TLSError:
-    """A TLS failure, saying which setting fixes it when one does (``tasks/fetch/trust.py``)."""
+def tls_failure(exc: BaseException, message: str) -> TLSError:
+    """A TLS failure, saying which setting fixes it when one does (``tasks/fetch/trust.py``);
+    ``message`` when none does. The render step's door names its failures with it too."""
     for cause in _chain(exc):
         if isinstance(cause, ssl.SSLCertVerificationError):
             found = f"certificate verify failed: {cause.verify_message}"
@@ -364,7 +365,7 @@ def from_requests(exc: Exception) -> CrawlOutcome:
         isinstance(exc, requests.exceptions.ProxyError)
         and any(isinstance(cause, ssl.SSLError) for cause in _chain(exc))
     ):  # the TLS handshake with an HTTPS proxy failed: requests calls it the proxy's error
-        return _tls_failure(exc, message)
+        return tls_failure(exc, message)
     if isinstance(exc, requests.exceptions.ConnectionError):
         if _is_dns(exc):
             return _dns_failure(exc, message)

@@ -15,9 +15,12 @@ The browser has one door: every request of a page's context (navigation, each re
 subresources, WebSockets, workers) goes through a forward proxy of ours for that page
 (``render_proxy.py``), which resolves each host once, applies the address guard with the job's
 policy and connects to the address it checked, chaining to the identity's proxy if it has
-one. Chromium itself resolves no name (``--host-resolver-rules``), loopback goes through the
-proxy too (``<-loopback>``), WebRTC sends nothing outside it, service workers are blocked, and
-its sandbox is on unless the operator sets ``RENDER_NO_SANDBOX``. The rendered DOM is returned
+one. TLS to sites is the proxy's too, with the fetcher's trust (``render_tls.py``): the browser
+accepts the certificates the proxy mints with this process's key (and, besides, only those its
+own store trusts), and the proxy checks the site's as the fetcher does. Chromium itself
+resolves no name (``--host-resolver-rules``), loopback goes through the proxy too
+(``<-loopback>``), WebRTC sends nothing outside it, service workers are blocked, and its
+sandbox is on unless the operator sets ``RENDER_NO_SANDBOX``. The rendered DOM is returned
 as the body, so links come from what JavaScript built; a screenshot is kept for review.
 Without Playwright or Chromium the step says so (:func:`unavailable`) and the URL goes to
 review instead.
@@ -33,7 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
 
 from tasks.defaults import setting
-from tasks.fetch import fetching, outcomes, render_proxy
+from tasks.fetch import fetching, outcomes, render_proxy, render_tls
 from tasks.rules import guard, proxy_urls
 
 log = logging.getLogger(__name__)
@@ -70,14 +73,28 @@ def unavailable() -> str:
     return ""
 
 
-def launch_options(closed_door: str) -> dict:
+def launch_options(closed_door: str, spki: str) -> dict:
     """Playwright's launch options for the render browser. ``closed_door``: the proxy of any
-    context that was not given its own (one that refuses everything)."""
+    context that was not given its own (one that refuses everything). ``spki``: the key of the
+    certificates our proxies show the browser (``render_tls.Interception.spki``), accepted
+    besides what the browser's store trusts (Playwright's profile directory is the
+    ``--user-data-dir`` without which Chromium ignores the flag)."""
     return {
         "executable_path": setting("CHROMIUM_PATH"),
-        "args": [*_ARGS, f"--proxy-server={closed_door}"],
+        "args": [
+            *_ARGS,
+            f"--proxy-server={closed_door}",
+            f"--ignore-certificate-errors-spki-list={spki}",
+        ],
         "chromium_sandbox": not setting("RENDER_NO_SANDBOX"),  # Playwright's default is off
     }
+
+
+def _interception() -> render_tls.Interception:
+    """The key of this process's browser and its minted certificates (made on first use)."""
+    if getattr(_local, "interception", None) is None:
+        _local.interception = render_tls.Interception()
+    return _local.interception
 
 
 def _browser():
@@ -86,10 +103,12 @@ def _browser():
         from playwright.sync_api import sync_playwright
 
         if getattr(_local, "closed_door", None) is None:
-            _local.closed_door = render_proxy.Door(render_proxy.Policy(refuse_all=True))
+            _local.closed_door = render_proxy.Door(
+                render_proxy.Policy(refuse_all=True), _interception()
+            )
         _local.playwright = sync_playwright().start()
         browser = _local.browser = _local.playwright.chromium.launch(
-            **launch_options(_local.closed_door.url)
+            **launch_options(_local.closed_door.url, _interception().spki)
         )
     return browser
 
@@ -130,9 +149,9 @@ def _render(url, user_agent, limits, allow, in_scope, visitor) -> fetching.Respo
         raise outcomes.InvalidURL(f"only http and https URLs are rendered, not {url[:200]!r}")
     policy = render_proxy.Policy(
         allow=allow, upstream=visitor.proxy,
-        timeout=max(limits.connect_timeout, limits.read_timeout),
+        timeout=max(limits.connect_timeout, limits.read_timeout), verify=limits.verify,
     )  # fmt: skip
-    with render_proxy.Door(policy) as door:
+    with render_proxy.Door(policy, _interception()) as door:
         try:
             return _render_through(door, url, user_agent, limits, in_scope, visitor)
         finally:
@@ -144,7 +163,8 @@ def _render(url, user_agent, limits, allow, in_scope, visitor) -> fetching.Respo
 
 def _outcome_of(refusal: render_proxy.Refusal) -> outcomes.CrawlOutcome:
     kinds = {"blocked": outcomes.BlockedAddress, "unresolved": outcomes.DNSFailure,
-             "unreachable": outcomes.ConnectFailed, "proxy": outcomes.ProxyFailed}  # fmt: skip
+             "unreachable": outcomes.ConnectFailed, "proxy": outcomes.ProxyFailed,
+             "tls": outcomes.TLSError, "settings": outcomes.InternalError}  # fmt: skip
     return kinds[refusal.kind](proxy_urls.redact(refusal.reason)[:400])
 
 

@@ -3,6 +3,13 @@ request Chromium makes goes through (navigations, each redirect hop, subresource
 WebSockets, workers' requests; HTTPS and WebSockets as ``CONNECT`` tunnels, plain HTTP
 forwarded).
 
+A tunnel that carries TLS (HTTPS, wss) ends here (``render_tls.py``): the door shows the
+browser a certificate it minted for the host, which only this process's browser accepts, and
+makes the TLS connection to the site itself with the fetcher's trust (``trust.py``: the CA
+settings, the client certificate, the job's ``TLS_VERIFY``), checking the site's certificate
+and host name; a site that fails that check is refused as ``tls`` with the fetcher's message.
+A tunnel that does not carry TLS (a ``ws:`` WebSocket) is relayed as it is.
+
 For each request or tunnel the target's host is resolved once by the transport's resolver
 (``transport.resolve``: ``RESOLVE`` overrides, ``.invalid``), every address is checked by the
 address guard with the job's policy (``tasks/rules/guard.py``: public addresses and the
@@ -19,7 +26,8 @@ proxy's own host is resolved and checked the same way and the connection goes to
 address; the target is checked on our resolution of its name first (as the fetcher does for
 its proxies: a name only the proxy's network knows is the proxy's to resolve).
 
-Reads nothing itself: the policy, the timeouts and the proxy come from the caller.
+Reads the TLS settings through ``trust.py`` (the site's, and an HTTPS proxy's own certificate,
+as the fetcher checks them); the policy, the timeouts and the proxy come from the caller.
 """
 
 from __future__ import annotations
@@ -34,12 +42,13 @@ import threading
 from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit
 
-from tasks.fetch import transport
+from tasks.fetch import outcomes, render_tls, transport, trust
 from tasks.rules import guard
 
 HEAD_MAX_BYTES = 64 << 10  # a request's or an answer's head, in bytes (as the fetcher caps them)
 _SERVICE_WORKER = re.compile(rb"(?im)^service-worker:")  # Chromium's mark on a worker's script
 _NO_WORKERS = "service workers are blocked"
+_TLS_HANDSHAKE = b"\x16"  # the first byte of a TLS handshake record: a ClientHello begins so
 _HOP_BY_HOP = {b"connection", b"keep-alive", b"proxy-connection", b"proxy-authorization",
                b"proxy-authenticate", b"te", b"trailer", b"upgrade"}  # fmt: skip
 
@@ -50,7 +59,8 @@ class Refusal:
 
     host: str
     port: int
-    kind: str  # "blocked" (the guard), "unresolved" (no address), "unreachable", "proxy"
+    kind: str  # "blocked" (the guard), "unresolved" (no address), "unreachable", "proxy",
+    # "tls" (the site's certificate or handshake), "settings" (unusable TLS settings)
     reason: str
 
 
@@ -67,15 +77,19 @@ class Policy:
     allow: tuple[guard.Network, ...] = ()
     upstream: str | None = None  # the job's proxy URL, credentials included (never logged)
     timeout: float = 15.0  # seconds: connect, and each read or write of a connection
+    verify: bool = True  # check sites' certificates (the job's TLS_VERIFY, trust.verifies)
     refuse_all: bool = False  # a door for no render (the browser's launch default)
     refused: list[Refusal] = field(default_factory=list)
 
 
 class Door:
-    """A forward proxy on 127.0.0.1 for one policy; ``close`` ends every connection it holds."""
+    """A forward proxy on 127.0.0.1 for one policy, ending TLS tunnels with ``interception``'s
+    certificates (those the browser was told to accept); ``close`` ends every connection it
+    holds."""
 
-    def __init__(self, policy: Policy) -> None:
+    def __init__(self, policy: Policy, interception: render_tls.Interception) -> None:
         self.policy = policy
+        self.interception = interception
         self._sockets: set[socket.socket] = set()
         self._lock = threading.Lock()
         self._server = _Server(("127.0.0.1", 0), _Handler)
@@ -92,6 +106,9 @@ class Door:
     @property
     def refused(self) -> list[Refusal]:
         return list(self.policy.refused)
+
+    def refuse(self, host: str, port: int, kind: str, reason: str) -> None:
+        self.policy.refused.append(Refusal(host, port, kind, reason))
 
     def refusal_for(self, url: str) -> Refusal | None:
         """The refusal of ``url``'s host and port, if the door refused it."""
@@ -162,17 +179,69 @@ def _answer(sock: socket.socket, status: int, text: str) -> None:
     )
 
 
-def _pipe(a: socket.socket, b: socket.socket, idle: float) -> None:
+_End = socket.socket | render_tls.TLSEnd  # one side of a relay: as it came, or TLS ended here
+
+
+def _pipe(a: _End, b: _End, idle: float) -> None:
     """Copy bytes both ways until either side closes or nothing moves for ``idle`` seconds."""
     while True:
         readable, _, _ = select.select([a, b], [], [], idle)
         if not readable:
             return
         for src in readable:
-            data = src.recv(65536)
-            if not data:
+            data = _read(src)
+            if data is None:
                 return
-            (b if src is a else a).sendall(data)
+            if data:  # a TLS record may carry no data (a session ticket)
+                (b if src is a else a).sendall(data)
+
+
+def _read(end: _End) -> bytes | None:
+    """What arrived on ``end`` (b'' if nothing for the other side), None once it closed."""
+    if isinstance(end, render_tls.TLSEnd):
+        return end.read()
+    return render_tls.receive(end) or None
+
+
+def _intercept(
+    door: Door, host: str, port: int, client: socket.socket, upstream: socket.socket,
+    received: bytes,
+) -> None:  # fmt: skip
+    """Relay a tunnel that carries TLS: the handshake with the site first, with the fetcher's
+    trust (a failure is refused, named as the fetcher names it), then the browser's, with a
+    certificate minted for ``host``, then the plaintext both ways. ``received``: the start of
+    the browser's handshake, if it came with the ``CONNECT``."""
+    try:
+        site = render_tls.TLSEnd(upstream, _tls(door.policy.verify), server_hostname=host)
+        site.handshake()
+    except Refused as exc:
+        door.refuse(host, port, exc.kind, str(exc))
+        return
+    except ssl.SSLError as exc:
+        door.refuse(host, port, "tls", _tls_reason(exc))
+        return
+    browser = render_tls.TLSEnd(client, door.interception.for_browser(host), received=received)
+    browser.handshake()
+    try:
+        if early := browser.pending():
+            site.sendall(early)
+        _pipe(browser, site, door.policy.timeout)
+    except ssl.SSLError as exc:
+        if site.failure is not exc:
+            raise
+        door.refuse(host, port, "tls", _tls_reason(exc))  # a client certificate refused late
+
+
+def _tls(verify: bool) -> ssl.SSLContext:
+    """The fetcher's client-side context; Refused if the TLS settings cannot be used."""
+    try:
+        return render_tls.for_site(verify)
+    except trust.Misconfigured as exc:
+        raise Refused("settings", f"TLS settings: {exc}") from None
+
+
+def _tls_reason(exc: ssl.SSLError) -> str:
+    return str(outcomes.tls_failure(exc, f"{type(exc).__name__}: {exc}"))
 
 
 class _Handler(socketserver.BaseRequestHandler):
@@ -196,19 +265,22 @@ class _Handler(socketserver.BaseRequestHandler):
                     return
                 host, port = parts.hostname, parts.port or 80
                 if _SERVICE_WORKER.search(headers):
-                    door.policy.refused.append(Refusal(host.lower(), port, "blocked", _NO_WORKERS))
+                    door.refuse(host.lower(), port, "blocked", _NO_WORKERS)
                     _answer(client, 403, _NO_WORKERS)
                     return
             try:
                 upstream, absolute = _open(door.policy, host.lower(), port, method != "CONNECT")
             except Refused as exc:
-                door.policy.refused.append(Refusal(host.lower(), port, exc.kind, str(exc)))
+                door.refuse(host.lower(), port, exc.kind, str(exc))
                 _answer(client, 403 if exc.kind == "blocked" else 502, str(exc))
                 return
             if not door.track(upstream):
                 return
             if method == "CONNECT":
                 client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                if (rest[:1] or client.recv(1, socket.MSG_PEEK)) == _TLS_HANDSHAKE:
+                    _intercept(door, host.lower(), port, client, upstream, rest)
+                    return
                 upstream.sendall(rest)
             else:
                 upstream.sendall(_request_head(method, target, headers, absolute, door.policy))
@@ -295,8 +367,8 @@ def _open(policy: Policy, host: str, port: int, plain: bool) -> tuple[socket.soc
         if proxy.scheme.startswith("socks"):
             _socks5(sock, host, port, policy, proxy.scheme == "socks5h")
             return sock, False
-        if proxy.scheme == "https":
-            sock = ssl.create_default_context().wrap_socket(sock, server_hostname=proxy.hostname)
+        if proxy.scheme == "https":  # the proxy's own certificate: checked as the fetcher does
+            sock = _tls(True).wrap_socket(sock, server_hostname=proxy.hostname)
         if plain:
             return sock, True  # the proxy forwards plain HTTP (many refuse CONNECT but to 443)
         sock.sendall(
@@ -309,6 +381,9 @@ def _open(policy: Policy, host: str, port: int, plain: bool) -> tuple[socket.soc
         if status != [b"200"]:
             raise Refused("proxy", f"the job's proxy answered {answer[:40]!r} to CONNECT")
         return sock, False
+    except ssl.SSLError as exc:
+        sock.close()
+        raise Refused("proxy", f"the job's proxy failed: {_tls_reason(exc)}") from None
     except (OSError, ValueError) as exc:
         sock.close()
         raise Refused("proxy", f"the job's proxy failed: {type(exc).__name__}") from None

@@ -69,6 +69,7 @@ def _context(
     bundle: str, only: bool, cert: str, key: str, requests_bundle: str, ssl_cert_file: str
 ) -> ssl.SSLContext:
     made = create_urllib3_context(cert_reqs=ssl.CERT_REQUIRED)
+    made.set_alpn_protocols(["http/1.1"])  # as urllib3 offers; the render door relays HTTP/1.1
     if not (only and bundle):  # CA_BUNDLE_ONLY without a bundle would trust nothing at all
         if requests_bundle:
             _trust(made, "REQUESTS_CA_BUNDLE", requests_bundle)
