@@ -14,7 +14,7 @@ from tasks.fetch import outcomes
 from tasks.frontier import jobs, requeue, transitions
 from tasks.frontier.claims import Claim, LeaseLost
 from tasks.worker import metrics
-from web.models import CrawlJob, FrontierURL, JobState, Page, URLState
+from web.models import CrawlJob, FrontierURL, Item, JobState, Page, URLState
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -437,3 +437,44 @@ def test_claims_and_pages_are_prepared_and_read_their_own_rows_on_a_generic_plan
     # the counted and claimed rows and each link's probe, old and new index entries, and the
     # query of the counts
     assert read <= 5 + 2 * 5 + 2 * (1 + len(links)) + 10, read
+
+
+def test_a_spider_page_commits_its_items_and_requests_and_a_recrawl_replaces_its_items(job):
+    """The spider's commit (one statement on PostgreSQL, the ORM elsewhere): items in order
+    with their drops, requests with their stored form (none for a plain GET), forbidden ones
+    skipped; a later run's page replaces the items, and a lost lease writes nothing."""
+    from tasks.frontier.yields import NewItem, NewRequest, record_spider_page
+
+    url = FrontierURL.objects.get(job=job)
+    schedule(url)
+    first = transitions.claim(url.pk, job.pk)
+    post = {"method": "POST", "body": "eA==", "callback": "parse_post", "meta": {"k": [1, "\n"]}}
+    forbidden = transitions.ROBOTS_FORBIDDEN
+    requests = [NewRequest("http://127.0.0.1:9/p#POST:11", post, None),
+                NewRequest("http://127.0.0.1:9/a", None, None),
+                NewRequest("http://127.0.0.1:9/private", None, forbidden)]  # fmt: skip
+    items = [NewItem({"n": 1, "s": "é\n"}, ""), NewItem({"n": 2}, "schema: 'n' is too small")]
+    assert record_spider_page(first, page_for(first), requests, items, "shop") == URLState.DONE
+    assert first.new_links
+    kept = Item.objects.filter(url=url).order_by("pk")
+    assert [(i.data, i.dropped, i.run, i.spider) for i in kept] == [
+        ({"n": 1, "s": "é\n"}, "", 1, "shop"),
+        ({"n": 2}, "schema: 'n' is too small", 1, "shop"),
+    ]
+    rows = {r.url: r for r in FrontierURL.objects.filter(job=job, depth=1)}
+    assert rows["http://127.0.0.1:9/p#POST:11"].request == post
+    assert rows["http://127.0.0.1:9/a"].request is None
+    assert rows["http://127.0.0.1:9/a"].state == URLState.QUEUED
+    assert rows["http://127.0.0.1:9/private"].state == URLState.SKIPPED
+    assert rows["http://127.0.0.1:9/private"].error_reason == "robots"
+
+    schedule(url)  # the next run fetches it again
+    again = transitions.claim(url.pk, job.pk)
+    again.run = 2
+    assert record_spider_page(again, page_for(again), requests[1:2], [NewItem({"n": 3}, "")],
+                              "shop") == URLState.DONE  # fmt: skip
+    assert [(i.data, i.run) for i in Item.objects.filter(url=url)] == [({"n": 3}, 2)]
+    assert Page.objects.filter(url=url).count() == 1
+    with pytest.raises(LeaseLost):
+        record_spider_page(first, page_for(first), [], [NewItem({"n": 4}, "")], "shop")
+    assert [i.data for i in Item.objects.filter(url=url)] == [{"n": 3}]

@@ -1,6 +1,7 @@
 """Writing a fetched page: on PostgreSQL, the one statement that commits the URL's DONE state,
 its page and its new links (the lease check a CTE the inserts are joined to, so that a lost
-lease writes nothing); elsewhere, and for redirects, the page's own insert or update.
+lease writes nothing), and for a spider's page its items and requests too; elsewhere, and for
+redirects, the page's own insert or update.
 
 Reads no setting of its own (its cursor, ``db.prepared_cursor``, reads ``DB_PREPARE``). A
 page the job's previous run stored is replaced: it keeps the run that found it, and the run
@@ -8,6 +9,8 @@ that last changed it unless its content hash is the same.
 """
 
 from __future__ import annotations
+
+import json
 
 from django.db import connection
 from django.db.models import JSONField
@@ -18,7 +21,7 @@ from tasks.frontier.claims import Claim, LeaseLost
 from tasks.frontier.db import prepared_cursor
 from tasks.rules.urls import host_of
 from tasks.worker import metrics
-from web.models import FrontierURL, Page, URLState
+from web.models import FrontierURL, Item, Page, URLState
 
 _PAGE_FIELDS = [f for f in Page._meta.concrete_fields if not f.primary_key]
 _PAGE_JSON = frozenset(f.attname for f in _PAGE_FIELDS if isinstance(f, JSONField))
@@ -34,7 +37,7 @@ _PAGE_JSON = frozenset(f.attname for f in _PAGE_FIELDS if isinstance(f, JSONFiel
 # link by the unique (job, url) index. OFFSET 0 keeps the known-link test a probe per link:
 # as an anti-join, the planner may read and sort every URL of the job for each page (it does
 # while its statistics are older than the job), a cost that grows with the crawl.
-_RECORD_SQL = """
+_FINISH_AND_PAGE = """
 WITH fin AS (
     UPDATE {frontier} SET state = %s, lease_until = NULL, http_status = %s, error_reason = %s,
                           error_message = '', updated_at = %s, ladder_level = %s
@@ -45,32 +48,51 @@ WITH fin AS (
     ON CONFLICT (url_id) DO UPDATE SET {page_updates},
         modified_run = CASE WHEN {page}.content_hash = EXCLUDED.content_hash
                             THEN {page}.modified_run ELSE EXCLUDED.modified_run END
-), links AS (
+)"""
+_NEW_LINKS = """
     INSERT INTO {frontier} (job_id, url, host, depth, state, attempts, not_before, error_reason,
-                            error_message, updated_at, discovered_from_id)
+                            error_message, updated_at, discovered_from_id{request_column})
     SELECT %s, t.url, t.host, %s, CASE WHEN t.n > %s THEN %s ELSE %s END, 0, %s,
            CASE WHEN t.n > %s THEN %s ELSE '' END, CASE WHEN t.n > %s THEN %s ELSE '' END,
-           %s, fin.id
+           %s, fin.id{request_value}
     FROM unnest(string_to_array(%s, E'\\n'), string_to_array(%s, E'\\n'))
          WITH ORDINALITY AS t(url, host, n)
     CROSS JOIN fin
     WHERE NOT EXISTS (SELECT 1 FROM {frontier} f WHERE f.job_id = %s AND f.url = t.url OFFSET 0)
     ORDER BY t.url
     ON CONFLICT DO NOTHING
-    RETURNING state
-)
-SELECT (SELECT count(*) FROM fin), (SELECT count(*) FROM links WHERE state = %s)
-""".format(  # noqa: S608
-    frontier=FrontierURL._meta.db_table,
-    page=Page._meta.db_table,
-    page_columns=", ".join(f.column for f in _PAGE_FIELDS),
-    page_values=", ".join(["%s"] * len(_PAGE_FIELDS)),
-    page_updates=", ".join(
+    RETURNING state"""
+_COUNTS = """
+SELECT (SELECT count(*) FROM fin), (SELECT count(*) FROM links WHERE state = %s)"""
+_RECORD_SQL = _FINISH_AND_PAGE + ", links AS (" + _NEW_LINKS + "\n)" + _COUNTS
+# A spider's page: the same, its items replacing those of the URL's previous run (the DELETE
+# sees the statement's snapshot, so not the rows it inserts), and the requests' stored form
+# (one JSON array, an element per line of the links' text; null for a plain GET).
+_SPIDER_SQL = _FINISH_AND_PAGE + """, gone AS (
+    DELETE FROM {item} WHERE url_id IN (SELECT id FROM fin)
+), items AS (
+    INSERT INTO {item} (job_id, url_id, spider, data, dropped, run, created)
+    SELECT %s, fin.id, %s, e.value -> 0, e.value ->> 1, %s, %s
+    FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS e(value, n) CROSS JOIN fin
+    ORDER BY e.n
+), links AS (""" + _NEW_LINKS + "\n)" + _COUNTS  # noqa: S608 (the names below, no values)
+_NAMES = {
+    "frontier": FrontierURL._meta.db_table,
+    "page": Page._meta.db_table,
+    "item": Item._meta.db_table,
+    "page_columns": ", ".join(f.column for f in _PAGE_FIELDS),
+    "page_values": ", ".join(["%s"] * len(_PAGE_FIELDS)),
+    "page_updates": ", ".join(
         f"{f.column} = EXCLUDED.{f.column}"
         for f in _PAGE_FIELDS
         if f.name not in ("job", "url", "first_run", "modified_run")
     ),
-)
+}
+_RECORD_SQL = _RECORD_SQL.format(**_NAMES, request_column="", request_value="")
+_SPIDER_SQL = _SPIDER_SQL.format(
+    **_NAMES, request_column=", request",
+    request_value=", NULLIF(%s::jsonb -> (t.n::int - 1), 'null'::jsonb)",
+)  # fmt: skip
 
 
 def _page_values(page: Page) -> list:
@@ -108,6 +130,38 @@ def record_page_statement(
             n, skip.reason, n, str(skip), now,
             "\n".join(every), "\n".join(host_of(u) for u in every), claim.job.pk,
             URLState.SKIPPED,
+        ])  # fmt: skip
+        finished, skipped = cursor.fetchone()
+    if not finished:
+        raise LeaseLost(f"lease on URL {claim.url.pk} (attempt {claim.attempt}) ended")
+    metrics.skipped_at_discovery(claim.job.pk, skip.reason, skipped)
+
+
+def record_spider_statement(
+    claim: Claim,
+    page: Page,
+    requests: list[tuple[str, dict | None]],
+    forbidden: list[tuple[str, dict | None]],
+    items: list[tuple[dict, str]],
+    spider: str,
+    skip: outcomes.Skip,
+) -> None:
+    """``_SPIDER_SQL``: as ``record_page_statement``, with the page's items (data, the reason
+    a pipeline dropped it) and its requests as (frontier key, stored request or None), those
+    robots.txt forbids entering skipped with ``skip``."""
+    now = timezone.now()
+    every = [*requests, *forbidden]
+    n = len(requests)
+    with prepared_cursor() as cursor:
+        cursor.execute(_SPIDER_SQL, [
+            URLState.DONE, page.status, "", now, claim.level, claim.url.pk, URLState.LEASED,
+            claim.attempt,
+            *_page_values(page),
+            claim.job.pk, spider, claim.run, now, json.dumps(items),
+            claim.job.pk, claim.url.depth + 1, n, URLState.SKIPPED, URLState.QUEUED, now,
+            n, skip.reason, n, str(skip), now, json.dumps([r for _, r in every]),
+            "\n".join(k for k, _ in every), "\n".join(host_of(k) for k, _ in every),
+            claim.job.pk, URLState.SKIPPED,
         ])  # fmt: skip
         finished, skipped = cursor.fetchone()
     if not finished:

@@ -14,14 +14,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from tasks.fetch import outcomes
 from tasks.frontier import requeue
 from tasks.frontier.claims import Claim, LeaseLost
-from tasks.frontier.pages import save_page
-from tasks.frontier.transitions import record_failure
+from tasks.frontier.pages import record_spider_statement, save_page
+from tasks.frontier.transitions import ROBOTS_FORBIDDEN, record_failure
 from tasks.rules.urls import host_of
 from tasks.worker import metrics
 from web.models import FrontierURL, Item, Page, URLState
@@ -99,7 +99,16 @@ def record_spider_page(
     spider: str,
 ) -> str:
     """One transaction: the URL done, its page, its items and its new requests; a lost lease
-    writes nothing (LeaseLost)."""
+    writes nothing (LeaseLost). On PostgreSQL one statement (``pages.py``), elsewhere the ORM."""
+    if connection.vendor == "postgresql":
+        ordered = sorted(requests, key=lambda r: r.key)
+        record_spider_statement(
+            claim, page, [(r.key, r.request) for r in ordered if r.skip is None],
+            [(r.key, r.request) for r in ordered if r.skip is not None],
+            [(i.data, i.dropped[:200]) for i in items], spider, ROBOTS_FORBIDDEN,
+        )  # fmt: skip
+        claim.new_links = any(r.skip is None for r in requests)
+        return URLState.DONE
     now = timezone.now()
     with transaction.atomic():
         won = requeue.leased(claim).update(
