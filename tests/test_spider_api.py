@@ -148,3 +148,36 @@ def test_requests_keep_scrapys_defaults_and_accept_assignment():
     plain.headers = {"Accept": "text/html"}
     assert plain.headers.getlist("accept") == [b"text/html"]
     assert plain.replace(url="http://s.test/2").headers.pairs() == [("Accept", "text/html")]
+
+
+def test_a_callback_past_its_time_ends_as_spider_timeout_and_the_next_one_runs():
+    """Callbacks run on a thread kept for the calling thread; one that overruns keeps it, and
+    the next callback gets a new one (here and in a forked child)."""
+    import os
+    import time
+
+    from tasks.content import callbacks
+    from tasks.fetch import outcomes
+    from web.models import CrawlJob
+
+    class Slow(Spider):
+        name = "slow"
+
+        def parse(self, response):
+            time.sleep(float(response.url.rsplit("/", 1)[1]))
+            yield {"url": response.url}
+
+    job = CrawlJob(pk=1, settings={"SPIDER_CALLBACK_TIMEOUT_S": 0.3})
+    spider = Slow()
+    assert callbacks.call(spider, "parse", Response("http://s.test/0"), {}, job).items
+    with pytest.raises(outcomes.SpiderTimeout):
+        callbacks.call(spider, "parse", Response("http://s.test/2"), {}, job)
+    assert callbacks.call(spider, "parse", Response("http://s.test/0"), {}, job).items
+    child = os.fork()
+    if child == 0:  # the parent's runner thread is not in the child
+        try:
+            found = callbacks.call(spider, "parse", Response("http://s.test/0"), {}, job).items
+            os._exit(0 if found else 1)
+        finally:
+            os._exit(2)
+    assert os.waitpid(child, 0)[1] == 0

@@ -70,3 +70,17 @@ def test_scope_patterns_and_length():
     assert not scope.allows("https://example.com/blog/a.html")
     assert not scope.allows("https://example.com/docs/a.pdf")
     assert not scope.allows("https://example.com/docs/" + "x" * 3000)
+
+
+def test_links_to_the_page_itself_resolve_to_that_page_on_every_page_of_a_directory():
+    """The link cache shares relative joins between the pages of one directory; an empty
+    href or a fragment is the page itself, whichever page of the directory came first."""
+    from tasks.content.links import JobCache, in_scope, new_links
+    from web.models import CrawlJob
+
+    cache = JobCache(Scope.for_job(CrawlJob(seeds=["http://s.test/"])), 1000)
+    assert new_links(cache, "http://s.test/d/a", ["#x", "", "b#y", "?q#z"]) == [
+        "http://s.test/d/a", "http://s.test/d/b", "http://s.test/d/a?q="]  # fmt: skip
+    assert new_links(cache, "http://s.test/d/b?p=1", ["#x", "", "a#y", "?q"]) == [
+        "http://s.test/d/b?p=1", "http://s.test/d/a", "http://s.test/d/b?q="]  # fmt: skip
+    assert in_scope(cache, "http://s.test/d/c#frag") == "http://s.test/d/c"

@@ -44,6 +44,7 @@ class Response:
         self._selector: parsel.Selector | None = None
         self._soup: Any = None
         self._base: str | None = None
+        self._directory: str | None = None
 
     def __repr__(self) -> str:
         return f"<{self.status} {self.url}>"
@@ -123,7 +124,9 @@ class Response:
             return _joined(self.base, "#") + url
         if first in _WHOLE_BASE:  # "", "?q", "#", ";p" resolve against the whole base
             return urljoin(self.base, url)
-        return _joined(_directory(self.base), url)
+        if self._directory is None:
+            self._directory = _directory(self.base)
+        return _joined(self._directory, url)
 
     def follow(
         self, url: str | parsel.Selector, callback: Callback = None, **kwargs: Any
@@ -156,25 +159,39 @@ class Response:
             urls = self._links(css, xpath)
         elif isinstance(urls, parsel.SelectorList):
             urls = _links_of(sel.root for sel in urls)
+        make = kwargs.pop("cls", Request)
         for url in urls:
             try:
-                yield self.follow(url, callback=callback, **kwargs)
+                if isinstance(url, str):  # most are: a page's links, stripped
+                    yield make(self.urljoin(url.strip()), callback=callback, **kwargs)
+                else:
+                    yield self.follow(url, callback=callback, cls=make, **kwargs)
             except ValueError:  # a link that is no URL (``http://[x``), as a browser skips it
                 continue
 
     def _links(self, css: str | None, xpath: str | None) -> list[str]:
         """The links of what ``css`` or ``xpath`` selects, as ``self.css(css)`` would give
-        them to Scrapy's ``follow_all``, without a Selector for each element."""
+        them to Scrapy's ``follow_all``, without a Selector for each element (for a CSS
+        query of HTML elements, the ``href`` of its ``<a>`` and ``<link>`` read by XPath)."""
         selector = self.selector
+        if css is not None and selector.type == "html" and "::" not in css:
+            found = _hrefs(_HTML.css_to_xpath(css))(selector.root)
+            return [href.strip(_HTML5_SPACE) for href in found]
         if css is not None:
-            translator = _HTML if selector.type == "html" else _XML
-            xpath = translator.css_to_xpath(css)
+            xpath = (_HTML if selector.type == "html" else _XML).css_to_xpath(css)
         try:
             found = selector.root.xpath(xpath, namespaces=selector.namespaces,
                                         smart_strings=False)  # fmt: skip
         except etree.XPathError as exc:  # reported as parsel reports it
             raise ValueError(f"XPath error: {exc} in {xpath}") from None
         return _links_of(found if isinstance(found, list) else [found])
+
+
+@lru_cache(maxsize=256)
+def _hrefs(xpath: str) -> etree.XPath:
+    """The ``href`` of each ``<a>`` or ``<link>`` that ``xpath`` (a node-set) selects, in
+    document order."""
+    return etree.XPath(f"({xpath})[self::a or self::link]/@href", smart_strings=False)
 
 
 _HTML, _XML = HTMLTranslator(), GenericTranslator()

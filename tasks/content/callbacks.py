@@ -11,7 +11,8 @@ A request's frontier key is its fingerprint: the canonical URL for a GET without
 adds the yielding URL's id and the request's place among what it yielded, so that the same
 page run again yields the same keys. A callback that raises ends its URL as ``spider_error``
 with the exception and the last lines of its traceback; one that runs too long, as
-``spider_timeout`` (its thread is left to finish on its own: Python cannot stop it). Neither
+``spider_timeout`` (its thread is left to finish on its own: Python cannot stop it; the worker
+thread's callbacks run on a thread of their own, ``_Runner``, a new one after a timeout). Neither
 is retried unless the request's ``meta`` says ``retry_on_error``.
 """
 
@@ -24,6 +25,8 @@ import hashlib
 import inspect
 import json
 import logging
+import os
+import queue
 import threading
 import time
 import traceback
@@ -172,10 +175,43 @@ def _failure(exc: BaseException, lines: int) -> outcomes.SpiderError:
     return outcomes.SpiderError("\n".join([head, *text[-lines:]])[:2000])
 
 
+class _Runner:
+    """The thread that runs the callbacks of one worker thread, one at a time: a callback
+    runs apart, so that it can be bounded in time, without a thread started for each page."""
+
+    def __init__(self) -> None:
+        self._calls: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._serve, name="spider-callbacks", daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            run, done = self._calls.get()
+            run()
+            done.set()
+
+    def run(self, call: Any, timeout: float) -> bool:
+        """Run ``call`` on this runner's thread; whether it ended within ``timeout``."""
+        done = threading.Event()
+        self._calls.put((call, done))
+        return done.wait(timeout)
+
+
+_runners = threading.local()
+
+
+def _forget_runners() -> None:  # a forked process has none of its parent's threads
+    global _runners
+    _runners = threading.local()
+
+
+os.register_at_fork(after_in_child=_forget_runners)
+
+
 def call(spider: Spider, name: str, response: Any, kwargs: dict, job: CrawlJob) -> Yielded:
     """Run ``spider.name(response, **kwargs)`` (an errback: ``(failure)``) and gather what it
-    yields, within
-    ``SPIDER_CALLBACK_TIMEOUT_S``; raises SpiderError or SpiderTimeout."""
+    yields, within ``SPIDER_CALLBACK_TIMEOUT_S``; raises SpiderError or SpiderTimeout. A
+    callback that runs past it keeps its thread (Python cannot stop it): the calling thread
+    takes a new one for its next callbacks."""
     timeout, cap = setting("SPIDER_CALLBACK_TIMEOUT_S", job), setting("SPIDER_MAX_YIELDS", job)
     deadline = time.monotonic() + timeout
     found: list[Any] = []
@@ -187,10 +223,10 @@ def call(spider: Spider, name: str, response: Any, kwargs: dict, job: CrawlJob) 
         except BaseException as exc:  # user code: whatever it raises is the URL's outcome
             error.append(exc)
 
-    thread = threading.Thread(target=run, name=f"spider-{spider.name}", daemon=True)
-    thread.start()
-    thread.join(timeout)
-    if thread.is_alive():
+    runner = getattr(_runners, "runner", None) or _Runner()
+    _runners.runner = runner
+    if not runner.run(run, timeout):
+        _runners.runner = None
         raise outcomes.SpiderTimeout(f"{name} still running after {timeout:g} s")
     if error:
         if isinstance(error[0], outcomes.SpiderTimeout):

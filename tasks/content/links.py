@@ -63,6 +63,7 @@ def cache_for(job: CrawlJob) -> JobCache:
 
 def in_scope(cache: JobCache, link: str) -> str:
     """The canonical form of absolute ``link`` if the job's scope allows it, else ""."""
+    link = link.partition("#")[0]  # canonical URLs have no fragment: one entry for all
     found = cache.canonical.get(link)
     if found is None:
         canonical = canonicalize(link)
@@ -82,17 +83,19 @@ def new_links(cache: JobCache, base: str, hrefs: list[str]) -> list[str]:
     """Canonical in-scope URLs of ``hrefs`` (relative to ``base``) not yet seen committed.
 
     A relative href resolves the same way against every page of one directory, so the result
-    is cached by (directory, href); only hrefs that are just a query depend on the whole base.
+    is cached by (directory, href without its fragment); only hrefs that are just a query or a
+    fragment (or empty) depend on the whole base.
     An href that is not a URL at all (``http://[x``) is dropped, as a browser would.
     """
     directory = _directory(base)
     out: dict[str, None] = {}
     for href in hrefs:
-        key = (base if href.startswith("?") else directory, href)
+        bare = href.partition("#")[0]
+        key = (directory if bare and bare[0] != "?" else base, bare)
         url = cache.resolved.get(key)
         if url is None:
             try:
-                url = in_scope(cache, urljoin(base, href))
+                url = in_scope(cache, urljoin(base, bare))
             except ValueError:
                 url = ""
             cache.resolved.put(key, url)
