@@ -47,3 +47,33 @@ def test_sigkill_of_a_worker_mid_spider_crawl_leaves_every_item_stored_once(
     assert sorted(kept, key=key) == sorted(expected, key=key)  # none lost, none twice
     assert Item.objects.filter(job=job).exclude(dropped="").count() == 3
     assert shop.hits["POST /login"] == 1  # the login's session held for every worker
+
+
+def test_sigkill_after_a_callback_yielded_its_item_stores_that_item_once(
+    worker_env, workers, scheduler, monkeypatch, tmp_path
+):
+    """The worker dies at a known point: the callback has yielded the page's item and has not
+    returned. The item is not stored yet; the URL's next attempt stores it, once."""
+    from tasks.frontier import jobs
+    from tests.site import Site
+
+    monkeypatch.setenv("CRAWL_SPIDER_MODULES", "tests.spiders")
+    worker_env["CRAWL_SPIDER_MODULES"] = "tests.spiders"
+    marker = tmp_path / "stalled"
+    pool = workers(processes=2, concurrency=2)
+    with Site(pages=12) as site:
+        job = jobs.create_job([site.url("/p/0")], spider="stall",
+                              spider_args={"marker": str(marker)})  # fmt: skip
+        jobs.start(job)
+        wait_for(marker.exists, 90, "the callback of /p/5 to stop after its item")
+        stalled = FrontierURL.objects.get(job=job, url=site.url("/p/5"))
+        assert stalled.state == URLState.LEASED and not Item.objects.filter(url=stalled).exists()
+        for name in list(pool.procs):  # whichever holds it: kill both, start two
+            os.killpg(pool.procs[name].pid, signal.SIGKILL)
+            pool.procs.pop(name).wait()
+        pool.spawn()
+        pool.spawn()
+        wait_for(lambda: finished(job), 180, "the crawl to finish after the kill")
+    urls = list(Item.objects.filter(job=job).values_list("data__url", flat=True))
+    assert sorted(urls) == sorted({u for u in urls}) and site.url("/p/5") in urls
+    assert len(urls) == FrontierURL.objects.filter(job=job, state=URLState.DONE).count()
