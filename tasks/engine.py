@@ -76,23 +76,22 @@ def _process_claims(claims: list[Claim], job_id: int, rendering: bool) -> list[s
         leases.hold(claimed.url.pk, claimed.attempt)
     states: list[str | None] = []
     began = checked = time.monotonic()
-    gave_back = False
     try:
         for n, claimed in enumerate(claims):
             if n and time.monotonic() - checked >= setting("JOB_STATE_CHECK_S"):
                 checked = time.monotonic()
                 if not CrawlJob.objects.filter(pk=job_id, state=JobState.RUNNING).exists():
-                    gave_back = _give_back(claims[n:])
+                    _give_back(claims[n:])
                     break
             if n and (lifecycle.stopping.is_set() or _past_budget(claimed, began)):
-                gave_back = _give_back(claims[n:])
+                _give_back(claims[n:])
                 break
             states.append(_process_one(claimed, rendering))
     finally:
         for claimed in claims:
             leases.let_go(claimed.url.pk)
-    if gave_back or "queued" in states or any(c.new_links for c in claims):
-        wakeup.nudge()  # a sleeping scheduler has work again
+    if claims:  # work again (new links, retries, URLs given back), or the job's last URL ended
+        wakeup.nudge()
     return states
 
 
@@ -102,17 +101,15 @@ def _past_budget(claimed: Claim, began: float) -> bool:
     return time.monotonic() - began > setting("BATCH_BUDGET_S", claimed.job)
 
 
-def _give_back(claims: list[Claim]) -> bool:
+def _give_back(claims: list[Claim]) -> None:
     """Claimed, not started: back to the frontier now (else the lease sweep does it later)."""
     try:
         given = with_retries(lambda: give_back(claims))
         log.info("job=%s: %d URLs of a message given back unstarted", claims[0].job.pk, given)
-        return True
     except DatabaseError as exc:
         connection.close()
         log.warning("job=%s: %d unstarted URLs left to the lease sweep (%s)", claims[0].job.pk,
                     len(claims), exc)  # fmt: skip
-        return False
 
 
 def _process_one(claimed: Claim, rendering: bool) -> str | None:

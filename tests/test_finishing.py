@@ -170,3 +170,17 @@ def test_a_host_that_answered_and_then_refuses_keeps_its_retries(redis, tmp_path
     assert refused and all(r.state == "failed" for r in refused.values())
     assert {r.error_reason for r in refused.values()} <= {"connect_error", "host_unreachable"}
     assert max(r.attempts for r in refused.values()) >= 2  # retried, as a restart deserves
+
+
+def test_a_job_ends_at_the_pass_after_its_last_url_not_at_the_schedulers_timer(redis, tmp_path):
+    """The worker that ends the last URL wakes the scheduler, which finishes the job then, not
+    at its idle timer or its next sweep (here 20 s away)."""
+    from tests.site import Site
+
+    slow = {"CRAWL_SCHEDULER_IDLE_S": "20", "CRAWL_SWEEP_INTERVAL_S": "20"}
+    with Site(pages=4, delay=2.5) as site:  # the last pages are in flight while it sleeps
+        job, elapsed = crawl(site.url("/p/0"), tmp_path, slow, timeout=60, max_depth=20)
+    last_page = Page.objects.filter(job=job).order_by("-fetched_at").first().fetched_at
+    gap = (job.finished_at - last_page).total_seconds()
+    print(f"\n{elapsed:.1f} s, job ended {gap:.2f} s after its last page")
+    assert gap < 2.0, gap

@@ -1,7 +1,9 @@
 """Wake the scheduler when work appears, so that an idle scheduler can sleep instead of poll.
 
 Before a pass that may end in a sleep, the scheduler sets ``SLEEPING``; whoever adds work (a
-page with new links, a retry, a job started or resumed) calls :func:`nudge`, which pushes to
+page with new links, a retry, a job started or resumed) or ends URLs (a worker after each
+message: the job's last URL may be among them, and the job then finishes at the next pass
+rather than at the scheduler's timer) calls :func:`nudge`, which pushes to
 ``WAKE`` only if that flag is set (one Redis call, nothing else when the scheduler is busy).
 The scheduler sleeps in a ``BLPOP`` on ``WAKE`` until a nudge or its next due time. A nudge
 that finds Redis away is dropped: the scheduler's own timer still comes round.
