@@ -181,3 +181,10 @@ def test_a_callback_past_its_time_ends_as_spider_timeout_and_the_next_one_runs()
         finally:
             os._exit(2)
     assert os.waitpid(child, 0)[1] == 0
+
+
+def test_selector_is_exported_for_fragments_a_response_carries():
+    from crawlplatform.spiders import Selector, SelectorList
+
+    found = Selector(text='<p><a href="/x">x</a></p>').css("a::attr(href)")
+    assert isinstance(found, SelectorList) and found.get() == "/x"

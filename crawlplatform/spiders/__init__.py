@@ -2,10 +2,15 @@
 
     from crawlplatform.spiders import Spider, Request, FormRequest, JsonRequest, DropItem
 
+``Selector`` and ``SelectorList`` are parsel's (Scrapy's ``Selector(text=...)``), for parsing
+a fragment a response carries (HTML inside JSON, say).
+
 Names and behaviour follow Scrapy's, so that a Scrapy spider ports by changing its imports
 (``docs/spiders.md``). Spiders are installed by operators (``CRAWL_SPIDER_MODULES`` or the
 ``crawlplatform.spiders`` entry-point group) and chosen by name in a job.
 """
+
+from parsel import Selector, SelectorList
 
 from crawlplatform.spiders.http import FormRequest, Headers, JsonRequest, Request
 from crawlplatform.spiders.response import (
@@ -26,6 +31,8 @@ __all__ = [
     "JsonRequest",
     "Request",
     "Response",
+    "Selector",
+    "SelectorList",
     "Spider",
     "TextResponse",
     "XmlResponse",
