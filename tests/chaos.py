@@ -1,7 +1,7 @@
 """Chaos suite: crawl a local site with 3 worker processes while breaking things.
 
     .venv/bin/python -m tests.chaos [--pages 2000] [--scenarios kill,term,redis,postgres,...]
-                                    [--broker redis|rabbitmq]
+                                    [--broker redis|rabbitmq] [--spider]
 
 Scenarios (each on a fresh job, site, Redis and worker set):
 
@@ -22,6 +22,10 @@ Scenarios (each on a fresh job, site, Redis and worker set):
 
 ``--broker rabbitmq`` runs the scenarios with a RabbitMQ node of the suite's own as the broker
 (quorum queues; Redis keeps the rest), ``--broker redis`` (the default) with Redis as both.
+``--spider`` crawls with a spider (``tests/spiders/pages.py``: an item for every page, every
+link followed) instead of a plain job: then every stored page must also have exactly one item
+(``items``: items stored twice, and pages without one), and a ``-cli`` command writes the
+items.
 
 Each must end with the job finished, every reachable page stored exactly once, no URL left
 queued/scheduled/leased, no page fetched more than twice at the server (``kill``: at most
@@ -86,6 +90,8 @@ class Result:
     error_lines: list[str]
     kills: int = 0
     recovery: float | None = None  # seconds from the last kill to the job's end
+    items_twice: int = 0  # --spider: items stored more than once
+    items_missing: int = 0  # --spider: stored pages without their item
 
     @property
     def passed(self) -> bool:
@@ -99,6 +105,8 @@ class Result:
             and self.violations == 0
             and self.bodies_missing == 0
             and (self.recovery is None or self.recovery <= RECOVERY_MAX_S)
+            and self.items_twice == 0
+            and self.items_missing == 0
         )
 
 
@@ -254,6 +262,7 @@ def run(
     postgres: PostgresCluster | None,
     db_down: float = 5.0,
     rabbit: RabbitServer | None = None,
+    spider: bool = False,
 ) -> Result:
     """One scenario, in this process (Django must already point at the right database)."""
     from django.db import DatabaseError, connection
@@ -261,11 +270,13 @@ def run(
     from tasks.frontier import jobs
     from tasks.worker.supervisor import WorkerPool
     from tests.site import Site
-    from web.models import PENDING_STATES, CrawlJob, FrontierURL, Page
+    from web.models import PENDING_STATES, CrawlJob, FrontierURL, Item, Page
 
     fast = {k: v for k, v in FAST.items() if k not in PRODUCTION_BUDGETS}
     env = {k: v for k, v in os.environ.items() if k not in PRODUCTION_BUDGETS}
     env = {**env, **fast, "REDIS_URL": redis.url, "LOG_LEVEL": "INFO"}
+    if spider:
+        env["CRAWL_SPIDER_MODULES"] = os.environ["CRAWL_SPIDER_MODULES"] = "tests.spiders"
     violations = 0  # scenario-specific: non-zero exits or leased URLs after SIGTERM,
     # fetches while paused, a crawl command that did not exit 0 or wrote wrong results
     kills, last_kill, recovery = 0, None, None
@@ -278,15 +289,19 @@ def run(
         pool = WorkerPool(3, 4, env=env, log_dir=logs)
         pool.start()
         driver_log = (logs / "scheduler.log").open("ab")
+        start = ["--spider", "pages", "-a", f"seed={site.url('/p/0')}"] if spider else [
+            site.url("/p/0")]  # fmt: skip
         if scenario.endswith("-cli"):
             driver = subprocess.Popen(
-                [sys.executable, "manage.py", "crawl", site.url("/p/0"), "--workers", "0",
+                [sys.executable, "manage.py", "crawl", *start, "--workers", "0",
                  "--max-depth", "10000", "--name", name, "--output", str(output)],
                 cwd=ROOT, env=env, stdout=driver_log, stderr=subprocess.STDOUT,
             )  # fmt: skip
             job = wait_until(lambda: CrawlJob.objects.filter(name=name).first(), 60, "the job")
         else:
-            job = jobs.create_job([site.url("/p/0")], max_depth=10_000, name=name)
+            seeds, kind = ([], {"spider": "pages", "spider_args": {"seed": site.url("/p/0")}}
+                           ) if spider else ([site.url("/p/0")], {})  # fmt: skip
+            job = jobs.create_job(seeds, max_depth=10_000, name=name, **kind)
             jobs.start(job)
             driver = subprocess.Popen(
                 [sys.executable, "manage.py", "scheduler"], cwd=ROOT, env=env,
@@ -362,9 +377,10 @@ def run(
         if scenario.endswith("-cli"):
             text = output.read_text() if output.exists() else ""
             written = [json.loads(ln)["url"] for ln in text.splitlines()]
-            ended = urls.filter(state__in=["done", "failed"]).count()
+            ended = urls.filter(state__in=["done"] if spider else ["done", "failed"]).count()
             violations += len(written) != len(set(written)) or len(written) != ended
         stored_urls = list(Page.objects.filter(job=job).values_list("url__url", flat=True))
+        items = list(Item.objects.filter(job=job, dropped="").values_list("data__url", flat=True))
         bodies_missing = sum(
             1
             for key, digest in Page.objects.filter(job=job).values_list("body_key", "content_hash")
@@ -396,6 +412,8 @@ def run(
             finished=finished,
             kills=kills,
             recovery=recovery,
+            items_twice=len(items) - len(set(items)),
+            items_missing=len(set(stored_urls) - set(items)) if spider else 0,
         )
 
 
@@ -435,7 +453,7 @@ def _child(args: argparse.Namespace) -> None:
         postgres.port = int(os.environ["CHAOS_PG_PORT"])
     try:
         result = run(args.scenario, args.pages, args.kill_every, args.site_delay, workdir, redis,
-                     postgres, args.db_down, rabbit)  # fmt: skip
+                     postgres, args.db_down, rabbit, args.spider)  # fmt: skip
     finally:
         redis.stop()
         if rabbit is not None:
@@ -452,6 +470,7 @@ def scenario(
     env: dict[str, str] | None = None,
     db_down: float = 5.0,
     broker: str = "redis",
+    spider: bool = False,
 ) -> Result:
     """Run one scenario in a child process (its own Redis, RabbitMQ node with ``broker``
     ``rabbitmq``, and database when it needs one)."""
@@ -469,7 +488,8 @@ def scenario(
         out = subprocess.run(
             [sys.executable, "-m", "tests.chaos", "--child", "--scenario", name, "--pages",
              str(pages), "--kill-every", str(kill_every), "--site-delay", str(site_delay),
-             "--workdir", str(workdir), "--db-down", str(db_down), "--broker", broker],
+             "--workdir", str(workdir), "--db-down", str(db_down), "--broker", broker,
+             *(["--spider"] if spider else [])],
             cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200,
         )  # fmt: skip
         line = next((ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")), None)
@@ -487,13 +507,14 @@ def table(results: list[Result]) -> str:
     head = (
         f"{'scenario':<13}{'broker':<10}{'expected':>9}{'stored':>8}{'twice':>7}{'pending':>9}"
         f"{'refetched':>11}{'max':>5}{'errors':>8}{'violations':>12}{'bodies':>8}{'seconds':>9}"
-        f"{'recovery':>10}  result"
+        f"{'recovery':>10}{'items':>7}  result"
     )
     rows = [
         f"{r.scenario:<13}{r.broker:<10}{r.pages_expected:>9}{r.pages_stored:>8}{r.stored_twice:>7}"
         f"{r.left_pending:>9}{r.fetched_twice:>11}{r.max_fetches:>5}{r.unhandled:>8}"
         f"{r.violations:>12}{r.bodies_missing:>8}{r.seconds:>9}"
         f"{'' if r.recovery is None else r.recovery:>10}"
+        f"{f'{r.items_twice}/{r.items_missing}':>7}"
         f"  {'pass' if r.passed else 'FAIL'}"
         for r in results
     ]
@@ -519,6 +540,9 @@ def main() -> None:
         "--broker", choices=["redis", "rabbitmq"], default="redis",
         help="the Celery broker (rabbitmq: a node this suite starts; Redis keeps the rest)",
     )  # fmt: skip
+    parser.add_argument(
+        "--spider", action="store_true", help="crawl with a spider (an item a page), check them"
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--scenario", help=argparse.SUPPRESS)
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
@@ -529,7 +553,8 @@ def main() -> None:
     for name in args.scenarios.split(","):
         print(f"chaos: {name} on {args.broker} ({args.pages} pages) ...", flush=True)
         results.append(scenario(name, args.pages, args.kill_every, args.site_delay, args.keep,
-                                db_down=args.db_down, broker=args.broker))  # fmt: skip
+                                db_down=args.db_down, broker=args.broker,
+                                spider=args.spider))  # fmt: skip
     print(table(results))
     sys.exit(0 if all(r.passed for r in results) else 1)
 

@@ -61,8 +61,10 @@ def test_spiders_lists_what_is_installed_and_what_cannot_be_loaded(worker_env):
     assert done.stdout.splitlines() == [
         "errbacks\ttests.spiders.shop.ErrbackSpider",
         "odd_settings\ttests.spiders.shop.OddSettingsSpider",
+        "pages\ttests.spiders.pages.Pages",
         "search\ttests.spiders.shop.SearchSpider",
         "shop\ttests.spiders.shop.ShopSpider",
+        "stall\ttests.spiders.stall.Stall",
         "stubborn\ttests.spiders.shop.StubbornSpider",
         "unkeepable\ttests.spiders.shop.UnkeepableSpider",
     ]
