@@ -27,9 +27,8 @@ import inspect
 import json
 import logging
 import threading
+from functools import cache
 from typing import Any
-
-from itemadapter import ItemAdapter
 
 from crawlplatform.spiders import DropItem, Spider
 from tasks.defaults import setting
@@ -47,8 +46,18 @@ class PipelineProblem(Exception):
     """A pipeline that cannot be loaded (a wrong path, an import error)."""
 
 
+@cache
+def _adapter() -> Any:
+    """itemadapter's ``ItemAdapter``, imported when a spider first yields: importing it
+    imports every item library it supports that is installed (a tenth of a second with
+    pydantic), which a crawl without a spider would pay at start-up."""
+    from itemadapter import ItemAdapter
+
+    return ItemAdapter
+
+
 def is_item(obj: Any) -> bool:
-    return ItemAdapter.is_item(obj)
+    return _adapter().is_item(obj)
 
 
 def _plain(value: Any) -> Any:
@@ -58,14 +67,14 @@ def _plain(value: Any) -> Any:
         return str(value)
     if isinstance(value, set | frozenset | tuple):
         return list(value)
-    if dataclasses.is_dataclass(value) or ItemAdapter.is_item(value):
-        return ItemAdapter(value).asdict()
+    if dataclasses.is_dataclass(value) or _adapter().is_item(value):
+        return _adapter()(value).asdict()
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")
 
 
 def as_json(item: Any) -> dict:
     """The item as a JSON object (dates as ISO text, decimals as text)."""
-    return json.loads(json.dumps(ItemAdapter(item).asdict(), default=_plain))
+    return json.loads(json.dumps(_adapter()(item).asdict(), default=_plain))
 
 
 def _ordered(spider: Spider) -> list[tuple[float, str]]:

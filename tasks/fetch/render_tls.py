@@ -37,10 +37,6 @@ from collections import OrderedDict
 from functools import lru_cache
 from typing import NoReturn
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from urllib3.util.ssl_ import create_urllib3_context
 
 from tasks.fetch import trust
@@ -53,9 +49,13 @@ _RECORD = 65536  # bytes read from a socket at once
 
 
 class Interception:
-    """One render process's key pair, and the certificates minted with it, one per host."""
+    """One render process's key pair, and the certificates minted with it, one per host.
+    (``cryptography`` is imported here, by the render step only: every crawl worker imports
+    this module, and ``cryptography.x509`` takes about 50 ms to import.)"""
 
     def __init__(self) -> None:
+        from cryptography.hazmat.primitives.asymmetric import ec
+
         self._key = ec.generate_private_key(ec.SECP256R1())
         self._lock = threading.Lock()
         self._minted: OrderedDict[str, tuple[float, ssl.SSLContext]] = OrderedDict()
@@ -64,6 +64,8 @@ class Interception:
     def spki(self) -> str:
         """The key's SubjectPublicKeyInfo, hashed (SHA-256) and base64-encoded: what the
         browser's ``--ignore-certificate-errors-spki-list`` takes."""
+        from cryptography.hazmat.primitives import serialization
+
         der = self._key.public_key().public_bytes(
             serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
         )
@@ -86,6 +88,10 @@ class Interception:
         return context
 
     def _mint(self, host: str) -> ssl.SSLContext:
+        from cryptography import x509
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
         try:
             alt: x509.GeneralName = x509.IPAddress(ipaddress.ip_address(host))
         except ValueError:
