@@ -99,8 +99,30 @@ def _callback_name(callback: Callback) -> str | None:
     return name
 
 
+class _DictOnUse:
+    """A dict attribute made on first use, as Scrapy's ``meta`` and ``cb_kwargs``: most
+    requests (a page's links) leave them empty."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.kept = "_" + name
+
+    def __get__(self, request: Any, owner: type | None = None) -> Any:
+        if request is None:
+            return self
+        value = request.__dict__.get(self.kept)
+        if value is None:
+            value = request.__dict__[self.kept] = {}
+        return value
+
+    def __set__(self, request: Any, value: dict | None) -> None:
+        request.__dict__[self.kept] = value
+
+
 class Request:
     """A request to make later, from any worker; its callback runs on the response."""
+
+    meta = _DictOnUse()
+    cb_kwargs = _DictOnUse()
 
     def __init__(
         self,
@@ -150,26 +172,6 @@ class Request:
     @headers.setter
     def headers(self, headers: Mapping | Iterable | None) -> None:
         self._headers = headers if isinstance(headers, Headers) else Headers(headers, self.encoding)
-
-    @property
-    def meta(self) -> dict:
-        if self._meta is None:
-            self._meta = {}
-        return self._meta
-
-    @meta.setter
-    def meta(self, meta: dict | None) -> None:
-        self._meta = meta
-
-    @property
-    def cb_kwargs(self) -> dict:
-        if self._cb_kwargs is None:
-            self._cb_kwargs = {}
-        return self._cb_kwargs
-
-    @cb_kwargs.setter
-    def cb_kwargs(self, cb_kwargs: dict | None) -> None:
-        self._cb_kwargs = cb_kwargs
 
     @property
     def callback_name(self) -> str | None:
