@@ -125,7 +125,7 @@ class Response:
         if first in _WHOLE_BASE:  # "", "?q", "#", ";p" resolve against the whole base
             return urljoin(self.base, url)
         if self._directory is None:
-            self._directory = _directory(self.base)
+            self._directory = url_directory(self.base)
         return _joined(self._directory, url)
 
     def follow(
@@ -199,7 +199,7 @@ _WHOLE_BASE = ("", "?", "#", ";")
 _joined = lru_cache(maxsize=65536)(urljoin)
 
 
-def _directory(base: str) -> str:
+def url_directory(base: str) -> str:
     """What a relative path resolves against: ``base`` up to its path's last slash (the
     same for every page of one directory, so joins are cached by it)."""
     head = base.split("?", 1)[0].split("#", 1)[0]
@@ -208,32 +208,30 @@ def _directory(base: str) -> str:
 
 
 def _links_of(roots: Iterable[Any]) -> list[str]:
-    """The link of each selected node that has one (Scrapy skips the others): an attribute's
-    or a text's value, the ``href`` of an ``<a>`` or ``<link>``."""
-    links = []
-    for root in roots:
-        if isinstance(root, str):
-            links.append(root.strip(_HTML5_SPACE))
-        elif getattr(root, "tag", None) in ("a", "link"):
-            href = root.get("href")
-            if href is not None:
-                links.append(href.strip(_HTML5_SPACE))
-    return links
+    """The link of each selected node that has one (Scrapy skips the others)."""
+    return [link for link in map(_link_of, roots) if link is not None]
+
+
+def _link_of(root: Any) -> str | None:
+    """A selected node's link: an attribute's or a text's value, the ``href`` of an ``<a>`` or
+    ``<link>``; None for any other node."""
+    if isinstance(root, str):
+        return root.strip(_HTML5_SPACE)
+    href = root.get("href") if getattr(root, "tag", None) in ("a", "link") else None
+    return None if href is None else href.strip(_HTML5_SPACE)
 
 
 _HTML5_SPACE = " \t\n\r\x0c"
 
 
 def _url_from_selector(sel: parsel.Selector) -> str:
-    if isinstance(sel.root, str):  # an attribute or text selection
-        return sel.root.strip(_HTML5_SPACE)
+    link = _link_of(sel.root)
+    if link is not None:
+        return link
     tag = getattr(sel.root, "tag", "")
-    if tag not in ("a", "link"):
-        raise ValueError(f"Only <a> and <link> elements are supported; got <{tag}>")
-    href = sel.root.get("href")
-    if href is None:
+    if tag in ("a", "link"):
         raise ValueError(f"<{tag}> element has no href attribute: {sel}")
-    return href.strip(_HTML5_SPACE)
+    raise ValueError(f"Only <a> and <link> elements are supported; got <{tag}>")
 
 
 class TextResponse(Response):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from urllib.parse import urljoin
 
+from crawlplatform.spiders.response import url_directory
 from tasks.defaults import setting
 from tasks.rules.urls import Scope, canonicalize
 from web.models import CrawlJob
@@ -72,13 +73,6 @@ def in_scope(cache: JobCache, link: str) -> str:
     return found
 
 
-def _directory(base: str) -> str:
-    """What relative paths resolve against: the base URL up to its last path slash."""
-    head = base.split("?", 1)[0].split("#", 1)[0]
-    cut = head.rfind("/")
-    return head[: cut + 1] if cut > head.find("//") + 1 else base
-
-
 def new_links(cache: JobCache, base: str, hrefs: list[str]) -> list[str]:
     """Canonical in-scope URLs of ``hrefs`` (relative to ``base``) not yet seen committed.
 
@@ -87,7 +81,7 @@ def new_links(cache: JobCache, base: str, hrefs: list[str]) -> list[str]:
     fragment (or empty) depend on the whole base.
     An href that is not a URL at all (``http://[x``) is dropped, as a browser would.
     """
-    directory = _directory(base)
+    directory = url_directory(base)
     out: dict[str, None] = {}
     for href in hrefs:
         bare = href.partition("#")[0]
