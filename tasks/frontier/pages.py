@@ -11,6 +11,7 @@ that last changed it unless its content hash is the same.
 from __future__ import annotations
 
 import json
+from datetime import datetime
 
 from django.db import connection
 from django.db.models import JSONField
@@ -118,23 +119,7 @@ def record_page_statement(
 ) -> None:
     """The statement above; the links to queue come first, then the forbidden ones (each
     link's line number tells them apart), which enter skipped with ``skip``."""
-    now = timezone.now()
-    every = [*links, *forbidden]
-    n = len(links)
-    with prepared_cursor() as cursor:
-        cursor.execute(_RECORD_SQL, [
-            URLState.DONE, page.status, note, now, claim.level, claim.url.pk, URLState.LEASED,
-            claim.attempt,
-            *_page_values(page),
-            claim.job.pk, claim.url.depth + 1, n, URLState.SKIPPED, URLState.QUEUED, now,
-            n, skip.reason, n, str(skip), now,
-            "\n".join(every), "\n".join(host_of(u) for u in every), claim.job.pk,
-            URLState.SKIPPED,
-        ])  # fmt: skip
-        finished, skipped = cursor.fetchone()
-    if not finished:
-        raise LeaseLost(f"lease on URL {claim.url.pk} (attempt {claim.attempt}) ended")
-    metrics.skipped_at_discovery(claim.job.pk, skip.reason, skipped)
+    _record(_RECORD_SQL, claim, page, note, [*links, *forbidden], len(links), skip)
 
 
 def record_spider_statement(
@@ -151,17 +136,37 @@ def record_spider_statement(
     robots.txt forbids entering skipped with ``skip``."""
     now = timezone.now()
     every = [*requests, *forbidden]
-    n = len(requests)
+    _record(_SPIDER_SQL, claim, page, "", [k for k, _ in every], len(requests), skip, now,
+            items=[claim.job.pk, spider, claim.run, now, json.dumps(items)],
+            stored=[json.dumps([r for _, r in every])])  # fmt: skip
+
+
+def _record(
+    sql: str,
+    claim: Claim,
+    page: Page,
+    note: str,
+    keys: list[str],
+    queued: int,
+    skip: outcomes.Skip,
+    now: datetime | None = None,
+    items: list | None = None,
+    stored: list | None = None,
+) -> None:
+    """Run one of the statements above: the URL done with ``note``, its page, the parameters
+    of a spider's ``items`` and of its requests' ``stored`` form, and ``keys`` into the
+    frontier, the first ``queued`` of them queued, the others skipped with ``skip``."""
+    now = now or timezone.now()
     with prepared_cursor() as cursor:
-        cursor.execute(_SPIDER_SQL, [
-            URLState.DONE, page.status, "", now, claim.level, claim.url.pk, URLState.LEASED,
+        cursor.execute(sql, [
+            URLState.DONE, page.status, note, now, claim.level, claim.url.pk, URLState.LEASED,
             claim.attempt,
             *_page_values(page),
-            claim.job.pk, spider, claim.run, now, json.dumps(items),
-            claim.job.pk, claim.url.depth + 1, n, URLState.SKIPPED, URLState.QUEUED, now,
-            n, skip.reason, n, str(skip), now, json.dumps([r for _, r in every]),
-            "\n".join(k for k, _ in every), "\n".join(host_of(k) for k, _ in every),
-            claim.job.pk, URLState.SKIPPED,
+            *(items or []),
+            claim.job.pk, claim.url.depth + 1, queued, URLState.SKIPPED, URLState.QUEUED, now,
+            queued, skip.reason, queued, str(skip), now, *(stored or []),
+            "\n".join(keys), "\n".join(host_of(k) for k in keys), claim.job.pk,
+            URLState.SKIPPED,
         ])  # fmt: skip
         finished, skipped = cursor.fetchone()
     if not finished:
