@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from types import MethodType
 from typing import Any, Protocol
 from urllib.parse import urlencode, urljoin, urlsplit, urlunsplit
 
@@ -88,6 +89,8 @@ class Headers(dict):
 
 
 def _callback_name(callback: Callback) -> str | None:
+    if type(callback) is MethodType:  # a spider's method, as most are: bound, so it has a self
+        return callback.__name__
     if callback is None or isinstance(callback, str):
         return callback
     name = getattr(callback, "__name__", None)
