@@ -109,7 +109,8 @@ def test_response_json_and_text_follow_the_declared_charset():
 
 
 def test_urljoin_is_urllibs_for_every_kind_of_href():
-    """Joins are cached by the base's directory: the result must still be urllib's own."""
+    """Joins are cached by the base's directory and without the href's fragment: the result
+    must still be urllib's own."""
     from urllib.parse import urljoin
 
     bases = ["http://a/b/c.html", "http://a", "http://a/", "http://a/b/c?x=/y#z", "http://a/b/../c",
@@ -117,7 +118,8 @@ def test_urljoin_is_urllibs_for_every_kind_of_href():
              "http://a/b/c/", "http://a#f", "http://a?q"]  # fmt: skip
     hrefs = ["", "#", "#x", "?y", "?", ";p", "d", "./d", "../d", "../../../d", "/d", "//h/d",
              "http://h/d", "http:d", "https:d", "d?e#f", "mailto:x", ".", "..", "d;e",
-             "d/../e"]  # fmt: skip
+             "d/../e", "d#", "d#f#g", "?#", "?y#f", ";p#f", "../d#f", "//h/d#f", "#?y",
+             "d#f"]  # fmt: skip
     for base in bases:
         for response in (Response(base), Response("http://other/x/y")):  # the cache is shared
             for href in hrefs:

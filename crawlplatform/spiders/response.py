@@ -118,15 +118,19 @@ class Response:
         return self._base
 
     def urljoin(self, url: str) -> str:
-        """``url`` made absolute against the page's base (its ``<base href>`` if it has one)."""
-        first = url[:1]
-        if first == "#" and len(url) > 1:  # the page itself with that fragment
-            return _joined(self.base, "#") + url
-        if first in _WHOLE_BASE:  # "", "?q", "#", ";p" resolve against the whole base
-            return urljoin(self.base, url)
-        if self._directory is None:
-            self._directory = url_directory(self.base)
-        return _joined(self._directory, url)
+        """``url`` made absolute against the page's base (its ``<base href>`` if it has one).
+
+        A fragment is kept as it is and plays no part in the join, so joins are cached
+        without it: a page's many ``page.html#section`` links are one entry."""
+        bare, hash_, fragment = url.partition("#")
+        first = bare[:1]
+        if first in _WHOLE_BASE:  # "", "?q", ";p" resolve against the whole base
+            joined = _joined(self.base, bare if bare or not hash_ else "#")
+        else:
+            if self._directory is None:
+                self._directory = url_directory(self.base)
+            joined = _joined(self._directory, bare)
+        return f"{joined}#{fragment}" if fragment else joined
 
     def follow(
         self, url: str | parsel.Selector, callback: Callback = None, **kwargs: Any
@@ -195,7 +199,7 @@ def _hrefs(xpath: str) -> etree.XPath:
 
 
 _HTML, _XML = HTMLTranslator(), GenericTranslator()
-_WHOLE_BASE = ("", "?", "#", ";")
+_WHOLE_BASE = ("", "?", ";")
 _joined = lru_cache(maxsize=65536)(urljoin)
 
 
