@@ -190,3 +190,31 @@ def test_selector_is_exported_for_fragments_a_response_carries():
 
     found = Selector(text='<p><a href="/x">x</a></p>').css("a::attr(href)")
     assert isinstance(found, SelectorList) and found.get() == "/x"
+
+
+@pytest.mark.parametrize(
+    "body, charset",
+    [
+        ("\xa0lead<p>x</p>".encode(), "utf-8"),  # a space str.strip takes and bytes.strip not
+        (b"<p>x</p>tail\x1c", "utf-8"),
+        ("<p>x</p>tail\u2003".encode(), "utf-8"),
+        ("\u3000<p>x</p>".encode(), "utf-8"),
+        (b"\xef\xbb\xbf<p>bom</p>", "utf-8"),
+        (b"\x00 <p>a\x00b</p> \x00", "utf-8"),
+        (b"<p>caf\xe9 \xff</p>", "utf-8"),  # not UTF-8: replaced
+        ("<p>café</p>".encode("latin-1"), "latin-1"),
+        ("  <p>déjà</p>\n".encode(), "utf-8"),
+        (b"", "utf-8"),
+    ],
+)
+def test_the_tree_is_the_one_parsel_builds_from_the_text_as_in_scrapy(body, charset):
+    """A UTF-8 body is parsed from its bytes when they are the bytes parsel would make from
+    ``text``: every other body keeps parsel's tree of ``text``."""
+    import parsel
+    from w3lib.encoding import html_to_unicode
+
+    header = f"text/html; charset={charset}"
+    response = Response("http://x.test/", headers={"Content-Type": header}, body=body)
+    expected = parsel.Selector(text=html_to_unicode(header, body)[1], type="html")
+    assert response.css("::text").getall() == expected.css("::text").getall()
+    assert response.xpath("//p").getall() == expected.xpath("//p").getall()
