@@ -152,6 +152,39 @@ def test_requests_keep_scrapys_defaults_and_accept_assignment():
     assert plain.replace(url="http://s.test/2").headers.pairs() == [("Accept", "text/html")]
 
 
+def test_dict_items_need_no_itemadapter():
+    """Importing itemadapter imports every item library installed (Scrapy's among them: half
+    a second in each worker); a spider that yields dicts never pays it."""
+    import subprocess
+    import sys
+
+    code = """
+import os, sys
+os.environ["DJANGO_SETTINGS_MODULE"] = "crawlplatform.settings"
+import django
+django.setup()
+from crawlplatform.spiders import Response, Spider
+from tasks.content import callbacks, items
+from web.models import CrawlJob
+
+class Dicts(Spider):
+    name = "dicts"
+
+    def parse(self, response):
+        yield {"url": response.url, "n": [1, (2, 3)]}
+        yield response.follow("next")
+
+found = callbacks.call(Dicts(), "parse", Response("http://s.test/"), {}, CrawlJob(pk=1))
+assert items.as_json(found.items[0]) == {"url": "http://s.test/", "n": [1, [2, 3]]}
+assert len(found.requests) == 1
+print("itemadapter" in sys.modules)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
+
+
 def test_a_callback_past_its_time_ends_as_spider_timeout_and_the_next_one_runs():
     """Callbacks run on a thread kept for the calling thread; one that overruns keeps it, and
     the next callback gets a new one (here and in a forked child)."""

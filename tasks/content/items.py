@@ -27,6 +27,7 @@ import inspect
 import json
 import logging
 import threading
+import types
 from functools import cache
 from typing import Any
 
@@ -48,16 +49,25 @@ class PipelineProblem(Exception):
 
 @cache
 def _adapter() -> Any:
-    """itemadapter's ``ItemAdapter``, imported when a spider first yields: importing it
-    imports every item library it supports that is installed (a tenth of a second with
-    pydantic), which a crawl without a spider would pay at start-up."""
+    """itemadapter's ``ItemAdapter``, imported when a spider first yields an item that is not
+    a dict: importing it imports every item library it supports that is installed (a tenth
+    of a second with pydantic, more than half a second with Scrapy), which a crawl without
+    such items would pay in every worker."""
     from itemadapter import ItemAdapter
 
     return ItemAdapter
 
 
 def is_item(obj: Any) -> bool:
+    if isinstance(obj, dict):
+        return True
+    if isinstance(obj, _NEVER_ITEMS):  # a callback's generator, say: no need for itemadapter
+        return False
     return _adapter().is_item(obj)
+
+
+_NEVER_ITEMS = (types.GeneratorType, types.AsyncGeneratorType, types.CoroutineType, list, tuple,
+                str, bytes, type(None))  # fmt: skip
 
 
 def _plain(value: Any) -> Any:
@@ -74,7 +84,8 @@ def _plain(value: Any) -> Any:
 
 def as_json(item: Any) -> dict:
     """The item as a JSON object (dates as ISO text, decimals as text)."""
-    return json.loads(json.dumps(_adapter()(item).asdict(), default=_plain))
+    fields = item if isinstance(item, dict) else _adapter()(item).asdict()
+    return json.loads(json.dumps(fields, default=_plain))
 
 
 def _ordered(spider: Spider) -> list[tuple[float, str]]:
