@@ -278,17 +278,19 @@ def new_requests(claimed: Claim, cache: JobCache, spider: Spider,
         canonical = in_scope(cache, request.url)
         if not canonical:
             continue  # off the job's domains or patterns, as Scrapy's offsite filter drops it
-        if canonical in cache.committed and _plain_get(request):
-            continue  # already in the frontier (this process saw it committed)
+        if _plain_get(request) and (canonical in out or canonical in cache.committed):
+            continue  # yielded before on this page, or already in the frontier
         try:
             kept = record(request, spider)
         except ValueError as exc:
             raise outcomes.SpiderError(f"ValueError: {exc}"[:2000]) from None
         unique = f"{claimed.url.pk}.{n}" if request.dont_filter else ""
         row_key = key(canonical, kept, unique)
+        if row_key in out:
+            continue  # the first of the same requests is the one kept
         forbidden = job.obey_robots and robots.forbids(job, canonical)
-        out.setdefault(row_key, NewRequest(row_key, None if plain(kept) else kept,
-                                           ROBOTS_FORBIDDEN if forbidden else None))  # fmt: skip
+        out[row_key] = NewRequest(row_key, None if plain(kept) else kept,
+                                  ROBOTS_FORBIDDEN if forbidden else None)  # fmt: skip
     return list(out.values())
 
 

@@ -19,24 +19,19 @@ from tasks.rules.urls import Scope, canonicalize
 from web.models import CrawlJob
 
 
-class BoundedSet:
-    """A set that forgets its oldest half when full: enough to skip most repeated work."""
+class BoundedSet(dict):
+    """A dict that forgets its oldest half when full: enough to skip most repeated work (a
+    set, with ``None`` values). Lookups are the dict's own: every link of a page asks."""
 
     def __init__(self, size: int) -> None:
+        super().__init__()
         self.size = size
-        self.items: dict = {}
-
-    def get(self, key, default=None):
-        return self.items.get(key, default)
-
-    def __contains__(self, key) -> bool:
-        return key in self.items
 
     def put(self, key, value=None) -> None:
-        if len(self.items) >= self.size:
-            for old in list(self.items)[: self.size // 2]:
-                del self.items[old]
-        self.items[key] = value
+        if len(self) >= self.size:
+            for old in list(self)[: self.size // 2]:
+                del self[old]
+        self[key] = value
 
 
 class JobCache:
