@@ -1,6 +1,6 @@
 """Profile the crawl engine in one process, without Celery: where does a page's CPU go?
 
-    .venv/bin/python benchmarks/profile_engine.py URL [--pages N] [--spider titles]
+    .venv/bin/python benchmarks/profile_engine.py URL [--pages N] [--spider titles | --extract R]
 
 Runs the scheduler's release and ``engine.process`` inline on a fresh job (against
 ``DATABASE_URL``/``REDIS_URL`` as configured), prints the SQL statements per page by kind and
@@ -33,6 +33,7 @@ from pyinstrument import Profiler  # noqa: E402
 from tasks import engine  # noqa: E402
 from tasks.frontier import jobs, release  # noqa: E402
 from tasks.frontier.pacing import Pacing  # noqa: E402
+from web.management import crawling  # noqa: E402
 from web.models import FrontierURL, URLState  # noqa: E402
 
 
@@ -42,6 +43,13 @@ def main() -> None:
     parser.add_argument("--pages", type=int, default=500)
     parser.add_argument("--no-profile", action="store_true", help="time only: no profiler")
     parser.add_argument("--spider", help="crawl with this spider of benchmarks/bench_spiders.py")
+    parser.add_argument(
+        "--extract",
+        action="append",
+        default=[],
+        metavar="NAME=SELECTOR",
+        help="crawl with this extraction rule (as the crawl command's)",
+    )
     args = parser.parse_args()
     statements: Counter[str] = Counter()
 
@@ -50,7 +58,8 @@ def main() -> None:
         return execute(sql, params, many, context)
 
     spider = {"spider": args.spider} if args.spider else {}
-    job = jobs.create_job([args.url], max_depth=100, max_pages=args.pages, **spider)
+    rules = crawling.parse_rules(args.extract, "")
+    job = jobs.create_job([args.url], max_depth=100, max_pages=args.pages, extract=rules, **spider)
     jobs.start(job)
     release.publish = lambda rows: None  # messages are not needed: we process inline
     profiler = Profiler()
