@@ -441,8 +441,9 @@ def test_claims_and_pages_are_prepared_and_read_their_own_rows_on_a_generic_plan
 
 def test_a_spider_page_commits_its_items_and_requests_and_a_recrawl_replaces_its_items(job):
     """The spider's commit (one statement on PostgreSQL, the ORM elsewhere): items in order
-    with their drops, requests with their stored form (none for a plain GET), forbidden ones
-    skipped; a later run's page replaces the items, and a lost lease writes nothing."""
+    with their drops, requests with their stored form (none for a plain GET) and priority,
+    forbidden ones skipped; a later run's page replaces the items, and a lost lease writes
+    nothing."""
     from tasks.frontier.yields import NewItem, NewRequest, record_spider_page
 
     url = FrontierURL.objects.get(job=job)
@@ -450,8 +451,8 @@ def test_a_spider_page_commits_its_items_and_requests_and_a_recrawl_replaces_its
     first = transitions.claim(url.pk, job.pk)
     post = {"method": "POST", "body": "eA==", "callback": "parse_post", "meta": {"k": [1, "\n"]}}
     forbidden = transitions.ROBOTS_FORBIDDEN
-    requests = [NewRequest("http://127.0.0.1:9/p#POST:11", post, None),
-                NewRequest("http://127.0.0.1:9/a", None, None),
+    requests = [NewRequest("http://127.0.0.1:9/p#POST:11", post, None, 7),
+                NewRequest("http://127.0.0.1:9/a", None, None, -2),
                 NewRequest("http://127.0.0.1:9/private", None, forbidden)]  # fmt: skip
     items = [NewItem({"n": 1, "s": "é\n"}, ""), NewItem({"n": 2}, "schema: 'n' is too small")]
     assert record_spider_page(first, page_for(first), requests, items, "shop") == URLState.DONE
@@ -467,6 +468,7 @@ def test_a_spider_page_commits_its_items_and_requests_and_a_recrawl_replaces_its
     assert rows["http://127.0.0.1:9/a"].state == URLState.QUEUED
     assert rows["http://127.0.0.1:9/private"].state == URLState.SKIPPED
     assert rows["http://127.0.0.1:9/private"].error_reason == "robots"
+    assert [rows[k].priority for k in sorted(rows)] == [-2, 7, 0]  # a plain GET's kept too
 
     schedule(url)  # the next run fetches it again
     again = transitions.claim(url.pk, job.pk)

@@ -171,6 +171,26 @@ def test_urls_of_a_polite_host_released_ahead_of_their_slot_go_one_by_one(
     assert _message_sizes() == [1] * 5  # a message must not wait in a slot for the next one
 
 
+def test_a_spider_requests_priority_goes_before_depth_as_in_scrapy(redis, pacing):
+    """Higher first, negative last, then shallower first: a crawl's URLs (priority 0) keep
+    their order."""
+    job = make_job(0, max_pages=4)
+    transitions.insert_urls(job.pk, [f"http://127.0.0.1:9/d1/{i}" for i in range(3)], depth=1)
+    transitions.insert_urls(job.pk, ["http://127.0.0.1:9/d3/high"], depth=3)
+    transitions.insert_urls(job.pk, ["http://127.0.0.1:9/d1/low"], depth=1)
+    FrontierURL.objects.filter(url__endswith="/high").update(priority=5)
+    FrontierURL.objects.filter(url__endswith="/low").update(priority=-1)
+    assert release.release(job, pacing)[0] == 4
+    released = FrontierURL.objects.filter(job=job, state=URLState.SCHEDULED)
+    assert sorted(u.rsplit("/", 2)[-2] + "/" + u.rsplit("/", 1)[1]
+                  for u in released.values_list("url", flat=True)) == [
+        "127.0.0.1:9/", "d1/0", "d1/1", "d3/high"]  # fmt: skip
+    assert release.release(job, pacing)[0] == 0  # max_pages reached: the rest is skipped
+    skipped = FrontierURL.objects.filter(job=job, state=URLState.SKIPPED)
+    assert set(skipped.values_list("url", flat=True)) == {
+        "http://127.0.0.1:9/d1/2", "http://127.0.0.1:9/d1/low"}  # fmt: skip
+
+
 def test_urls_waiting_for_not_before_are_not_released(redis, pacing):
     job = make_job(0)
     FrontierURL.objects.filter(job=job).update(not_before="2999-01-01T00:00:00Z")

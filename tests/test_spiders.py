@@ -114,6 +114,22 @@ def test_two_posts_with_different_bodies_are_two_requests_and_the_same_body_one(
     assert sorted(i["q"] for i in kept(job)) == ["hats", "shoes"]
 
 
+def test_request_priorities_reach_the_frontier_and_order_its_release(installed):
+    from tasks.frontier import release
+
+    with Shop() as shop:
+        job = jobs.create_job([], spider="ranked", spider_args={"base": shop.base})
+        jobs.start(job)
+        job.refresh_from_db()
+        ranks = dict(FrontierURL.objects.filter(job=job).values_list("url", "priority"))
+        assert ranks == {f"{shop.base}/gone": -1, f"{shop.base}/login": 32767}
+        due = release._candidates(job, 10, [], lock=False)
+        assert [row.url for row in due] == [f"{shop.base}/login", f"{shop.base}/gone"]
+        FrontierURL.objects.filter(pk=due[0].id).update(state=URLState.SCHEDULED)
+        engine.process(due[0].id, job.pk)
+    assert FrontierURL.objects.get(job=job, url=f"{shop.base}/account").priority == 3
+
+
 def test_a_job_naming_a_spider_that_is_not_installed_fails_at_start_with_the_import_error(
     installed,
 ):

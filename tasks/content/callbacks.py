@@ -98,6 +98,12 @@ def key(canonical: str, kept: dict, unique: str = "") -> str:
     return canonical + suffix + (f":{unique}" if unique else "")
 
 
+def rank(request: Request) -> int:
+    """The request's ``priority`` as the frontier orders by it: Scrapy's meaning (higher
+    first, negative allowed), within the column's range (-32768 to 32767)."""
+    return max(-32768, min(32767, request.priority))
+
+
 def plain(kept: dict) -> bool:
     """A GET for ``parse`` with nothing else to remember: its row needs no request."""
     return (kept["method"] == "GET" and not kept["body"] and not kept["headers"]
@@ -290,7 +296,8 @@ def new_requests(claimed: Claim, cache: JobCache, spider: Spider,
             continue  # the first of the same requests is the one kept
         forbidden = job.obey_robots and robots.forbids(job, canonical)
         out[row_key] = NewRequest(row_key, None if plain(kept) else kept,
-                                  ROBOTS_FORBIDDEN if forbidden else None)  # fmt: skip
+                                  ROBOTS_FORBIDDEN if forbidden else None,
+                                  rank(request))  # fmt: skip
     return list(out.values())
 
 

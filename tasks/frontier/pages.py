@@ -52,12 +52,12 @@ WITH fin AS (
 )"""
 _NEW_LINKS = """
     INSERT INTO {frontier} (job_id, url, host, depth, state, attempts, not_before, error_reason,
-                            error_message, updated_at, discovered_from_id{request_column})
+                            error_message, updated_at, discovered_from_id{request_columns})
     SELECT %s, t.url, t.host, %s, CASE WHEN t.n > %s THEN %s ELSE %s END, 0, %s,
            CASE WHEN t.n > %s THEN %s ELSE '' END, CASE WHEN t.n > %s THEN %s ELSE '' END,
-           %s, fin.id{request_value}
-    FROM unnest(string_to_array(%s, E'\\n'), string_to_array(%s, E'\\n'))
-         WITH ORDINALITY AS t(url, host, n)
+           %s, fin.id{request_values}
+    FROM unnest(string_to_array(%s, E'\\n'), string_to_array(%s, E'\\n'){request_arrays})
+         WITH ORDINALITY AS t(url, host{request_names}, n)
     CROSS JOIN fin
     WHERE NOT EXISTS (SELECT 1 FROM {frontier} f WHERE f.job_id = %s AND f.url = t.url OFFSET 0)
     ORDER BY t.url
@@ -89,10 +89,12 @@ _NAMES = {
         if f.name not in ("job", "url", "first_run", "modified_run")
     ),
 }
-_RECORD_SQL = _RECORD_SQL.format(**_NAMES, request_column="", request_value="")
+_RECORD_SQL = _RECORD_SQL.format(**_NAMES, request_columns="", request_values="",
+                                 request_arrays="", request_names="")  # fmt: skip
 _SPIDER_SQL = _SPIDER_SQL.format(
-    **_NAMES, request_column=", request",
-    request_value=", NULLIF(%s::jsonb -> (t.n::int - 1), 'null'::jsonb)",
+    **_NAMES, request_columns=", request, priority",
+    request_values=", NULLIF(%s::jsonb -> (t.n::int - 1), 'null'::jsonb), t.priority::smallint",
+    request_arrays=", string_to_array(%s, E'\\n')", request_names=", priority",
 )  # fmt: skip
 
 
@@ -125,20 +127,21 @@ def record_page_statement(
 def record_spider_statement(
     claim: Claim,
     page: Page,
-    requests: list[tuple[str, dict | None]],
-    forbidden: list[tuple[str, dict | None]],
+    requests: list[tuple[str, dict | None, int]],
+    forbidden: list[tuple[str, dict | None, int]],
     items: list[tuple[dict, str]],
     spider: str,
     skip: outcomes.Skip,
 ) -> None:
     """``_SPIDER_SQL``: as ``record_page_statement``, with the page's items (data, the reason
-    a pipeline dropped it) and its requests as (frontier key, stored request or None), those
-    robots.txt forbids entering skipped with ``skip``."""
+    a pipeline dropped it) and its requests as (frontier key, stored request or None,
+    priority), those robots.txt forbids entering skipped with ``skip``."""
     now = timezone.now()
     every = [*requests, *forbidden]
-    _record(_SPIDER_SQL, claim, page, "", [k for k, _ in every], len(requests), skip, now,
+    _record(_SPIDER_SQL, claim, page, "", [k for k, _, _ in every], len(requests), skip, now,
             items=[claim.job.pk, spider, claim.run, now, json.dumps(items)],
-            stored=[json.dumps([r for _, r in every])])  # fmt: skip
+            stored=[json.dumps([r for _, r, _ in every])],
+            ranks="\n".join(str(p) for _, _, p in every))  # fmt: skip
 
 
 def _record(
@@ -152,10 +155,12 @@ def _record(
     now: datetime | None = None,
     items: list | None = None,
     stored: list | None = None,
+    ranks: str | None = None,
 ) -> None:
     """Run one of the statements above: the URL done with ``note``, its page, the parameters
-    of a spider's ``items`` and of its requests' ``stored`` form, and ``keys`` into the
-    frontier, the first ``queued`` of them queued, the others skipped with ``skip``."""
+    of a spider's ``items`` and of its requests' ``stored`` form and priorities (``ranks``, a
+    line each), and ``keys`` into the frontier, the first ``queued`` of them queued, the
+    others skipped with ``skip``."""
     now = now or timezone.now()
     with prepared_cursor() as cursor:
         cursor.execute(sql, [
@@ -165,8 +170,8 @@ def _record(
             *(items or []),
             claim.job.pk, claim.url.depth + 1, queued, URLState.SKIPPED, URLState.QUEUED, now,
             queued, skip.reason, queued, str(skip), now, *(stored or []),
-            "\n".join(keys), "\n".join(host_of(k) for k in keys), claim.job.pk,
-            URLState.SKIPPED,
+            "\n".join(keys), "\n".join(host_of(k) for k in keys),
+            *([] if ranks is None else [ranks]), claim.job.pk, URLState.SKIPPED,
         ])  # fmt: skip
         finished, skipped = cursor.fetchone()
     if not finished:

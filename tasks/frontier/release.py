@@ -56,14 +56,15 @@ class Candidate(NamedTuple):
 def _candidates(
     job: CrawlJob, limit: int, blocked: list[str], lock: bool = True
 ) -> list[Candidate]:
-    """The job's due URLs, shallowest first; ``lock``: locked for this transaction (rows
-    another release holds are passed over)."""
+    """The job's due URLs, highest priority first (a spider request's ``priority``), then
+    shallowest; ``lock``: locked for this transaction (rows another release holds are passed
+    over)."""
     qs = FrontierURL.objects.filter(
         job_id=job.pk, state=URLState.QUEUED, not_before__lte=timezone.now()
     )
     if blocked:
         qs = qs.exclude(host__in=blocked)
-    qs = qs.order_by("depth", "id")
+    qs = qs.order_by("-priority", "depth", "id")
     if lock and connection.features.has_select_for_update_skip_locked:
         qs = qs.select_for_update(skip_locked=True)
     found = qs.values_list("id", "depth", "host", "released", "url", "error_reason")

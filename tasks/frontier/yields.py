@@ -33,6 +33,7 @@ class NewRequest(NamedTuple):
     key: str  # the frontier's URL column: the canonical URL, with the fingerprint if needed
     request: dict | None  # method, headers, body, callback, ...; None: a plain GET for parse
     skip: outcomes.Skip | None  # enters ended with this outcome (robots.txt forbids it)
+    priority: int = 0  # released before lower ones (the frontier's column's range)
 
 
 class NewItem(NamedTuple):
@@ -48,7 +49,7 @@ def insert_requests(job_id: int, requests: Sequence[NewRequest], depth: int,
     rows = [
         FrontierURL(
             job_id=job_id, url=r.key, host=host_of(r.key), depth=depth,
-            discovered_from_id=parent_id, not_before=now, request=r.request,
+            discovered_from_id=parent_id, not_before=now, request=r.request, priority=r.priority,
             **({"state": URLState.SKIPPED, "error_reason": r.skip.reason,
                 "error_message": str(r.skip)} if r.skip is not None else {}),
         )
@@ -103,8 +104,8 @@ def record_spider_page(
     if connection.vendor == "postgresql":
         ordered = sorted(requests, key=lambda r: r.key)
         record_spider_statement(
-            claim, page, [(r.key, r.request) for r in ordered if r.skip is None],
-            [(r.key, r.request) for r in ordered if r.skip is not None],
+            claim, page, [(r.key, r.request, r.priority) for r in ordered if r.skip is None],
+            [(r.key, r.request, r.priority) for r in ordered if r.skip is not None],
             [(i.data, i.dropped[:200]) for i in items], spider, ROBOTS_FORBIDDEN,
         )  # fmt: skip
         claim.new_links = any(r.skip is None for r in requests)

@@ -138,6 +138,20 @@ class UnkeepableSpider(Spider):
         yield Request(f"{self.base}/account", meta={"seen": {1, 2}})
 
 
+class RankedSpider(Spider):
+    """Start requests and a callback's requests with priorities, one beyond the frontier's
+    range."""
+
+    name = "ranked"
+
+    def start_requests(self):
+        yield Request(f"{self.base}/gone", priority=-1)
+        yield Request(f"{self.base}/login", priority=40000)
+
+    def parse(self, response):
+        yield response.follow("/account", priority=3)
+
+
 class ErrbackSpider(Spider):
     """Asks for a page that is not there; its errback says what happened."""
 

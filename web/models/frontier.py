@@ -41,6 +41,11 @@ class FrontierURL(models.Model):
     url = models.CharField(max_length=2048, help_text="Canonical URL (w3lib).")
     host = models.CharField(max_length=255, help_text="Lower-case host[:port] of the URL.")
     depth = models.PositiveSmallIntegerField(default=0)
+    priority = models.SmallIntegerField(
+        default=0,
+        db_default=0,
+        help_text="A spider request's priority: higher is released first, then shallower.",
+    )
     state = models.CharField(max_length=16, choices=URLState.choices, default=URLState.QUEUED)
     attempts = models.PositiveSmallIntegerField(default=0, help_text="Fetch attempts started.")
     released = models.BooleanField(
@@ -83,15 +88,16 @@ class FrontierURL(models.Model):
             models.UniqueConstraint(fields=["job", "url"], name="frontier_unique_job_url"),
         ]
         indexes = [
-            # The scheduler's next due URLs in (depth, id) order, and a job's pending counts:
+            # The scheduler's next due URLs in (priority descending, depth, id) order (the
+            # priority is a spider request's; 0 for every other URL), and a job's pending counts:
             # equality on (job, state), then the order itself, so the scan stops after a batch
             # whatever the planner's statistics say (a growing crawl outruns autovacuum's
             # ANALYZE). Pending URLs only: an ended URL leaves it (one index write less each),
             # and a lookup of a job's URL by address, which names no state, can only take the
             # unique (job, url) index, never a scan of the whole job through this one.
             models.Index(
-                fields=["job", "state", "depth", "id"],
-                name="frontier_pending_order",
+                fields=["job", "state", "-priority", "depth", "id"],
+                name="frontier_pending_rank",
                 condition=Q(state__in=PENDING_STATES),
             ),
             models.Index(
