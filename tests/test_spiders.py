@@ -128,6 +128,7 @@ def test_request_priorities_reach_the_frontier_and_order_its_release(installed):
         FrontierURL.objects.filter(pk=due[0].id).update(state=URLState.SCHEDULED)
         engine.process(due[0].id, job.pk)
     assert FrontierURL.objects.get(job=job, url=f"{shop.base}/account").priority == 3
+    assert kept(job) == [{"priority": 32767}]  # the callback's request has its row's priority
 
 
 def test_a_job_naming_a_spider_that_is_not_installed_fails_at_start_with_the_import_error(

@@ -111,14 +111,15 @@ def plain(kept: dict) -> bool:
             and not kept["meta"] and not kept["cookies"] and not kept["dont_filter"])  # fmt: skip
 
 
-def request_of(url: str, kept: dict | None) -> Request:
-    """The Request a stored row stands for (a plain row: a GET of its URL for ``parse``)."""
+def request_of(url: str, kept: dict | None, priority: int = 0) -> Request:
+    """The Request a stored row stands for (a plain row: a GET of its URL for ``parse``), with
+    the row's ``priority``."""
     if not kept:
-        return Request(url)
+        return Request(url, priority=priority)
     request = Request(kept.get("url") or url, callback=kept.get("callback"),
                       method=kept.get("method", "GET"), headers=kept.get("headers"),
                       body=base64.b64decode(kept.get("body") or ""), meta=kept.get("meta"),
-                      cookies=kept.get("cookies"), priority=kept.get("priority", 0),
+                      cookies=kept.get("cookies"), priority=priority,
                       dont_filter=kept.get("dont_filter", False), errback=kept.get("errback"),
                       cb_kwargs=kept.get("cb_kwargs"))  # fmt: skip
     return request
@@ -316,7 +317,7 @@ def store(claimed: Claim, cache: JobCache, resp: fetching.Response) -> str:
         log.exception("job=%s: spider %r unavailable", job.pk, job.spider)
         return record_failure(claimed, outcomes.SpiderUnavailable(f"{type(exc).__name__}: "
                                                                   f"{exc}"[:2000]))  # fmt: skip
-    request = request_of(claimed.url.url, claimed.url.request)
+    request = request_of(claimed.url.url, claimed.url.request, claimed.url.priority)
     response = response_of(resp, request)
     try:
         yielded = call(spider, request.callback_name or "parse", response, request.cb_kwargs, job)
@@ -350,7 +351,7 @@ def failed(claimed: Claim, cache: JobCache, outcome: outcomes.CrawlOutcome) -> s
     except Exception:
         log.exception("job=%s: spider %r unavailable for an errback", job.pk, job.spider)
         return record_failure(claimed, outcome)
-    request = request_of(claimed.url.url, kept)
+    request = request_of(claimed.url.url, kept, claimed.url.priority)
     answer = None
     if outcome.status is not None:
         answer = Response(getattr(outcome, "url", "") or request.url, status=outcome.status,

@@ -131,7 +131,7 @@ WHERE id IN ({ids})
            ELSE false END
   AND EXISTS (SELECT 1 FROM {job} WHERE id = %s AND state = %s)
 RETURNING id, url, depth, attempts, scheduled_at, error_reason, error_message,
-          (SELECT run FROM {job} WHERE id = %s), banned_since, request
+          (SELECT run FROM {job} WHERE id = %s), banned_since, request, priority
 """
 
 
@@ -148,6 +148,7 @@ class _Claimed(NamedTuple):
     run: int  # the job's run
     banned_since: datetime | str | None  # its current run of refusals began then
     request: dict | str | None  # a spider's request (SQLite returns text)
+    priority: int  # a spider request's priority
 
 
 def _aware(value: datetime | str | None) -> datetime | None:
@@ -201,7 +202,7 @@ def claim_many(url_ids: list[int], job_id: int) -> list[Claim]:
         request = json.loads(row.request) if isinstance(row.request, str) else row.request
         leased = FrontierURL(
             id=url_id, job_id=job_id, url=row.url, depth=row.depth, attempts=row.attempts,
-            state=URLState.LEASED, request=request,
+            state=URLState.LEASED, request=request, priority=row.priority,
         )  # fmt: skip
         claims.append(Claim(url=leased, job=job, attempt=row.attempts,
                             previous_reason=row.error_reason or "",

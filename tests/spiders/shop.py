@@ -149,6 +149,7 @@ class RankedSpider(Spider):
         yield Request(f"{self.base}/login", priority=40000)
 
     def parse(self, response):
+        yield {"priority": response.request.priority}
         yield response.follow("/account", priority=3)
 
 
