@@ -74,7 +74,7 @@ def record(request: Request, spider: Spider) -> dict:
     kept = {"url": request.url, "method": request.method, "headers": request.headers.pairs(),
             "body": base64.b64encode(request.body).decode() if request.body else "",
             "callback": callback, "errback": request.errback_name, "cb_kwargs": request.cb_kwargs,
-            "meta": request.meta, "cookies": request.cookies, "priority": request.priority,
+            "meta": request.meta, "cookies": request.cookies,
             "dont_filter": request.dont_filter}  # fmt: skip
     if not (request.cb_kwargs or request.meta or request.cookies or kept["headers"]):
         return kept  # nothing of the user's to check: a page's links mostly
