@@ -214,6 +214,7 @@ SPIDER_REQUEST_MAX_BYTES = 64 << 10  # a stored request's headers, cb_kwargs and
 SPIDER_BODY_MAX_BYTES = 1 << 20  # a request's body, bytes
 ITEM_MAX_BYTES = 1 << 20  # one item as JSON, bytes; a bigger one is dropped as too_large
 SPIDER_TRACEBACK_LINES = 12  # last lines of a callback's traceback kept on its URL
+PIPELINES_CHECK_S = 5.0  # a worker closes the pipelines of jobs that ended this often, seconds
 
 # Completion webhooks (tasks/frontier/webhooks.py)
 WEBHOOK_ATTEMPTS = 6  # calls of a job's webhook at most (a 5xx, 408, 429 or no answer: again)

@@ -4,6 +4,7 @@ Redis: the example spider's items exactly, POST dedup by body, and how user code
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from django.utils import timezone
@@ -164,6 +165,42 @@ def test_a_finished_spider_job_writes_its_items_feed_and_counts_drops(installed)
     assert job.stats["drops"] == {"no price": 1, "schema": 1, "pipeline_error": 1}
     with bodies.storage().open(job.stats["items_feed"], "rb") as feed:
         assert len(feed.read().decode().splitlines()) == job.stats["items"]
+
+
+def test_a_jobs_pipelines_close_once_when_its_run_ends_not_when_the_worker_leaves(installed):
+    """close_spider runs once a process and run: not while the job runs or is paused, once
+    its run ends (a recrawl's new run, then the finish), also from an idle worker's
+    heartbeat; the same process's other jobs keep theirs."""
+    from tasks.content import callbacks
+    from tasks.frontier.scheduler import finish_if_done
+    from tasks.worker import heartbeat
+    from tests.spiders.shop import CleanPrice
+
+    def closed(job: CrawlJob) -> list[int]:
+        return [seen for job_id, seen in CleanPrice.closed if job_id == job.pk]
+
+    CleanPrice.closed.clear()
+    with Shop() as shop:
+        job, other = shop_job(shop), shop_job(shop)
+        run_job(job)
+        run_job(other)
+        callbacks.close_ended(every=0)
+        assert closed(job) == closed(other) == []  # both still running
+        finish_if_done(job)
+        jobs.pause(other)
+        callbacks.close_ended(every=0)
+        seen = Item.objects.filter(job=job).count()  # every item reaches it, kept or dropped
+        assert seen > 20 and closed(job) == [seen] and closed(other) == []
+        jobs.resume(other)
+        jobs.cancel(other)
+        callbacks._looked[0] = 0.0  # the heartbeat's look is not held back by the last one
+        heartbeat._close_ended_pipelines()
+        for _ in range(50):
+            if closed(other):
+                break
+            time.sleep(0.1)
+    assert closed(job) == [seen] and closed(other) == [seen]
+    assert callbacks.opened() == 0
 
 
 def test_a_spider_job_from_the_api_runs_and_its_items_are_paginated_and_streamed(

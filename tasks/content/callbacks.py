@@ -49,7 +49,7 @@ from tasks.frontier.yields import (
     record_spider_failure,
     record_spider_page,
 )
-from web.models import CrawlJob
+from web.models import CrawlJob, JobState
 
 log = logging.getLogger(__name__)
 UNSAFE_RETRY = "retry_on_timeout"  # meta key: a POST (or other non-GET) is retried on a timeout
@@ -252,18 +252,50 @@ def response_of(resp: fetching.Response, request: Request) -> Response:
 
 
 _pipelines: dict[tuple[int, int], itempipes.Pipelines] = {}
-_opened = threading.Lock()  # the worker's threads open a job's pipelines once between them
+_opened = threading.Lock()  # the worker's threads open and close a job's pipelines one at a time
+_looked = [0.0]  # when close_ended last looked at the jobs (monotonic)
+LIVE_STATES = (JobState.RUNNING, JobState.PAUSED)  # a paused job's pipelines stay open
 
 
-def pipelines(job: CrawlJob, spider: Spider) -> itempipes.Pipelines:
-    """This process's pipelines of ``job`` (opened on first use)."""
-    found = _pipelines.get((job.pk, job.run))
+def pipelines(claimed: Claim, spider: Spider) -> itempipes.Pipelines:
+    """This process's pipelines of the claimed URL's job run (opened on first use; the run is
+    the claim's, which the cached job may not know yet); those of runs that ended are closed
+    on the way, at most once every ``PIPELINES_CHECK_S``."""
+    run = (claimed.job.pk, claimed.run)
+    found = _pipelines.get(run)
     if found is None:
         with _opened:
-            found = _pipelines.get((job.pk, job.run))
+            found = _pipelines.get(run)
             if found is None:
-                found = _pipelines[(job.pk, job.run)] = itempipes.Pipelines(spider)
+                found = _pipelines[run] = itempipes.Pipelines(spider)
+    close_ended()
     return found
+
+
+def close_ended(every: float | None = None) -> None:
+    """Close this process's pipelines of every job run that ended (finished, cancelled, failed,
+    deleted, or recrawled since), so that ``close_spider`` runs when the job ends, not when the
+    worker leaves. Looks at the database at most once every ``every`` seconds
+    (``PIPELINES_CHECK_S`` by default)."""
+    every = setting("PIPELINES_CHECK_S") if every is None else every
+    now = time.monotonic()
+    if not _pipelines or now - _looked[0] < every:
+        return
+    _looked[0] = now
+    runs = list(_pipelines)  # those opened while the database answers are looked at next time
+    live = set(CrawlJob.objects.filter(pk__in={job for job, _ in runs},
+                                       state__in=LIVE_STATES).values_list("pk", "run"))  # fmt: skip
+    for ended in (run for run in runs if run not in live):
+        with _opened:
+            closing = _pipelines.pop(ended, None)
+        if closing is not None:
+            log.info("job=%s run=%s: its item pipelines are closed", *ended)
+            closing.close()
+
+
+def opened() -> int:
+    """How many jobs' pipelines this process holds open."""
+    return len(_pipelines)
 
 
 @atexit.register
@@ -312,7 +344,7 @@ def store(claimed: Claim, cache: JobCache, resp: fetching.Response) -> str:
     job = claimed.job
     try:
         spider = spiders.for_job(job)
-        pipes = pipelines(job, spider)
+        pipes = pipelines(claimed, spider)
     except Exception as exc:  # a broken spider or pipeline: this worker cannot do the URL
         log.exception("job=%s: spider %r unavailable", job.pk, job.spider)
         return record_failure(claimed, outcomes.SpiderUnavailable(f"{type(exc).__name__}: "
@@ -347,7 +379,7 @@ def failed(claimed: Claim, cache: JobCache, outcome: outcomes.CrawlOutcome) -> s
         return record_failure(claimed, outcome)
     try:
         spider = spiders.for_job(job)
-        pipes = pipelines(job, spider)
+        pipes = pipelines(claimed, spider)
     except Exception:
         log.exception("job=%s: spider %r unavailable for an errback", job.pk, job.spider)
         return record_failure(claimed, outcome)

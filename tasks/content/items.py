@@ -10,10 +10,11 @@ has an ``item_schema``.
 A pipeline's ``process_item(item, spider)`` returns the item (changed or not) or raises
 ``DropItem(reason)``; any other exception drops the item as ``pipeline_error`` with its
 traceback in the log. ``open_spider(spider)`` is called when a worker process first uses the
-job's pipelines, ``close_spider(spider)`` when the process lets them go (it leaves, or the job
-ended). A dropped item is stored with its reason, so drops are counted exactly once. The
-pipelines of a process see one item at a time (a lock), as in Scrapy's single thread, so a
-pipeline may keep state (a set of seen keys) without locks of its own.
+job's pipelines, ``close_spider(spider)`` when the process lets them go (the job's run ended,
+or the process leaves), after the item in progress. A dropped item is stored with its reason,
+so drops are counted exactly once. The pipelines of a process see one item at a time (a lock),
+as in Scrapy's single thread, so a pipeline may keep state (a set of seen keys) without locks
+of its own.
 """
 
 from __future__ import annotations
@@ -129,15 +130,21 @@ class _Schema:
         return item
 
 
+def stages(spider: Spider) -> list[Any]:
+    """The spider's pipelines, loaded and in order, not opened (PipelineProblem if one cannot
+    be loaded; the schema's error if ``item_schema`` is not one)."""
+    found = [(order, _load(path)) for order, path in _ordered(spider)]
+    if getattr(spider, "item_schema", None):
+        found.append((SCHEMA_ORDER, _Schema(spider.item_schema)))
+    return [stage for _, stage in sorted(found, key=lambda s: s[0])]
+
+
 class Pipelines:
     """One spider's pipelines in one worker process, opened on creation."""
 
     def __init__(self, spider: Spider) -> None:
         self.spider = spider
-        stages = [(order, _load(path)) for order, path in _ordered(spider)]
-        if getattr(spider, "item_schema", None):
-            stages.append((SCHEMA_ORDER, _Schema(spider.item_schema)))
-        self.stages = [stage for _, stage in sorted(stages, key=lambda s: s[0])]
+        self.stages = stages(spider)
         self.lock = threading.Lock()
         for stage in self.stages:
             if hasattr(stage, "open_spider"):
@@ -168,6 +175,10 @@ class Pipelines:
         return data, ""
 
     def close(self) -> None:
+        with self.lock:
+            self._close()
+
+    def _close(self) -> None:
         for stage in self.stages:
             if hasattr(stage, "close_spider"):
                 try:

@@ -7,7 +7,8 @@ A consumer bootstep runs on the worker's own event loop (its timer): every
 the time of its last task to Redis (``crawl:worker:HOSTNAME``, expiring). If the loop is stuck,
 the file goes stale and the liveness probe fails; the web's ``/metrics`` shows each worker's
 heartbeat and last-task ages, so a worker that stops consuming while work waits is visible.
-``READY_FILE`` exists from ``worker_ready`` until shutdown.
+``READY_FILE`` exists from ``worker_ready`` until shutdown. Each beat also has the item
+pipelines of jobs that ended closed (``tasks/content/callbacks.py``), on a thread of its own.
 
 The same hash is the registry of workers (``tasks/worker/registry.py``, read by ``/metrics``,
 the dashboard and the scheduler): each heartbeat also writes the worker's version, its
@@ -28,10 +29,12 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
 from celery import bootsteps, signals
+from django.db import connections
 
 from crawlplatform import logs
 from tasks.defaults import setting
@@ -84,6 +87,7 @@ class Heartbeat(bootsteps.StartStopStep):
             pipe.execute()
         except Exception as exc:  # the heartbeat file is what probes read; Redis may be away
             log.debug("heartbeat not written to Redis: %s", exc)
+        _close_ended_pipelines()
 
     def stop(self, consumer) -> None:
         """The worker stops consuming (warm shutdown, or a lost broker connection before a
@@ -96,6 +100,30 @@ class Heartbeat(bootsteps.StartStopStep):
             client().delete(self.key)
         except Exception as exc:  # the entry expires by itself
             log.debug("worker not removed from the registry: %s", exc)
+
+
+_closing = threading.Lock()  # one look at a time
+
+
+def _close_ended_pipelines() -> None:
+    """Close the item pipelines of jobs that ended, on a thread of its own: the database and
+    the pipelines' ``close_spider`` (user code) must not hold up the loop that beats. So an
+    idle worker too closes them when their job ends."""
+    from tasks.content import callbacks
+
+    if not callbacks.opened() or not _closing.acquire(blocking=False):
+        return
+
+    def look() -> None:
+        try:
+            callbacks.close_ended()
+        except Exception as exc:  # the database may be away: the next beat looks again
+            log.warning("item pipelines of ended jobs not checked: %s", exc)
+        finally:
+            connections.close_all()  # this thread's connection
+            _closing.release()
+
+    threading.Thread(target=look, name="close-pipelines", daemon=True).start()
 
 
 @signals.task_postrun.connect

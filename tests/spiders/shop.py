@@ -12,8 +12,13 @@ from crawlplatform.spiders import DropItem, FormRequest, Request, Spider
 class CleanPrice:
     """'$ 10.50' -> 10.5; an item without a price is dropped."""
 
+    closed: list[tuple[int, int]] = []  # (job, items seen) of each close_spider in this process
+
     def open_spider(self, spider):
         self.seen = 0
+
+    def close_spider(self, spider):
+        self.closed.append((spider.job_id, self.seen))
 
     def process_item(self, item, spider):
         self.seen += 1
