@@ -218,6 +218,31 @@ def test_a_callback_past_its_time_ends_as_spider_timeout_and_the_next_one_runs()
     assert os.waitpid(child, 0)[1] == 0
 
 
+@pytest.mark.parametrize(
+    "head",
+    [
+        "<title>  Tables \n of\tcontents </title>",
+        "<meta charset=utf-8><title>Tables of contents</title><title>second</title>",
+        "<title>Tables&#32;of&nbsp;contents</title>",
+        "",
+    ],
+)
+def test_a_spider_pages_title_is_the_one_a_crawls_page_has(head):
+    """The title stored with a spider's page is read from the tree its callback parsed, and
+    is the title the crawl's own parse gives the same page; none if the callback did not
+    parse it."""
+    from tasks.content import callbacks, parsing
+
+    body = f"<html><head>{head}</head><body>{'<p>x</p>' * 500}</body></html>".encode()
+    headers = {"Content-Type": "text/html; charset=utf-8"}
+    response = Response("http://s.test/", body=body, headers=headers)
+    assert callbacks.page_title(response) == ""
+    response.css("p")
+    expected = parsing.parse_html(body, headers["Content-Type"], response.url, "ua").title
+    assert callbacks.page_title(response) == expected
+    assert expected == ("Tables of contents" if head else "")  # NBSP too is a space here
+
+
 def test_selector_is_exported_for_fragments_a_response_carries():
     from crawlplatform.spiders import Selector, SelectorList
 

@@ -359,14 +359,24 @@ def store(claimed: Claim, cache: JobCache, resp: fetching.Response) -> str:
             failure.retryable = True  # the spider asks: fetched and called again, to the cap
         return record_failure(claimed, failure)
     kept = [NewItem(*pipes.process(item)) for item in yielded.items]
-    title = ""
-    if response._selector is not None:  # the callback parsed the page: its title costs nothing
-        title = (response.css("title::text").get() or "").strip()[: setting("TITLE_MAX_CHARS", job)]
+    title = page_title(response)[: setting("TITLE_MAX_CHARS", job)]
     page = pages.page_row(claimed, resp, title, {})
     state = with_retries(lambda: record_spider_page(claimed, page, new, kept, spider.name))
     for request in new:  # in the frontier now: this process sends them no more
         cache.committed.put(request.key)
     return state
+
+
+def page_title(response: Response) -> str:
+    """The page's title as a crawl's page has it (the first ``<title>``'s text, its spaces
+    collapsed), if the callback parsed the page: read from that tree, and the first
+    ``<title>`` found without walking the rest of the page (``css("title")`` walks it all: a
+    fifth of a millisecond on a docs page)."""
+    if response._selector is None:
+        return ""
+    for element in response._selector.root.iter("title"):
+        return " ".join("".join(element.itertext()).split())
+    return ""
 
 
 def failed(claimed: Claim, cache: JobCache, outcome: outcomes.CrawlOutcome) -> str:
