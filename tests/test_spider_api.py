@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from urllib.parse import urljoin
 
 import attrs
 import pytest
@@ -46,6 +47,53 @@ def test_selectors_are_parsels_and_links_resolve_against_the_base():
     assert r.soup.title.string == "T"
     assert r.headers.get("content-type") == b"text/html"
     assert isinstance(r, TextResponse) and isinstance(r, Response)
+
+
+@pytest.mark.parametrize(
+    "content_type, body",
+    [
+        ("text/html; charset=utf-8", "<p>caf\xe9</p>".encode()),
+        ("text/html", b"<meta charset=iso-8859-1><p>caf\xe9</p>"),
+        ("text/html", b'<meta http-equiv="Content-Type" content="text/html; charset=cp1251">\xe0'),
+        ("text/html; charset=latin-1", '<meta charset="utf-8">caf\xe9'.encode()),
+        ("text/html; charset=latin-1", b"\xef\xbb\xbf<p>bom</p>"),
+        ("text/html", "\ufeff<p>bom</p>".encode("utf-16-le")),
+        ("text/html; charset=utf-16", "<p>x</p>".encode("utf-16-be")),
+        ("text/html; charset=gb18030", b"<p>\x80</p>"),
+        ("text/html; charset=nonsense", b"<p>\xff</p>"),
+        ("", b""),
+        ("application/json", b'{"a": "\xc3\xa9"}'),
+    ],
+)
+def test_encoding_and_text_are_what_scrapys_html_to_unicode_gives(content_type, body):
+    """The encoding is found without decoding the body; both are w3lib's, as in Scrapy."""
+    from w3lib.encoding import html_to_unicode
+
+    r = TextResponse("http://s.test/", headers={"Content-Type": content_type}, body=body)
+    assert r.encoding == html_to_unicode(content_type, body)[0]
+    assert r._text is None
+    assert (r.encoding, r.text) == html_to_unicode(content_type, body)
+
+
+@pytest.mark.parametrize(
+    "head, base",
+    [
+        ('<base href="/shop/">', "http://s.test/shop/"),
+        ("<BASE target=_top HREF = ' http://cdn.test/x/ '>", "http://cdn.test/x/"),
+        ("<!-- <base href='/old/'> --><base href='/new/'>", "http://s.test/new/"),
+        ("<base href=/unquoted/>", "http://s.test/unquoted/"),
+        ("<title>" + "x" * 5000 + "</title><base href='/late/'>", "http://s.test/a/b"),
+        ("", "http://s.test/a/b"),
+    ],
+)
+def test_the_base_is_scrapys_get_base_url(head, base):
+    """Relative links resolve against the ``<base href>`` in the first 4096 characters of
+    the text, as Scrapy's ``response.urljoin`` (``get_base_url``) does (the expected values
+    are Scrapy 2.19's)."""
+    body = f"<html><head>{head}</head><body><a href='c'>c</a></body></html>".encode()
+    r = HtmlResponse("http://s.test/a/b", headers={"Content-Type": "text/html"}, body=body)
+    assert r.base == base
+    assert [q.url for q in r.follow_all(css="a")] == [r.urljoin("c")] == [urljoin(base, "c")]
 
 
 def test_form_from_response_fills_hidden_fields_and_clicks_as_asked():
@@ -111,8 +159,6 @@ def test_response_json_and_text_follow_the_declared_charset():
 def test_urljoin_is_urllibs_for_every_kind_of_href():
     """Joins are cached by the base's directory and without the href's fragment: the result
     must still be urllib's own."""
-    from urllib.parse import urljoin
-
     bases = ["http://a/b/c.html", "http://a", "http://a/", "http://a/b/c?x=/y#z", "http://a/b/../c",
              "http://a/b//c", "http://a/b?", "http://a/b?#f", "https://a:8/b;p/c;q?r#s",
              "http://a/b/c/", "http://a#f", "http://a?q"]  # fmt: skip

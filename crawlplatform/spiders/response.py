@@ -6,6 +6,7 @@ built on first use, a beautifulsoup4 tree, ``soup``), and the ``Failure`` an err
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from functools import lru_cache
 from typing import Any
@@ -14,7 +15,13 @@ from urllib.parse import urljoin
 import parsel
 from lxml import etree
 from parsel.csstranslator import GenericTranslator, HTMLTranslator
-from w3lib.encoding import html_to_unicode
+from w3lib.encoding import (
+    html_body_declared_encoding,
+    http_content_type_encoding,
+    read_bom,
+    to_unicode,
+)
+from w3lib.html import get_base_url
 
 from crawlplatform.spiders.http import Callback, Headers, Request
 
@@ -41,6 +48,7 @@ class Response:
         self.ip_address = ip_address
         self._text: str | None = None
         self._encoding: str | None = None
+        self._bom = 0  # the length of the body's byte order mark
         self._selector: parsel.Selector | None = None
         self._soup: Any = None
         self._base: str | None = None
@@ -63,21 +71,28 @@ class Response:
             raise AttributeError("Response.cb_kwargs not available: no request")
         return self.request.cb_kwargs
 
-    def _decode(self) -> None:
-        content_type = self.headers.get("Content-Type", b"").decode("latin-1")
-        self._encoding, self._text = html_to_unicode(content_type, self.body)
-
     @property
     def text(self) -> str:
         if self._text is None:
-            self._decode()
+            self._text = self._decoded(None)
         return self._text
 
     @property
     def encoding(self) -> str:
+        """The body's encoding, found as w3lib's ``html_to_unicode`` (Scrapy's) finds it: the
+        byte order mark, the ``Content-Type`` charset, the body's own declaration, UTF-8.
+        Found without decoding the body, which only ``text`` does."""
         if self._encoding is None:
-            self._decode()
+            content_type = self.headers.get("Content-Type", b"").decode("latin-1")
+            self._encoding, self._bom = _encoding_of(content_type, self.body)
         return self._encoding
+
+    def _decoded(self, chars: int | None) -> str:
+        """The text, or its first ``chars`` characters decoded from as few bytes (at most
+        four bytes a character)."""
+        encoding = self.encoding  # finds the byte order mark too
+        end = None if chars is None else self._bom + 4 * chars
+        return to_unicode(self.body[self._bom : end], encoding)[:chars]
 
     def json(self) -> Any:
         """The body parsed as JSON."""
@@ -101,7 +116,7 @@ class Response:
         with printable ASCII, where ``str.strip`` and ``bytes.strip`` agree (parsel handles
         a NUL or an invalid byte inside the same way on both paths). Parsing the bytes
         saves encoding ``text`` back to them: up to a seventh of a large page's parse."""
-        if self.encoding != "utf-8":
+        if self.encoding not in ("utf-8", "utf8"):  # utf8: none declared, UTF-8 taken
             return False
         stripped = self.body.strip()
         return bool(stripped) and 0x20 < stripped[0] < 0x7F and 0x20 < stripped[-1] < 0x7F
@@ -123,13 +138,13 @@ class Response:
 
     @property
     def base(self) -> str:
-        """What relative URLs resolve against: the page's ``<base href>``, else its URL."""
+        """What relative URLs resolve against, as Scrapy's ``get_base_url`` has it: the
+        ``<base href="...">`` in the text's first 4096 characters, else the page's URL."""
         if self._base is None:
-            self._base = self.url
-            if self.body and b"<base" in self.body[:65536].lower():
-                href = self.css("base::attr(href)").get()
-                if href:
-                    self._base = urljoin(self.url, href.strip())
+            text = self._text
+            head = text[:_BASE_WITHIN] if text is not None else self._decoded(_BASE_WITHIN)
+            found = _BASE_TAG.search(head) is not None
+            self._base = get_base_url(head, self.url, self.encoding) if found else self.url
         return self._base
 
     def urljoin(self, url: str) -> str:
@@ -214,6 +229,20 @@ def _hrefs(xpath: str) -> etree.XPath:
 
 
 _HTML, _XML = HTMLTranslator(), GenericTranslator()
+_BASE_WITHIN = 4096  # characters of the text where Scrapy looks for <base href>
+_BASE_TAG = re.compile(r"<base\s", re.IGNORECASE)
+
+
+def _encoding_of(content_type: str, body: bytes) -> tuple[str, int]:
+    """The body's encoding and its byte order mark's length, as ``html_to_unicode`` chooses
+    them (tests/test_spider_api.py compares the two)."""
+    bom_encoding, bom = read_bom(body)
+    if bom_encoding is not None and bom is not None:
+        return bom_encoding, len(bom)
+    encoding = http_content_type_encoding(content_type) or html_body_declared_encoding(body)
+    if encoding is None:
+        return "utf8", 0
+    return (encoding + "-be" if encoding in ("utf-16", "utf-32") else encoding), 0
 _WHOLE_BASE = ("", "?", ";")
 _joined = lru_cache(maxsize=65536)(urljoin)
 
