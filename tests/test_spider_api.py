@@ -271,6 +271,7 @@ def test_a_callback_past_its_time_ends_as_spider_timeout_and_the_next_one_runs()
         "<meta charset=utf-8><title>Tables of contents</title><title>second</title>",
         "<title>Tables&#32;of&nbsp;contents</title>",
         "",
+        "</head><body><p>text<title>Tables of contents</title><title>2</title>",  # in <body>
     ],
 )
 def test_a_spider_pages_title_is_the_one_a_crawls_page_has(head):
