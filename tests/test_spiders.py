@@ -169,11 +169,11 @@ def test_a_finished_spider_job_writes_its_items_feed_and_counts_drops(installed)
 
 def test_a_jobs_pipelines_close_once_when_its_run_ends_not_when_the_worker_leaves(installed):
     """close_spider runs once a process and run: not while the job runs or is paused, once
-    its run ends (a recrawl's new run, then the finish), also from an idle worker's
-    heartbeat; the same process's other jobs keep theirs."""
+    its run ends (finished; cancelled, seen from an idle worker's heartbeat); the same
+    process's other jobs keep theirs. The job's start opens and closes them once too (in the
+    process that starts it), so that a pipeline that cannot open fails the job there."""
     from tasks.content import callbacks
     from tasks.frontier.scheduler import finish_if_done
-    from tasks.worker import heartbeat
     from tests.spiders.shop import CleanPrice
 
     def closed(job: CrawlJob) -> list[int]:
@@ -182,24 +182,49 @@ def test_a_jobs_pipelines_close_once_when_its_run_ends_not_when_the_worker_leave
     CleanPrice.closed.clear()
     with Shop() as shop:
         job, other = shop_job(shop), shop_job(shop)
+        assert closed(job) == closed(other) == [0]  # the start's: it yields no item
         run_job(job)
         run_job(other)
         callbacks.close_ended(every=0)
-        assert closed(job) == closed(other) == []  # both still running
+        assert closed(job) == closed(other) == [0]  # both still running
         finish_if_done(job)
         jobs.pause(other)
         callbacks.close_ended(every=0)
         seen = Item.objects.filter(job=job).count()  # every item reaches it, kept or dropped
-        assert seen > 20 and closed(job) == [seen] and closed(other) == []
+        assert seen > 20 and closed(job) == [0, seen] and closed(other) == [0]
         jobs.resume(other)
         jobs.cancel(other)
         callbacks._looked[0] = 0.0  # the heartbeat's look is not held back by the last one
-        heartbeat._close_ended_pipelines()
+        callbacks.close_ended_soon()  # as the heartbeat calls it: on a thread of its own
         for _ in range(50):
-            if closed(other):
+            if len(closed(other)) == 2:
                 break
             time.sleep(0.1)
-    assert closed(job) == [seen] and closed(other) == [seen]
+        with callbacks._looking:  # its thread is done, its connection closed
+            pass
+    assert closed(job) == [0, seen] and closed(other) == [0, seen]
+    assert callbacks.opened() == 0
+
+
+def test_pipelines_a_page_holds_when_its_run_ends_close_when_it_gives_them_back(installed):
+    """A page between its callback and its items' turn in the pipelines keeps them open."""
+    from tasks.content import callbacks
+    from tasks.frontier.claims import Claim
+    from tests.spiders.shop import CleanPrice
+
+    CleanPrice.closed.clear()
+    with Shop() as shop:
+        job = shop_job(shop)
+    claimed = Claim(url=FrontierURL.objects.filter(job=job).first(), job=job, attempt=1,
+                    run=job.run)  # fmt: skip
+    held = callbacks.take(claimed, spiders.for_job(job))
+    jobs.cancel(job)
+    callbacks.close_ended(every=0)
+    assert CleanPrice.closed == [(job.pk, 0)]  # the start's only: the page still holds them
+    assert held.pipes.process({"kind": "stock", "sku": "SKU-0001"}) == (
+        {"kind": "stock", "sku": "SKU-0001"}, "")  # fmt: skip
+    callbacks.give_back(held)
+    assert CleanPrice.closed == [(job.pk, 0), (job.pk, 1)]
     assert callbacks.opened() == 0
 
 

@@ -22,6 +22,7 @@ from w3lib.encoding import (
     to_unicode,
 )
 from w3lib.html import get_base_url
+from w3lib.url import safe_url_string
 
 from crawlplatform.spiders.http import Callback, Headers, Request
 
@@ -88,11 +89,16 @@ class Response:
         return self._encoding
 
     def _decoded(self, chars: int | None) -> str:
-        """The text, or its first ``chars`` characters decoded from as few bytes (at most
-        four bytes a character)."""
+        """The text, or its first ``chars`` characters, decoded from four bytes a character
+        where that gives more than ``chars`` of them (one cut short at the end is past those
+        kept); else from the whole body (an encoding that spends more, as ISO-2022-JP's
+        escapes do)."""
         encoding = self.encoding  # finds the byte order mark too
-        end = None if chars is None else self._bom + 4 * chars
-        return to_unicode(self.body[self._bom : end], encoding)[:chars]
+        if chars is not None and self._bom + 4 * chars < len(self.body):
+            head = to_unicode(self.body[self._bom : self._bom + 4 * chars], encoding)
+            if len(head) > chars:
+                return head[:chars]
+        return to_unicode(self.body[self._bom :], encoding)[:chars]
 
     def json(self) -> Any:
         """The body parsed as JSON."""
@@ -139,12 +145,14 @@ class Response:
     @property
     def base(self) -> str:
         """What relative URLs resolve against, as Scrapy's ``get_base_url`` has it: the
-        ``<base href="...">`` in the text's first 4096 characters, else the page's URL."""
+        ``<base href="...">`` in the text's first 4096 characters, else the page's URL (both
+        made safe by w3lib's ``safe_url_string``, as there)."""
         if self._base is None:
             text = self._text
             head = text[:_BASE_WITHIN] if text is not None else self._decoded(_BASE_WITHIN)
             found = _BASE_TAG.search(head) is not None
-            self._base = get_base_url(head, self.url, self.encoding) if found else self.url
+            self._base = (get_base_url(head, self.url, self.encoding) if found else
+                          safe_url_string(self.url))  # fmt: skip
         return self._base
 
     def urljoin(self, url: str) -> str:

@@ -11,7 +11,7 @@ A pipeline's ``process_item(item, spider)`` returns the item (changed or not) or
 ``DropItem(reason)``; any other exception drops the item as ``pipeline_error`` with its
 traceback in the log. ``open_spider(spider)`` is called when a worker process first uses the
 job's pipelines, ``close_spider(spider)`` when the process lets them go (the job's run ended,
-or the process leaves), after the item in progress. A dropped item is stored with its reason,
+or the process leaves), after the last page using them. A dropped item is stored with its reason,
 so drops are counted exactly once. The pipelines of a process see one item at a time (a lock),
 as in Scrapy's single thread, so a pipeline may keep state (a set of seen keys) without locks
 of its own.

@@ -13,7 +13,7 @@ import asyncio
 import json
 import logging
 import time
-from typing import Any, NamedTuple
+from typing import NamedTuple
 from urllib.parse import urlsplit
 
 from django.core.files.base import ContentFile
@@ -74,7 +74,7 @@ def plan(job: CrawlJob) -> Start:
     try:
         spider = spiders.create(job)
         yielded = _gather(spider, job)
-        itempipes.stages(spider)  # a pipeline that cannot be loaded fails the job now
+        pipes = itempipes.Pipelines(spider)  # one that cannot be loaded or opened fails the job
     except Exception as exc:  # user code: its error is the job's
         raise SpiderProblem(
             str(callbacks._failure(exc, setting("SPIDER_TRACEBACK_LINES")))
@@ -97,25 +97,9 @@ def plan(job: CrawlJob) -> Start:
         row_key = callbacks.key(canonical, kept, f"start.{n}" if request.dont_filter else "")
         rows.setdefault(row_key, NewRequest(row_key, None if callbacks.plain(kept) else kept, None,
                                             callbacks.rank(request)))  # fmt: skip
-    try:
-        items = _processed(spider, yielded)
-    except Exception as exc:  # a pipeline's open_spider: user code
-        raise SpiderProblem(
-            str(callbacks._failure(exc, setting("SPIDER_TRACEBACK_LINES")))
-        ) from exc
+    items = [pipes.process(i) for i in yielded if not isinstance(i, Request)]
+    pipes.close()
     return Start(list(rows.values()), items, settings, domains, custom.fields)
-
-
-def _processed(spider: Spider, yielded: list[Any]) -> list[tuple[dict, str]]:
-    """The start's items through the pipelines, opened and closed here only if there are any."""
-    items = [one for one in yielded if not isinstance(one, Request)]
-    if not items:
-        return []
-    pipes = itempipes.Pipelines(spider)
-    try:
-        return [pipes.process(one) for one in items]
-    finally:
-        pipes.close()
 
 
 def begin(job: CrawlJob, start: Start) -> None:

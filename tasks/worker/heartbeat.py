@@ -29,12 +29,10 @@ from __future__ import annotations
 import logging
 import os
 import sys
-import threading
 import time
 from pathlib import Path
 
 from celery import bootsteps, signals
-from django.db import connections
 
 from crawlplatform import logs
 from tasks.defaults import setting
@@ -87,7 +85,9 @@ class Heartbeat(bootsteps.StartStopStep):
             pipe.execute()
         except Exception as exc:  # the heartbeat file is what probes read; Redis may be away
             log.debug("heartbeat not written to Redis: %s", exc)
-        _close_ended_pipelines()
+        from tasks.content import callbacks
+
+        callbacks.close_ended_soon()  # an idle worker too closes the pipelines of ended jobs
 
     def stop(self, consumer) -> None:
         """The worker stops consuming (warm shutdown, or a lost broker connection before a
@@ -100,30 +100,6 @@ class Heartbeat(bootsteps.StartStopStep):
             client().delete(self.key)
         except Exception as exc:  # the entry expires by itself
             log.debug("worker not removed from the registry: %s", exc)
-
-
-_closing = threading.Lock()  # one look at a time
-
-
-def _close_ended_pipelines() -> None:
-    """Close the item pipelines of jobs that ended, on a thread of its own: the database and
-    the pipelines' ``close_spider`` (user code) must not hold up the loop that beats. So an
-    idle worker too closes them when their job ends."""
-    from tasks.content import callbacks
-
-    if not callbacks.opened() or not _closing.acquire(blocking=False):
-        return
-
-    def look() -> None:
-        try:
-            callbacks.close_ended()
-        except Exception as exc:  # the database may be away: the next beat looks again
-            log.warning("item pipelines of ended jobs not checked: %s", exc)
-        finally:
-            connections.close_all()  # this thread's connection
-            _closing.release()
-
-    threading.Thread(target=look, name="close-pipelines", daemon=True).start()
 
 
 @signals.task_postrun.connect
