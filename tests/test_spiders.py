@@ -228,6 +228,31 @@ def test_pipelines_a_page_holds_when_its_run_ends_close_when_it_gives_them_back(
     assert callbacks.opened() == 0
 
 
+def test_a_worker_that_cannot_open_the_pipelines_retries_the_url_and_holds_nothing(
+    installed, monkeypatch
+):
+    """A pipeline that cannot open in a worker (a credential missing there, say) ends the
+    URL's attempt as spider_unavailable, to be tried again; no pipelines are left held."""
+    from tasks.content import callbacks
+    from tests.spiders.shop import CleanPrice
+
+    with Shop() as shop:
+        job = shop_job(shop)
+
+        def refuse(self, spider):
+            raise RuntimeError("no credentials here")
+
+        monkeypatch.setattr(CleanPrice, "open_spider", refuse)
+        url = FrontierURL.objects.get(job=job)
+        FrontierURL.objects.filter(pk=url.pk).update(state=URLState.SCHEDULED,
+                                                     not_before=timezone.now())  # fmt: skip
+        engine.process(url.pk, job.pk)
+    url.refresh_from_db()
+    assert (url.state, url.error_reason) == (URLState.QUEUED, "spider_unavailable")
+    assert "RuntimeError: no credentials here" in url.error_message
+    assert callbacks.opened() == 0 and not Item.objects.filter(job=job).exists()
+
+
 def test_a_spider_job_from_the_api_runs_and_its_items_are_paginated_and_streamed(
     installed, django_user_model
 ):

@@ -30,7 +30,7 @@ import queue
 import threading
 import time
 import traceback
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
 from django.db import connections
@@ -385,20 +385,29 @@ def _plain_get(request: Request) -> bool:
     return request.method == "GET" and not request.body and not request.dont_filter
 
 
-def store(claimed: Claim, cache: JobCache, resp: fetching.Response) -> str:
-    """Run the URL's callback on its response and commit the page with what it yielded."""
+def _with_spider(claimed: Claim, work: Callable[[Spider, itempipes.Pipelines], str],
+                 unavailable: outcomes.CrawlOutcome | None) -> str:  # fmt: skip
+    """``work(spider, pipelines)`` with the job's spider and this process's pipelines of its
+    run held until it returns. If either cannot be had (a broken spider or pipeline: this
+    worker cannot run it), the URL ends with ``unavailable``, or as SpiderUnavailable."""
     job = claimed.job
     try:
         spider = spiders.for_job(job)
         held = take(claimed, spider)
-    except Exception as exc:  # a broken spider or pipeline: this worker cannot do the URL
+    except Exception as exc:  # user code, or its import
         log.exception("job=%s: spider %r unavailable", job.pk, job.spider)
-        return record_failure(claimed, outcomes.SpiderUnavailable(f"{type(exc).__name__}: "
-                                                                  f"{exc}"[:2000]))  # fmt: skip
+        return record_failure(claimed, unavailable or outcomes.SpiderUnavailable(
+            f"{type(exc).__name__}: {exc}"[:2000]))  # fmt: skip
     try:
-        return _store(claimed, cache, resp, spider, held.pipes)
+        return work(spider, held.pipes)
     finally:
         give_back(held)
+
+
+def store(claimed: Claim, cache: JobCache, resp: fetching.Response) -> str:
+    """Run the URL's callback on its response and commit the page with what it yielded."""
+    return _with_spider(claimed, lambda spider, pipes: _store(claimed, cache, resp, spider,
+                                                              pipes), None)  # fmt: skip
 
 
 def _store(claimed: Claim, cache: JobCache, resp: fetching.Response, spider: Spider,
@@ -437,20 +446,10 @@ def failed(claimed: Claim, cache: JobCache, outcome: outcomes.CrawlOutcome) -> s
     """A spider request ended with ``outcome``: if it ends the URL and the request has an
     errback, the errback runs on it and what it yields commits with the URL's failure. An
     errback that raises is logged; the URL keeps its own outcome."""
-    kept = claimed.url.request or {}
-    job = claimed.job
-    if not kept.get("errback") or not ends(claimed, outcome):
+    if not (claimed.url.request or {}).get("errback") or not ends(claimed, outcome):
         return record_failure(claimed, outcome)
-    try:
-        spider = spiders.for_job(job)
-        held = take(claimed, spider)
-    except Exception:
-        log.exception("job=%s: spider %r unavailable for an errback", job.pk, job.spider)
-        return record_failure(claimed, outcome)
-    try:
-        return _errback(claimed, cache, outcome, spider, held.pipes)
-    finally:
-        give_back(held)
+    return _with_spider(claimed, lambda spider, pipes: _errback(claimed, cache, outcome, spider,
+                                                                pipes), outcome)  # fmt: skip
 
 
 def _errback(claimed: Claim, cache: JobCache, outcome: outcomes.CrawlOutcome, spider: Spider,
