@@ -241,6 +241,10 @@ _BASE_WITHIN = 4096  # characters of the text where Scrapy looks for <base href>
 _BASE_TAG = re.compile(r"<base\s", re.IGNORECASE)
 
 
+_WHOLE_BASE = ("", "?", ";")
+_joined = lru_cache(maxsize=65536)(urljoin)
+
+
 def _encoding_of(content_type: str, body: bytes) -> tuple[str, int]:
     """The body's encoding and its byte order mark's length, as ``html_to_unicode`` chooses
     them (tests/test_spider_api.py compares the two)."""
@@ -251,8 +255,6 @@ def _encoding_of(content_type: str, body: bytes) -> tuple[str, int]:
     if encoding is None:
         return "utf8", 0
     return (encoding + "-be" if encoding in ("utf-16", "utf-32") else encoding), 0
-_WHOLE_BASE = ("", "?", ";")
-_joined = lru_cache(maxsize=65536)(urljoin)
 
 
 def url_directory(base: str) -> str:

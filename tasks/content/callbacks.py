@@ -31,6 +31,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from django.db import connections
@@ -253,12 +254,13 @@ def response_of(resp: fetching.Response, request: Request) -> Response:
                     or list(resp.headers.items()), body=resp.body, request=request)  # fmt: skip
 
 
-class _Held(NamedTuple):
-    """A job run's pipelines in this process, and the pages using them now."""
+@dataclass(slots=True)
+class _Held:
+    """A job run's pipelines in this process, and the pages using them now (under _opened)."""
 
     pipes: itempipes.Pipelines
-    users: list[int]  # one number, changed under _opened
-    ended: list[bool]  # the run ended: the last user closes them
+    users: int = 0
+    ended: bool = False  # the run ended: the last user closes them
 
 
 _pipelines: dict[tuple[int, int], _Held] = {}
@@ -276,15 +278,15 @@ def take(claimed: Claim, spider: Spider) -> _Held:
     with _opened:
         held = _pipelines.get(run)
         if held is None:
-            held = _pipelines[run] = _Held(itempipes.Pipelines(spider), [0], [False])
-        held.users[0] += 1
+            held = _pipelines[run] = _Held(itempipes.Pipelines(spider))
+        held.users += 1
     return held
 
 
 def give_back(held: _Held) -> None:
     with _opened:
-        held.users[0] -= 1
-        last = held.ended[0] and not held.users[0]
+        held.users -= 1
+        last = held.ended and not held.users
     if last:
         held.pipes.close()
     close_ended_soon()
@@ -308,8 +310,8 @@ def close_ended(every: float | None = None) -> None:
             held = _pipelines.pop(ended, None)
             if held is None:
                 continue
-            held.ended[0] = True
-            unused = not held.users[0]
+            held.ended = True
+            unused = not held.users
         log.info("job=%s run=%s: its item pipelines are closed", *ended)
         if unused:
             held.pipes.close()

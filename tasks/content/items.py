@@ -130,21 +130,15 @@ class _Schema:
         return item
 
 
-def stages(spider: Spider) -> list[Any]:
-    """The spider's pipelines, loaded and in order, not opened (PipelineProblem if one cannot
-    be loaded; the schema's error if ``item_schema`` is not one)."""
-    found = [(order, _load(path)) for order, path in _ordered(spider)]
-    if getattr(spider, "item_schema", None):
-        found.append((SCHEMA_ORDER, _Schema(spider.item_schema)))
-    return [stage for _, stage in sorted(found, key=lambda s: s[0])]
-
-
 class Pipelines:
     """One spider's pipelines in one worker process, opened on creation."""
 
     def __init__(self, spider: Spider) -> None:
         self.spider = spider
-        self.stages = stages(spider)
+        stages = [(order, _load(path)) for order, path in _ordered(spider)]
+        if getattr(spider, "item_schema", None):
+            stages.append((SCHEMA_ORDER, _Schema(spider.item_schema)))
+        self.stages = [stage for _, stage in sorted(stages, key=lambda s: s[0])]
         self.lock = threading.Lock()
         for stage in self.stages:
             if hasattr(stage, "open_spider"):
@@ -175,12 +169,8 @@ class Pipelines:
         return data, ""
 
     def close(self) -> None:
-        with self.lock:
-            self._close()
-
-    def _close(self) -> None:
-        for stage in self.stages:
-            if hasattr(stage, "close_spider"):
+        with self.lock:  # after the item in progress
+            for stage in (s for s in self.stages if hasattr(s, "close_spider")):
                 try:
                     _settle(stage.close_spider(self.spider))
                 except Exception:
