@@ -228,6 +228,36 @@ def test_pipelines_a_page_holds_when_its_run_ends_close_when_it_gives_them_back(
     assert callbacks.opened() == 0
 
 
+def test_a_process_leaving_waits_for_a_close_under_way(installed, monkeypatch):
+    """The process leaves while its closing thread (a daemon) runs a slow close_spider: the
+    exit waits for it, so that what the pipeline flushes at its close is not cut short."""
+    from tasks.content import callbacks
+    from tasks.frontier.claims import Claim
+    from tests.spiders.shop import CleanPrice
+
+    def slow_close(self, spider):
+        time.sleep(1.0)
+        self.closed.append((spider.job_id, "flushed"))
+
+    with Shop() as shop:
+        job = shop_job(shop)
+    monkeypatch.setattr(CleanPrice, "close_spider", slow_close)
+    CleanPrice.closed.clear()
+    claimed = Claim(url=FrontierURL.objects.filter(job=job).first(), job=job, attempt=1,
+                    run=job.run)  # fmt: skip
+    callbacks.give_back(callbacks.take(claimed, spiders.for_job(job)))
+    jobs.cancel(job)
+    callbacks._looked[0] = 0.0
+    callbacks.close_ended_soon()  # the look and the slow close, on their thread
+    for _ in range(50):
+        if not callbacks.opened():
+            break
+        time.sleep(0.02)
+    assert callbacks.opened() == 0 and CleanPrice.closed == []  # taken, still closing
+    callbacks.close_all()  # what the process runs as it leaves
+    assert CleanPrice.closed == [(job.pk, "flushed")]
+
+
 def test_a_worker_that_cannot_open_the_pipelines_retries_the_url_and_holds_nothing(
     installed, monkeypatch
 ):

@@ -267,6 +267,7 @@ _pipelines: dict[tuple[int, int], _Held] = {}
 _opened = threading.Lock()  # the worker's threads open and give back pipelines one at a time
 _looked = [0.0]  # when close_ended last looked at the jobs (monotonic)
 _looking = threading.Lock()  # one look at a time, on a thread of its own
+_closer: list[threading.Thread] = []  # the thread of the last look, which close_all waits for
 LIVE_STATES = (JobState.RUNNING, JobState.PAUSED)  # a paused job's pipelines stay open
 
 
@@ -335,10 +336,13 @@ def close_ended_soon() -> None:
             connections.close_all()  # this thread's own connection
             _looking.release()
 
+    thread = threading.Thread(target=look, name="close-pipelines", daemon=True)
     try:
-        threading.Thread(target=look, name="close-pipelines", daemon=True).start()
+        thread.start()
     except RuntimeError:  # no thread to be had now (the interpreter is leaving)
         _looking.release()
+        return
+    _closer[:] = [thread]
 
 
 def opened() -> int:
@@ -348,7 +352,11 @@ def opened() -> int:
 
 @atexit.register
 def close_all() -> None:
-    """The process leaves: every pipeline it opened is closed."""
+    """The process leaves: a close under way on its thread is waited for (a daemon, cut short
+    at exit otherwise), within a callback's time (a ``close_spider`` that hangs holds up the
+    exit no longer), then every pipeline the process still holds is closed."""
+    for thread in _closer:
+        thread.join(setting("SPIDER_CALLBACK_TIMEOUT_S"))
     while _pipelines:
         _pipelines.popitem()[1].pipes.close()
 
