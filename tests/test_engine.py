@@ -105,6 +105,40 @@ def test_a_page_being_worked_on_keeps_its_lease_until_it_ends(redis, monkeypatch
         assert leases.renew() == 0
 
 
+def test_the_lease_renewer_keeps_no_connection_while_the_process_holds_no_lease(
+    redis, monkeypatch
+):
+    """A worker between pages (or idle for hours) holds no database connection for its
+    lease renewer: it renews through one while leases are held, and closes it after."""
+    from django.db import connection
+
+    def sessions() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = "
+                           "current_database() AND pid <> pg_backend_pid()")  # fmt: skip
+            return cursor.fetchone()[0]
+
+    def until(check, within: float = 6.0) -> bool:  # the renewer may be in a 3 s sleep
+        deadline = time.monotonic() + within
+        while not check() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return check()
+
+    monkeypatch.setenv("CRAWL_LEASE_RENEW_S", "0.1")
+    with HostileSite() as site:
+        job = start(site)
+        url = FrontierURL.objects.get(job=job)
+        FrontierURL.objects.filter(pk=url.pk).update(state=URLState.SCHEDULED)
+        claim = transitions.claim(url.pk, job.pk)
+        first = FrontierURL.objects.get(pk=url.pk).lease_until
+        assert until(lambda: not leases._held and sessions() == 0)  # as the test starts
+        leases.hold(url.pk, claim.attempt)
+        assert until(lambda: FrontierURL.objects.get(pk=url.pk).lease_until > first)
+        assert sessions() == 1  # the renewer's
+        leases.let_go(url.pk)
+        assert until(lambda: sessions() == 0)
+
+
 def _scheduled(job, site: HostileSite, paths: list[str]) -> list[int]:
     transitions.insert_urls(job.pk, [site.url(p) for p in paths], depth=1)
     ids = [FrontierURL.objects.get(job=job, url=site.url(p)).pk for p in paths]

@@ -82,6 +82,8 @@ def _renew_forever() -> None:
             if failing:
                 log.warning("lease renewal works again")
             failing = False
+            if not _held:  # an idle process keeps no connection open for this thread
+                connection.close()
         except DatabaseError as exc:
             if not failing:  # one line per outage
                 log.warning("lease renewal failed (retrying every %s s): %s",
