@@ -200,6 +200,32 @@ def test_requests_keep_scrapys_defaults_and_accept_assignment():
     assert plain.replace(url="http://s.test/2").headers.pairs() == [("Accept", "text/html")]
 
 
+def test_what_a_request_leaves_empty_is_its_own_once_used():
+    """A link's request keeps only its URL and callback; what it leaves as Scrapy's defaults
+    is made on first use, and changing it changes that request alone."""
+    first, second = Request("http://s.test/a"), Request("http://s.test/b")
+    assert (first.method, first.body, first.encoding, first.priority, first.dont_filter,
+            first.errback, first.flags, first.cookies) == ("GET", b"", "utf-8", 0, False,
+                                                          None, [], {})  # fmt: skip
+    first.flags.append("cached")
+    first.cookies["sid"] = "1"
+    first.meta["depth"] = 2
+    first.cb_kwargs["page"] = 3
+    first.headers["X-A"] = "b"
+    first.priority, first.dont_filter, first.method = 5, True, "POST"
+    assert (second.flags, second.cookies, second.meta, second.cb_kwargs, dict(second.headers),
+            second.priority, second.dont_filter, second.method) == ([], {}, {}, {}, {}, 0,
+                                                                    False, "GET")  # fmt: skip
+    assert Request("http://s.test/c", flags=("x",), cookies={"k": "v"}).flags == ["x"]
+    given = {"k": "v"}
+    kept = Request("http://s.test/c", cookies=given)
+    kept.cookies["other"] = "w"
+    assert given == {"k": "v"} and kept.cookies == {"k": "v", "other": "w"}
+    copy = first.replace(url="http://s.test/d")
+    assert (copy.flags, copy.cookies, copy.method, copy.priority) == (["cached"], {"sid": "1"},
+                                                                     "POST", 5)  # fmt: skip
+
+
 def test_dict_items_need_no_itemadapter():
     """Importing itemadapter imports every item library installed (Scrapy's among them: half
     a second in each worker); a spider that yields dicts never pays it."""

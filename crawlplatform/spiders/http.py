@@ -102,9 +102,13 @@ def _callback_name(callback: Callback) -> str | None:
     return name
 
 
-class _DictOnUse:
-    """A dict attribute made on first use, as Scrapy's ``meta`` and ``cb_kwargs``: most
-    requests (a page's links) leave them empty."""
+class _MadeOnUse:
+    """A dict or list attribute made on first use, as Scrapy's ``meta`` and ``cb_kwargs``:
+    most requests (a page's links) leave ``meta``, ``cb_kwargs``, ``cookies`` and ``flags``
+    empty."""
+
+    def __init__(self, make: type[dict] | type[list]) -> None:
+        self.make = make
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.kept = "_" + name
@@ -114,18 +118,30 @@ class _DictOnUse:
             return self
         value = request.__dict__.get(self.kept)
         if value is None:
-            value = request.__dict__[self.kept] = {}
+            value = request.__dict__[self.kept] = self.make()
         return value
 
-    def __set__(self, request: Any, value: dict | None) -> None:
+    def __set__(self, request: Any, value: dict | list | None) -> None:
         request.__dict__[self.kept] = value
 
 
 class Request:
     """A request to make later, from any worker; its callback runs on the response."""
 
-    meta = _DictOnUse()
-    cb_kwargs = _DictOnUse()
+    meta = _MadeOnUse(dict)
+    cb_kwargs = _MadeOnUse(dict)
+    cookies = _MadeOnUse(dict)
+    flags = _MadeOnUse(list)
+    # What a page's links leave as it is: the class's, so that a link's request sets only
+    # its URL and callback (a docs page yields about 300).
+    method = "GET"
+    encoding = "utf-8"
+    body = b""
+    priority = 0
+    dont_filter = False
+    errback = None
+    _errback = None
+    _headers: Headers | None = None
 
     def __init__(
         self,
@@ -149,22 +165,29 @@ class Request:
             raise ValueError(f"Missing scheme in request url: {url}")
         self.url = url
         self.callback = callback
-        self.errback = errback
         self._callback = None if callback is None else _callback_name(callback)
-        self._errback = None if errback is None else _callback_name(errback)
-        self.method = "GET" if method == "GET" else str(method).upper()
-        self.encoding = encoding
-        # As in Scrapy, what most requests leave empty (a page's links) is made on first use.
-        self._headers = Headers(headers, encoding) if headers else None
-        if isinstance(body, str):
-            body = body.encode(encoding)
-        self.body = body or b""
-        self.cookies = dict(cookies) if cookies else {}
-        self._meta = dict(meta) if meta else None
-        self.priority = int(priority)
-        self.dont_filter = bool(dont_filter)
-        self.flags = list(flags) if flags else []
-        self._cb_kwargs = dict(cb_kwargs) if cb_kwargs else None
+        if errback is not None:
+            self.errback, self._errback = errback, _callback_name(errback)
+        if method != "GET":
+            self.method = str(method).upper()
+        if encoding != "utf-8":
+            self.encoding = encoding
+        if headers:
+            self._headers = Headers(headers, encoding)
+        if body:
+            self.body = body.encode(encoding) if isinstance(body, str) else body
+        if cookies:
+            self._cookies = dict(cookies)
+        if meta:
+            self._meta = dict(meta)
+        if priority:
+            self.priority = int(priority)
+        if dont_filter:
+            self.dont_filter = True
+        if flags:
+            self._flags = list(flags)
+        if cb_kwargs:
+            self._cb_kwargs = dict(cb_kwargs)
 
     @property
     def headers(self) -> Headers:
