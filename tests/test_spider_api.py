@@ -200,6 +200,30 @@ def test_requests_keep_scrapys_defaults_and_accept_assignment():
     assert plain.replace(url="http://s.test/2").headers.pairs() == [("Accept", "text/html")]
 
 
+@pytest.mark.parametrize(
+    ("given", "url"),
+    [
+        ("http://s.test/a b/ä?q=x y", "http://s.test/a%20b/%C3%A4?q=x%20y"),
+        ("http://s.test/?a[]=1", "http://s.test/?a%5B%5D=1"),
+        ("http://s.test/x?", "http://s.test/x"),
+        ("http://s.test/x#", "http://s.test/x"),
+        ("http://bücher.test/x", "http://xn--bcher-kva.test/x"),
+        ("HTTP://S.TEST/A", "http://s.test/A"),
+        ('http://s.test/a"b<c>', "http://s.test/a%22b%3Cc%3E"),
+        ("http://[::1]:8080/x", "http://[::1]:8080/x"),
+        ("http://s.test/p?q=%20&r=a+b#f", "http://s.test/p?q=%20&r=a+b#f"),
+    ],
+)
+def test_a_requests_url_is_escaped_as_scrapys(given, url):
+    """As Scrapy's Request (w3lib's safe_url_string; the expected URLs are Scrapy 2.19's),
+    unless ``meta`` says ``verbatim_url``; a followed link is escaped the same way."""
+    assert Request(given).url == url
+    assert Request(given).url == url  # the second time from the cache
+    assert Request(given, meta={"verbatim_url": True}).url == given
+    page = HtmlResponse("http://s.test/d/p", body=b"<a href='../a b'>x</a>")
+    assert [r.url for r in page.follow_all(css="a")] == ["http://s.test/a%20b"]
+
+
 def test_what_a_request_leaves_empty_is_its_own_once_used():
     """A link's request keeps only its URL and callback; what it leaves as Scrapy's defaults
     is made on first use, and changing it changes that request alone."""

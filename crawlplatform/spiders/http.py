@@ -9,12 +9,15 @@ survives a restart), ``cb_kwargs`` and ``meta`` (both JSON). ``JsonRequest`` and
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from functools import lru_cache
 from types import MethodType
 from typing import Any, Protocol
 from urllib.parse import urlencode, urljoin, urlsplit, urlunsplit
 
 import parsel
+from w3lib.url import safe_url_string
 
 Callback = Callable[..., Any] | str | None
 
@@ -102,6 +105,20 @@ def _callback_name(callback: Callback) -> str | None:
     return name
 
 
+@lru_cache(maxsize=65536)
+def _safe(url: str) -> str:
+    """``url`` as w3lib's ``safe_url_string`` makes it (as Scrapy's Request does every URL:
+    spaces and non-ASCII escaped, the host in IDNA), cached (a site's pages link to the same
+    URLs) and skipped where it would change nothing (it takes 3.5 µs)."""
+    if _ESCAPE.search(url) is None and _PLAIN_HEAD.match(url) and url[-1] not in "?#":
+        return url
+    return safe_url_string(url)
+
+
+_ESCAPE = re.compile(r"[^A-Za-z0-9\-._~:/?#@!$&'()*+,;=%]")  # what safe_url_string escapes
+_PLAIN_HEAD = re.compile(r"[a-z][a-z0-9+.-]*://[^A-Z/?#]*(?:[/?#]|$)")  # no capital to lower
+
+
 class _MadeOnUse:
     """A dict or list attribute made on first use, as Scrapy's ``meta`` and ``cb_kwargs``:
     most requests (a page's links) leave ``meta``, ``cb_kwargs``, ``cookies`` and ``flags``
@@ -161,6 +178,8 @@ class Request:
     ) -> None:
         if not isinstance(url, str):
             raise TypeError(f"Request url must be str, got {type(url).__name__}")
+        if not (meta and meta.get("verbatim_url")):  # Scrapy's way to keep a URL as it is
+            url = _safe(url) if encoding == "utf-8" else safe_url_string(url, encoding)
         if ":" not in url:  # Scrapy's own check, cheap enough for every link of a page
             raise ValueError(f"Missing scheme in request url: {url}")
         self.url = url
