@@ -12,6 +12,8 @@ from django.utils import timezone
 from tasks import engine
 from tasks.content import pages
 from tasks.frontier import jobs, leases, transitions
+from tasks.frontier.claims import Claim
+from tests.conftest import wait_for
 from tests.hostile import HostileSite, page
 from web.models import CrawlJob, FrontierURL, URLState
 
@@ -90,14 +92,21 @@ def test_a_claim_after_the_last_attempt_fails_the_url_without_a_fetch(redis):
     assert "lease_expired" in row.error_message
 
 
+def _claimed_seed(site: HostileSite) -> tuple[FrontierURL, Claim]:
+    """The seed of a new job on ``site``, claimed (leased) as a worker claims it."""
+    job = start(site)
+    url = FrontierURL.objects.get(job=job)
+    FrontierURL.objects.filter(pk=url.pk).update(state=URLState.SCHEDULED)
+    claim = transitions.claim(url.pk, job.pk)
+    url.refresh_from_db()
+    return url, claim
+
+
 def test_a_page_being_worked_on_keeps_its_lease_until_it_ends(redis, monkeypatch):
     monkeypatch.setenv("CRAWL_LEASE_S", "2")
     with HostileSite() as site:
-        job = start(site)
-        url = FrontierURL.objects.get(job=job)
-        FrontierURL.objects.filter(pk=url.pk).update(state=URLState.SCHEDULED)
-        claim = transitions.claim(url.pk, job.pk)
-        first = FrontierURL.objects.get(pk=url.pk).lease_until
+        url, claim = _claimed_seed(site)
+        first = url.lease_until
         leases.hold(url.pk, claim.attempt)
         assert leases.renew() == 1
         assert FrontierURL.objects.get(pk=url.pk).lease_until > first
@@ -118,25 +127,16 @@ def test_the_lease_renewer_keeps_no_connection_while_the_process_holds_no_lease(
                            "current_database() AND pid <> pg_backend_pid()")  # fmt: skip
             return cursor.fetchone()[0]
 
-    def until(check, within: float = 6.0) -> bool:  # the renewer may be in a 3 s sleep
-        deadline = time.monotonic() + within
-        while not check() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        return check()
-
-    monkeypatch.setenv("CRAWL_LEASE_RENEW_S", "0.1")
+    monkeypatch.setenv("CRAWL_LEASE_RENEW_S", "0.1")  # the renewer may be in a 3 s sleep now
     with HostileSite() as site:
-        job = start(site)
-        url = FrontierURL.objects.get(job=job)
-        FrontierURL.objects.filter(pk=url.pk).update(state=URLState.SCHEDULED)
-        claim = transitions.claim(url.pk, job.pk)
-        first = FrontierURL.objects.get(pk=url.pk).lease_until
-        assert until(lambda: not leases._held and sessions() == 0)  # as the test starts
+        url, claim = _claimed_seed(site)
+        wait_for(lambda: not leases._held and sessions() == 0, 6, "no other session at first")
         leases.hold(url.pk, claim.attempt)
-        assert until(lambda: FrontierURL.objects.get(pk=url.pk).lease_until > first)
+        wait_for(lambda: FrontierURL.objects.get(pk=url.pk).lease_until > url.lease_until, 6,
+                 "the renewer extends the lease")  # fmt: skip
         assert sessions() == 1  # the renewer's
         leases.let_go(url.pk)
-        assert until(lambda: sessions() == 0)
+        wait_for(lambda: sessions() == 0, 6, "the renewer's connection closed")
 
 
 def _scheduled(job, site: HostileSite, paths: list[str]) -> list[int]:

@@ -12,6 +12,7 @@ from django.utils import timezone
 from tasks import engine
 from tasks.content import spiders
 from tasks.frontier import jobs
+from tests.conftest import wait_for
 from tests.shop import Shop, expected_products, expected_stock
 from web.models import CrawlJob, FrontierURL, Item, JobState, URLState
 
@@ -196,10 +197,7 @@ def test_a_jobs_pipelines_close_once_when_its_run_ends_not_when_the_worker_leave
         jobs.cancel(other)
         callbacks._looked[0] = 0.0  # the heartbeat's look is not held back by the last one
         callbacks.close_ended_soon()  # as the heartbeat calls it: on a thread of its own
-        for _ in range(50):
-            if len(closed(other)) == 2:
-                break
-            time.sleep(0.1)
+        wait_for(lambda: len(closed(other)) == 2, 5, "the cancelled job's pipelines closed")
         with callbacks._looking:  # its thread is done, its connection closed
             pass
     assert closed(job) == [0, seen] and closed(other) == [0, seen]
@@ -228,34 +226,43 @@ def test_pipelines_a_page_holds_when_its_run_ends_close_when_it_gives_them_back(
     assert callbacks.opened() == 0
 
 
-def test_a_process_leaving_waits_for_a_close_under_way(installed, monkeypatch):
+def test_a_process_leaving_waits_for_a_close_under_way_within_a_callbacks_time(
+    installed, monkeypatch
+):
     """The process leaves while its closing thread (a daemon) runs a slow close_spider: the
-    exit waits for it, so that what the pipeline flushes at its close is not cut short."""
+    exit waits for it, so that what the pipeline flushes at its close is not cut short; one
+    that runs past SPIDER_CALLBACK_TIMEOUT_S holds the exit up no longer."""
     from tasks.content import callbacks
     from tasks.frontier.claims import Claim
     from tests.spiders.shop import CleanPrice
 
     def slow_close(self, spider):
-        time.sleep(1.0)
+        time.sleep(float(self.pause))
         self.closed.append((spider.job_id, "flushed"))
 
-    with Shop() as shop:
-        job = shop_job(shop)
-    monkeypatch.setattr(CleanPrice, "close_spider", slow_close)
-    CleanPrice.closed.clear()
-    claimed = Claim(url=FrontierURL.objects.filter(job=job).first(), job=job, attempt=1,
-                    run=job.run)  # fmt: skip
-    callbacks.give_back(callbacks.take(claimed, spiders.for_job(job)))
-    jobs.cancel(job)
-    callbacks._looked[0] = 0.0
-    callbacks.close_ended_soon()  # the look and the slow close, on their thread
-    for _ in range(50):
-        if not callbacks.opened():
-            break
-        time.sleep(0.02)
-    assert callbacks.opened() == 0 and CleanPrice.closed == []  # taken, still closing
-    callbacks.close_all()  # what the process runs as it leaves
-    assert CleanPrice.closed == [(job.pk, "flushed")]
+    def leave_while_closing(pause: float) -> list:
+        with Shop() as shop:
+            job = shop_job(shop)
+        monkeypatch.setattr(CleanPrice, "close_spider", slow_close)
+        monkeypatch.setattr(CleanPrice, "pause", pause, raising=False)
+        CleanPrice.closed.clear()
+        claimed = Claim(url=FrontierURL.objects.filter(job=job).first(), job=job, attempt=1,
+                        run=job.run)  # fmt: skip
+        callbacks.give_back(callbacks.take(claimed, spiders.for_job(job)))
+        jobs.cancel(job)
+        callbacks._looked[0] = 0.0
+        callbacks.close_ended_soon()  # the look and the slow close, on their thread
+        wait_for(lambda: not callbacks.opened(), 2, "the ended run's pipelines taken to close")
+        assert CleanPrice.closed == []  # still closing
+        callbacks.close_all()  # what the process runs as it leaves
+        return [what for _, what in CleanPrice.closed]
+
+    assert leave_while_closing(1.0) == ["flushed"]
+    monkeypatch.setenv("CRAWL_SPIDER_CALLBACK_TIMEOUT_S", "0.5")
+    assert leave_while_closing(3.0) == []  # the exit went on without it
+    wait_for(lambda: CleanPrice.closed, 5, "the hung close ends on its own")
+    with callbacks._looking:  # its thread is done, its connection closed
+        pass
 
 
 def test_a_worker_that_cannot_open_the_pipelines_retries_the_url_and_holds_nothing(
