@@ -298,11 +298,9 @@ def close_ended(every: float | None = None) -> None:
     deleted, or recrawled since), so that ``close_spider`` runs when the job ends, not when the
     worker leaves; pipelines a page still uses are closed when it gives them back. Looks at
     the database at most once every ``every`` seconds (``PIPELINES_CHECK_S`` by default)."""
-    every = setting("PIPELINES_CHECK_S") if every is None else every
-    now = time.monotonic()
-    if not _pipelines or now - _looked[0] < every:
+    if not _time_to_look(every):
         return
-    _looked[0] = now
+    _looked[0] = time.monotonic()
     runs = list(_pipelines)  # those opened while the database answers are looked at next time
     live = set(CrawlJob.objects.filter(pk__in={job for job, _ in runs},
                                        state__in=LIVE_STATES).values_list("pk", "run"))  # fmt: skip
@@ -318,13 +316,18 @@ def close_ended(every: float | None = None) -> None:
             held.pipes.close()
 
 
+def _time_to_look(every: float | None = None) -> bool:
+    """Whether this process holds pipelines and last looked at their jobs ``every`` seconds
+    ago or more (``PIPELINES_CHECK_S`` by default)."""
+    every = setting("PIPELINES_CHECK_S") if every is None else every
+    return bool(_pipelines) and time.monotonic() - _looked[0] >= every
+
+
 def close_ended_soon() -> None:
     """``close_ended`` on a thread of its own, if it is time to look: the database and the
     pipelines' ``close_spider`` (user code) hold up neither the worker's pages nor the loop
     of its heartbeat, which calls this too, so that an idle worker closes them as well."""
-    if not _pipelines or time.monotonic() - _looked[0] < setting("PIPELINES_CHECK_S"):
-        return
-    if not _looking.acquire(blocking=False):
+    if not _time_to_look() or not _looking.acquire(blocking=False):
         return
 
     def look() -> None:
