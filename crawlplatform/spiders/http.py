@@ -106,17 +106,18 @@ def _callback_name(callback: Callback) -> str | None:
 
 
 @lru_cache(maxsize=65536)
-def _safe(url: str) -> str:
+def safe_url(url: str) -> str:
     """``url`` as w3lib's ``safe_url_string`` makes it (as Scrapy's Request does every URL:
     spaces and non-ASCII escaped, the host in IDNA), cached (a site's pages link to the same
     URLs) and skipped where it would change nothing (it takes 3.5 µs)."""
-    if _ESCAPE.search(url) is None and _PLAIN_HEAD.match(url) and url[-1] not in "?#":
+    if (_ESCAPE.search(url) is None and _PLAIN_HEAD.match(url) and url[-1] not in "?#"
+            and "?#" not in url):  # an empty query, or fragment at the end, is dropped
         return url
     return safe_url_string(url)
 
 
 _ESCAPE = re.compile(r"[^A-Za-z0-9\-._~:/?#@!$&'()*+,;=%]")  # what safe_url_string escapes
-_PLAIN_HEAD = re.compile(r"[a-z][a-z0-9+.-]*://[^A-Z/?#]*(?:[/?#]|$)")  # no capital to lower
+_PLAIN_HEAD = re.compile(r"[a-z][a-z0-9+.-]*://[^A-Z/?#]*(?:/|$)")  # a path; no capital to lower
 
 
 class _MadeOnUse:
@@ -179,7 +180,7 @@ class Request:
         if not isinstance(url, str):
             raise TypeError(f"Request url must be str, got {type(url).__name__}")
         if not (meta and meta.get("verbatim_url")):  # Scrapy's way to keep a URL as it is
-            url = _safe(url) if encoding == "utf-8" else safe_url_string(url, encoding)
+            url = safe_url(url) if encoding == "utf-8" else safe_url_string(url, encoding)
         if ":" not in url:  # Scrapy's own check, cheap enough for every link of a page
             raise ValueError(f"Missing scheme in request url: {url}")
         self.url = url

@@ -22,9 +22,8 @@ from w3lib.encoding import (
     to_unicode,
 )
 from w3lib.html import get_base_url
-from w3lib.url import safe_url_string
 
-from crawlplatform.spiders.http import Callback, Headers, Request
+from crawlplatform.spiders.http import Callback, Headers, Request, safe_url
 
 
 class Response:
@@ -152,7 +151,7 @@ class Response:
             head = text[:_BASE_WITHIN] if text is not None else self._decoded(_BASE_WITHIN)
             found = _BASE_TAG.search(head) is not None
             self._base = (get_base_url(head, self.url, self.encoding) if found else
-                          safe_url_string(self.url))  # fmt: skip
+                          safe_url(self.url))  # fmt: skip
         return self._base
 
     def urljoin(self, url: str) -> str:
