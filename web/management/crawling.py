@@ -270,18 +270,19 @@ def show_progress(
         now = time.monotonic()
         next_count = now + 20 * (now - before)
         done = counts["done"]
-        if last_done is not None and now > last_t:
+        pending = counts["queued"] + counts["scheduled"] + counts["leased"]
+        line = (
+            f"done {done} | queued {pending} | failed {counts['failed']} | "
+            f"skipped {counts['skipped']}"
+        )
+        if last_done is not None and now > last_t:  # a rate needs two counts
             rate = (
                 0.7 * rate + 0.3 * (done - last_done) / (now - last_t)
                 if rate
                 else (done - last_done) / (now - last_t)
             )
+            line += f" | {rate:.1f} pages/s"
         last_done, last_t = done, now
-        pending = counts["queued"] + counts["scheduled"] + counts["leased"]
-        line = (
-            f"done {done} | queued {pending} | failed {counts['failed']} | "
-            f"skipped {counts['skipped']} | {rate:.1f} pages/s"
-        )
         if tty:
             stderr.write("\r" + line.ljust(78), ending="")
         elif now - last_line >= 5:
