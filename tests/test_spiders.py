@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import json
 import time
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 from django.utils import timezone
 
 from tasks import engine
-from tasks.content import spiders
+from tasks.content import callbacks, spiders
 from tasks.frontier import jobs
 from tests.conftest import wait_for
 from tests.shop import Shop, expected_products, expected_stock
+from tests.site import LocalSite, send
 from web.models import CrawlJob, FrontierURL, Item, JobState, URLState
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -343,6 +345,60 @@ spec:
         jobs.start(job)
         run_job(job)
     assert by_sku(kept(job)) == by_sku(expected_products() + expected_stock())
+
+
+class Redirecting(LocalSite):
+    """``/`` links to ``/r/X``, each redirecting to a ``/t/N`` (or to ``/a/5``), and to
+    some of those targets; ``/r/e`` (a ``dont_filter`` request) and ``/r/a`` both lead to
+    ``/t/1``, ``/r/c1`` and ``/r/c2`` to ``/t/3``, ``/r/g`` (another callback) to ``/t/7``."""
+
+    TARGETS = {"/r/a": "/t/1", "/r/b": "/t/2", "/r/c1": "/t/3", "/r/c2": "/t/3", "/r/e": "/t/1",
+               "/r/f": "/a/5", "/r/g": "/t/7"}  # fmt: skip
+    LINKS = ["/r/a", "/t/1", "/r/b", "/r/c1", "/r/c2", "/a/5", "/r/f", "/t/7"]
+
+    def __init__(self) -> None:
+        site = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                if self.path in site.TARGETS:
+                    send(self, 301 if self.path < "/r/c" else 302,
+                         {"Location": site.TARGETS[self.path]}, b"")  # fmt: skip
+                    return
+                links = site.LINKS if self.path == "/" else []
+                body = "".join(f'<a href="{href}">{href}</a>' for href in links)
+                send(self, 200, {}, f"<html><body>{body}</body></html>".encode())
+
+            def log_message(self, *args) -> None:
+                pass
+
+        super().__init__(Handler)
+
+
+@pytest.mark.parametrize("looked", ["before the callback", "only in the commit"])
+def test_a_page_reached_through_redirects_yields_its_items_once(installed, monkeypatch, looked):
+    if looked == "only in the commit":  # the target taken between the look and the commit
+        monkeypatch.setattr(callbacks, "redirect_target_free", lambda *args: True)
+    with Redirecting() as site:
+        job = jobs.create_job([], spider="redirects", max_depth=5, spider_args={"base": site.base})
+        jobs.start(job)
+        run_job(job)
+    items = sorted((i["url"].removeprefix(site.base), i.get("again", False), i.get("other", False))
+                   for i in kept(job))  # fmt: skip
+    assert items == [
+        ("/", False, False),
+        ("/a/5", False, False),  # fetched as itself: /r/f, later, stores nothing
+        ("/t/1", False, False),  # /r/a took the queued /t/1 ...
+        ("/t/1", True, False),  # ... and dont_filter asked for it again, as in Scrapy
+        ("/t/2", False, False),  # nothing else links to it: /r/b stores it
+        ("/t/3", False, False),  # /r/c1 first: /r/c2 stores nothing
+        ("/t/7", False, False),  # /r/g runs another callback: the queued /t/7 is its own
+    ]
+    ends = dict(FrontierURL.objects.filter(job=job).values_list("url", "error_reason"))
+    ends = {url.removeprefix(site.base): reason for url, reason in ends.items()}
+    assert {url for url, reason in ends.items() if reason == "duplicate_redirect"} == {
+        "/r/c2", "/r/f", "/r/g"}  # fmt: skip
+    assert ends["/t/1"] == ends["/t/3"] == "fetched_via_redirect"
 
 
 def test_an_errback_sees_the_failure_and_its_items_commit_with_the_urls_failure(installed):

@@ -45,10 +45,16 @@ from tasks.fetch import fetching, outcomes, robots
 from tasks.frontier.claims import Claim
 from tasks.frontier.db import with_retries
 from tasks.frontier.retries import ends
-from tasks.frontier.transitions import ROBOTS_FORBIDDEN, record_failure
+from tasks.frontier.transitions import (
+    ROBOTS_FORBIDDEN,
+    duplicate_redirect,
+    record_failure,
+    redirect_target_free,
+)
 from tasks.frontier.yields import (
     NewItem,
     NewRequest,
+    Redirect,
     record_spider_failure,
     record_spider_page,
 )
@@ -427,6 +433,9 @@ def _store(claimed: Claim, cache: JobCache, resp: fetching.Response, spider: Spi
            pipes: itempipes.Pipelines) -> str:  # fmt: skip
     job = claimed.job
     request = request_of(claimed.url.url, claimed.url.request, claimed.url.priority)
+    redirect = _redirect(claimed, cache, resp, request)
+    if redirect and not redirect_target_free(claimed, redirect.target, redirect.take_queued):
+        return duplicate_redirect(claimed, redirect.target, resp.status)  # no callback to run
     response = response_of(resp, request)
     try:
         yielded = call(spider, request.callback_name or "parse", response, request.cb_kwargs, job)
@@ -438,10 +447,25 @@ def _store(claimed: Claim, cache: JobCache, resp: fetching.Response, spider: Spi
     kept = [NewItem(*pipes.process(item)) for item in yielded.items]
     title = page_title(response)[: setting("TITLE_MAX_CHARS", job)]
     page = pages.page_row(claimed, resp, title, {})
-    state = with_retries(lambda: record_spider_page(claimed, page, new, kept, spider.name))
+    state = with_retries(lambda: record_spider_page(claimed, page, new, kept, spider.name,
+                                                    redirect))  # fmt: skip
     for request in new:  # in the frontier now: this process sends them no more
         cache.committed.put(request.key)
     return state
+
+
+def _redirect(claimed: Claim, cache: JobCache, resp: fetching.Response,
+              request: Request) -> Redirect | None:  # fmt: skip
+    """Where the request's redirects led, if its page is to be stored once: a GET without a
+    body, not ``dont_filter`` (whose target's key is its canonical URL, as its own is), that
+    ended on another URL of the job's scope. A queued row of the target may be taken only by
+    a plain row (a GET for ``parse``), which runs the callback it would have run."""
+    if resp.final_url == claimed.url.url or not _plain_get(request):
+        return None
+    target = in_scope(cache, resp.final_url)
+    if not target or target == claimed.url.url:
+        return None
+    return Redirect(target, take_queued=claimed.url.request is None)
 
 
 def page_title(response: Response) -> str:

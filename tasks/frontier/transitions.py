@@ -25,7 +25,7 @@ import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from django.db import IntegrityError, connection, transaction
 from django.db.models import DateTimeField, F, QuerySet, Value
@@ -278,13 +278,8 @@ def record_page(
         links = [u for u in links if u not in seen]
         forbidden = [u for u in forbidden if u not in seen]
     with transaction.atomic():
-        if redirected and not _take_redirect_target(claim, redirect_target):
-            duplicate = outcomes.DuplicateRedirect(
-                f"redirects to {redirect_target[:1900]}, which is fetched as its own URL",
-                status=page.status,
-            )
-            record_failure(claim, duplicate)
-            return URLState.SKIPPED
+        if redirected and not take_redirect_target(claim, redirect_target):
+            return duplicate_redirect(claim, redirect_target, page.status)
         status = page.status if page is not None else status
         _finish(claim, URLState.DONE, http_status=status, error_reason=note, error_message="")
         if page is not None:
@@ -311,10 +306,11 @@ def record_unchanged(claim: Claim) -> str:
     return URLState.DONE
 
 
-def _take_redirect_target(claim: Claim, target: str) -> bool:
-    """Inside the page's transaction: may this URL store the page its redirect reached?"""
+def take_redirect_target(claim: Claim, target: str, take_queued: bool = True) -> bool:
+    """Inside the page's transaction: may this URL store the page its redirect reached? A
+    queued target is taken (marked ``fetched_via_redirect``) only if ``take_queued``."""
     rows = FrontierURL.objects.filter(job_id=claim.job.pk, url=target)
-    if rows.filter(state=URLState.QUEUED).update(
+    if take_queued and rows.filter(state=URLState.QUEUED).update(
         state=URLState.SKIPPED,
         error_reason=requeue.FETCHED_VIA_REDIRECT,
         error_message=claim.url.url,
@@ -335,11 +331,38 @@ def _take_redirect_target(claim: Claim, target: str) -> bool:
             state = rows.values_list("state", "error_reason", "error_message", named=True).first()
             if state is None:
                 return False
+    return _target_free(claim, state, take_queued)
+
+
+def redirect_target_free(claim: Claim, target: str, take_queued: bool = True) -> bool:
+    """Whether the page this URL's redirect reached is still this URL's to store, as the
+    frontier has it now (a read: ``take_redirect_target`` decides in the page's commit)."""
+    rows = FrontierURL.objects.filter(job_id=claim.job.pk, url=target)
+    state = rows.values_list("state", "error_reason", "error_message", named=True).first()
+    return state is None or _target_free(claim, state, take_queued)
+
+
+def _target_free(claim: Claim, state: Any, take_queued: bool) -> bool:
+    """A redirect target's row (state, error_reason, error_message) leaves its page to this
+    URL: queued (if ``take_queued``), ended without a page, or taken by this URL before (its
+    previous run)."""
+    if state.state == URLState.QUEUED:
+        return take_queued
     fetched_as_itself = state.state in (URLState.SCHEDULED, URLState.LEASED, URLState.DONE)
     taken_by_another = (
         state.error_reason == requeue.FETCHED_VIA_REDIRECT and state.error_message != claim.url.url
     )
-    return not (fetched_as_itself or taken_by_another)  # (this URL's previous run took it)
+    return not (fetched_as_itself or taken_by_another)
+
+
+def duplicate_redirect(claim: Claim, target: str, status: int | None) -> str:
+    """This URL redirects to a page that is fetched (or stored) as another URL: skipped,
+    storing nothing."""
+    duplicate = outcomes.DuplicateRedirect(
+        f"redirects to {target[:1900]}, which is fetched as its own URL", status=status
+    )
+    record_failure(claim, duplicate)
+    return URLState.SKIPPED
 
 
 def record_failure(claim: Claim, outcome: outcomes.CrawlOutcome) -> str:

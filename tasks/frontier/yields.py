@@ -21,7 +21,12 @@ from tasks.fetch import outcomes
 from tasks.frontier import requeue
 from tasks.frontier.claims import Claim, LeaseLost
 from tasks.frontier.pages import record_spider_statement, save_page
-from tasks.frontier.transitions import ROBOTS_FORBIDDEN, record_failure
+from tasks.frontier.transitions import (
+    ROBOTS_FORBIDDEN,
+    duplicate_redirect,
+    record_failure,
+    take_redirect_target,
+)
 from tasks.rules.urls import host_of
 from tasks.worker import metrics
 from web.models import FrontierURL, Item, Page, URLState
@@ -34,6 +39,14 @@ class NewRequest(NamedTuple):
     request: dict | None  # method, headers, body, callback, ...; None: a plain GET for parse
     skip: outcomes.Skip | None  # enters ended with this outcome (robots.txt forbids it)
     priority: int = 0  # released before lower ones (the frontier's column's range)
+
+
+class Redirect(NamedTuple):
+    """Where a spider request's redirects led: the target's frontier key, and whether a
+    queued row of it (a request that would run the same callback) may be taken."""
+
+    target: str
+    take_queued: bool
 
 
 class NewItem(NamedTuple):
@@ -98,10 +111,17 @@ def record_spider_page(
     requests: Sequence[NewRequest],
     items: Sequence[NewItem],
     spider: str,
+    redirect: Redirect | None = None,
 ) -> str:
     """One transaction: the URL done, its page, its items and its new requests; a lost lease
-    writes nothing (LeaseLost). On PostgreSQL one statement (``pages.py``), elsewhere the ORM."""
-    if connection.vendor == "postgresql":
+    writes nothing (LeaseLost). On PostgreSQL one statement (``pages.py``), elsewhere (and for
+    a page reached through a redirect) the ORM.
+
+    A page reached through ``redirect`` is stored once, as a crawl's (``record_page``): if
+    its target is fetched as its own URL, or another redirect took it, this URL is skipped as
+    ``duplicate_redirect`` with nothing of what the callback yielded, as Scrapy's duplicate
+    filter drops a redirect to a request it has seen."""
+    if connection.vendor == "postgresql" and redirect is None:
         ordered = sorted(requests, key=lambda r: r.key)
         record_spider_statement(
             claim, page, [(r.key, r.request, r.priority) for r in ordered if r.skip is None],
@@ -112,6 +132,9 @@ def record_spider_page(
         return URLState.DONE
     now = timezone.now()
     with transaction.atomic():
+        if redirect is not None and not take_redirect_target(claim, redirect.target,
+                                                             redirect.take_queued):  # fmt: skip
+            return duplicate_redirect(claim, redirect.target, page.status)
         won = requeue.leased(claim).update(
             state=URLState.DONE, lease_until=None, ladder_level=claim.level,
             http_status=page.status, error_reason="", error_message="",
