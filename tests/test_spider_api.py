@@ -102,7 +102,7 @@ def test_form_from_response_fills_hidden_fields_and_clicks_as_asked():
     login = FormRequest.from_response(r, formname="login", formdata={"user": "bob"},
                                       clickdata={"name": "alt"})  # fmt: skip
     assert (login.method, login.url) == ("POST", "http://shop.test/login")
-    assert login.body == b"csrf=T0K3N&user=bob&alt=Alt"
+    assert login.body == b"csrf=T0K3N&alt=Alt&user=bob"  # the button before formdata
     assert login.headers[b"Content-Type"] == b"application/x-www-form-urlencoded"
     search = FormRequest.from_response(r, formcss="#search", formdata={"q": "shoes"})
     assert (search.method, search.url, search.body) == (
@@ -111,6 +111,119 @@ def test_form_from_response_fills_hidden_fields_and_clicks_as_asked():
     assert by_xpath.body == b"csrf=T0K3N&user="
     with pytest.raises(ValueError):
         FormRequest.from_response(r, formcss="#nothing")
+
+
+FORMS = """<html><head><meta charset="{}"></head><body>
+<form id="f1" name="n2" action="/one" method="dialog" enctype="multipart/form-data">
+ <input type="hidden" name="t" value="1">
+ <select name="s"><option value="a">A</option><option value="b">B</option></select>
+ <select name="m" multiple><option value="x" selected>X</option><option value="y" selected>Y
+ </option></select><input type="checkbox" name="c" value="on1" checked>
+ <input type="checkbox" name="c2" value="v"><input type="radio" name="r" value="r1">
+ <input type="radio" name="r" value="r2" checked><textarea name="ta">hello</textarea>
+ <button name="b1" value="B1">one</button><input type="submit" name="b2" value="B2">
+</form>
+<form name="n1" id="i1" action="two"><input name="q" value="привет">
+ <input type="submit" name="go" value="Go"><input type="submit" name="go" value="Go"></form>
+</body></html>"""
+FIELDS = "t=1&s=a&m=x&m=y&c=on1&r=r2&ta=hello"
+
+
+@pytest.mark.parametrize(("charset", "q", "shch", "de"), [
+    ("utf-8", "%D0%BF%D1%80%D0%B8%D0%B2%D0%B5%D1%82", "%D1%89", "%D0%B4"),
+    ("cp1251", "%EF%F0%E8%E2%E5%F2", "%F9", "%E4"),
+])  # fmt: skip
+def test_form_from_response_is_scrapys_for_every_kind_of_form(charset, q, shch, de):
+    """What Scrapy 2.19 gives for each (its results written here): fields of every kind, a
+    form with an enctype and a method it cannot send (urlencoded GET, as a browser falls
+    back), ``nr`` in clickdata, formname before formid, ``url``, the page's encoding."""
+    r = HtmlResponse("http://shop.test/x/", body=FORMS.format(charset).encode(charset))
+    sent = [FormRequest.from_response(r), FormRequest.from_response(r, clickdata={"nr": 1}),
+            FormRequest.from_response(r, formid="i1", formname="n2"),
+            FormRequest.from_response(r, formname="n1", url="/elsewhere?x=1", dont_click=True),
+            FormRequest.from_response(r, formname="n1", method="post", dont_click=True,
+                                      formdata=[("q", "щ"), ("z", ["1", "2"])])]  # fmt: skip
+    assert [(f.method, f.url, f.body) for f in sent] == [
+        ("GET", f"http://shop.test/one?{FIELDS}&b1=B1", b""),
+        ("GET", f"http://shop.test/one?{FIELDS}&s=", b""),  # the form's 2nd input: Scrapy's
+        ("GET", f"http://shop.test/one?{FIELDS}&b1=B1", b""),
+        ("GET", f"http://shop.test/elsewhere?q={q}", b""),
+        ("POST", "http://shop.test/x/two", f"q={shch}&z=1&z=2".encode()),
+    ]
+    with pytest.raises(ValueError, match="Multiple elements"):
+        FormRequest.from_response(r, formname="n1", clickdata={"name": "go"})
+    link = HtmlResponse("http://shop.test/x/", body=f'<meta charset="{charset}">'
+                        '<a href="/s?q=привет д">x</a>'.encode(charset))  # fmt: skip
+    assert link.follow(link.css("a")[0]).url == f"http://shop.test/s?q={q}%20{de}"
+    assert [one.url for one in link.follow_all(css="a")] == [link.follow("/s?q=привет д").url]
+
+
+def test_form_requests_encode_their_fields_and_a_get_replaces_the_query():
+    assert FormRequest("http://a.test/p?page=1#f", method="GET",
+                       formdata={"page": "2"}).url == "http://a.test/p?page=2#f"  # fmt: skip
+    assert FormRequest("http://a.test/p", method=None, formdata={"page": "2"}).method == "POST"
+    assert FormRequest("http://a.test/p", formdata={"q": "щ"}, encoding="cp1251").body == b"q=%F9"
+
+
+def test_headers_change_as_scrapys():
+    r = Request("http://x.test/", headers={"Accept": "a", "Cookie": None})
+    r.headers.update({"authorization": "Bearer tok"}, X_Num=1)
+    assert r.headers.get("Authorization") == b"Bearer tok" and r.headers["x_num"] == b"1"
+    copy = r.headers.copy()
+    copy["accept"] = "b"
+    del copy["AUTHORIZATION"]
+    assert (copy.get("Accept"), copy.get("Authorization"), r.headers["Accept"]) == (
+        b"b", None, b"a")  # fmt: skip
+    assert r.headers.pop("x_num") == [b"1"] and "X_Num" not in r.headers
+    assert r.headers.pairs() == [("Accept", "a"), ("Authorization", "Bearer tok")]  # no Cookie
+
+
+def test_requests_and_responses_copy_and_replace_as_scrapys():
+    r = Request("http://x.test/", cookies=[{"name": "a", "value": "1", "domain": "x.test"}],
+                meta={"k": 1})  # fmt: skip
+    copy = r.copy()
+    copy.meta["k"] = 2
+    assert (copy.url, copy.cookies, r.meta) == ("http://x.test/", {"a": "1"}, {"k": 1})
+    page = HtmlResponse("http://x.test/", body="<p>café</p>", encoding="latin-1",
+                        headers={"Set-Cookie": ["a=1", "b=2"]})  # fmt: skip
+    assert (page.body, page.text, page.css("p::text").get()) == (b"<p>caf\xe9</p>",
+                                                                  "<p>café</p>", "café")
+    fixed = page.replace(body=b"<p>fixed</p>")
+    assert (type(fixed), fixed.text, fixed.headers.getlist("Set-Cookie")) == (
+        HtmlResponse, "<p>fixed</p>", [b"a=1", b"b=2"])  # fmt: skip
+    with pytest.raises(TypeError):
+        HtmlResponse("http://x.test/", body="<p>text without an encoding</p>")
+
+
+@pytest.mark.parametrize(("outcome", "scrapy"), [
+    ("ClientError", ["HttpError", "IgnoreRequest"]),
+    ("ServerError", ["HttpError", "IgnoreRequest"]),
+    ("TooManyRequests", ["HttpError", "IgnoreRequest"]),
+    ("DNSFailure", ["DNSLookupError"]),
+    ("ConnectTimeout", ["TimeoutError", "TCPTimedOutError", "ConnectError"]),
+    ("ReadTimeout", ["TimeoutError"]),
+    ("DeadlineExceeded", ["TimeoutError"]),
+    ("ConnectFailed", ["ConnectionRefusedError", "ConnectError"]),
+    ("ConnectionReset", ["ConnectionLost", "ResponseNeverReceived"]),
+    ("RobotsDisallowed", ["IgnoreRequest"]),
+])  # fmt: skip
+def test_an_errbacks_failure_checks_as_scrapys_and_twisteds_exceptions(outcome, scrapy):
+    import crawlplatform.spiders as api
+    from crawlplatform.spiders import Failure
+    from tasks.fetch import outcomes
+
+    status = {"ClientError": 404, "ServerError": 503, "TooManyRequests": 429}.get(outcome)
+    failure = Failure(getattr(outcomes, outcome)("no", status=status), Request("http://x.test/"))
+    kinds = ["HttpError", "IgnoreRequest", "DNSLookupError", "TimeoutError", "TCPTimedOutError",
+             "ConnectError", "ConnectionRefusedError", "ConnectionLost", "ResponseNeverReceived"]
+    assert [k for k in kinds if failure.check(getattr(api, k))] == [k for k in kinds if k in scrapy]
+    own = type(outcome, (Exception,), {})
+    assert failure.check(own) is own  # by name, the platform's class too
+    named = type(scrapy[0], (Exception,), {})  # Scrapy's or Twisted's class of that name
+    assert failure.check(KeyError, named) is named and failure.trap(named) is named
+    with pytest.raises(outcomes.CrawlOutcome):
+        failure.trap(KeyError)
+    assert failure.getTraceback() == f"tasks.fetch.outcomes.{outcome}: no\n"
 
 
 def test_requests_keep_callbacks_by_name_and_bodies_as_bytes():
@@ -379,3 +492,37 @@ def test_the_tree_is_the_one_parsel_builds_from_the_text_as_in_scrapy(body, char
     expected = parsel.Selector(text=html_to_unicode(header, body)[1], type="html")
     assert response.css("::text").getall() == expected.css("::text").getall()
     assert response.xpath("//p").getall() == expected.xpath("//p").getall()
+
+
+def test_what_a_callback_yields_that_is_no_request_or_item_is_logged_and_the_rest_kept(caplog):
+    from tasks.content import callbacks
+    from web.models import CrawlJob
+
+    class Odd(Spider):
+        name = "odd"
+
+        def parse(self, response):
+            yield "text"
+            yield {"a": 1}
+            yield ["a", "list"]
+            yield None
+            yield Request("http://s.test/next")
+
+    found = callbacks.call(Odd(), "parse", Response("http://s.test/0"), {}, CrawlJob(pk=1))
+    assert found.items == [{"a": 1}] and [r.url for r in found.requests] == ["http://s.test/next"]
+    assert "not str: 'text'; left out" in caplog.text and "not list" in caplog.text
+
+
+def test_a_callbacks_meta_has_scrapys_depth_latency_and_redirect_urls():
+    from tasks.content import callbacks
+    from tasks.fetch import fetching
+
+    fetched = fetching.Response(
+        url="http://s.test/a", final_url="http://s.test/c", status=200, content_type="text/html",
+        content_type_header="text/html", body=b"", truncated=False, elapsed=0.25, headers={},
+        redirects=["http://s.test/b", "http://s.test/c"],
+    )  # fmt: skip
+    response = callbacks.response_of(fetched, Request("http://s.test/a", meta={"m": 1}), 3)
+    assert (response.url, response.meta) == ("http://s.test/c", {
+        "m": 1, "depth": 3, "download_latency": 0.25,
+        "redirect_urls": ["http://s.test/a", "http://s.test/b"]})  # fmt: skip

@@ -2,7 +2,9 @@
 
     from crawlplatform.spiders import Spider, Request, FormRequest, JsonRequest, DropItem
 
-``Selector`` and ``SelectorList`` are parsel's (Scrapy's ``Selector(text=...)``), for parsing
+An errback's ``failure.check()`` takes Scrapy's and Twisted's exceptions, exported here by
+their names (``HttpError``, ``DNSLookupError``, ``TimeoutError``, ...). ``Selector`` and
+``SelectorList`` are parsel's (Scrapy's ``Selector(text=...)``), for parsing
 a fragment a response carries (HTML inside JSON, say).
 
 Names and behaviour follow Scrapy's, so that a Scrapy spider ports by changing its imports
@@ -12,6 +14,17 @@ Names and behaviour follow Scrapy's, so that a Scrapy spider ports by changing i
 
 from parsel import Selector, SelectorList
 
+from crawlplatform.spiders.errors import (
+    ConnectError,
+    ConnectionLost,
+    ConnectionRefusedError,
+    DNSLookupError,
+    HttpError,
+    IgnoreRequest,
+    ResponseNeverReceived,
+    TCPTimedOutError,
+    TimeoutError,
+)
 from crawlplatform.spiders.http import FormRequest, Headers, JsonRequest, Request
 from crawlplatform.spiders.response import (
     Failure,
@@ -23,17 +36,26 @@ from crawlplatform.spiders.response import (
 from crawlplatform.spiders.spider import DropItem, Spider
 
 __all__ = [
+    "ConnectError",
+    "ConnectionLost",
+    "ConnectionRefusedError",
+    "DNSLookupError",
     "DropItem",
     "Failure",
     "FormRequest",
     "Headers",
     "HtmlResponse",
+    "HttpError",
+    "IgnoreRequest",
     "JsonRequest",
     "Request",
     "Response",
+    "ResponseNeverReceived",
     "Selector",
     "SelectorList",
     "Spider",
+    "TCPTimedOutError",
     "TextResponse",
+    "TimeoutError",
     "XmlResponse",
 ]

@@ -17,6 +17,8 @@ from typing import Any, Protocol
 from urllib.parse import urlencode, urljoin, urlsplit, urlunsplit
 
 import parsel
+from parsel.csstranslator import HTMLTranslator
+from w3lib.html import strip_html5_whitespace
 from w3lib.url import safe_url_string
 
 Callback = Callable[..., Any] | str | None
@@ -26,10 +28,9 @@ class Page(Protocol):
     """What ``FormRequest.from_response`` reads of a response (``response.py``)."""
 
     url: str
+    encoding: str
 
     def urljoin(self, url: str) -> str: ...
-
-    def css(self, query: str) -> parsel.SelectorList: ...
 
     def xpath(self, query: str) -> parsel.SelectorList: ...
 
@@ -54,14 +55,31 @@ class Headers(dict):
         return value if isinstance(value, bytes) else str(value).encode(self.encoding)
 
     def appendlist(self, name: str | bytes, value: Any) -> None:
-        super().setdefault(self._key(name), []).append(self._value(value))
+        values = super().setdefault(self._key(name), [])
+        if value is not None:  # None: the header is not sent, as in Scrapy
+            values.append(self._value(value))
 
     def __setitem__(self, name: str | bytes, value: Any) -> None:
         values = value if isinstance(value, list | tuple) else [value]
-        super().__setitem__(self._key(name), [self._value(v) for v in values])
+        super().__setitem__(self._key(name), [self._value(v) for v in values if v is not None])
 
-    def __getitem__(self, name: str | bytes) -> bytes:
-        return super().__getitem__(self._key(name))[-1]
+    def __getitem__(self, name: str | bytes) -> bytes | None:
+        values = super().__getitem__(self._key(name))
+        return values[-1] if values else None
+
+    def __delitem__(self, name: str | bytes) -> None:
+        super().__delitem__(self._key(name))
+
+    def pop(self, name: str | bytes, *default: Any) -> Any:
+        return super().pop(self._key(name), *default)
+
+    def update(self, other: Mapping | Iterable = (), **more: Any) -> None:  # type: ignore[override]
+        pairs = other.items() if isinstance(other, Mapping) else other
+        for name, value in [*pairs, *more.items()]:
+            self[name] = value
+
+    def copy(self) -> Headers:
+        return Headers({k: self.getlist(k) for k in self.keys()}, self.encoding)
 
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str | bytes) and super().__contains__(self._key(name))
@@ -168,7 +186,7 @@ class Request:
         method: str = "GET",
         headers: Mapping | Iterable | None = None,
         body: bytes | str | None = None,
-        cookies: Mapping[str, str] | None = None,
+        cookies: Mapping[str, str] | Iterable[Mapping[str, Any]] | None = None,
         meta: dict | None = None,
         encoding: str = "utf-8",
         priority: int = 0,
@@ -197,7 +215,7 @@ class Request:
         if body:
             self.body = body.encode(encoding) if isinstance(body, str) else body
         if cookies:
-            self._cookies = dict(cookies)
+            self._cookies = _cookie_dict(cookies)
         if meta:
             self._meta = dict(meta)
         if priority:
@@ -244,8 +262,20 @@ class Request:
         Request.__init__(copy, **fields)  # the body as it is, not encoded again
         return copy
 
+    def copy(self) -> Request:
+        return self.replace()
+
     def __repr__(self) -> str:
         return f"<{self.method} {self.url}>"
+
+
+def _cookie_dict(cookies: Mapping[str, str] | Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """A request's cookies as name and value: from a dict, or from Scrapy's list of dicts
+    (``name``, ``value``; their ``domain`` and ``path`` do not matter to cookies sent with
+    this request only)."""
+    if isinstance(cookies, Mapping):
+        return dict(cookies)
+    return {str(c["name"]): str(c["value"]) for c in cookies}
 
 
 class JsonRequest(Request):
@@ -267,30 +297,25 @@ class JsonRequest(Request):
         self.headers.setdefault("Accept", "application/json, text/javascript, */*; q=0.01")
 
 
-def _with_query(url: str, query: str) -> str:
-    parts = urlsplit(url)
-    joined = f"{parts.query}&{query}" if parts.query else query
-    return urlunsplit(parts._replace(query=joined, fragment=""))
-
-
 class FormRequest(Request):
-    """A form submission: ``formdata`` urlencoded into the body (POST) or the query (GET)."""
+    """A form submission: ``formdata`` urlencoded in the request's encoding into the body
+    (POST) or as the URL's query (GET)."""
 
     valid_form_methods = ("GET", "POST")
 
     def __init__(self, *args: Any, formdata: Mapping | Iterable | None = None, **kwargs: Any):
-        if formdata and "method" not in kwargs:
+        if formdata and kwargs.get("method") is None:
             kwargs["method"] = "POST"
         super().__init__(*args, **kwargs)
         if not formdata:
             return
         items = formdata.items() if isinstance(formdata, Mapping) else formdata
-        query = urlencode([(k, v) for k, v in items if v is not None], doseq=True)
+        query = _urlencode(items, self.encoding)
         if self.method == "POST":
             self.headers.setdefault("Content-Type", "application/x-www-form-urlencoded")
-            self.body = query.encode(self.encoding)
+            self.body = query.encode("ascii")
         else:
-            self.url = _with_query(self.url, query)
+            self.url = urlunsplit(urlsplit(self.url)._replace(query=query))
 
     @classmethod
     def from_response(
@@ -300,78 +325,139 @@ class FormRequest(Request):
         formid: str | None = None,
         formnumber: int = 0,
         formdata: Mapping | Iterable | None = None,
-        clickdata: Mapping[str, str] | None = None,
+        clickdata: Mapping[str, Any] | None = None,
         dont_click: bool = False,
         formxpath: str | None = None,
         formcss: str | None = None,
         **kwargs: Any,
     ) -> FormRequest:
-        """The submission of a form of ``response`` with its fields as the page fills them
-        (hidden ones, a CSRF token among them) and ``formdata`` over them; built by
-        ``form2request``. The form is the first that ``formcss``, ``formxpath``, ``formid``
-        or ``formname`` finds, else the ``formnumber``-th of the page."""
-        from form2request import form2request
-
-        form = _find_form(response, formname, formid, formnumber, formxpath, formcss)
-        click: Any = False if dont_click else None
-        if clickdata and not dont_click:
-            conditions = " and ".join(f"@{k}={json.dumps(str(v))}" for k, v in clickdata.items())
-            found = form.xpath(f".//*[({conditions}) and (self::input or self::button)]")
-            if not found:
-                raise ValueError(f"no clickable element matching clickdata {dict(clickdata)}")
-            click = found[0].root
-        method = kwargs.pop("method", None)
-        built = form2request(form, formdata, click=click, method=method)
-        headers = [*built.headers, *_pairs(kwargs.pop("headers", None))]
-        return cls(_form_url(response, form, built), method=built.method, headers=headers,
-                   body=built.body, **kwargs)  # fmt: skip
+        """The submission of a form of ``response``, as Scrapy's: its fields as the page fills
+        them (hidden ones, a CSRF token among them), its first submit button (or the one
+        ``clickdata`` names) unless ``dont_click``, and ``formdata`` over them; encoded as the
+        page is. The form is the one ``formname``, ``formid``, ``formxpath`` or ``formcss``
+        finds, else the ``formnumber``-th of the page."""
+        kwargs.setdefault("encoding", response.encoding)
+        if formcss is not None:
+            formxpath = HTMLTranslator().css_to_xpath(formcss)
+        form = _find_form(response, formname, formid, formnumber, formxpath)
+        fields = _form_fields(form, formdata, dont_click, clickdata)
+        url = _form_url(response, form, kwargs.pop("url", None))
+        method = kwargs.pop("method", form.method)
+        if method is not None:
+            method = method.upper()
+            if method not in cls.valid_form_methods:
+                method = "GET"  # a browser's fallback (``dialog``, a typo)
+        return cls(url=url, method=method, formdata=fields, **kwargs)
 
 
-def _form_url(response: Page, form: parsel.Selector, built: Any) -> str:
-    """Where the form goes: its action against the page's base (its ``<base href>`` too, as
-    Scrapy resolves it), the page itself without one; a GET carries the fields as its query."""
-    action = form.attrib.get("action")
-    url = response.url if action is None else urljoin(response.urljoin(""), action.strip())
-    if built.method == "GET":
-        parts = urlsplit(url)
-        url = urlunsplit(parts._replace(query=urlsplit(built.url).query, fragment=""))
-    return url
+def _urlencode(items: Iterable, encoding: str) -> str:
+    """Form fields as a query string in ``encoding``: a list's values each once, None left
+    out."""
+    pairs = [(_encoded(k, encoding), _encoded(v, encoding))
+             for k, values in items
+             for v in (values if _listlike(values) else [values])
+             if v is not None]  # fmt: skip
+    return urlencode(pairs, doseq=True)
 
 
-def _pairs(headers: Mapping | Iterable | None) -> list[tuple[str, Any]]:
-    if not headers:
-        return []
-    return list(headers.items() if isinstance(headers, Mapping) else headers)
+def _listlike(value: Any) -> bool:
+    return isinstance(value, Iterable) and not isinstance(value, str | bytes)
 
 
-def _find_form(
-    response: Page,
-    formname: str | None,
-    formid: str | None,
-    formnumber: int,
-    formxpath: str | None,
-    formcss: str | None,
-) -> parsel.Selector:
-    if formcss is not None:
-        found = response.css(formcss)
-        forms = [f for s in found for f in s.xpath("ancestor-or-self::form")]
-        if not forms:
-            raise ValueError(f"No <form> element found with {formcss}")
-        return forms[0]
-    if formxpath is not None:
-        found = response.xpath(formxpath)
-        forms = [f for s in found for f in s.xpath("ancestor-or-self::form")]
-        if not forms:
-            raise ValueError(f"No <form> element found with {formxpath}")
-        return forms[0]
-    for attribute, value in (("id", formid), ("name", formname)):
-        if value is not None:
-            forms = response.xpath(f"//form[@{attribute}={json.dumps(value)}]")
-            if forms:
-                return forms[0]
+def _encoded(value: Any, encoding: str) -> bytes:
+    return value if isinstance(value, bytes) else str(value).encode(encoding)
+
+
+def _form_url(response: Page, form: Any, url: str | None) -> str:
+    """Where the form goes: ``url`` if given, else its action, against the page's base (its
+    ``<base href>`` too, as Scrapy's selector has it); the base itself without an action."""
+    base = response.urljoin("")
+    if url is None:
+        action = form.get("action")
+        return base if action is None else urljoin(base, strip_html5_whitespace(action))
+    return urljoin(base, url)
+
+
+def _find_form(response: Page, formname: str | None, formid: str | None, formnumber: int,
+               formxpath: str | None) -> Any:  # fmt: skip
+    """The form's lxml element, found as Scrapy finds it."""
     forms = response.xpath("//form")
     if not forms:
         raise ValueError(f"No <form> element found in {response}")
+    for attribute, value in (("name", formname), ("id", formid)):
+        if value is not None:
+            found = response.xpath(f"//form[@{attribute}={json.dumps(value)}]")
+            if found:
+                return found[0].root
+    if formxpath is not None:
+        nodes = response.xpath(formxpath)
+        element = nodes[0].root if nodes else None
+        while element is not None and not isinstance(element, str):
+            if element.tag == "form":
+                return element
+            element = element.getparent()
+        raise ValueError(f"No <form> element found with {formxpath}")
     if formnumber >= len(forms):
         raise IndexError(f"Form number {formnumber} not found in {response}")
-    return forms[formnumber]
+    return forms[formnumber].root
+
+
+_FIELDS = ('descendant::textarea|descendant::select|descendant::input[not(@type) or @type['
+           ' not(re:test(., "^(?:submit|image|reset)$", "i")) and (../@checked or'
+           '  not(re:test(., "^(?:checkbox|radio)$", "i")))]]')  # fmt: skip
+_CLICKABLES = ('descendant::input[re:test(@type, "^(submit|image)$", "i")]'
+               '|descendant::button[not(@type) or re:test(@type, "^submit$", "i")]')  # fmt: skip
+_RE = {"re": "http://exslt.org/regular-expressions"}
+
+
+def _form_fields(form: Any, formdata: Mapping | Iterable | None, dont_click: bool,
+                 clickdata: Mapping[str, Any] | None) -> list[tuple[str, Any]]:  # fmt: skip
+    """The (name, value) pairs the form submits: its fields but those ``formdata`` sets, the
+    clicked button, then ``formdata`` (a None value leaves a field out)."""
+    try:
+        given = dict(formdata or ()).keys()
+    except (ValueError, TypeError):
+        raise ValueError("formdata should be a dict or iterable of tuples") from None
+    values = [(k, "" if v is None else v)
+              for k, v in (_field_value(e) for e in form.xpath(_FIELDS, namespaces=_RE))
+              if k and k not in given]  # fmt: skip
+    if not dont_click:
+        clicked = _clicked(clickdata, form)
+        if clicked and clicked[0] is not None and clicked[0] not in given:
+            values.append(clicked)
+    items = formdata.items() if isinstance(formdata, Mapping) else formdata or []
+    values.extend((k, v) for k, v in items if v is not None)
+    return values
+
+
+def _field_value(element: Any) -> tuple[str | None, Any]:
+    """A field's name and value; a single ``<select>`` with nothing selected sends its first
+    option, as a browser does."""
+    if element.tag == "select" and element.value is None and not element.multiple:
+        options = element.value_options
+        return (element.name, options[0]) if options else (None, None)
+    value = element.value
+    return element.name, list(value) if element.tag == "select" and element.multiple else value
+
+
+def _clicked(clickdata: Mapping[str, Any] | None, form: Any) -> tuple[str, str] | None:
+    """The button a click submits with: the first, or the one ``clickdata`` names (``nr``: its
+    place among the form's inputs; else attributes that only it has)."""
+    clickables = form.xpath(_CLICKABLES, namespaces=_RE)
+    if not clickables:
+        return None
+    if clickdata is None:
+        return clickables[0].get("name"), clickables[0].get("value") or ""
+    nr = clickdata.get("nr")
+    if nr is not None:
+        inputs = list(form.inputs)
+        if 0 <= nr < len(inputs):
+            return inputs[nr].get("name"), inputs[nr].get("value") or ""
+    conditions = "".join(f"[@{k}={json.dumps(str(v))}]" for k, v in clickdata.items())
+    found = form.xpath(".//*" + conditions)
+    if len(found) > 1:
+        raise ValueError(f"Multiple elements found matching the criteria in clickdata: "
+                         f"{dict(clickdata)!r}")  # fmt: skip
+    if not found:
+        raise ValueError(f"No clickable element matching clickdata: {dict(clickdata)!r}")
+    return found[0].get("name"), found[0].get("value") or ""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import traceback
 from collections.abc import Iterable, Iterator, Mapping
 from functools import lru_cache
 from typing import Any
@@ -23,6 +24,7 @@ from w3lib.encoding import (
 )
 from w3lib.html import get_base_url
 
+from crawlplatform.spiders.errors import kinds_of
 from crawlplatform.spiders.http import Callback, Headers, Request, safe_url
 
 
@@ -34,20 +36,27 @@ class Response:
         url: str,
         status: int = 200,
         headers: Mapping | Iterable | None = None,
-        body: bytes = b"",
+        body: bytes | str = b"",
         request: Request | None = None,
         flags: list[str] | None = None,
         ip_address: str | None = None,
+        encoding: str | None = None,
     ) -> None:
+        if isinstance(body, str):
+            if encoding is None:
+                raise TypeError("Cannot convert str body to bytes without an encoding: "
+                                "pass encoding= (as Scrapy's TextResponse)")  # fmt: skip
+            body = body.encode(encoding)
         self.url = url
         self.status = status
-        self.headers = Headers(headers)
+        self.headers = headers.copy() if isinstance(headers, Headers) else Headers(headers)
         self.body = body
+        self._given_encoding = encoding
         self.request = request
         self.flags = list(flags or [])
         self.ip_address = ip_address
         self._text: str | None = None
-        self._encoding: str | None = None
+        self._encoding: str | None = encoding
         self._bom = 0  # the length of the body's byte order mark
         self._selector: parsel.Selector | None = None
         self._soup: Any = None
@@ -56,6 +65,19 @@ class Response:
 
     def __repr__(self) -> str:
         return f"<{self.status} {self.url}>"
+
+    def replace(self, **changes: Any) -> Response:
+        """A copy with some arguments changed (``body`` fixed up before parsing, say), as
+        Scrapy's ``Response.replace`` (``cls``: of another class)."""
+        cls = changes.pop("cls", type(self))
+        fields = {"url": self.url, "status": self.status, "headers": self.headers,
+                  "body": self.body, "request": self.request, "flags": self.flags,
+                  "ip_address": self.ip_address, "encoding": self._given_encoding}  # fmt: skip
+        fields.update(changes)
+        return cls(**fields)
+
+    def copy(self) -> Response:
+        return self.replace()
 
     @property
     def meta(self) -> dict:
@@ -181,7 +203,14 @@ class Response:
         elif url is None:
             raise ValueError("url can't be None")
         cls = kwargs.pop("cls", Request)
+        self._page_encoding(kwargs)
         return cls(self.urljoin(url.strip()), callback=callback, **kwargs)
+
+    def _page_encoding(self, kwargs: dict) -> None:
+        """Requests a page makes take its encoding (a query's non-ASCII characters escaped
+        in it, as Scrapy's ``follow`` has it), unless told otherwise."""
+        if "encoding" not in kwargs and self.encoding not in ("utf-8", "utf8"):
+            kwargs["encoding"] = self.encoding
 
     def follow_all(
         self,
@@ -201,6 +230,7 @@ class Response:
         elif isinstance(urls, parsel.SelectorList):
             urls = _links_of(sel.root for sel in urls)
         make = kwargs.pop("cls", Request)
+        self._page_encoding(kwargs)
         for url in urls:
             try:
                 if isinstance(url, str):  # most are: a page's links, stripped
@@ -317,18 +347,33 @@ class Failure:
         if response is not None and not hasattr(value, "response"):
             value.response = response  # as Scrapy's HttpError carries it
 
-    def check(self, *types: type) -> type | None:
-        """The first of ``types`` the exception is an instance of (by class or by name)."""
+    def check(self, *types: type | str) -> type | str | None:
+        """The first of ``types`` the failure is, by class or by name: the platform's outcome
+        class, or the Scrapy or Twisted exception it stands for (``errors.py``)."""
+        names = {c.__name__ for c in self.type.__mro__}
+        names.update(c.__name__ for kind in kinds_of(self.value) for c in kind.__mro__)
         for kind in types:
-            name = kind if isinstance(kind, str) else kind.__name__
             if isinstance(kind, type) and isinstance(self.value, kind):
                 return kind
-            if any(c.__name__ == name for c in self.type.__mro__):
+            if (kind if isinstance(kind, str) else kind.__name__) in names:
                 return kind
         return None
 
+    def trap(self, *types: type | str) -> type | str:
+        """The first of ``types`` the failure is; else its exception is raised, as Twisted's."""
+        found = self.check(*types)
+        if found is None:
+            raise self.value
+        return found
+
+    def raiseException(self) -> None:  # noqa: N802 (Twisted's name)
+        raise self.value
+
     def getErrorMessage(self) -> str:  # noqa: N802 (Twisted's name)
         return str(self.value)
+
+    def getTraceback(self) -> str:  # noqa: N802 (Twisted's name)
+        return "".join(traceback.format_exception_only(self.value))
 
     def __repr__(self) -> str:
         return f"<Failure {self.type.__name__}: {self.value}>"

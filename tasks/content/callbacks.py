@@ -170,7 +170,7 @@ def _collect(result: Any, deadline: float, cap: int, into: list) -> None:
         for one in result:
             _add(one, deadline, cap, into)
         return
-    raise TypeError(f"a callback must yield requests or items, not {type(result).__name__}")
+    _add(result, deadline, cap, into)  # not a request or item: logged and left out
 
 
 def _add(one: Any, deadline: float, cap: int, into: list) -> None:
@@ -178,8 +178,10 @@ def _add(one: Any, deadline: float, cap: int, into: list) -> None:
         raise outcomes.SpiderTimeout("the callback ran past SPIDER_CALLBACK_TIMEOUT_S")
     if one is None:
         return
-    if not (isinstance(one, Request) or itempipes.is_item(one)):
-        raise TypeError(f"a callback must yield requests or items, not {type(one).__name__}")
+    if not (isinstance(one, Request) or itempipes.is_item(one)):  # as Scrapy, keep the rest
+        log.error("a callback must yield requests, items or None, not %s: %.200r; left out",
+                  type(one).__name__, one)  # fmt: skip
+        return
     into.append(one)
     if len(into) > cap:
         raise ValueError(f"the callback yielded more than SPIDER_MAX_YIELDS ({cap})")
@@ -254,8 +256,13 @@ def call(spider: Spider, name: str, response: Any, kwargs: dict, job: CrawlJob) 
                    [f for f in found if isinstance(f, Request)])  # fmt: skip
 
 
-def response_of(resp: fetching.Response, request: Request) -> Response:
-    """What a callback sees of a fetched answer."""
+def response_of(resp: fetching.Response, request: Request, depth: int = 0) -> Response:
+    """What a callback sees of a fetched answer; its ``meta`` has what Scrapy's middlewares
+    put there: ``depth``, ``download_latency`` and, after redirects, ``redirect_urls``."""
+    request.meta["depth"] = depth
+    request.meta["download_latency"] = resp.elapsed
+    if resp.redirects:
+        request.meta["redirect_urls"] = [request.url, *resp.redirects[:-1]]
     return Response(resp.final_url, status=resp.status, headers=resp.http.get("response")
                     or list(resp.headers.items()), body=resp.body, request=request)  # fmt: skip
 
@@ -386,8 +393,8 @@ def new_requests(claimed: Claim, cache: JobCache, spider: Spider,
             continue  # yielded before on this page, or already in the frontier
         try:
             kept = record(request, spider)
-        except ValueError as exc:
-            raise outcomes.SpiderError(f"ValueError: {exc}"[:2000]) from None
+        except Exception as exc:  # what the spider put in it: its error, not the worker's
+            raise outcomes.SpiderError(f"{type(exc).__name__}: {exc}"[:2000]) from None
         unique = f"{claimed.url.pk}.{n}" if request.dont_filter else ""
         row_key = key(canonical, kept, unique)
         if row_key in out:
@@ -436,7 +443,7 @@ def _store(claimed: Claim, cache: JobCache, resp: fetching.Response, spider: Spi
     redirect = _redirect(claimed, cache, resp, request)
     if redirect and not redirect_target_free(claimed, redirect.target, redirect.take_queued):
         return duplicate_redirect(claimed, redirect.target, resp.status)  # no callback to run
-    response = response_of(resp, request)
+    response = response_of(resp, request, claimed.url.depth)
     try:
         yielded = call(spider, request.callback_name or "parse", response, request.cb_kwargs, job)
         new = new_requests(claimed, cache, spider, yielded.requests)

@@ -1,0 +1,74 @@
+"""What an errback checks a failure against, named as Scrapy's and Twisted's exceptions, so
+that a ported errback's ``failure.check(HttpError)`` or ``failure.check(TimeoutError,
+TCPTimedOutError)`` takes the branch it takes under Scrapy.
+
+A failure's ``value`` is the platform's outcome (its ``reason`` is the URL's outcome code);
+``kinds_of`` gives the classes here that it stands for, and ``Failure.check`` matches those
+by class or by name (so Scrapy's and Twisted's own classes match too).
+"""
+
+from __future__ import annotations
+
+
+class IgnoreRequest(Exception):
+    """A request dropped before an answer: robots.txt, the job's scope, the address guard."""
+
+
+class HttpError(IgnoreRequest):
+    """An answer that is not 2xx; ``failure.value.response`` is it."""
+
+
+class ConnectError(Exception):
+    """No connection to the host."""
+
+
+class ConnectionRefusedError(ConnectError):
+    pass
+
+
+class TCPTimedOutError(ConnectError):
+    pass
+
+
+class DNSLookupError(OSError):
+    pass
+
+
+class TimeoutError(Exception):
+    """No answer within the fetch's time (connect, read or the whole request)."""
+
+
+class ConnectionLost(Exception):
+    pass
+
+
+class ResponseNeverReceived(Exception):
+    pass
+
+
+_BY_REASON: dict[str, tuple[type[Exception], ...]] = {
+    "http_4xx": (HttpError,),
+    "http_5xx": (HttpError,),
+    "http_429": (HttpError,),
+    "dns": (DNSLookupError,),
+    "connect_timeout": (TCPTimedOutError, TimeoutError),
+    "read_timeout": (TimeoutError,),
+    "deadline": (TimeoutError,),
+    "connect_error": (ConnectionRefusedError,),
+    "host_unreachable": (ConnectError,),
+    "connection_reset": (ConnectionLost, ResponseNeverReceived),
+    "protocol_error": (ResponseNeverReceived,),
+    "robots": (IgnoreRequest,),
+    "out_of_scope": (IgnoreRequest,),
+    "blocked_address": (IgnoreRequest,),
+}
+
+
+def kinds_of(value: BaseException) -> tuple[type[Exception], ...]:
+    """The classes here that an outcome stands for: by its reason, and ``HttpError`` for any
+    answer that is not 2xx (a block page refused with a 403, say)."""
+    kinds = _BY_REASON.get(getattr(value, "reason", ""), ())
+    status = getattr(value, "status", None)
+    if not kinds and status is not None and not 200 <= status < 300:
+        return (HttpError,)
+    return kinds
