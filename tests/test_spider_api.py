@@ -264,10 +264,12 @@ def test_items_of_every_kind_become_json_and_a_drop_has_its_reason():
     assert items._drop_reason(DropItem("no price")) == "no price"
 
 
-def test_response_json_and_text_follow_the_declared_charset():
+def test_response_json_reads_utf8_whatever_the_charset_and_text_follows_it():
     r = Response("http://x.test/", headers={"Content-Type": "application/json; charset=latin-1"},
                  body='{"name": "café"}'.encode("latin-1"))  # fmt: skip
     assert r.json() == {"name": "café"} and r.encoding == "cp1252"
+    utf8 = r.replace(body='{"name": "café"}'.encode())  # a charset JSON has no use for
+    assert (utf8.json(), utf8.text) == ({"name": "café"}, '{"name": "cafÃ©"}')  # as Scrapy's
 
 
 def test_urljoin_is_scrapys_for_every_kind_of_href():

@@ -350,17 +350,21 @@ spec:
 class Redirecting(LocalSite):
     """``/`` links to ``/r/X``, each redirecting to a ``/t/N`` (or to ``/a/5``), and to
     some of those targets; ``/r/e`` (a ``dont_filter`` request) and ``/r/a`` both lead to
-    ``/t/1``, ``/r/c1`` and ``/r/c2`` to ``/t/3``, ``/r/g`` (another callback) to ``/t/7``."""
+    ``/t/1``, ``/r/c1`` and ``/r/c2`` to ``/t/3``, ``/r/g`` (another callback) to ``/t/7``.
+    Two spellings of one query URL too. ``asked``: the paths requested, as sent."""
 
     TARGETS = {"/r/a": "/t/1", "/r/b": "/t/2", "/r/c1": "/t/3", "/r/c2": "/t/3", "/r/e": "/t/1",
                "/r/f": "/a/5", "/r/g": "/t/7"}  # fmt: skip
-    LINKS = ["/r/a", "/t/1", "/r/b", "/r/c1", "/r/c2", "/a/5", "/r/f", "/t/7"]
+    LINKS = ["/r/a", "/t/1", "/r/b", "/r/c1", "/r/c2", "/a/5", "/r/f", "/t/7",
+             "/q?b=2&a=1&flag", "/q?a=1&b=2&flag="]  # fmt: skip
 
     def __init__(self) -> None:
         site = self
+        self.asked: list[str] = []
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
+                site.asked.append(self.path)
                 if self.path in site.TARGETS:
                     send(self, 301 if self.path < "/r/c" else 302,
                          {"Location": site.TARGETS[self.path]}, b"")  # fmt: skip
@@ -388,12 +392,14 @@ def test_a_page_reached_through_redirects_yields_its_items_once(installed, monke
     assert items == [
         ("/", False, False),
         ("/a/5", False, False),  # fetched as itself: /r/f, later, stores nothing
+        ("/q?b=2&a=1&flag", False, False),  # fetched as given, deduplicated as canonical
         ("/t/1", False, False),  # /r/a took the queued /t/1 ...
         ("/t/1", True, False),  # ... and dont_filter asked for it again, as in Scrapy
         ("/t/2", False, False),  # nothing else links to it: /r/b stores it
         ("/t/3", False, False),  # /r/c1 first: /r/c2 stores nothing
         ("/t/7", False, False),  # /r/g runs another callback: the queued /t/7 is its own
     ]
+    assert [path for path in site.asked if path.startswith("/q")] == ["/q?b=2&a=1&flag"]
     ends = dict(FrontierURL.objects.filter(job=job).values_list("url", "error_reason"))
     ends = {url.removeprefix(site.base): reason for url, reason in ends.items()}
     assert {url for url, reason in ends.items() if reason == "duplicate_redirect"} == {

@@ -122,8 +122,12 @@ class Response:
         return to_unicode(self.body[self._bom :], encoding)[:chars]
 
     def json(self) -> Any:
-        """The body parsed as JSON."""
-        return json.loads(self.text)
+        """The body parsed as JSON, from its bytes (UTF-8, -16 or -32, whatever the
+        ``Content-Type`` says), as Scrapy's; a body that is none of those, from its text."""
+        try:
+            return json.loads(self.body)
+        except UnicodeDecodeError:
+            return json.loads(self.text)
 
     @property
     def selector(self) -> parsel.Selector:

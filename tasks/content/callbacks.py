@@ -113,9 +113,13 @@ def rank(request: Request) -> int:
     return max(-32768, min(32767, request.priority))
 
 
-def plain(kept: dict) -> bool:
-    """A GET for ``parse`` with nothing else to remember: its row needs no request."""
-    return (kept["method"] == "GET" and not kept["body"] and not kept["headers"]
+def plain(kept: dict, row_key: str) -> bool:
+    """A GET for ``parse`` with nothing else to remember, of the URL its row has (its
+    canonical form, but for a fragment): its row needs no request. Else the row keeps the
+    URL as the spider gave it, which is what is fetched, as Scrapy sends it (a query's order,
+    ``?flag`` without ``=``), while the canonical URL is what it is deduplicated by."""
+    return (kept["url"].partition("#")[0] == row_key
+            and kept["method"] == "GET" and not kept["body"] and not kept["headers"]
             and kept["callback"] == "parse" and not kept["errback"] and not kept["cb_kwargs"]
             and not kept["meta"] and not kept["cookies"] and not kept["dont_filter"])  # fmt: skip
 
@@ -400,7 +404,7 @@ def new_requests(claimed: Claim, cache: JobCache, spider: Spider,
         if row_key in out:
             continue  # the first of the same requests is the one kept
         forbidden = job.obey_robots and robots.forbids(job, canonical)
-        out[row_key] = NewRequest(row_key, None if plain(kept) else kept,
+        out[row_key] = NewRequest(row_key, None if plain(kept, row_key) else kept,
                                   ROBOTS_FORBIDDEN if forbidden else None,
                                   rank(request))  # fmt: skip
     return list(out.values())

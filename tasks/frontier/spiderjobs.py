@@ -95,8 +95,8 @@ def plan(job: CrawlJob) -> Start:
             log.warning("job=%s: start request %s is outside the job's scope", job.pk, request)
             continue
         row_key = callbacks.key(canonical, kept, f"start.{n}" if request.dont_filter else "")
-        rows.setdefault(row_key, NewRequest(row_key, None if callbacks.plain(kept) else kept, None,
-                                            callbacks.rank(request)))  # fmt: skip
+        stored = None if callbacks.plain(kept, row_key) else kept
+        rows.setdefault(row_key, NewRequest(row_key, stored, None, callbacks.rank(request)))
     items = [pipes.process(i) for i in yielded if not isinstance(i, Request)]
     pipes.close()
     return Start(list(rows.values()), items, settings, domains, custom.fields)
