@@ -66,6 +66,7 @@ def test_the_shop_spider_logs_in_and_yields_exactly_the_expected_items(installed
         assert job.state == JobState.RUNNING, job.error
         assert job.settings == {"RETRY_MAX_ATTEMPTS": 2, "FETCH_READ_TIMEOUT_S": 5.0}
         assert (job.delay, job.allowed_domains) == (0, ["127.0.0.1"])
+        assert job.headers == {"Accept-Language": "en"}
         run_job(job)
     assert by_sku(kept(job)) == by_sku(expected_products() + expected_stock())
     assert shop.hits["POST /login"] == 1

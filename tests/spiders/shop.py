@@ -39,6 +39,7 @@ class ShopSpider(Spider):
         "ITEM_PIPELINES": {"tests.spiders.shop.CleanPrice": 300},
         "RETRY_TIMES": 1,  # Scrapy's: RETRY_MAX_ATTEMPTS 2
         "DOWNLOAD_DELAY": 0,  # Scrapy's: the job's delay
+        "DEFAULT_REQUEST_HEADERS": {"Accept-Language": "en"},  # Scrapy's: the job's headers
         "LOG_LEVEL": "INFO",  # Scrapy's own process: left out
         "FETCH_READ_TIMEOUT_S": 5.0,  # the platform's
     }
