@@ -260,8 +260,8 @@ def _record(
 ) -> str:
     """The URL's outcome if the fetch ended in one; else its page, unchanged or stored."""
     if outcome is not None:
-        if claimed.job.spider and (claimed.url.request or {}).get("errback"):
-            return callbacks.failed(claimed, cache, outcome)  # the spider's errback sees it
+        if claimed.job.spider and callbacks.for_the_spider(claimed, outcome):
+            return callbacks.failed(claimed, cache, outcome)  # its callback or errback sees it
         state = record_failure(claimed, outcome)
         log.info("job=%s url=%s outcome=%s state=%s", claimed.job.pk, claimed.url.url,
                  outcome.reason, state)  # fmt: skip

@@ -67,6 +67,7 @@ def test_spiders_lists_what_is_installed_and_what_cannot_be_loaded(worker_env):
         "search\ttests.spiders.shop.SearchSpider",
         "shop\ttests.spiders.shop.ShopSpider",
         "stall\ttests.spiders.stall.Stall",
+        "statuses\ttests.spiders.redirects.Statuses",
         "stubborn\ttests.spiders.shop.StubbornSpider",
         "unkeepable\ttests.spiders.shop.UnkeepableSpider",
     ]

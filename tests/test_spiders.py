@@ -408,6 +408,43 @@ def test_a_page_reached_through_redirects_yields_its_items_once(installed, monke
     assert ends["/t/1"] == ends["/t/3"] == "fetched_via_redirect"
 
 
+def test_error_answers_go_to_the_callback_where_the_request_or_spider_handles_them(installed):
+    class Erring(LocalSite):
+        def __init__(self) -> None:
+            class Handler(BaseHTTPRequestHandler):
+                def do_GET(self) -> None:
+                    status = 500 if self.path.startswith("/broken") else 404  # robots.txt too
+                    send(self, status, {}, f"<h1>{status} at {self.path}</h1>".encode() * 3000)
+
+                def log_message(self, *args) -> None:
+                    pass
+
+            super().__init__(Handler)
+
+    with Erring() as site:
+        job = jobs.create_job([], spider="statuses", spider_args={"base": site.base})
+        jobs.start(job)
+        job.refresh_from_db()
+        assert job.settings == {"RETRY_MAX_ATTEMPTS": 2}
+        run_job(job)
+    got = sorted((i["url"].removeprefix(site.base), i.get("status"), i.get("h1"),
+                  i.get("http_error")) for i in kept(job))  # fmt: skip
+    assert got == [
+        ("/broken/1", 500, "500 at /broken/1", None),  # after its retries, as Scrapy's
+        ("/broken/2", 500, "500 at /broken/2", None),
+        ("/missing/1", 404, "404 at /missing/1", None),
+        ("/missing/2", None, None, True),  # its errback
+    ]
+    rows = {u.removeprefix(site.base): (state, reason, attempts)
+            for u, state, reason, attempts in FrontierURL.objects.filter(job=job).values_list(
+                "url", "state", "error_reason", "attempts")}  # fmt: skip
+    assert rows == {"/missing/1": ("done", "", 1), "/broken/1": ("done", "", 2),
+                    "/broken/2": ("done", "", 2), "/missing/2": ("failed", "http_4xx", 1),
+                    "/broken/3": ("failed", "http_5xx", 2)}  # fmt: skip
+    page = Item.objects.get(job=job, data__url=site.url("/missing/1")).url.page
+    assert (page.status, page.size) == (404, len("<h1>404 at /missing/1</h1>") * 3000)
+
+
 def test_an_errback_sees_the_failure_and_its_items_commit_with_the_urls_failure(installed):
     with Shop() as shop:
         job = jobs.create_job([], spider="errbacks", spider_args={"base": shop.base})

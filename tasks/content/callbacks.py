@@ -490,14 +490,61 @@ def page_title(response: Response) -> str:
     return " ".join("".join(found[0].itertext()).split()) if found else ""
 
 
+HTTP_ERRORS = (outcomes.ClientError, outcomes.ServerError, outcomes.TooManyRequests)
+
+
+def for_the_spider(claimed: Claim, outcome: outcomes.CrawlOutcome) -> bool:
+    """Whether a spider request's ``outcome`` may be the spider's to see, once it ends the
+    URL: the request has an errback, or the outcome is an HTTP error answer, which a callback
+    may ask for (``handle_httpstatus_list``)."""
+    return bool((claimed.url.request or {}).get("errback") or isinstance(outcome, HTTP_ERRORS))
+
+
 def failed(claimed: Claim, cache: JobCache, outcome: outcomes.CrawlOutcome) -> str:
-    """A spider request ended with ``outcome``: if it ends the URL and the request has an
-    errback, the errback runs on it and what it yields commits with the URL's failure. An
-    errback that raises is logged; the URL keeps its own outcome."""
-    if not (claimed.url.request or {}).get("errback") or not ends(claimed, outcome):
+    """A spider request ended with ``outcome``. If it ends the URL: an HTTP error answer that
+    the request or spider handles (``handles``) goes to the callback as any answer; else, if
+    the request has an errback, the errback runs on it and what it yields commits with the
+    URL's failure (an errback that raises is logged; the URL keeps its own outcome)."""
+    if not ends(claimed, outcome):
         return record_failure(claimed, outcome)
-    return _with_spider(claimed, lambda spider, pipes: _errback(claimed, cache, outcome, spider,
-                                                                pipes), outcome)  # fmt: skip
+    return _with_spider(claimed, lambda spider, pipes: _failed(claimed, cache, outcome, spider,
+                                                               pipes), outcome)  # fmt: skip
+
+
+def _failed(claimed: Claim, cache: JobCache, outcome: outcomes.CrawlOutcome, spider: Spider,
+            pipes: itempipes.Pipelines) -> str:  # fmt: skip
+    kept = claimed.url.request or {}
+    if isinstance(outcome, HTTP_ERRORS) and handles(spider, kept, outcome.status):
+        return _store(claimed, cache, _answer(claimed, outcome), spider, pipes)
+    if kept.get("errback"):
+        return _errback(claimed, cache, outcome, spider, pipes)
+    return record_failure(claimed, outcome)
+
+
+def handles(spider: Spider, kept: dict, status: int | None) -> bool:
+    """Whether the request's callback takes an answer of ``status`` (not 2xx), as Scrapy's
+    ``HttpErrorMiddleware`` decides: the request's ``meta`` (``handle_httpstatus_all``, or
+    its ``handle_httpstatus_list``), else the spider's ``handle_httpstatus_list``, else its
+    ``custom_settings`` (``HTTPERROR_ALLOW_ALL``, ``HTTPERROR_ALLOWED_CODES``)."""
+    meta, custom = kept.get("meta") or {}, spider.custom_settings or {}
+    if meta.get("handle_httpstatus_all"):
+        return True
+    if "handle_httpstatus_list" in meta:
+        return status in meta["handle_httpstatus_list"]
+    if custom.get("HTTPERROR_ALLOW_ALL"):
+        return True
+    allowed = getattr(spider, "handle_httpstatus_list", None)
+    return status in (custom.get("HTTPERROR_ALLOWED_CODES", ()) if allowed is None else allowed)
+
+
+def _answer(claimed: Claim, outcome: outcomes.CrawlOutcome) -> fetching.Response:
+    """An HTTP error's answer (its headers and body, kept with the outcome) as a response."""
+    url = (claimed.url.request or {}).get("url") or claimed.url.url
+    header = next((v for k, v in outcome.headers.items() if k.lower() == "content-type"), "")
+    return fetching.Response(url=url, final_url=outcome.url or url, status=outcome.status or 0,
+                             content_type=header.split(";", 1)[0].strip().lower(),
+                             content_type_header=header, body=outcome.body, truncated=False,
+                             elapsed=0.0, headers=dict(outcome.headers))  # fmt: skip
 
 
 def _errback(claimed: Claim, cache: JobCache, outcome: outcomes.CrawlOutcome, spider: Spider,

@@ -173,6 +173,8 @@ SCRAPY_SETTINGS: dict[str, tuple[str, Any]] = {
     "DOWNLOAD_MAXSIZE": ("FETCH_MAX_BYTES", int),
     "REDIRECT_MAX_TIMES": ("FETCH_MAX_REDIRECTS", int),
 }
+# Settings the spider's code reads (its pipelines, the error answers its callbacks take).
+READ_BY_THE_SPIDER = frozenset({"ITEM_PIPELINES", "HTTPERROR_ALLOWED_CODES", "HTTPERROR_ALLOW_ALL"})
 # Scrapy settings about its own process, which a worker has no use for: left out, logged.
 SCRAPY_IGNORED = frozenset({
     "LOG_LEVEL", "LOG_ENABLED", "LOG_FILE", "LOG_FORMAT", "TELNETCONSOLE_ENABLED", "FEEDS",
@@ -201,14 +203,14 @@ class Custom(NamedTuple):
 
 
 def custom_settings(spider_cls: type[Spider]) -> Custom:
-    """A spider's ``custom_settings`` that the job takes (``ITEM_PIPELINES`` is read by the
-    pipelines): the platform's settings by their names, Scrapy's own translated where the
+    """A spider's ``custom_settings`` that the job takes (``READ_BY_THE_SPIDER`` are read where
+    they are used): the platform's settings by their names, Scrapy's own translated where the
     platform has the same knob, Scrapy's process settings left out."""
     settings: dict[str, Any] = {}
     fields: dict[str, Any] = {}
     problems: list[str] = []
     for name, value in (spider_cls.custom_settings or {}).items():
-        if name == "ITEM_PIPELINES":
+        if name in READ_BY_THE_SPIDER:
             continue
         if name in SCRAPY_IGNORED:
             log.info("spider %s: custom setting %s has no use here; left out", spider_cls.name,

@@ -45,6 +45,7 @@ class FetchLimits:
     max_bytes: int
     max_redirects: int
     verify: bool = True  # check certificates (``trust.verifies``)
+    evidence_bytes: int = 0  # of an error answer's body (0: EVIDENCE_MAX_BYTES)
 
 
 def limits_for(job: CrawlJob) -> FetchLimits:
@@ -56,6 +57,8 @@ def limits_for(job: CrawlJob) -> FetchLimits:
         max_bytes=setting("FETCH_MAX_BYTES", job),
         max_redirects=setting("FETCH_MAX_REDIRECTS", job),
         verify=trust.verifies(job),
+        # a spider's callback may take an error answer (handle_httpstatus_list): all of it
+        evidence_bytes=setting("FETCH_MAX_BYTES", job) if job.spider else 0,
     )
 
 
@@ -250,7 +253,8 @@ def _evidence(failure: outcomes.CrawlOutcome, resp: requests.Response, limits: F
     failure.headers = dict(resp.headers)
     try:
         small = FetchLimits(limits.connect_timeout, limits.read_timeout, limits.deadline,
-                            setting("EVIDENCE_MAX_BYTES"), limits.max_redirects)  # fmt: skip
+                            limits.evidence_bytes or setting("EVIDENCE_MAX_BYTES"),
+                            limits.max_redirects)  # fmt: skip
         failure.body = _read_body(resp, small, started)[0]
     except (outcomes.CrawlOutcome, requests.RequestException, urllib3.exceptions.HTTPError):
         failure.body = b""

@@ -1,10 +1,9 @@
-"""A spider for a site whose links redirect (tests/test_spiders.py): an item for every page
-it is called back with, each saying whether a ``dont_filter`` request or which callback
-brought it."""
+"""Spiders for sites whose links redirect or fail (tests/test_spiders.py): an item for every
+answer they are called back with."""
 
 from __future__ import annotations
 
-from crawlplatform.spiders import Request, Spider
+from crawlplatform.spiders import HttpError, Request, Spider
 
 
 class Redirects(Spider):
@@ -22,3 +21,27 @@ class Redirects(Spider):
 
     def parse_other(self, response):
         yield {"url": response.url, "other": True}
+
+
+class Statuses(Spider):
+    """Error answers its callbacks take, as Scrapy's ``HttpErrorMiddleware`` lets them."""
+
+    name = "statuses"
+    base = ""  # -a base=URL
+    handle_httpstatus_list = [404]
+    custom_settings = {"RETRY_MAX_ATTEMPTS": 2}
+
+    def start_requests(self):
+        yield Request(self.base + "/missing/1")  # the spider's list
+        yield Request(self.base + "/broken/1", meta={"handle_httpstatus_list": [500]})
+        yield Request(self.base + "/broken/2", meta={"handle_httpstatus_all": True})
+        yield Request(self.base + "/missing/2", meta={"handle_httpstatus_list": []},
+                      errback=self.failed)  # the request's list wins: not this one
+        yield Request(self.base + "/broken/3")  # neither: the URL fails
+
+    def parse(self, response):
+        yield {"url": response.url, "status": response.status,
+               "h1": response.css("h1::text").get()}
+
+    def failed(self, failure):
+        yield {"url": failure.request.url, "http_error": bool(failure.check(HttpError))}
