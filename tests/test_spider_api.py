@@ -19,6 +19,7 @@ from crawlplatform.spiders import (
     Response,
     Spider,
     TextResponse,
+    XmlResponse,
 )
 from tasks.content import items
 
@@ -528,3 +529,42 @@ def test_a_callbacks_meta_has_scrapys_depth_latency_and_redirect_urls():
     assert (response.url, response.meta) == ("http://s.test/c", {
         "m": 1, "depth": 3, "download_latency": 0.25,
         "redirect_urls": ["http://s.test/a", "http://s.test/b"]})  # fmt: skip
+
+
+def test_items_declare_their_fields_as_scrapys():
+    from crawlplatform.spiders import Field, Item
+
+    class Product(Item):
+        name = Field()
+        price = Field(serializer=float)
+
+    class Book(Product):
+        isbn = Field()
+        name = Field(required=True)  # redefined: its place stays the first
+
+    book = Book(name="Dune", isbn="978")
+    assert (list(Book.fields), Book.fields["name"], dict(book)) == (
+        ["name", "price", "isbn"], {"required": True}, {"name": "Dune", "isbn": "978"})  # fmt: skip
+    with pytest.raises(KeyError, match="Book does not support field: nmae"):
+        book["nmae"] = "typo"
+    with pytest.raises(KeyError):
+        book.update(pages=3)
+    with pytest.raises(AttributeError, match="Use item"):
+        book.name  # noqa: B018
+    with pytest.raises(AttributeError, match="Use item"):
+        book.price = 2
+    copied = book.copy()
+    copied["price"] = 9.5
+    assert (type(copied), "price" in book, book.deepcopy()) == (Book, False, book)
+    assert items.is_item(book) and items.as_json(copied) == {"name": "Dune", "isbn": "978",
+                                                              "price": 9.5}  # fmt: skip
+
+
+def test_html_and_xml_responses_parse_as_their_names_say():
+    body = b'<?xml version="1.0"?><feed xmlns="http://www.w3.org/2005/Atom"><title>T</title></feed>'
+    xml = XmlResponse("http://x.test/feed", body=body, headers={"Content-Type": "text/plain"})
+    xml.selector.register_namespace("a", "http://www.w3.org/2005/Atom")
+    assert (xml.selector.type, xml.xpath("//a:title/text()").get()) == ("xml", "T")
+    html = HtmlResponse("http://x.test/", body=b"<p>x", headers={"Content-Type": "text/xml"})
+    assert (html.selector.type, Response("http://x.test/", body=body, headers={
+        "Content-Type": "application/atom+xml"}).selector.type) == ("html", "xml")  # fmt: skip

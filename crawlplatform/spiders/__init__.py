@@ -26,6 +26,7 @@ from crawlplatform.spiders.errors import (
     TimeoutError,
 )
 from crawlplatform.spiders.http import FormRequest, Headers, JsonRequest, Request
+from crawlplatform.spiders.items import Field, Item
 from crawlplatform.spiders.response import (
     Failure,
     HtmlResponse,
@@ -42,11 +43,13 @@ __all__ = [
     "DNSLookupError",
     "DropItem",
     "Failure",
+    "Field",
     "FormRequest",
     "Headers",
     "HtmlResponse",
     "HttpError",
     "IgnoreRequest",
+    "Item",
     "JsonRequest",
     "Request",
     "Response",

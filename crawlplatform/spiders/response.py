@@ -29,7 +29,10 @@ from crawlplatform.spiders.http import Callback, Headers, Request, safe_url
 
 
 class Response:
-    """A fetched answer as a callback sees it."""
+    """A fetched answer as a callback sees it (parsed as XML if its ``Content-Type`` says
+    XML, else as HTML)."""
+
+    _kind: str | None = None  # parsed as: "html", "xml", or by the Content-Type
 
     def __init__(
         self,
@@ -105,7 +108,7 @@ class Response:
         byte order mark, the ``Content-Type`` charset, the body's own declaration, UTF-8.
         Found without decoding the body, which only ``text`` does."""
         if self._encoding is None:
-            content_type = self.headers.get("Content-Type", b"").decode("latin-1")
+            content_type = (self.headers.get("Content-Type") or b"").decode("latin-1")
             self._encoding, self._bom = _encoding_of(content_type, self.body)
         return self._encoding
 
@@ -132,8 +135,9 @@ class Response:
     @property
     def selector(self) -> parsel.Selector:
         if self._selector is None:
-            content_type = self.headers.get("Content-Type", b"").decode("latin-1").lower()
-            kind = "xml" if "xml" in content_type and "html" not in content_type else "html"
+            content_type = (self.headers.get("Content-Type") or b"").decode("latin-1").lower()
+            kind = self._kind or ("xml" if "xml" in content_type and "html" not in content_type
+                                  else "html")  # fmt: skip
             if kind == "html" and self._parses_as_text():
                 self._selector = parsel.Selector(body=self.body, encoding="utf-8", type=kind,
                                                  base_url=self.url)  # fmt: skip
@@ -330,11 +334,15 @@ class TextResponse(Response):
 
 
 class HtmlResponse(TextResponse):
-    """Scrapy's name for an HTML response: the same class here."""
+    """Scrapy's name for an HTML response: parsed as HTML, whatever its ``Content-Type``."""
+
+    _kind = "html"
 
 
 class XmlResponse(TextResponse):
-    """Scrapy's name for an XML response: the same class here."""
+    """Scrapy's name for an XML response: parsed as XML, whatever its ``Content-Type``."""
+
+    _kind = "xml"
 
 
 class Failure:
