@@ -178,12 +178,13 @@ def test_a_jobs_pipelines_close_once_when_its_run_ends_not_when_the_worker_leave
     process that starts it), so that a pipeline that cannot open fails the job there."""
     from tasks.content import callbacks
     from tasks.frontier.scheduler import finish_if_done
-    from tests.spiders.shop import CleanPrice
+    from tests.spiders.shop import CleanPrice, ShopSpider
 
     def closed(job: CrawlJob) -> list[int]:
         return [seen for job_id, seen in CleanPrice.closed if job_id == job.pk]
 
     CleanPrice.closed.clear()
+    ShopSpider.ended.clear()
     with Shop() as shop:
         job, other = shop_job(shop), shop_job(shop)
         assert closed(job) == closed(other) == [0]  # the start's: it yields no item
@@ -205,6 +206,8 @@ def test_a_jobs_pipelines_close_once_when_its_run_ends_not_when_the_worker_leave
             pass
     assert closed(job) == [0, seen] and closed(other) == [0, seen]
     assert callbacks.opened() == 0
+    ours = sorted(e for e in ShopSpider.ended if e[0] in (job.pk, other.pk))  # none at start
+    assert ours == [(job.pk, "finished"), (other.pk, "cancelled")]
 
 
 def test_pipelines_a_page_holds_when_its_run_ends_close_when_it_gives_them_back(installed):

@@ -283,6 +283,7 @@ class _Held:
     pipes: itempipes.Pipelines
     users: int = 0
     ended: bool = False  # the run ended: the last user closes them
+    reason: str = "finished"  # why, as the spider's ``closed`` is told
 
 
 _pipelines: dict[tuple[int, int], _Held] = {}
@@ -311,7 +312,7 @@ def give_back(held: _Held) -> None:
         held.users -= 1
         last = held.ended and not held.users
     if last:
-        held.pipes.close()
+        held.pipes.close(held.reason)
     close_ended_soon()
 
 
@@ -324,18 +325,24 @@ def close_ended(every: float | None = None) -> None:
         return
     _looked[0] = time.monotonic()
     runs = list(_pipelines)  # those opened while the database answers are looked at next time
-    live = set(CrawlJob.objects.filter(pk__in={job for job, _ in runs},
-                                       state__in=LIVE_STATES).values_list("pk", "run"))  # fmt: skip
-    for ended in (run for run in runs if run not in live):
+    jobs = CrawlJob.objects.filter(pk__in={job for job, _ in runs})
+    states = {(pk, run): state for pk, run, state in jobs.values_list("pk", "run", "state")}
+    for ended in (run for run in runs if states.get(run) not in LIVE_STATES):
         with _opened:
             held = _pipelines.pop(ended, None)
             if held is None:
                 continue
             held.ended = True
+            held.reason = _CLOSED_AS.get(states.get(ended), "finished")
             unused = not held.users
         log.info("job=%s run=%s: its item pipelines are closed", *ended)
         if unused:
-            held.pipes.close()
+            held.pipes.close(held.reason)
+
+
+# A run's end as a spider's ``closed(reason)`` is told it (Scrapy's reasons); a run that was
+# recrawled since, or a job deleted, finished.
+_CLOSED_AS = {JobState.CANCELLED: "cancelled", JobState.FAILED: "failed"}
 
 
 def _time_to_look(every: float | None = None) -> bool:
@@ -383,7 +390,7 @@ def close_all() -> None:
     for thread in _closer:
         thread.join(setting("SPIDER_CALLBACK_TIMEOUT_S"))
     while _pipelines:
-        _pipelines.popitem()[1].pipes.close()
+        _pipelines.popitem()[1].pipes.close("shutdown")
 
 
 def new_requests(claimed: Claim, cache: JobCache, spider: Spider,

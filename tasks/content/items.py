@@ -168,7 +168,9 @@ class Pipelines:
             return {"size": len(json.dumps(data))}, TOO_LARGE
         return data, ""
 
-    def close(self) -> None:
+    def close(self, reason: str | None = None) -> None:
+        """Every pipeline's ``close_spider``; then, when the run ended for ``reason``
+        (``finished``, ``cancelled``, ``failed``, ``shutdown``), the spider's ``closed``."""
         with self.lock:  # after the item in progress
             for stage in (s for s in self.stages if hasattr(s, "close_spider")):
                 try:
@@ -176,6 +178,12 @@ class Pipelines:
                 except Exception:
                     log.exception("spider=%s: close_spider of %s failed", self.spider.name,
                                   type(stage).__name__)  # fmt: skip
+            closed = getattr(self.spider, "closed", None)
+            if reason is not None and callable(closed):
+                try:
+                    _settle(closed(reason))
+                except Exception:
+                    log.exception("spider=%s: closed(%r) failed", self.spider.name, reason)
 
 
 def _drop_reason(exc: DropItem) -> str:

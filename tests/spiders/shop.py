@@ -90,6 +90,11 @@ class ShopSpider(Spider):
             "listing": listing,
         }
 
+    ended: list[tuple[int, str]] = []  # (job, reason) of each closed() in this process
+
+    def closed(self, reason):  # the run ended: finished, cancelled, failed, shutdown
+        self.ended.append((self.job_id, reason))
+
 
 class SearchSpider(Spider):
     """Posts searches: two with one body, one with another (two requests, not three)."""
