@@ -166,6 +166,17 @@ def test_form_requests_encode_their_fields_and_a_get_replaces_the_query():
     assert FormRequest("http://a.test/p", formdata={"q": "щ"}, encoding="cp1251").body == b"q=%F9"
 
 
+def test_json_and_form_requests_replace_their_data_as_scrapys():
+    replaced = [JsonRequest("http://a.test/", data={"a": 1}).replace(data={"b": 2}),
+                JsonRequest("http://a.test/").replace(data={"c": 3}),
+                FormRequest("http://a.test/s", formdata={"q": "x"}).replace(formdata={"q": "y"}),
+                FormRequest("http://a.test/s?q=1", method="GET",
+                            formdata={"q": "x"}).replace(formdata={"q": "z"})]  # fmt: skip
+    assert [(r.method, r.url, r.body) for r in replaced] == [  # Scrapy 2.19's
+        ("POST", "http://a.test/", b'{"b": 2}'), ("GET", "http://a.test/", b'{"c": 3}'),
+        ("POST", "http://a.test/s", b"q=y"), ("GET", "http://a.test/s?q=z", b"")]  # fmt: skip
+
+
 def test_headers_change_as_scrapys():
     r = Request("http://x.test/", headers={"Accept": "a", "Cookie": None})
     r.headers.update({"authorization": "Bearer tok"}, X_Num=1)
@@ -568,3 +579,26 @@ def test_html_and_xml_responses_parse_as_their_names_say():
     html = HtmlResponse("http://x.test/", body=b"<p>x", headers={"Content-Type": "text/xml"})
     assert (html.selector.type, Response("http://x.test/", body=body, headers={
         "Content-Type": "application/atom+xml"}).selector.type) == ("html", "xml")  # fmt: skip
+
+
+def test_a_callback_wrapped_without_functools_wraps_is_kept_by_the_name_the_spider_has():
+    from tasks.content import callbacks
+
+    def logged(method):
+        def wrapper(self, response):
+            yield from method(self, response)
+
+        return wrapper
+
+    class Wrapped(Spider):
+        name = "wrapped"
+
+        @logged
+        def parse_item(self, response):
+            yield {"url": response.url}
+
+    spider = Wrapped()
+    request = Request("http://s.test/x", callback=spider.parse_item, errback=spider.parse_item)
+    kept = callbacks.record(request, spider)
+    assert (request.callback_name, kept["callback"], kept["errback"]) == (
+        "wrapper", "parse_item", "parse_item")  # fmt: skip

@@ -248,8 +248,11 @@ class Request:
 
     def replace(self, **changes: Any) -> Request:
         """A copy with some arguments changed, as Scrapy's ``Request.replace`` (``cls``: of
-        another class)."""
+        another class). New ``data`` (a ``JsonRequest``'s) or ``formdata`` (a
+        ``FormRequest``'s) make the body again, as the class's constructor does; the method
+        stays the request's unless ``method`` is changed too, as in Scrapy."""
         cls = changes.pop("cls", type(self))
+        remade = {k: changes.pop(k) for k in ("data", "formdata", "dumps_kwargs") if k in changes}
         fields = {
             "url": self.url, "callback": self.callback, "method": self.method,
             "headers": self.headers.pairs(), "body": self.body, "cookies": self.cookies,
@@ -258,6 +261,10 @@ class Request:
             "cb_kwargs": self.cb_kwargs,
         }  # fmt: skip
         fields.update(changes)
+        if remade:
+            if "body" not in changes:
+                del fields["body"]
+            return cls(**fields, **remade)
         copy = cls.__new__(cls)
         Request.__init__(copy, **fields)  # the body as it is, not encoded again
         return copy

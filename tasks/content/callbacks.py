@@ -75,8 +75,9 @@ class Yielded(NamedTuple):
 
 def record(request: Request, spider: Spider) -> dict:
     """A request as its frontier row keeps it (JSON); ValueError says what cannot be kept."""
-    callback = request.callback_name or "parse"
-    for name in filter(None, (callback, request.errback_name)):
+    callback = _method_name(spider, request.callback, request.callback_name or "parse")
+    errback = _method_name(spider, request.errback, request.errback_name)
+    for name in filter(None, (callback, errback)):
         if not callable(getattr(spider, name, None)):
             raise ValueError(f"{request}: the spider has no method {name!r} to call back")
     if len(request.body) > setting("SPIDER_BODY_MAX_BYTES"):
@@ -84,7 +85,7 @@ def record(request: Request, spider: Spider) -> dict:
                          f"SPIDER_BODY_MAX_BYTES")  # fmt: skip
     kept = {"url": request.url, "method": request.method, "headers": request.headers.pairs(),
             "body": base64.b64encode(request.body).decode() if request.body else "",
-            "callback": callback, "errback": request.errback_name, "cb_kwargs": request.cb_kwargs,
+            "callback": callback, "errback": errback, "cb_kwargs": request.cb_kwargs,
             "meta": request.meta, "cookies": request.cookies,
             "dont_filter": request.dont_filter}  # fmt: skip
     if not (request.cb_kwargs or request.meta or request.cookies or kept["headers"]):
@@ -97,6 +98,22 @@ def record(request: Request, spider: Spider) -> dict:
         raise ValueError(f"{request}: headers, cb_kwargs and meta take {len(text)} bytes, above "
                          f"SPIDER_REQUEST_MAX_BYTES")  # fmt: skip
     return kept
+
+
+def _method_name(spider: Spider, function: Any, name: str | None) -> str | None:
+    """The name the spider holds ``function`` under: ``name``, unless a decorator without
+    ``functools.wraps`` named it after its wrapper; then the attribute of the spider's class
+    that holds it."""
+    if name is None or function is None or isinstance(function, str):
+        return name
+    if callable(getattr(spider, name, None)):
+        return name
+    wanted = getattr(function, "__func__", function)
+    for cls in type(spider).__mro__:
+        for attribute, value in vars(cls).items():
+            if value is wanted:
+                return attribute
+    return name
 
 
 def key(canonical: str, kept: dict, unique: str = "") -> str:
