@@ -15,7 +15,7 @@ from tasks.content import callbacks, spiders
 from tasks.frontier import jobs
 from tests.conftest import wait_for
 from tests.shop import Shop, expected_products, expected_stock
-from tests.site import LocalSite, Site, send
+from tests.site import LocalSite, send
 from web.models import CrawlJob, FrontierURL, Item, JobState, URLState
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -446,20 +446,6 @@ def test_error_answers_go_to_the_callback_where_the_request_or_spider_handles_th
                     "/broken/3": ("failed", "http_5xx", 2)}  # fmt: skip
     page = Item.objects.get(job=job, data__url=site.url("/missing/1")).url.page
     assert (page.status, page.size) == (404, len("<h1>404 at /missing/1</h1>") * 3000)
-
-
-def test_close_spider_keeps_what_the_callback_yielded_and_skips_what_is_not_fetched(installed):
-    with Site(pages=40) as site:
-        job = jobs.create_job([], spider="enough", spider_args={"seed": site.url("/p/0")})
-        jobs.start(job)
-        run_job(job)
-    urls = [item["url"].removeprefix(site.base) for item in kept(job)]
-    assert "/p/3" in urls and len(urls) == len(set(urls))  # its own item kept
-    skipped = FrontierURL.objects.filter(job=job, error_reason="close_spider")
-    assert skipped.exists() and {u.error_message for u in skipped} == {"enough pages"}
-    assert not FrontierURL.objects.filter(job=job, state=URLState.QUEUED).exists()
-    pages = [int(u.split("?")[0].removeprefix("/p/")) for u in urls if u.startswith("/p/")]
-    assert max(pages) == 3  # nothing past it was fetched
 
 
 def test_an_errback_sees_the_failure_and_its_items_commit_with_the_urls_failure(installed):

@@ -15,7 +15,6 @@ Names and behaviour follow Scrapy's, so that a Scrapy spider ports by changing i
 from parsel import Selector, SelectorList
 
 from crawlplatform.spiders.errors import (
-    CloseSpider,
     ConnectError,
     ConnectionLost,
     ConnectionRefusedError,
@@ -38,7 +37,6 @@ from crawlplatform.spiders.response import (
 from crawlplatform.spiders.spider import DropItem, Spider
 
 __all__ = [
-    "CloseSpider",
     "ConnectError",
     "ConnectionLost",
     "ConnectionRefusedError",

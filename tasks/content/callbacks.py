@@ -36,13 +36,12 @@ from typing import Any, NamedTuple
 
 from django.db import connections
 
-from crawlplatform.spiders import CloseSpider, Failure, Request, Response, Spider
+from crawlplatform.spiders import Failure, Request, Response, Spider
 from tasks.content import items as itempipes
 from tasks.content import pages, spiders
 from tasks.content.links import JobCache, in_scope
 from tasks.defaults import setting
 from tasks.fetch import fetching, outcomes, robots
-from tasks.frontier import requeue
 from tasks.frontier.claims import Claim
 from tasks.frontier.db import with_retries
 from tasks.frontier.retries import ends
@@ -59,7 +58,7 @@ from tasks.frontier.yields import (
     record_spider_failure,
     record_spider_page,
 )
-from web.models import CrawlJob, FrontierURL, JobState
+from web.models import CrawlJob, JobState
 
 log = logging.getLogger(__name__)
 UNSAFE_RETRY = "retry_on_timeout"  # meta key: a POST (or other non-GET) is retried on a timeout
@@ -70,7 +69,6 @@ SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 class Yielded(NamedTuple):
     items: list[Any]
     requests: list[Request]
-    closing: str | None = None  # the callback raised CloseSpider with this reason
 
 
 def record(request: Request, spider: Spider) -> dict:
@@ -269,9 +267,6 @@ def call(spider: Spider, name: str, response: Any, kwargs: dict, job: CrawlJob) 
     if not runner.run(run, timeout):
         _runners.runner = None
         raise outcomes.SpiderTimeout(f"{name} still running after {timeout:g} s")
-    closing = None
-    if error and isinstance(error[0], CloseSpider):  # what it yielded before is kept
-        closing = error.pop().reason
     if error:
         if isinstance(error[0], outcomes.SpiderTimeout):
             raise error[0]
@@ -279,7 +274,7 @@ def call(spider: Spider, name: str, response: Any, kwargs: dict, job: CrawlJob) 
                   exc_info=error[0])  # fmt: skip
         raise _failure(error[0], setting("SPIDER_TRACEBACK_LINES")) from None
     return Yielded([f for f in found if not isinstance(f, Request)],
-                   [f for f in found if isinstance(f, Request)], closing)  # fmt: skip
+                   [f for f in found if isinstance(f, Request)])  # fmt: skip
 
 
 def response_of(resp: fetching.Response, request: Request, depth: int = 0) -> Response:
@@ -491,22 +486,7 @@ def _store(claimed: Claim, cache: JobCache, resp: fetching.Response, spider: Spi
                                                     redirect))  # fmt: skip
     for request in new:  # in the frontier now: this process sends them no more
         cache.committed.put(request.key)
-    _close_if_asked(job, yielded.closing)
     return state
-
-
-CLOSE_SPIDER = "close_spider"  # a skipped URL's reason: a callback raised CloseSpider
-
-
-def _close_if_asked(job: CrawlJob, reason: str | None) -> None:
-    """After a callback raised CloseSpider (its page committed): the job's URLs not yet
-    fetched are skipped, so that it finishes once the pages in flight are stored."""
-    if reason is None:
-        return
-    skipped = with_retries(lambda: requeue.skip(FrontierURL.objects.filter(job_id=job.pk),
-                                                CLOSE_SPIDER, reason[:2000]))  # fmt: skip
-    log.info("job=%s: the spider closed the crawl (%s); %d URLs skipped", job.pk, reason,
-             skipped)  # fmt: skip
 
 
 def _redirect(claimed: Claim, cache: JobCache, resp: fetching.Response,
@@ -607,6 +587,4 @@ def _errback(claimed: Claim, cache: JobCache, outcome: outcomes.CrawlOutcome, sp
         log.warning("job=%s url=%s: errback failed: %s", job.pk, claimed.url.url, exc)
         return record_failure(claimed, outcome)
     items = [NewItem(*pipes.process(item)) for item in yielded.items]
-    state = with_retries(lambda: record_spider_failure(claimed, outcome, new, items, spider.name))
-    _close_if_asked(job, yielded.closing)
-    return state
+    return with_retries(lambda: record_spider_failure(claimed, outcome, new, items, spider.name))

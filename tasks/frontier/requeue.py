@@ -168,10 +168,9 @@ def reclaim_expired() -> int:
     return moved
 
 
-def skip(rows: QuerySet, reason: str, message: str = "") -> int:
+def skip(rows: QuerySet, reason: str) -> int:
     """URLs that will not be fetched (caps, max_pages, cancel) end as skipped; ``rows`` are
     queued or scheduled ones (their messages find them done)."""
-    said = {"error_message": message} if message else {}
     return rows.filter(state__in=[URLState.QUEUED, URLState.SCHEDULED]).update(
-        state=URLState.SKIPPED, error_reason=reason, scheduled_at=None, **said
+        state=URLState.SKIPPED, error_reason=reason, scheduled_at=None
     )
