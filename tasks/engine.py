@@ -226,6 +226,7 @@ def _fetch(
     resp = None
     asked = claimed.url.request  # a spider's request: method, headers, body, cookies
     conditional = None if rendering or asked else pages.validators(claimed)
+    whole_errors = bool(job.spider) and callbacks.takes_errors(job, asked)
     started = time.monotonic()
     metrics.IN_FLIGHT.inc()
     try:
@@ -236,7 +237,7 @@ def _fetch(
         resp = get(
             asked["url"] if asked else claimed.url.url,
             user_agent=passage.who.user_agent,
-            limits=fetching.limits_for(job),
+            limits=fetching.limits_for(job, whole_errors),
             allow=guard.allowed(job),
             in_scope=lambda u: bool(in_scope(cache, u)),
             visitor=session.visitor,
@@ -261,8 +262,9 @@ def _record(
     """The URL's outcome if the fetch ended in one; else its page, unchanged or stored."""
     if outcome is not None:
         if claimed.job.spider and callbacks.for_the_spider(claimed, outcome):
-            return callbacks.failed(claimed, cache, outcome)  # its callback or errback sees it
-        state = record_failure(claimed, outcome)
+            state = callbacks.failed(claimed, cache, outcome)  # its callback or errback sees it
+        else:
+            state = record_failure(claimed, outcome)
         log.info("job=%s url=%s outcome=%s state=%s", claimed.job.pk, claimed.url.url,
                  outcome.reason, state)  # fmt: skip
         return state

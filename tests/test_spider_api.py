@@ -153,6 +153,14 @@ def test_form_from_response_is_scrapys_for_every_kind_of_form(charset, q, shch, 
     ]
     with pytest.raises(ValueError, match="Multiple elements"):
         FormRequest.from_response(r, formname="n1", clickdata={"name": "go"})
+    assert FormRequest.from_response(r, clickdata={"nr": -1}).url.endswith(f"{FIELDS}&b2=B2")
+    assert FormRequest.from_response(r, formdata=[("b1", "X")]).url.endswith(
+        f"{FIELDS}&b1=B1&b1=X")  # a list of pairs: the button too, as Scrapy's  # fmt: skip
+    quoted = HtmlResponse("http://shop.test/", encoding="utf-8", body='<form action="/1"></form>'
+                          '<form name="l\'é &quot;x&quot;" action="/2"><input type="submit" '
+                          'name="b" value="é"></form>')  # fmt: skip
+    sent = FormRequest.from_response(quoted, formname="l'é \"x\"", clickdata={"value": "é"})
+    assert sent.url == "http://shop.test/2?b=%C3%A9"  # both quotes, non-ASCII: found
     link = HtmlResponse("http://shop.test/x/", body=f'<meta charset="{charset}">'
                         '<a href="/s?q=привет д">x</a>'.encode(charset))  # fmt: skip
     assert link.follow(link.css("a")[0]).url == f"http://shop.test/s?q={q}%20{de}"
@@ -188,6 +196,9 @@ def test_headers_change_as_scrapys():
         b"b", None, b"a")  # fmt: skip
     assert r.headers.pop("x_num") == [b"1"] and "X_Num" not in r.headers
     assert r.headers.pairs() == [("Accept", "a"), ("Authorization", "Bearer tok")]  # no Cookie
+    assert "Cookie" in r.headers.copy() and r.headers.copy()["Cookie"] is None  # as Scrapy's
+    r.headers.update([("Accept", "b"), ("accept", "c")])
+    assert r.headers.getlist("Accept") == [b"b", b"c"]
 
 
 def test_requests_and_responses_copy_and_replace_as_scrapys():
@@ -200,6 +211,7 @@ def test_requests_and_responses_copy_and_replace_as_scrapys():
                         headers={"Set-Cookie": ["a=1", "b=2"]})  # fmt: skip
     assert (page.body, page.text, page.css("p::text").get()) == (b"<p>caf\xe9</p>",
                                                                   "<p>café</p>", "café")
+    assert page.replace(body=page.text.replace("é", "è")).body == b"<p>caf\xe8</p>"
     fixed = page.replace(body=b"<p>fixed</p>")
     assert (type(fixed), fixed.text, fixed.headers.getlist("Set-Cookie")) == (
         HtmlResponse, "<p>fixed</p>", [b"a=1", b"b=2"])  # fmt: skip
@@ -524,7 +536,7 @@ def test_what_a_callback_yields_that_is_no_request_or_item_is_logged_and_the_res
 
     found = callbacks.call(Odd(), "parse", Response("http://s.test/0"), {}, CrawlJob(pk=1))
     assert found.items == [{"a": 1}] and [r.url for r in found.requests] == ["http://s.test/next"]
-    assert "not str: 'text'; left out" in caplog.text and "not list" in caplog.text
+    assert "yielded 2 things that are no request or item (the first: str 'text')" in caplog.text
 
 
 def test_a_callbacks_meta_has_scrapys_depth_latency_and_redirect_urls():

@@ -67,6 +67,11 @@ def test_the_shop_spider_logs_in_and_yields_exactly_the_expected_items(installed
         assert job.settings == {"RETRY_MAX_ATTEMPTS": 2, "FETCH_READ_TIMEOUT_S": 5.0}
         assert (job.delay, job.allowed_domains) == (0, ["127.0.0.1"])
         assert job.headers == {"Accept-Language": "en"}
+        own = jobs.create_job([], spider="shop", headers={"Accept-Language": "de", "X-Team": "a"},
+                              spider_args={"base": shop.base})  # fmt: skip
+        jobs.start(own)
+        own.refresh_from_db()
+        assert own.headers == {"Accept-Language": "de", "X-Team": "a"}  # the job's own win
         run_job(job)
     assert by_sku(kept(job)) == by_sku(expected_products() + expected_stock())
     assert shop.hits["POST /login"] == 1
@@ -176,7 +181,7 @@ def test_a_jobs_pipelines_close_once_when_its_run_ends_not_when_the_worker_leave
     its run ends (finished; cancelled, seen from an idle worker's heartbeat); the same
     process's other jobs keep theirs. The job's start opens and closes them once too (in the
     process that starts it), so that a pipeline that cannot open fails the job there."""
-    from tasks.content import callbacks
+    from tasks.content import pipelines
     from tasks.frontier.scheduler import finish_if_done
     from tests.spiders.shop import CleanPrice, ShopSpider
 
@@ -190,29 +195,29 @@ def test_a_jobs_pipelines_close_once_when_its_run_ends_not_when_the_worker_leave
         assert closed(job) == closed(other) == [0]  # the start's: it yields no item
         run_job(job)
         run_job(other)
-        callbacks.close_ended(every=0)
+        pipelines.close_ended(every=0)
         assert closed(job) == closed(other) == [0]  # both still running
         finish_if_done(job)
         jobs.pause(other)
-        callbacks.close_ended(every=0)
+        pipelines.close_ended(every=0)
         seen = Item.objects.filter(job=job).count()  # every item reaches it, kept or dropped
         assert seen > 20 and closed(job) == [0, seen] and closed(other) == [0]
         jobs.resume(other)
         jobs.cancel(other)
-        callbacks._looked[0] = 0.0  # the heartbeat's look is not held back by the last one
-        callbacks.close_ended_soon()  # as the heartbeat calls it: on a thread of its own
+        pipelines._looked[0] = 0.0  # the heartbeat's look is not held back by the last one
+        pipelines.close_ended_soon()  # as the heartbeat calls it: on a thread of its own
         wait_for(lambda: len(closed(other)) == 2, 5, "the cancelled job's pipelines closed")
-        with callbacks._looking:  # its thread is done, its connection closed
+        with pipelines._looking:  # its thread is done, its connection closed
             pass
     assert closed(job) == [0, seen] and closed(other) == [0, seen]
-    assert callbacks.opened() == 0
+    assert pipelines.opened() == 0
     ours = sorted(e for e in ShopSpider.ended if e[0] in (job.pk, other.pk))  # none at start
     assert ours == [(job.pk, "finished"), (other.pk, "cancelled")]
 
 
 def test_pipelines_a_page_holds_when_its_run_ends_close_when_it_gives_them_back(installed):
     """A page between its callback and its items' turn in the pipelines keeps them open."""
-    from tasks.content import callbacks
+    from tasks.content import pipelines
     from tasks.frontier.claims import Claim
     from tests.spiders.shop import CleanPrice
 
@@ -221,15 +226,15 @@ def test_pipelines_a_page_holds_when_its_run_ends_close_when_it_gives_them_back(
         job = shop_job(shop)
     claimed = Claim(url=FrontierURL.objects.filter(job=job).first(), job=job, attempt=1,
                     run=job.run)  # fmt: skip
-    held = callbacks.take(claimed, spiders.for_job(job))
+    held = pipelines.take(claimed, spiders.for_job(job))
     jobs.cancel(job)
-    callbacks.close_ended(every=0)
+    pipelines.close_ended(every=0)
     assert CleanPrice.closed == [(job.pk, 0)]  # the start's only: the page still holds them
     assert held.pipes.process({"kind": "stock", "sku": "SKU-0001"}) == (
         {"kind": "stock", "sku": "SKU-0001"}, "")  # fmt: skip
-    callbacks.give_back(held)
+    pipelines.give_back(held)
     assert CleanPrice.closed == [(job.pk, 0), (job.pk, 1)]
-    assert callbacks.opened() == 0
+    assert pipelines.opened() == 0
 
 
 def test_a_process_leaving_waits_for_a_close_under_way_within_a_callbacks_time(
@@ -238,7 +243,7 @@ def test_a_process_leaving_waits_for_a_close_under_way_within_a_callbacks_time(
     """The process leaves while its closing thread (a daemon) runs a slow close_spider: the
     exit waits for it, so that what the pipeline flushes at its close is not cut short; one
     that runs past SPIDER_CALLBACK_TIMEOUT_S holds the exit up no longer."""
-    from tasks.content import callbacks
+    from tasks.content import pipelines
     from tasks.frontier.claims import Claim
     from tests.spiders.shop import CleanPrice
 
@@ -254,20 +259,20 @@ def test_a_process_leaving_waits_for_a_close_under_way_within_a_callbacks_time(
         CleanPrice.closed.clear()
         claimed = Claim(url=FrontierURL.objects.filter(job=job).first(), job=job, attempt=1,
                         run=job.run)  # fmt: skip
-        callbacks.give_back(callbacks.take(claimed, spiders.for_job(job)))
+        pipelines.give_back(pipelines.take(claimed, spiders.for_job(job)))
         jobs.cancel(job)
-        callbacks._looked[0] = 0.0
-        callbacks.close_ended_soon()  # the look and the slow close, on their thread
-        wait_for(lambda: not callbacks.opened(), 2, "the ended run's pipelines taken to close")
+        pipelines._looked[0] = 0.0
+        pipelines.close_ended_soon()  # the look and the slow close, on their thread
+        wait_for(lambda: not pipelines.opened(), 2, "the ended run's pipelines taken to close")
         assert CleanPrice.closed == []  # still closing
-        callbacks.close_all()  # what the process runs as it leaves
+        pipelines.close_all()  # what the process runs as it leaves
         return [what for _, what in CleanPrice.closed]
 
     assert leave_while_closing(1.0) == ["flushed"]
     monkeypatch.setenv("CRAWL_SPIDER_CALLBACK_TIMEOUT_S", "0.5")
     assert leave_while_closing(3.0) == []  # the exit went on without it
     wait_for(lambda: CleanPrice.closed, 5, "the hung close ends on its own")
-    with callbacks._looking:  # its thread is done, its connection closed
+    with pipelines._looking:  # its thread is done, its connection closed
         pass
 
 
@@ -276,7 +281,7 @@ def test_a_worker_that_cannot_open_the_pipelines_retries_the_url_and_holds_nothi
 ):
     """A pipeline that cannot open in a worker (a credential missing there, say) ends the
     URL's attempt as spider_unavailable, to be tried again; no pipelines are left held."""
-    from tasks.content import callbacks
+    from tasks.content import pipelines
     from tests.spiders.shop import CleanPrice
 
     with Shop() as shop:
@@ -293,7 +298,7 @@ def test_a_worker_that_cannot_open_the_pipelines_retries_the_url_and_holds_nothi
     url.refresh_from_db()
     assert (url.state, url.error_reason) == (URLState.QUEUED, "spider_unavailable")
     assert "RuntimeError: no credentials here" in url.error_message
-    assert callbacks.opened() == 0 and not Item.objects.filter(job=job).exists()
+    assert pipelines.opened() == 0 and not Item.objects.filter(job=job).exists()
 
 
 def test_a_spider_job_from_the_api_runs_and_its_items_are_paginated_and_streamed(
@@ -354,11 +359,12 @@ spec:
 class Redirecting(LocalSite):
     """``/`` links to ``/r/X``, each redirecting to a ``/t/N`` (or to ``/a/5``), and to
     some of those targets; ``/r/e`` (a ``dont_filter`` request) and ``/r/a`` both lead to
-    ``/t/1``, ``/r/c1`` and ``/r/c2`` to ``/t/3``, ``/r/g`` (another callback) to ``/t/7``.
+    ``/t/1``, ``/r/c1`` and ``/r/c2`` to ``/t/3``, ``/r/g`` (another callback) to ``/t/7``,
+    ``/r/h`` to ``/t/8`` (requested for another callback).
     Two spellings of one query URL too. ``asked``: the paths requested, as sent."""
 
     TARGETS = {"/r/a": "/t/1", "/r/b": "/t/2", "/r/c1": "/t/3", "/r/c2": "/t/3", "/r/e": "/t/1",
-               "/r/f": "/a/5", "/r/g": "/t/7"}  # fmt: skip
+               "/r/f": "/a/5", "/r/g": "/t/7", "/r/h": "/t/8"}  # fmt: skip
     LINKS = ["/r/a", "/t/1", "/r/b", "/r/c1", "/r/c2", "/a/5", "/r/f", "/t/7",
              "/q?b=2&a=1&flag", "/q?a=1&b=2&flag="]  # fmt: skip
 
@@ -402,12 +408,13 @@ def test_a_page_reached_through_redirects_yields_its_items_once(installed, monke
         ("/t/2", False, False),  # nothing else links to it: /r/b stores it
         ("/t/3", False, False),  # /r/c1 first: /r/c2 stores nothing
         ("/t/7", False, False),  # /r/g runs another callback: the queued /t/7 is its own
+        ("/t/8", False, True),  # queued for another callback: /r/h (plain) leaves it be
     ]
     assert [path for path in site.asked if path.startswith("/q")] == ["/q?b=2&a=1&flag"]
     ends = dict(FrontierURL.objects.filter(job=job).values_list("url", "error_reason"))
     ends = {url.removeprefix(site.base): reason for url, reason in ends.items()}
     assert {url for url, reason in ends.items() if reason == "duplicate_redirect"} == {
-        "/r/c2", "/r/f", "/r/g"}  # fmt: skip
+        "/r/c2", "/r/f", "/r/g", "/r/h"}  # fmt: skip
     assert ends["/t/1"] == ends["/t/3"] == "fetched_via_redirect"
 
 

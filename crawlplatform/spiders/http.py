@@ -44,8 +44,8 @@ class Headers(dict):
         self.encoding = encoding
         pairs = headers.items() if isinstance(headers, Mapping) else headers or ()
         for name, value in pairs:
-            values = value if isinstance(value, list | tuple) else [value]
-            for one in values:
+            super().setdefault(self._key(name), [])  # kept with no value too (None), as Scrapy's
+            for one in value if isinstance(value, list | tuple) else [value]:
                 self.appendlist(name, one)
 
     def _key(self, name: str | bytes) -> str:
@@ -74,9 +74,15 @@ class Headers(dict):
         return super().pop(self._key(name), *default)
 
     def update(self, other: Mapping | Iterable = (), **more: Any) -> None:  # type: ignore[override]
+        """The headers named in ``other`` replaced: a name given in several pairs keeps each
+        of their values, as Scrapy's."""
         pairs = other.items() if isinstance(other, Mapping) else other
+        grouped: dict[str, list] = {}
         for name, value in [*pairs, *more.items()]:
-            self[name] = value
+            values = value if isinstance(value, list | tuple) else [value]
+            grouped.setdefault(self._key(name), []).extend(values)
+        for name, values in grouped.items():
+            self[name] = values
 
     def copy(self) -> Headers:
         return Headers({k: self.getlist(k) for k in self.keys()}, self.encoding)
@@ -393,7 +399,7 @@ def _find_form(response: Page, formname: str | None, formid: str | None, formnum
         raise ValueError(f"No <form> element found in {response}")
     for attribute, value in (("name", formname), ("id", formid)):
         if value is not None:
-            found = response.xpath(f"//form[@{attribute}={json.dumps(value)}]")
+            found = response.xpath(f"//form[@{attribute}={_literal(value)}]")
             if found:
                 return found[0].root
     if formxpath is not None:
@@ -430,8 +436,8 @@ def _form_fields(form: Any, formdata: Mapping | Iterable | None, dont_click: boo
               if k and k not in given]  # fmt: skip
     if not dont_click:
         clicked = _clicked(clickdata, form)
-        if clicked and clicked[0] is not None and clicked[0] not in given:
-            values.append(clicked)
+        if clicked and clicked[0] is not None and clicked[0] not in (formdata or ()):
+            values.append(clicked)  # (Scrapy's test: a list of pairs never holds a name)
     items = formdata.items() if isinstance(formdata, Mapping) else formdata or []
     values.extend((k, v) for k, v in items if v is not None)
     return values
@@ -458,9 +464,9 @@ def _clicked(clickdata: Mapping[str, Any] | None, form: Any) -> tuple[str, str] 
     nr = clickdata.get("nr")
     if nr is not None:
         inputs = list(form.inputs)
-        if 0 <= nr < len(inputs):
+        if -len(inputs) <= nr < len(inputs):
             return inputs[nr].get("name"), inputs[nr].get("value") or ""
-    conditions = "".join(f"[@{k}={json.dumps(str(v))}]" for k, v in clickdata.items())
+    conditions = "".join(f"[@{k}={_literal(str(v))}]" for k, v in clickdata.items())
     found = form.xpath(".//*" + conditions)
     if len(found) > 1:
         raise ValueError(f"Multiple elements found matching the criteria in clickdata: "
@@ -468,3 +474,13 @@ def _clicked(clickdata: Mapping[str, Any] | None, form: Any) -> tuple[str, str] 
     if not found:
         raise ValueError(f"No clickable element matching clickdata: {dict(clickdata)!r}")
     return found[0].get("name"), found[0].get("value") or ""
+
+
+def _literal(value: str) -> str:
+    """``value`` as an XPath string literal (XPath has no escapes: ``concat()`` joins the
+    parts of a value that holds both kinds of quote)."""
+    if "'" not in value:
+        return f"'{value}'"
+    if '"' not in value:
+        return f'"{value}"'
+    return "concat(" + ", \"'\", ".join(f"'{part}'" for part in value.split("'")) + ")"

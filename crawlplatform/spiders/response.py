@@ -73,6 +73,8 @@ class Response:
         """A copy with some arguments changed (``body`` fixed up before parsing, say), as
         Scrapy's ``Response.replace`` (``cls``: of another class)."""
         cls = changes.pop("cls", type(self))
+        if isinstance(changes.get("body"), str) and "encoding" not in changes:
+            changes["encoding"] = self.encoding  # text in, encoded as the page is (Scrapy's)
         fields = {"url": self.url, "status": self.status, "headers": self.headers,
                   "body": self.body, "request": self.request, "flags": self.flags,
                   "ip_address": self.ip_address, "encoding": self._given_encoding}  # fmt: skip

@@ -19,7 +19,6 @@ is retried unless the request's ``meta`` says ``retry_on_error``.
 from __future__ import annotations
 
 import asyncio
-import atexit
 import base64
 import hashlib
 import inspect
@@ -30,15 +29,12 @@ import queue
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Iterable
 from typing import Any, NamedTuple
-
-from django.db import connections
 
 from crawlplatform.spiders import Failure, Request, Response, Spider
 from tasks.content import items as itempipes
-from tasks.content import pages, spiders
+from tasks.content import pages, pipelines, spiders
 from tasks.content.links import JobCache, in_scope
 from tasks.defaults import setting
 from tasks.fetch import fetching, outcomes, robots
@@ -58,7 +54,7 @@ from tasks.frontier.yields import (
     record_spider_failure,
     record_spider_page,
 )
-from web.models import CrawlJob, JobState
+from web.models import CrawlJob
 
 log = logging.getLogger(__name__)
 UNSAFE_RETRY = "retry_on_timeout"  # meta key: a POST (or other non-GET) is retried on a timeout
@@ -135,7 +131,7 @@ def plain(kept: dict, row_key: str) -> bool:
     canonical form, but for a fragment): its row needs no request. Else the row keeps the
     URL as the spider gave it, which is what is fetched, as Scrapy sends it (a query's order,
     ``?flag`` without ``=``), while the canonical URL is what it is deduplicated by."""
-    return (kept["url"].partition("#")[0] == row_key
+    return (kept["url"].partition("#")[0] in (row_key, row_key.removesuffix("/"))
             and kept["method"] == "GET" and not kept["body"] and not kept["headers"]
             and kept["callback"] == "parse" and not kept["errback"] and not kept["cb_kwargs"]
             and not kept["meta"] and not kept["cookies"] and not kept["dont_filter"])  # fmt: skip
@@ -198,10 +194,6 @@ def _add(one: Any, deadline: float, cap: int, into: list) -> None:
     if time.monotonic() > deadline:
         raise outcomes.SpiderTimeout("the callback ran past SPIDER_CALLBACK_TIMEOUT_S")
     if one is None:
-        return
-    if not (isinstance(one, Request) or itempipes.is_item(one)):  # as Scrapy, keep the rest
-        log.error("a callback must yield requests, items or None, not %s: %.200r; left out",
-                  type(one).__name__, one)  # fmt: skip
         return
     into.append(one)
     if len(into) > cap:
@@ -273,8 +265,17 @@ def call(spider: Spider, name: str, response: Any, kwargs: dict, job: CrawlJob) 
         log.error("job=%s: callback %s raised on %r", job.pk, name, response,
                   exc_info=error[0])  # fmt: skip
         raise _failure(error[0], setting("SPIDER_TRACEBACK_LINES")) from None
-    return Yielded([f for f in found if not isinstance(f, Request)],
-                   [f for f in found if isinstance(f, Request)])  # fmt: skip
+    items, requests, odd = [], [], []
+    for one in found:
+        if isinstance(one, Request):
+            requests.append(one)
+        else:
+            (items if itempipes.is_item(one) else odd).append(one)
+    if odd:  # as Scrapy: logged, left out, the rest kept
+        log.error("job=%s: callback %s on %r yielded %d things that are no request or item "
+                  "(the first: %s %.200r); left out", job.pk, name, response, len(odd),
+                  type(odd[0]).__name__, odd[0])  # fmt: skip
+    return Yielded(items, requests)
 
 
 def response_of(resp: fetching.Response, request: Request, depth: int = 0) -> Response:
@@ -286,123 +287,6 @@ def response_of(resp: fetching.Response, request: Request, depth: int = 0) -> Re
         request.meta["redirect_urls"] = [request.url, *resp.redirects[:-1]]
     return Response(resp.final_url, status=resp.status, headers=resp.http.get("response")
                     or list(resp.headers.items()), body=resp.body, request=request)  # fmt: skip
-
-
-@dataclass(slots=True)
-class _Held:
-    """A job run's pipelines in this process, and the pages using them now (under _opened)."""
-
-    pipes: itempipes.Pipelines
-    users: int = 0
-    ended: bool = False  # the run ended: the last user closes them
-    reason: str = "finished"  # why, as the spider's ``closed`` is told
-
-
-_pipelines: dict[tuple[int, int], _Held] = {}
-_opened = threading.Lock()  # the worker's threads open and give back pipelines one at a time
-_looked = [0.0]  # when close_ended last looked at the jobs (monotonic)
-_looking = threading.Lock()  # one look at a time, on a thread of its own
-_closer: list[threading.Thread] = []  # the thread of the last look, which close_all waits for
-LIVE_STATES = (JobState.RUNNING, JobState.PAUSED)  # a paused job's pipelines stay open
-
-
-def take(claimed: Claim, spider: Spider) -> _Held:
-    """This process's pipelines of the claimed URL's job run, opened on first use (the run is
-    the claim's, which the cached job may not know yet), held until ``give_back``: pipelines
-    whose run ended are closed when the last page using them gives them back."""
-    run = (claimed.job.pk, claimed.run)
-    with _opened:
-        held = _pipelines.get(run)
-        if held is None:
-            held = _pipelines[run] = _Held(itempipes.Pipelines(spider))
-        held.users += 1
-    return held
-
-
-def give_back(held: _Held) -> None:
-    with _opened:
-        held.users -= 1
-        last = held.ended and not held.users
-    if last:
-        held.pipes.close(held.reason)
-    close_ended_soon()
-
-
-def close_ended(every: float | None = None) -> None:
-    """Close this process's pipelines of every job run that ended (finished, cancelled, failed,
-    deleted, or recrawled since), so that ``close_spider`` runs when the job ends, not when the
-    worker leaves; pipelines a page still uses are closed when it gives them back. Looks at
-    the database at most once every ``every`` seconds (``PIPELINES_CHECK_S`` by default)."""
-    if not _time_to_look(every):
-        return
-    _looked[0] = time.monotonic()
-    runs = list(_pipelines)  # those opened while the database answers are looked at next time
-    jobs = CrawlJob.objects.filter(pk__in={job for job, _ in runs})
-    states = {(pk, run): state for pk, run, state in jobs.values_list("pk", "run", "state")}
-    for ended in (run for run in runs if states.get(run) not in LIVE_STATES):
-        with _opened:
-            held = _pipelines.pop(ended, None)
-            if held is None:
-                continue
-            held.ended = True
-            held.reason = _CLOSED_AS.get(states.get(ended), "finished")
-            unused = not held.users
-        log.info("job=%s run=%s: its item pipelines are closed", *ended)
-        if unused:
-            held.pipes.close(held.reason)
-
-
-# A run's end as a spider's ``closed(reason)`` is told it (Scrapy's reasons); a run that was
-# recrawled since, or a job deleted, finished.
-_CLOSED_AS = {JobState.CANCELLED: "cancelled", JobState.FAILED: "failed"}
-
-
-def _time_to_look(every: float | None = None) -> bool:
-    """Whether this process holds pipelines and last looked at their jobs ``every`` seconds
-    ago or more (``PIPELINES_CHECK_S`` by default)."""
-    every = setting("PIPELINES_CHECK_S") if every is None else every
-    return bool(_pipelines) and time.monotonic() - _looked[0] >= every
-
-
-def close_ended_soon() -> None:
-    """``close_ended`` on a thread of its own, if it is time to look: the database and the
-    pipelines' ``close_spider`` (user code) hold up neither the worker's pages nor the loop
-    of its heartbeat, which calls this too, so that an idle worker closes them as well."""
-    if not _time_to_look() or not _looking.acquire(blocking=False):
-        return
-
-    def look() -> None:
-        try:
-            close_ended()
-        except Exception as exc:  # the database may be away: the next call looks again
-            log.warning("item pipelines of ended jobs not checked: %s", exc)
-        finally:
-            connections.close_all()  # this thread's own connection
-            _looking.release()
-
-    thread = threading.Thread(target=look, name="close-pipelines", daemon=True)
-    try:
-        thread.start()
-    except RuntimeError:  # no thread to be had now (the interpreter is leaving)
-        _looking.release()
-        return
-    _closer[:] = [thread]
-
-
-def opened() -> int:
-    """How many job runs' pipelines this process holds open."""
-    return len(_pipelines)
-
-
-@atexit.register
-def close_all() -> None:
-    """The process leaves: a close under way on its thread is waited for (a daemon, cut short
-    at exit otherwise), within a callback's time (a ``close_spider`` that hangs holds up the
-    exit no longer), then every pipeline the process still holds is closed."""
-    for thread in _closer:
-        thread.join(setting("SPIDER_CALLBACK_TIMEOUT_S"))
-    while _pipelines:
-        _pipelines.popitem()[1].pipes.close("shutdown")
 
 
 def new_requests(claimed: Claim, cache: JobCache, spider: Spider,
@@ -447,7 +331,7 @@ def _with_spider(claimed: Claim, work: Callable[[Spider, itempipes.Pipelines], s
     job = claimed.job
     try:
         spider = spiders.for_job(job)
-        held = take(claimed, spider)
+        held = pipelines.take(claimed, spider)
     except Exception as exc:  # user code, or its import
         log.exception("job=%s: spider %r unavailable", job.pk, job.spider)
         return record_failure(claimed, unavailable or outcomes.SpiderUnavailable(
@@ -455,7 +339,7 @@ def _with_spider(claimed: Claim, work: Callable[[Spider, itempipes.Pipelines], s
     try:
         return work(spider, held.pipes)
     finally:
-        give_back(held)
+        pipelines.give_back(held)
 
 
 def store(claimed: Claim, cache: JobCache, resp: fetching.Response) -> str:
@@ -545,20 +429,47 @@ def _failed(claimed: Claim, cache: JobCache, outcome: outcomes.CrawlOutcome, spi
     return record_failure(claimed, outcome)
 
 
+def takes_errors(job: CrawlJob, kept: dict | None) -> bool:
+    """Whether a callback may take an error answer to this request (``handles``), so that its
+    body is read whole: the request's ``meta`` or the spider's class asks for some."""
+    meta = (kept or {}).get("meta") or {}
+    if "handle_httpstatus_all" in meta or "handle_httpstatus_list" in meta:
+        return True
+    try:
+        cls = spiders.load(job.spider)
+    except spiders.SpiderUnavailable:
+        return False  # the callback's side says so, with the reason
+    custom = cls.custom_settings or {}
+    return bool(getattr(cls, "handle_httpstatus_list", None) or custom.get("HTTPERROR_ALLOW_ALL")
+                or custom.get("HTTPERROR_ALLOWED_CODES"))  # fmt: skip
+
+
 def handles(spider: Spider, kept: dict, status: int | None) -> bool:
     """Whether the request's callback takes an answer of ``status`` (not 2xx), as Scrapy's
     ``HttpErrorMiddleware`` decides: the request's ``meta`` (``handle_httpstatus_all``, or
-    its ``handle_httpstatus_list``), else the spider's ``handle_httpstatus_list``, else its
-    ``custom_settings`` (``HTTPERROR_ALLOW_ALL``, ``HTTPERROR_ALLOWED_CODES``)."""
+    its ``handle_httpstatus_list``), else ``HTTPERROR_ALLOW_ALL`` in the spider's
+    ``custom_settings``, else the spider's ``handle_httpstatus_list``, else
+    ``HTTPERROR_ALLOWED_CODES`` in its ``custom_settings``. A list that is no list of
+    statuses takes none (and is logged)."""
     meta, custom = kept.get("meta") or {}, spider.custom_settings or {}
     if meta.get("handle_httpstatus_all"):
         return True
     if "handle_httpstatus_list" in meta:
-        return status in meta["handle_httpstatus_list"]
+        return status in _statuses(meta["handle_httpstatus_list"], "meta handle_httpstatus_list")
     if custom.get("HTTPERROR_ALLOW_ALL"):
         return True
     allowed = getattr(spider, "handle_httpstatus_list", None)
-    return status in (custom.get("HTTPERROR_ALLOWED_CODES", ()) if allowed is None else allowed)
+    if allowed is None:
+        return status in _statuses(custom.get("HTTPERROR_ALLOWED_CODES", ()),
+                                   "HTTPERROR_ALLOWED_CODES")  # fmt: skip
+    return status in _statuses(allowed, f"{type(spider).__name__}.handle_httpstatus_list")
+
+
+def _statuses(listed: Any, what: str) -> Collection[int]:
+    if isinstance(listed, list | tuple | set | frozenset | range):
+        return listed
+    log.error("%s must be a list of HTTP statuses, not %.100r: it takes none", what, listed)
+    return ()
 
 
 def _answer(claimed: Claim, outcome: outcomes.CrawlOutcome) -> fetching.Response:
@@ -567,7 +478,8 @@ def _answer(claimed: Claim, outcome: outcomes.CrawlOutcome) -> fetching.Response
     header = next((v for k, v in outcome.headers.items() if k.lower() == "content-type"), "")
     return fetching.Response(url=url, final_url=outcome.url or url, status=outcome.status or 0,
                              content_type=header.split(";", 1)[0].strip().lower(),
-                             content_type_header=header, body=outcome.body, truncated=False,
+                             content_type_header=header, body=outcome.body,
+                             truncated=outcome.truncated,
                              elapsed=0.0, headers=dict(outcome.headers))  # fmt: skip
 
 

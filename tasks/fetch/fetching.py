@@ -48,8 +48,9 @@ class FetchLimits:
     evidence_bytes: int = 0  # of an error answer's body (0: EVIDENCE_MAX_BYTES)
 
 
-def limits_for(job: CrawlJob) -> FetchLimits:
-    """The job's bounds on one fetch."""
+def limits_for(job: CrawlJob, whole_errors: bool = False) -> FetchLimits:
+    """The job's bounds on one fetch; ``whole_errors``: an error answer's body is read up to
+    ``FETCH_MAX_BYTES`` (a spider's callback may take it), not ``EVIDENCE_MAX_BYTES``."""
     return FetchLimits(
         connect_timeout=setting("FETCH_CONNECT_TIMEOUT_S", job),
         read_timeout=setting("FETCH_READ_TIMEOUT_S", job),
@@ -57,8 +58,7 @@ def limits_for(job: CrawlJob) -> FetchLimits:
         max_bytes=setting("FETCH_MAX_BYTES", job),
         max_redirects=setting("FETCH_MAX_REDIRECTS", job),
         verify=trust.verifies(job),
-        # a spider's callback may take an error answer (handle_httpstatus_list): all of it
-        evidence_bytes=setting("FETCH_MAX_BYTES", job) if job.spider else 0,
+        evidence_bytes=setting("FETCH_MAX_BYTES", job) if whole_errors else 0,
     )
 
 
@@ -255,9 +255,9 @@ def _evidence(failure: outcomes.CrawlOutcome, resp: requests.Response, limits: F
         small = FetchLimits(limits.connect_timeout, limits.read_timeout, limits.deadline,
                             limits.evidence_bytes or setting("EVIDENCE_MAX_BYTES"),
                             limits.max_redirects)  # fmt: skip
-        failure.body = _read_body(resp, small, started)[0]
+        failure.body, failure.truncated = _read_body(resp, small, started)[:2]
     except (outcomes.CrawlOutcome, requests.RequestException, urllib3.exceptions.HTTPError):
-        failure.body = b""
+        failure.body, failure.truncated = b"", True
     return failure
 
 

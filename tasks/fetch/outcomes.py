@@ -87,6 +87,7 @@ class CrawlOutcome(Exception):
         self.url: str | None = None  # the URL that failed, when it is not the one asked for
         self.headers: dict[str, str] = {}  # an HTTP failure's answer: headers, start of body
         self.body = b""
+        self.truncated = False  # the body is not all the answer had (a cap, or cut short)
         self.screenshot: bytes | None = None  # a rendered answer's picture (PNG), for review
 
     @property

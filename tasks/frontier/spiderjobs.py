@@ -69,6 +69,8 @@ def plan(job: CrawlJob) -> Start:
     if problems:
         raise SpiderProblem(f"spider {job.spider!r} custom_settings: " + "; ".join(problems))
     settings = {**custom.settings, **(job.settings or {})}
+    if "headers" in custom.fields:  # DEFAULT_REQUEST_HEADERS: the job's own headers win
+        custom.fields["headers"] = {**custom.fields["headers"], **(job.headers or {})}
     for field, value in custom.fields.items():
         setattr(job, field, value)
     try:

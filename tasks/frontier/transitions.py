@@ -308,46 +308,54 @@ def record_unchanged(claim: Claim) -> str:
 
 def take_redirect_target(claim: Claim, target: str, take_queued: bool = True) -> bool:
     """Inside the page's transaction: may this URL store the page its redirect reached? A
-    queued target is taken (marked ``fetched_via_redirect``) only if ``take_queued``."""
+    queued target with no request of its own (a plain row) is taken, marked
+    ``fetched_via_redirect``, if ``take_queued``; one with its own request (another
+    callback) is fetched as itself. A row of the target that another worker inserts while
+    this looks is looked at again, so that the page is stored once either way."""
     rows = FrontierURL.objects.filter(job_id=claim.job.pk, url=target)
-    if take_queued and rows.filter(state=URLState.QUEUED).update(
-        state=URLState.SKIPPED,
-        error_reason=requeue.FETCHED_VIA_REDIRECT,
-        error_message=claim.url.url,
-    ):
-        return True
-    state = rows.values_list("state", "error_reason", "error_message", named=True).first()
-    if state is None:
-        try:
-            with transaction.atomic():  # a savepoint: a concurrent insert wins the race
-                FrontierURL.objects.create(
-                    job_id=claim.job.pk, url=target, host=host_of(target), depth=claim.url.depth,
-                    state=URLState.SKIPPED, error_reason=requeue.FETCHED_VIA_REDIRECT,
-                    error_message=claim.url.url, discovered_from_id=claim.url.pk,
-                    not_before=timezone.now(), released=True,
-                )  # fmt: skip
+    for _ in range(3):
+        if take_queued and rows.filter(state=URLState.QUEUED, request__isnull=True).update(
+            state=URLState.SKIPPED,
+            error_reason=requeue.FETCHED_VIA_REDIRECT,
+            error_message=claim.url.url,
+        ):
             return True
-        except IntegrityError:
-            state = rows.values_list("state", "error_reason", "error_message", named=True).first()
-            if state is None:
-                return False
-    return _target_free(claim, state, take_queued)
+        state = _target_row(rows)
+        if state is None:
+            try:
+                with transaction.atomic():  # a savepoint: a concurrent insert wins the race
+                    FrontierURL.objects.create(
+                        job_id=claim.job.pk, url=target, host=host_of(target),
+                        depth=claim.url.depth, state=URLState.SKIPPED,
+                        error_reason=requeue.FETCHED_VIA_REDIRECT, error_message=claim.url.url,
+                        discovered_from_id=claim.url.pk, not_before=timezone.now(), released=True,
+                    )  # fmt: skip
+                return True
+            except IntegrityError:
+                continue  # inserted meanwhile: looked at again
+        free = _target_free(claim, state, take_queued)
+        if not (free and state.state == URLState.QUEUED):
+            return free
+    return False  # a target that keeps changing under this URL: fetched as itself
 
 
 def redirect_target_free(claim: Claim, target: str, take_queued: bool = True) -> bool:
     """Whether the page this URL's redirect reached is still this URL's to store, as the
     frontier has it now (a read: ``take_redirect_target`` decides in the page's commit)."""
-    rows = FrontierURL.objects.filter(job_id=claim.job.pk, url=target)
-    state = rows.values_list("state", "error_reason", "error_message", named=True).first()
+    state = _target_row(FrontierURL.objects.filter(job_id=claim.job.pk, url=target))
     return state is None or _target_free(claim, state, take_queued)
 
 
+def _target_row(rows: QuerySet) -> Any:
+    fields = ("state", "error_reason", "error_message", "request")
+    return rows.values_list(*fields, named=True).first()
+
+
 def _target_free(claim: Claim, state: Any, take_queued: bool) -> bool:
-    """A redirect target's row (state, error_reason, error_message) leaves its page to this
-    URL: queued (if ``take_queued``), ended without a page, or taken by this URL before (its
-    previous run)."""
+    """A redirect target's row leaves its page to this URL: queued as a plain row (if
+    ``take_queued``), ended without a page, or taken by this URL before (its previous run)."""
     if state.state == URLState.QUEUED:
-        return take_queued
+        return take_queued and state.request is None
     fetched_as_itself = state.state in (URLState.SCHEDULED, URLState.LEASED, URLState.DONE)
     taken_by_another = (
         state.error_reason == requeue.FETCHED_VIA_REDIRECT and state.error_message != claim.url.url

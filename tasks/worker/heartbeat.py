@@ -8,7 +8,7 @@ the time of its last task to Redis (``crawl:worker:HOSTNAME``, expiring). If the
 the file goes stale and the liveness probe fails; the web's ``/metrics`` shows each worker's
 heartbeat and last-task ages, so a worker that stops consuming while work waits is visible.
 ``READY_FILE`` exists from ``worker_ready`` until shutdown. Each beat also has the item
-pipelines of jobs that ended closed (``tasks/content/callbacks.py``), on a thread of its own.
+pipelines of jobs that ended closed (``tasks/content/pipelines.py``), on a thread of its own.
 
 The same hash is the registry of workers (``tasks/worker/registry.py``, read by ``/metrics``,
 the dashboard and the scheduler): each heartbeat also writes the worker's version, its
@@ -85,9 +85,9 @@ class Heartbeat(bootsteps.StartStopStep):
             pipe.execute()
         except Exception as exc:  # the heartbeat file is what probes read; Redis may be away
             log.debug("heartbeat not written to Redis: %s", exc)
-        from tasks.content import callbacks
+        from tasks.content import pipelines
 
-        callbacks.close_ended_soon()  # an idle worker too closes the pipelines of ended jobs
+        pipelines.close_ended_soon()  # an idle worker too closes the pipelines of ended jobs
 
     def stop(self, consumer) -> None:
         """The worker stops consuming (warm shutdown, or a lost broker connection before a
