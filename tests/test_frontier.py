@@ -255,6 +255,35 @@ def test_a_redirect_to_a_url_fetched_as_itself_stores_nothing(job, target_state)
     assert FrontierURL.objects.get(url="http://127.0.0.1:9/x/").state == target_state
 
 
+@pytest.mark.parametrize("request_of_its_own", [False, True])
+def test_a_redirect_target_queued_while_the_redirect_looks_is_taken_or_left_once(
+    job, monkeypatch, request_of_its_own
+):
+    """Another worker's page inserts the target (queued) between this commit's update and
+    its read: a plain target is taken (not left to be fetched again), one with a request of
+    its own (another callback) is left, and this URL stores nothing."""
+    claim, page = redirected_claim(job, None)
+    looks = transitions._target_row
+
+    def inserted_meanwhile(rows):
+        if not FrontierURL.objects.filter(url="http://127.0.0.1:9/x/").exists():
+            transitions.insert_urls(job.pk, ["http://127.0.0.1:9/x/"], depth=1)
+            if request_of_its_own:
+                FrontierURL.objects.filter(url="http://127.0.0.1:9/x/").update(
+                    request={"callback": "parse_item"})
+        return looks(rows)
+
+    monkeypatch.setattr(transitions, "_target_row", inserted_meanwhile)
+    state = transitions.record_page(claim, page, [], redirect_target="http://127.0.0.1:9/x/")
+    target = FrontierURL.objects.get(job=job, url="http://127.0.0.1:9/x/")
+    if request_of_its_own:
+        assert (state, target.state, Page.objects.filter(job=job).count()) == (
+            "skipped", "queued", 0)  # fmt: skip
+    else:
+        assert (state, target.state, target.error_reason) == (
+            "done", "skipped", "fetched_via_redirect")  # fmt: skip
+
+
 def test_a_swept_lease_on_the_last_attempt_fails_the_url(job, monkeypatch):
     monkeypatch.setenv("CRAWL_RETRY_MAX_ATTEMPTS", "2")
     url = FrontierURL.objects.get(job=job)
