@@ -268,6 +268,7 @@ def run(
     from django.db import DatabaseError, connection
 
     from tasks.frontier import jobs
+    from tasks.rules.urls import canonicalize
     from tasks.worker.supervisor import WorkerPool
     from tests.site import Site
     from web.models import PENDING_STATES, CrawlJob, FrontierURL, Item, Page
@@ -380,7 +381,10 @@ def run(
             ended = urls.filter(state__in=["done"] if spider else ["done", "failed"]).count()
             violations += len(written) != len(set(written)) or len(written) != ended
         stored_urls = list(Page.objects.filter(job=job).values_list("url__url", flat=True))
-        items = list(Item.objects.filter(job=job, dropped="").values_list("data__url", flat=True))
+        items = [  # a request is sent (and its item says) as the spider wrote it: compared
+            canonicalize(url)  # with the frontier's canonical keys
+            for url in Item.objects.filter(job=job, dropped="").values_list("data__url", flat=True)
+        ]
         bodies_missing = sum(
             1
             for key, digest in Page.objects.filter(job=job).values_list("body_key", "content_hash")
