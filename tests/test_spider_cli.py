@@ -59,6 +59,7 @@ def test_crawl_with_a_spider_writes_its_items_and_export_gives_them_in_both_form
 def test_spiders_lists_what_is_installed_and_what_cannot_be_loaded(worker_env):
     done = manage(worker_env, "spiders")
     assert done.stdout.splitlines() == [
+        "enough\ttests.spiders.pages.Enough",
         "errbacks\ttests.spiders.shop.ErrbackSpider",
         "odd_settings\ttests.spiders.shop.OddSettingsSpider",
         "pages\ttests.spiders.pages.Pages",

@@ -15,7 +15,7 @@ from tasks.content import callbacks, spiders
 from tasks.frontier import jobs
 from tests.conftest import wait_for
 from tests.shop import Shop, expected_products, expected_stock
-from tests.site import LocalSite, send
+from tests.site import LocalSite, Site, send
 from web.models import CrawlJob, FrontierURL, Item, JobState, URLState
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -453,6 +453,41 @@ def test_error_answers_go_to_the_callback_where_the_request_or_spider_handles_th
                     "/broken/3": ("failed", "http_5xx", 2)}  # fmt: skip
     page = Item.objects.get(job=job, data__url=site.url("/missing/1")).url.page
     assert (page.status, page.size) == (404, len("<h1>404 at /missing/1</h1>") * 3000)
+
+
+def test_close_spider_ends_the_crawl_with_what_pages_in_flight_add_not_fetched(installed):
+    """CloseSpider on /p/3: its item kept, its requests not; what is queued is skipped in its
+    page's transaction; what a page in flight adds after is skipped at release; the job
+    finishes with the reason, which the spider's closed() is told."""
+    from tasks.content import pipelines
+    from tasks.frontier import transitions
+    from tasks.frontier.pacing import Pacing
+    from tasks.frontier.release import release
+    from tasks.frontier.scheduler import finish_if_done
+    from tests.spiders.pages import Enough
+
+    Enough.ended.clear()
+    with Site(pages=40) as site:
+        job = jobs.create_job([], spider="enough", spider_args={"seed": site.url("/p/0")})
+        jobs.start(job)
+        run_job(job)
+        urls = [item["url"].removeprefix(site.base) for item in kept(job)]
+        assert "/p/3" in urls and len(urls) == len(set(urls))
+        pages = [int(u.split("?")[0].removeprefix("/p/")) for u in urls if u.startswith("/p/")]
+        assert max(pages) == 3  # nothing past it was fetched
+        skipped = FrontierURL.objects.filter(job=job, error_reason="close_spider")
+        assert skipped.exists() and {u.error_message for u in skipped} == {"enough pages"}
+        assert not FrontierURL.objects.filter(job=job, depth=4).exists()  # /p/3's requests
+        transitions.insert_urls(job.pk, [site.url("/p/30")], depth=3)  # a page in flight's
+        job.refresh_from_db()
+        assert release(job, Pacing())[0] == 0
+        late = FrontierURL.objects.get(job=job, url=site.url("/p/30"))
+        assert (late.state, late.error_reason) == ("skipped", "close_spider")
+        assert finish_if_done(job)
+    job.refresh_from_db()
+    assert (job.state, job.stats["close_reason"]) == ("finished", "enough pages")
+    pipelines.close_ended(every=0)
+    assert (job.pk, "enough pages") in Enough.ended
 
 
 def test_an_errback_sees_the_failure_and_its_items_commit_with_the_urls_failure(installed):

@@ -15,6 +15,7 @@ Names and behaviour follow Scrapy's, so that a Scrapy spider ports by changing i
 from parsel import Selector, SelectorList
 
 from crawlplatform.spiders.errors import (
+    CloseSpider,
     ConnectError,
     ConnectionLost,
     ConnectionRefusedError,
@@ -37,6 +38,7 @@ from crawlplatform.spiders.response import (
 from crawlplatform.spiders.spider import DropItem, Spider
 
 __all__ = [
+    "CloseSpider",
     "ConnectError",
     "ConnectionLost",
     "ConnectionRefusedError",

@@ -10,6 +10,16 @@ by class or by name (so Scrapy's and Twisted's own classes match too).
 from __future__ import annotations
 
 
+class CloseSpider(Exception):
+    """Raised by a callback (or errback) to end the crawl, as Scrapy's: what it yielded
+    before commits with its page, but for its requests; nothing not yet fetched is fetched;
+    the job finishes once the pages in flight are stored."""
+
+    def __init__(self, reason: str = "cancelled") -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
 class IgnoreRequest(Exception):
     """A request dropped before an answer: robots.txt, the job's scope, the address guard."""
 

@@ -32,7 +32,7 @@ import traceback
 from collections.abc import Callable, Collection, Iterable
 from typing import Any, NamedTuple
 
-from crawlplatform.spiders import Failure, Request, Response, Spider
+from crawlplatform.spiders import CloseSpider, Failure, Request, Response, Spider
 from tasks.content import items as itempipes
 from tasks.content import pages, pipelines, spiders
 from tasks.content.links import JobCache, in_scope
@@ -65,6 +65,7 @@ SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 class Yielded(NamedTuple):
     items: list[Any]
     requests: list[Request]
+    closing: str | None = None  # the callback raised CloseSpider with this reason
 
 
 def record(request: Request, spider: Spider) -> dict:
@@ -259,6 +260,11 @@ def call(spider: Spider, name: str, response: Any, kwargs: dict, job: CrawlJob) 
     if not runner.run(run, timeout):
         _runners.runner = None
         raise outcomes.SpiderTimeout(f"{name} still running after {timeout:g} s")
+    closing = None
+    if error and isinstance(error[0], CloseSpider):  # what it yielded before is kept
+        closing = str(error.pop().reason)
+        log.info("job=%s: callback %s on %r closes the crawl: %s", job.pk, name, response,
+                 closing)  # fmt: skip
     if error:
         if isinstance(error[0], outcomes.SpiderTimeout):
             raise error[0]
@@ -275,7 +281,9 @@ def call(spider: Spider, name: str, response: Any, kwargs: dict, job: CrawlJob) 
         log.error("job=%s: callback %s on %r yielded %d things that are no request or item "
                   "(the first: %s %.200r); left out", job.pk, name, response, len(odd),
                   type(odd[0]).__name__, odd[0])  # fmt: skip
-    return Yielded(items, requests)
+    if closing is not None:
+        requests = []  # the crawl ends: nothing new is scheduled, as in Scrapy
+    return Yielded(items, requests, closing)
 
 
 def response_of(resp: fetching.Response, request: Request, depth: int = 0) -> Response:
@@ -367,7 +375,7 @@ def _store(claimed: Claim, cache: JobCache, resp: fetching.Response, spider: Spi
     title = page_title(response)[: setting("TITLE_MAX_CHARS", job)]
     page = pages.page_row(claimed, resp, title, {})
     state = with_retries(lambda: record_spider_page(claimed, page, new, kept, spider.name,
-                                                    redirect))  # fmt: skip
+                                                    redirect, yielded.closing))  # fmt: skip
     for request in new:  # in the frontier now: this process sends them no more
         cache.committed.put(request.key)
     return state
@@ -499,4 +507,5 @@ def _errback(claimed: Claim, cache: JobCache, outcome: outcomes.CrawlOutcome, sp
         log.warning("job=%s url=%s: errback failed: %s", job.pk, claimed.url.url, exc)
         return record_failure(claimed, outcome)
     items = [NewItem(*pipes.process(item)) for item in yielded.items]
-    return with_retries(lambda: record_spider_failure(claimed, outcome, new, items, spider.name))
+    return with_retries(lambda: record_spider_failure(claimed, outcome, new, items, spider.name,
+                                                      yielded.closing))  # fmt: skip

@@ -66,8 +66,8 @@ def give_back(held: _Held) -> None:
     close_ended_soon()
 
 
-# A run's end as a spider's ``closed(reason)`` is told it (Scrapy's reasons); a run that was
-# recrawled since, or a job deleted, finished.
+# A run's end as a spider's ``closed(reason)`` is told it (Scrapy's reasons): the CloseSpider
+# reason if its spider ended it; a run that was recrawled since, or a job deleted, finished.
 _CLOSED_AS = {JobState.CANCELLED: "cancelled", JobState.FAILED: "failed"}
 
 
@@ -81,14 +81,16 @@ def close_ended(every: float | None = None) -> None:
     _looked[0] = time.monotonic()
     runs = list(_pipelines)  # those opened while the database answers are looked at next time
     jobs = CrawlJob.objects.filter(pk__in={job for job, _ in runs})
-    states = {(pk, run): state for pk, run, state in jobs.values_list("pk", "run", "state")}
+    found = list(jobs.values_list("pk", "run", "state", "close_reason"))
+    states = {(pk, run): state for pk, run, state, _ in found}
+    closed_by = {(pk, run): reason for pk, run, _, reason in found if reason}
     for ended in (run for run in runs if states.get(run) not in LIVE_STATES):
         with _opened:
             held = _pipelines.pop(ended, None)
             if held is None:
                 continue
             held.ended = True
-            held.reason = _CLOSED_AS.get(states.get(ended), "finished")
+            held.reason = closed_by.get(ended) or _CLOSED_AS.get(states.get(ended), "finished")
             unused = not held.users
         log.info("job=%s run=%s: its item pipelines are closed", *ended)
         if unused:

@@ -214,7 +214,7 @@ def recrawl(job: CrawlJob) -> bool:
     not ended (a running job is left alone)."""
     with transaction.atomic():
         won = CrawlJob.objects.filter(pk=job.pk, state__in=RECRAWLABLE).update(
-            state=JobState.RUNNING, run=F("run") + 1, released=0, error="",
+            state=JobState.RUNNING, run=F("run") + 1, released=0, error="", close_reason="",
             started_at=timezone.now(), finished_at=None,
         )  # fmt: skip
         if not won:
@@ -257,6 +257,8 @@ def finished(job: CrawlJob) -> None:
              "frontier": counts(job.pk)}  # fmt: skip
     if job.spider:
         stats.update(spiderjobs.ended(job))
+    if job.close_reason:
+        stats["close_reason"] = job.close_reason
     CrawlJob.objects.filter(pk=job.pk).update(stats=stats)
     job.stats = stats
     checkpoint(job, "finish")

@@ -32,6 +32,7 @@ from web.models import CrawlJob, FrontierURL, JobState, Review, URLState
 FETCHED_VIA_REDIRECT = "fetched_via_redirect"
 LEASE_EXPIRED = "lease_expired"  # a waiting URL's reason: its worker was lost while it held it
 ENDED_JOB_REASON = {JobState.CANCELLED: "cancelled", JobState.FAILED: "job_failed"}
+CLOSE_SPIDER = "close_spider"  # a URL not fetched: the job's spider ended the crawl
 
 
 def back_to_queue(
@@ -168,9 +169,10 @@ def reclaim_expired() -> int:
     return moved
 
 
-def skip(rows: QuerySet, reason: str) -> int:
+def skip(rows: QuerySet, reason: str, message: str = "") -> int:
     """URLs that will not be fetched (caps, max_pages, cancel) end as skipped; ``rows`` are
     queued or scheduled ones (their messages find them done)."""
+    said = {"error_message": message} if message else {}
     return rows.filter(state__in=[URLState.QUEUED, URLState.SCHEDULED]).update(
-        state=URLState.SKIPPED, error_reason=reason, scheduled_at=None
+        state=URLState.SKIPPED, error_reason=reason, scheduled_at=None, **said
     )

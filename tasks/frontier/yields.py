@@ -29,7 +29,7 @@ from tasks.frontier.transitions import (
 )
 from tasks.rules.urls import host_of
 from tasks.worker import metrics
-from web.models import FrontierURL, Item, Page, URLState
+from web.models import CrawlJob, FrontierURL, Item, Page, URLState
 
 
 class NewRequest(NamedTuple):
@@ -96,11 +96,15 @@ def record_spider_failure(
     requests: Sequence[NewRequest],
     items: Sequence[NewItem],
     spider: str,
+    closing: str | None = None,
 ) -> str:
-    """One transaction: the URL ended with ``outcome`` and what its errback yielded."""
+    """One transaction: the URL ended with ``outcome`` and what its errback yielded (and,
+    if it raised CloseSpider, the crawl's end: ``close``)."""
     with transaction.atomic():
         state = record_failure(claim, outcome)
         _add(claim, requests, items, spider, timezone.now())
+        if closing is not None:
+            close(claim, closing)
     _added(claim, requests)
     return state
 
@@ -112,6 +116,7 @@ def record_spider_page(
     items: Sequence[NewItem],
     spider: str,
     redirect: Redirect | None = None,
+    closing: str | None = None,
 ) -> str:
     """One transaction: the URL done, its page, its items and its new requests; a lost lease
     writes nothing (LeaseLost). On PostgreSQL one statement (``pages.py``), elsewhere (and for
@@ -120,8 +125,9 @@ def record_spider_page(
     A page reached through ``redirect`` is stored once, as a crawl's (``record_page``): if
     its target is fetched as its own URL, or another redirect took it, this URL is skipped as
     ``duplicate_redirect`` with nothing of what the callback yielded, as Scrapy's duplicate
-    filter drops a redirect to a request it has seen."""
-    if connection.vendor == "postgresql" and redirect is None:
+    filter drops a redirect to a request it has seen. ``closing``: the callback raised
+    CloseSpider with this reason (``close``, in the same transaction)."""
+    if connection.vendor == "postgresql" and redirect is None and closing is None:
         ordered = sorted(requests, key=lambda r: r.key)
         record_spider_statement(
             claim, page, [(r.key, r.request, r.priority) for r in ordered if r.skip is None],
@@ -143,5 +149,16 @@ def record_spider_page(
             raise LeaseLost(f"lease on URL {claim.url.pk} (attempt {claim.attempt}) ended")
         save_page(page)
         _add(claim, requests, items, spider, now)
+        if closing is not None:
+            close(claim, closing)
     _added(claim, requests)
     return URLState.DONE
+
+
+def close(claim: Claim, reason: str) -> None:
+    """Inside the page's transaction: its spider ends the crawl (CloseSpider). The job keeps
+    the reason, which release honours (what pages in flight add is skipped too), and its
+    URLs not yet fetched are skipped as ``close_spider``."""
+    CrawlJob.objects.filter(pk=claim.job.pk, close_reason="").update(close_reason=reason[:200])
+    requeue.skip(FrontierURL.objects.filter(job_id=claim.job.pk), requeue.CLOSE_SPIDER,
+                 reason[:2000])  # fmt: skip

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from crawlplatform.spiders import Request, Spider
+from crawlplatform.spiders import CloseSpider, Request, Spider
 
 
 class Pages(Spider):
@@ -16,3 +16,24 @@ class Pages(Spider):
     def parse(self, response):
         yield {"url": response.url, "title": response.css("title::text").get()}
         yield from response.follow_all(css="a")
+
+
+class Enough(Spider):
+    """Pages ``/p/N`` until ``/p/{last}``, which ends the crawl (CloseSpider) after its item."""
+
+    name = "enough"
+    seed = ""  # -a seed=URL
+    last = "3"  # -a last=N
+    ended: list[tuple[int, str]] = []  # (job, reason) of each closed() in this process
+
+    def start_requests(self):
+        yield Request(self.seed)
+
+    def parse(self, response):
+        yield {"url": response.url}
+        yield from response.follow_all(css="a")
+        if response.url.endswith(f"/p/{self.last}"):
+            raise CloseSpider("enough pages")
+
+    def closed(self, reason):
+        self.ended.append((self.job_id, reason))

@@ -209,6 +209,13 @@ class CrawlJob(models.Model):
         help_text="URLs handed to workers for a first attempt (counts against max_pages).",
     )
     stats = models.JSONField(default=dict, blank=True, help_text="Counters at the last finish.")
+    close_reason = models.CharField(
+        max_length=200,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="Why the spider ended this run early (CloseSpider): nothing more is fetched.",
+    )
     error = models.TextField(
         blank=True, help_text="Why the job failed: a configuration the crawl could not apply."
     )
