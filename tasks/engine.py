@@ -78,9 +78,13 @@ def _process_claims(claims: list[Claim], job_id: int, rendering: bool) -> list[s
     began = checked = time.monotonic()
     try:
         for n, claimed in enumerate(claims):
+            if n and claims[n - 1].closed_crawl:  # its spider ended the crawl: no more of it
+                _give_back(claims[n:])
+                break
             if n and time.monotonic() - checked >= setting("JOB_STATE_CHECK_S"):
                 checked = time.monotonic()
-                if not CrawlJob.objects.filter(pk=job_id, state=JobState.RUNNING).exists():
+                if not CrawlJob.objects.filter(pk=job_id, state=JobState.RUNNING,
+                                               close_reason="").exists():  # fmt: skip
                     _give_back(claims[n:])
                     break
             if n and (lifecycle.stopping.is_set() or _past_budget(claimed, began)):

@@ -16,7 +16,7 @@ from tasks.frontier import jobs
 from tests.conftest import wait_for
 from tests.shop import Shop, expected_products, expected_stock
 from tests.site import LocalSite, Site, send
-from web.models import CrawlJob, FrontierURL, Item, JobState, URLState
+from web.models import PENDING_STATES, CrawlJob, FrontierURL, Item, JobState, URLState
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -456,36 +456,46 @@ def test_error_answers_go_to_the_callback_where_the_request_or_spider_handles_th
 
 
 def test_close_spider_ends_the_crawl_with_what_pages_in_flight_add_not_fetched(installed):
-    """CloseSpider on /p/3: its item kept, its requests not; what is queued is skipped in its
-    page's transaction; what a page in flight adds after is skipped at release; the job
-    finishes with the reason, which the spider's closed() is told."""
+    """CloseSpider on /p/3, the first URL of a message of four: its item kept, its requests
+    not, the message's other URLs given back and skipped; what is queued is skipped in its
+    page's transaction; what a page in flight adds after is skipped by the scheduler's pass,
+    a claim of a URL scheduled before is refused; the job finishes with the reason, which
+    the spider's closed() is told."""
     from tasks.content import pipelines
     from tasks.frontier import transitions
-    from tasks.frontier.pacing import Pacing
-    from tasks.frontier.release import release
-    from tasks.frontier.scheduler import finish_if_done
+    from tasks.frontier.scheduler import Scheduler
     from tests.spiders.pages import Enough
 
     Enough.ended.clear()
     with Site(pages=40) as site:
         job = jobs.create_job([], spider="enough", spider_args={"seed": site.url("/p/0")})
         jobs.start(job)
-        run_job(job)
-        urls = [item["url"].removeprefix(site.base) for item in kept(job)]
-        assert "/p/3" in urls and len(urls) == len(set(urls))
-        pages = [int(u.split("?")[0].removeprefix("/p/")) for u in urls if u.startswith("/p/")]
-        assert max(pages) == 3  # nothing past it was fetched
+        for page in range(3):  # /p/0 .. /p/2, one at a time
+            row = FrontierURL.objects.get(job=job, url=site.url(f"/p/{page}"))
+            FrontierURL.objects.filter(pk=row.pk).update(state=URLState.SCHEDULED)
+            engine.process(row.pk, job.pk)
+        transitions.insert_urls(job.pk, [site.url(f"/p/{n}") for n in (20, 21, 22)], depth=3)
+        message = [FrontierURL.objects.get(job=job, url=site.url(f"/p/{n}")).pk
+                   for n in (3, 20, 21, 22)]  # fmt: skip
+        FrontierURL.objects.filter(pk__in=message).update(state=URLState.SCHEDULED)
+        states = engine.process_many(message, job.pk)
+        assert states == ["done"]  # /p/3: the message's other three were not started
+        fetched = {u.removeprefix(site.base) for u, n in site.hits.items() if n}
+        assert fetched & {"/p/20", "/p/21", "/p/22"} == set()
         skipped = FrontierURL.objects.filter(job=job, error_reason="close_spider")
-        assert skipped.exists() and {u.error_message for u in skipped} == {"enough pages"}
+        assert {u.error_message for u in skipped} == {"enough pages"}
         assert not FrontierURL.objects.filter(job=job, depth=4).exists()  # /p/3's requests
         transitions.insert_urls(job.pk, [site.url("/p/30")], depth=3)  # a page in flight's
-        job.refresh_from_db()
-        assert release(job, Pacing())[0] == 0
         late = FrontierURL.objects.get(job=job, url=site.url("/p/30"))
-        assert (late.state, late.error_reason) == ("skipped", "close_spider")
-        assert finish_if_done(job)
+        FrontierURL.objects.filter(pk=late.pk).update(state=URLState.SCHEDULED)  # released
+        assert engine.process(late.pk, job.pk) is None  # before the close: its claim refused
+        job.refresh_from_db()
+        assert Scheduler()._pass_job(job) == (0, None)
+        assert not FrontierURL.objects.filter(job=job, state__in=PENDING_STATES).exists()
     job.refresh_from_db()
     assert (job.state, job.stats["close_reason"]) == ("finished", "enough pages")
+    assert sorted(i["url"].removeprefix(site.base) for i in kept(job)) == [
+        "/p/0", "/p/1", "/p/2", "/p/3"]  # fmt: skip
     pipelines.close_ended(every=0)
     assert (job.pk, "enough pages") in Enough.ended
 

@@ -262,7 +262,7 @@ def call(spider: Spider, name: str, response: Any, kwargs: dict, job: CrawlJob) 
         raise outcomes.SpiderTimeout(f"{name} still running after {timeout:g} s")
     closing = None
     if error and isinstance(error[0], CloseSpider):  # what it yielded before is kept
-        closing = str(error.pop().reason)
+        closing = str(error.pop().reason) or "cancelled"  # Scrapy's default reason
         log.info("job=%s: callback %s on %r closes the crawl: %s", job.pk, name, response,
                  closing)  # fmt: skip
     if error:

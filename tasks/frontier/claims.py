@@ -30,3 +30,4 @@ class Claim:
     run: int = 1  # the job's run it was claimed in (read with the claim, never from a cache)
     deferred: bool = False  # it went back to wait without an attempt (politeness, robots)
     banned_since: datetime | None = None  # its current run of refusals (bans) began then
+    closed_crawl: bool = False  # its spider's callback ended the crawl (CloseSpider)

@@ -257,8 +257,9 @@ def finished(job: CrawlJob) -> None:
              "frontier": counts(job.pk)}  # fmt: skip
     if job.spider:
         stats.update(spiderjobs.ended(job))
-    if job.close_reason:
-        stats["close_reason"] = job.close_reason
+    closed_by = CrawlJob.objects.filter(pk=job.pk).values_list("close_reason", flat=True).first()
+    if closed_by:  # read now: the last page in flight may have closed the crawl
+        stats["close_reason"] = closed_by
     CrawlJob.objects.filter(pk=job.pk).update(stats=stats)
     job.stats = stats
     checkpoint(job, "finish")

@@ -201,15 +201,15 @@ def release(job: CrawlJob, pacing: Pacing, epoch: int | None = None) -> tuple[in
     job is released only while an online worker has its spider installed (the workers'
     registry).
     """
+    if job.close_reason:  # its spider ended the crawl: what pages in flight add is not fetched
+        requeue.skip(FrontierURL.objects.filter(job_id=job.pk), requeue.CLOSE_SPIDER,
+                     job.close_reason)  # fmt: skip
+        return 0, None  # nothing more: the job finishes once its pages in flight are stored
     if job.channel and job.channel not in channels.served():
         if pacing.note(f"unserved {job.pk}"):
             log.warning("job=%s: pinned to channel %s, which no online worker consumes: its URLs "
                         "wait in the frontier", job.pk, job.channel)  # fmt: skip
         return 0, setting("CHANNEL_SERVED_CACHE_S")
-    if job.close_reason:  # its spider ended the crawl: what pages in flight add is not fetched
-        requeue.skip(FrontierURL.objects.filter(job_id=job.pk), requeue.CLOSE_SPIDER,
-                     job.close_reason)  # fmt: skip
-        return 0, setting("SCHEDULER_TICK_S")
     if job.spider and job.spider not in pacing.spiders():
         return 0, setting("NO_SLOTS_CACHE_S")  # no online worker has its spider: it waits
     outstanding = transitions.count_scheduled(job.pk)

@@ -61,9 +61,10 @@ def leased(claim: Claim) -> QuerySet:
 
 
 def requeue_if_stopped(url_ids: list[int], job_id: int, now: datetime) -> int:
-    """After a failed claim: if the job is not running, its URLs wait in the frontier (or end
-    skipped, if the job has ended)."""
-    if CrawlJob.objects.filter(pk=job_id, state=JobState.RUNNING).exists():
+    """After a failed claim: if the job is not running (or its spider closed the crawl), its
+    URLs wait in the frontier (or end skipped, if the job has ended; release skips those of a
+    closed crawl)."""
+    if CrawlJob.objects.filter(pk=job_id, state=JobState.RUNNING, close_reason="").exists():
         return 0  # the URLs were not claimable: duplicate or late messages
     rows = FrontierURL.objects.filter(
         Q(state=URLState.SCHEDULED) | Q(state=URLState.LEASED, lease_until__lt=now),

@@ -129,7 +129,7 @@ WHERE id IN ({ids})
            WHEN state = %s THEN true
            WHEN state = %s THEN lease_until < %s
            ELSE false END
-  AND EXISTS (SELECT 1 FROM {job} WHERE id = %s AND state = %s)
+  AND EXISTS (SELECT 1 FROM {job} WHERE id = %s AND state = %s AND close_reason = '')
 RETURNING id, url, depth, attempts, scheduled_at, error_reason, error_message,
           (SELECT run FROM {job} WHERE id = %s), banned_since, request, priority
 """

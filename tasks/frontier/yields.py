@@ -156,9 +156,15 @@ def record_spider_page(
 
 
 def close(claim: Claim, reason: str) -> None:
-    """Inside the page's transaction: its spider ends the crawl (CloseSpider). The job keeps
-    the reason, which release honours (what pages in flight add is skipped too), and its
-    URLs not yet fetched are skipped as ``close_spider``."""
-    CrawlJob.objects.filter(pk=claim.job.pk, close_reason="").update(close_reason=reason[:200])
+    """Inside the page's transaction: its spider ends the crawl (CloseSpider). The URLs not
+    yet fetched are skipped as ``close_spider``; the job keeps the reason, which claims and
+    release honour (what pages in flight add, or give back, is skipped too). The frontier's
+    rows are written before the job's, in the order a release takes its locks. A page of a
+    previous run (in flight across a recrawl) closes nothing."""
+    run = CrawlJob.objects.filter(pk=claim.job.pk, run=claim.run)
+    if not run.exists():
+        return
     requeue.skip(FrontierURL.objects.filter(job_id=claim.job.pk), requeue.CLOSE_SPIDER,
                  reason[:2000])  # fmt: skip
+    run.filter(close_reason="").update(close_reason=reason[:200])
+    claim.closed_crawl = True
