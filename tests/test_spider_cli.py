@@ -13,6 +13,7 @@ import pytest
 from django.conf import settings
 
 from tests.shop import Shop, expected_products, expected_stock
+from tests.site import Site
 from web.models import CrawlJob, JobState
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -54,6 +55,21 @@ def test_crawl_with_a_spider_writes_its_items_and_export_gives_them_in_both_form
         line) for line in out.read_text().splitlines()] for k in item))  # fmt: skip
     product = next(r for r in rows if r["sku"] == "SKU-0001" and r["kind"] == "product")
     assert (product["price"], product["listing"], product["stock"]) == ("10.5", "1", "")
+
+
+def test_a_crawl_its_spider_closes_finishes_with_the_pages_in_flight_and_says_why(
+    worker_env, tmp_path
+):
+    out = tmp_path / "items.jsonl"
+    with Site(pages=300, delay=0.05) as site:
+        done = manage(worker_env, "crawl", "--spider", "enough", "-a", f"seed={site.url('/p/0')}",
+                      "-a", "last=40", "--concurrency", "4", "--output", str(out))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "the spider closed the crawl: enough pages" in done.stdout
+    job = CrawlJob.objects.get(spider="enough")
+    assert (job.state, job.stats["close_reason"]) == (JobState.FINISHED, "enough pages")
+    items = [json.loads(line)["url"] for line in out.read_text().splitlines()]
+    assert site.url("/p/40") in items and len(items) == len(set(items)) < 300
 
 
 def test_spiders_lists_what_is_installed_and_what_cannot_be_loaded(worker_env):

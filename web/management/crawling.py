@@ -332,6 +332,8 @@ def summary(job: CrawlJob, counts: dict, elapsed: float, stdout: OutputWrapper) 
         drops = ", ".join(f"{n} {why}" for why, n in sorted(job.stats.get("drops", {}).items()))
         kept = f"{job.stats.get('items', 0)} items"
         stdout.write(kept + (f"; dropped: {drops}" if drops else ""))
+    if job.stats.get("close_reason"):
+        stdout.write(f"the spider closed the crawl: {job.stats['close_reason']}")
 
 
 def write_output(job: CrawlJob, fmt: str, target: str, said: OutputWrapper) -> None:
