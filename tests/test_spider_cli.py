@@ -76,6 +76,7 @@ def test_spiders_lists_what_is_installed_and_what_cannot_be_loaded(worker_env):
     done = manage(worker_env, "spiders")
     assert done.stdout.splitlines() == [
         "enough\ttests.spiders.pages.Enough",
+        "enough_on_error\ttests.spiders.pages.EnoughOnError",
         "errbacks\ttests.spiders.shop.ErrbackSpider",
         "odd_settings\ttests.spiders.shop.OddSettingsSpider",
         "pages\ttests.spiders.pages.Pages",

@@ -500,6 +500,20 @@ def test_close_spider_ends_the_crawl_with_what_pages_in_flight_add_not_fetched(i
     assert (job.pk, "enough pages") in Enough.ended
 
 
+def test_close_spider_in_an_errback_commits_with_the_urls_failure(installed):
+    with Site(pages=40) as site:
+        job = jobs.create_job([], spider="enough_on_error", spider_args={
+            "seed": site.url("/p/0")})  # fmt: skip
+        jobs.start(job)
+        run_job(job)  # /missing/0 first: its errback closes the crawl before /p/0 is fetched
+    ends = {u.removeprefix(site.base): (state, reason) for u, state, reason in
+            FrontierURL.objects.filter(job=job).values_list("url", "state", "error_reason")}
+    assert ends == {"/missing/0": ("failed", "http_4xx"), "/p/0": ("skipped", "close_spider")}
+    assert kept(job) == [{"gone": site.url("/missing/0"), "status": 404}]
+    job.refresh_from_db()
+    assert job.close_reason == "a page is gone"
+
+
 def test_an_errback_sees_the_failure_and_its_items_commit_with_the_urls_failure(installed):
     with Shop() as shop:
         job = jobs.create_job([], spider="errbacks", spider_args={"base": shop.base})

@@ -37,3 +37,18 @@ class Enough(Spider):
 
     def closed(self, reason):
         self.ended.append((self.job_id, reason))
+
+
+class EnoughOnError(Enough):
+    """Its errback ends the crawl: the first answer that is missing is enough."""
+
+    name = "enough_on_error"
+    last = "none"
+
+    def start_requests(self):
+        yield Request(self.seed)
+        yield Request(self.seed.replace("/p/0", "/missing/0"), errback=self.gone)
+
+    def gone(self, failure):
+        yield {"gone": failure.request.url, "status": failure.value.response.status}
+        raise CloseSpider("a page is gone")
