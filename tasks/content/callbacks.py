@@ -70,11 +70,8 @@ class Yielded(NamedTuple):
 
 def record(request: Request, spider: Spider) -> dict:
     """A request as its frontier row keeps it (JSON); ValueError says what cannot be kept."""
-    callback = _method_name(spider, request.callback, request.callback_name or "parse")
-    errback = _method_name(spider, request.errback, request.errback_name)
-    for name in filter(None, (callback, errback)):
-        if not callable(getattr(spider, name, None)):
-            raise ValueError(f"{request}: the spider has no method {name!r} to call back")
+    callback = _method_name(spider, request, request.callback, request.callback_name or "parse")
+    errback = _method_name(spider, request, request.errback, request.errback_name)
     if len(request.body) > setting("SPIDER_BODY_MAX_BYTES"):
         raise ValueError(f"{request}: body of {len(request.body)} bytes is above "
                          f"SPIDER_BODY_MAX_BYTES")  # fmt: skip
@@ -95,20 +92,19 @@ def record(request: Request, spider: Spider) -> dict:
     return kept
 
 
-def _method_name(spider: Spider, function: Any, name: str | None) -> str | None:
+def _method_name(spider: Spider, request: Request, function: Any, name: str | None) -> str | None:
     """The name the spider holds ``function`` under: ``name``, unless a decorator without
     ``functools.wraps`` named it after its wrapper; then the attribute of the spider's class
-    that holds it."""
-    if name is None or function is None or isinstance(function, str):
+    that holds it. ValueError if the spider has no such method."""
+    if name is None or callable(getattr(spider, name, None)):
         return name
-    if callable(getattr(spider, name, None)):
-        return name
-    wanted = getattr(function, "__func__", function)
-    for cls in type(spider).__mro__:
-        for attribute, value in vars(cls).items():
-            if value is wanted:
-                return attribute
-    return name
+    if function is not None and not isinstance(function, str):
+        wanted = getattr(function, "__func__", function)
+        for cls in type(spider).__mro__:
+            for attribute, value in vars(cls).items():
+                if value is wanted:
+                    return attribute
+    raise ValueError(f"{request}: the spider has no method {name!r} to call back")
 
 
 def key(canonical: str, kept: dict, unique: str = "") -> str:
@@ -439,44 +435,48 @@ def _failed(claimed: Claim, cache: JobCache, outcome: outcomes.CrawlOutcome, spi
 
 def takes_errors(job: CrawlJob, kept: dict | None) -> bool:
     """Whether a callback may take an error answer to this request (``handles``), so that its
-    body is read whole: the request's ``meta`` or the spider's class asks for some."""
-    meta = (kept or {}).get("meta") or {}
-    if "handle_httpstatus_all" in meta or "handle_httpstatus_list" in meta:
-        return True
+    body is read whole."""
     try:
         cls = spiders.load(job.spider)
     except spiders.SpiderUnavailable:
         return False  # the callback's side says so, with the reason
-    custom = cls.custom_settings or {}
-    return bool(getattr(cls, "handle_httpstatus_list", None) or custom.get("HTTPERROR_ALLOW_ALL")
-                or custom.get("HTTPERROR_ALLOWED_CODES"))  # fmt: skip
+    taken = _taken(cls, kept or {}, quiet=True)
+    return taken is None or bool(taken)
 
 
 def handles(spider: Spider, kept: dict, status: int | None) -> bool:
-    """Whether the request's callback takes an answer of ``status`` (not 2xx), as Scrapy's
+    """Whether the request's callback takes an answer of ``status`` (not 2xx)."""
+    taken = _taken(spider, kept)
+    return taken is None or status in taken
+
+
+def _taken(holder: Spider | type[Spider], kept: dict,
+           quiet: bool = False) -> Collection[int] | None:  # fmt: skip
+    """The error statuses a request's callback takes (None: all), as Scrapy's
     ``HttpErrorMiddleware`` decides: the request's ``meta`` (``handle_httpstatus_all``, or
     its ``handle_httpstatus_list``), else ``HTTPERROR_ALLOW_ALL`` in the spider's
     ``custom_settings``, else the spider's ``handle_httpstatus_list``, else
     ``HTTPERROR_ALLOWED_CODES`` in its ``custom_settings``. A list that is no list of
-    statuses takes none (and is logged)."""
-    meta, custom = kept.get("meta") or {}, spider.custom_settings or {}
+    statuses takes none (logged unless ``quiet``)."""
+    meta, custom = kept.get("meta") or {}, holder.custom_settings or {}
     if meta.get("handle_httpstatus_all"):
-        return True
+        return None
     if "handle_httpstatus_list" in meta:
-        return status in _statuses(meta["handle_httpstatus_list"], "meta handle_httpstatus_list")
+        return _statuses(meta["handle_httpstatus_list"], "meta handle_httpstatus_list", quiet)
     if custom.get("HTTPERROR_ALLOW_ALL"):
-        return True
-    allowed = getattr(spider, "handle_httpstatus_list", None)
-    if allowed is None:
-        return status in _statuses(custom.get("HTTPERROR_ALLOWED_CODES", ()),
-                                   "HTTPERROR_ALLOWED_CODES")  # fmt: skip
-    return status in _statuses(allowed, f"{type(spider).__name__}.handle_httpstatus_list")
+        return None
+    own = getattr(holder, "handle_httpstatus_list", None)
+    if own is None:
+        return _statuses(custom.get("HTTPERROR_ALLOWED_CODES", ()), "HTTPERROR_ALLOWED_CODES",
+                         quiet)  # fmt: skip
+    return _statuses(own, f"spider {holder.name}'s handle_httpstatus_list", quiet)
 
 
-def _statuses(listed: Any, what: str) -> Collection[int]:
+def _statuses(listed: Any, what: str, quiet: bool) -> Collection[int]:
     if isinstance(listed, list | tuple | set | frozenset | range):
         return listed
-    log.error("%s must be a list of HTTP statuses, not %.100r: it takes none", what, listed)
+    if not quiet:
+        log.error("%s must be a list of HTTP statuses, not %.100r: it takes none", what, listed)
     return ()
 
 
