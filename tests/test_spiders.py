@@ -498,6 +498,8 @@ def test_close_spider_ends_the_crawl_with_what_pages_in_flight_add_not_fetched(i
         "/p/0", "/p/1", "/p/2", "/p/3"]  # fmt: skip
     pipelines.close_ended(every=0)
     assert (job.pk, "enough pages") in Enough.ended
+    assert jobs.recrawl(job) and (job.state, job.close_reason) == ("running", "")  # afresh
+    assert CrawlJob.objects.get(pk=job.pk).close_reason == ""
 
 
 def test_close_spider_in_an_errback_commits_with_the_urls_failure(installed):
