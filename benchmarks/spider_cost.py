@@ -65,7 +65,7 @@ def main() -> None:
         sys.exit(f"{args.docs} not found: apt-get install python3.11-doc")
     django.setup()
     from crawlplatform.spiders import Spider
-    from tasks.content import callbacks, extraction, items, parsing
+    from tasks.content import callbacks, extraction, items, parsing, rows
     from tasks.content.links import JobCache, new_links
     from tasks.fetch import fetching
     from tasks.frontier.claims import Claim
@@ -113,7 +113,7 @@ def main() -> None:
         resp = fetching.Response(url=url, final_url=url, status=200, content_type="text/html",
                                  content_type_header=header, body=body, truncated=False,
                                  elapsed=0.0, headers={"Content-Type": header})  # fmt: skip
-        request = callbacks.request_of(url, None)
+        request = rows.request_of(url, None)
         found = callbacks.call(spider, "parse", callbacks.response_of(resp, request), {}, job)
         for item in found.items:
             pipes.process(item)

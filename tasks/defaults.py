@@ -205,7 +205,7 @@ CANARY_SLOT_S = 10  # outcome counts are kept per channel in slots this long, se
 CANARY_FLUSH_S = 1.0  # a worker process adds its counts to Redis at most this often, seconds
 CANARY_ANALYSE_EVERY_S = 2.0  # the scheduler judges canaries this often, seconds
 
-# Spiders (tasks/content/spiders.py, callbacks.py, items.py; docs/spiders.md)
+# Spiders (tasks/content/spiders.py, callbacks.py, rows.py, items.py; docs/spiders.md)
 SPIDER_MODULES = ""  # modules scanned for Spider subclasses, comma-separated (CRAWL_SPIDER_MODULES)
 ITEM_PIPELINES = ""  # the operator's item pipelines: dotted class paths, comma-separated, in order
 SPIDER_CALLBACK_TIMEOUT_S = 20.0  # one callback's run, all it yields included, seconds

@@ -25,7 +25,7 @@ from django.db import DatabaseError, InterfaceError, OperationalError, connectio
 from redis.exceptions import RedisError
 
 from crawlplatform import logs
-from tasks.content import callbacks, pages
+from tasks.content import callbacks, pages, rows
 from tasks.content.links import JobCache, cache_for, in_scope
 from tasks.defaults import setting
 from tasks.fetch import antibot, fetching, gates, outcomes, render, sessions
@@ -248,7 +248,7 @@ def _fetch(
             **kwargs,
         )
     except outcomes.CrawlOutcome as exc:
-        outcome = callbacks.no_retry_on_timeout(asked, exc)
+        outcome = rows.no_retry_on_timeout(asked, exc)
     finally:
         metrics.IN_FLIGHT.dec()
         elapsed = time.monotonic() - started

@@ -594,7 +594,7 @@ def test_html_and_xml_responses_parse_as_their_names_say():
 
 
 def test_a_callback_wrapped_without_functools_wraps_is_kept_by_the_name_the_spider_has():
-    from tasks.content import callbacks
+    from tasks.content import rows
 
     def logged(method):
         def wrapper(self, response):
@@ -611,6 +611,6 @@ def test_a_callback_wrapped_without_functools_wraps_is_kept_by_the_name_the_spid
 
     spider = Wrapped()
     request = Request("http://s.test/x", callback=spider.parse_item, errback=spider.parse_item)
-    kept = callbacks.record(request, spider)
+    kept = rows.record(request, spider)
     assert (request.callback_name, kept["callback"], kept["errback"]) == (
         "wrapper", "parse_item", "parse_item")  # fmt: skip

@@ -2,27 +2,21 @@
 in what it yields; the items through the pipelines; the requests turned into frontier rows;
 and the page committed with them (``tasks/frontier/yields.py``).
 
-Reads ``SPIDER_CALLBACK_TIMEOUT_S``, ``SPIDER_MAX_YIELDS``, ``SPIDER_REQUEST_MAX_BYTES``,
-``SPIDER_BODY_MAX_BYTES``, ``SPIDER_TRACEBACK_LINES`` and the job's depth limit.
+Reads ``SPIDER_CALLBACK_TIMEOUT_S``, ``SPIDER_MAX_YIELDS``, ``SPIDER_TRACEBACK_LINES`` and
+the job's depth limit.
 
-A request's frontier key is its fingerprint: the canonical URL for a GET without a body
-(so a spider's links dedup as any crawl's), else the canonical URL with
-``#METHOD:<sha1 of the body>`` appended (canonical URLs have no fragment); ``dont_filter``
-adds the yielding URL's id and the request's place among what it yielded, so that the same
-page run again yields the same keys. A callback that raises ends its URL as ``spider_error``
-with the exception and the last lines of its traceback; one that runs too long, as
-``spider_timeout`` (its thread is left to finish on its own: Python cannot stop it; the worker
-thread's callbacks run on a thread of their own, ``_Runner``, a new one after a timeout). Neither
-is retried unless the request's ``meta`` says ``retry_on_error``.
+What a callback yields becomes frontier rows as ``tasks/content/rows.py`` keeps them. A
+callback that raises ends its URL as ``spider_error`` with the exception and the last lines
+of its traceback; one that runs too long, as ``spider_timeout`` (its thread is left to finish
+on its own: Python cannot stop it; the worker thread's callbacks run on a thread of their
+own, ``_Runner``, a new one after a timeout). Neither is retried unless the request's
+``meta`` says ``retry_on_error``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import hashlib
 import inspect
-import json
 import logging
 import os
 import queue
@@ -34,7 +28,7 @@ from typing import Any, NamedTuple
 
 from crawlplatform.spiders import CloseSpider, Failure, Request, Response, Spider
 from tasks.content import items as itempipes
-from tasks.content import pages, pipelines, spiders
+from tasks.content import pages, pipelines, rows, spiders
 from tasks.content.links import JobCache, in_scope
 from tasks.defaults import setting
 from tasks.fetch import fetching, outcomes, robots
@@ -57,104 +51,13 @@ from tasks.frontier.yields import (
 from web.models import CrawlJob
 
 log = logging.getLogger(__name__)
-UNSAFE_RETRY = "retry_on_timeout"  # meta key: a POST (or other non-GET) is retried on a timeout
 RETRY_ON_ERROR = "retry_on_error"  # meta key: a callback that raises is tried again (fetch too)
-SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 
 
 class Yielded(NamedTuple):
     items: list[Any]
     requests: list[Request]
     closing: str | None = None  # the callback raised CloseSpider with this reason
-
-
-def record(request: Request, spider: Spider) -> dict:
-    """A request as its frontier row keeps it (JSON); ValueError says what cannot be kept."""
-    callback = _method_name(spider, request, request.callback, request.callback_name or "parse")
-    errback = _method_name(spider, request, request.errback, request.errback_name)
-    if len(request.body) > setting("SPIDER_BODY_MAX_BYTES"):
-        raise ValueError(f"{request}: body of {len(request.body)} bytes is above "
-                         f"SPIDER_BODY_MAX_BYTES")  # fmt: skip
-    kept = {"url": request.url, "method": request.method, "headers": request.headers.pairs(),
-            "body": base64.b64encode(request.body).decode() if request.body else "",
-            "callback": callback, "errback": errback, "cb_kwargs": request.cb_kwargs,
-            "meta": request.meta, "cookies": request.cookies,
-            "dont_filter": request.dont_filter}  # fmt: skip
-    if not (request.cb_kwargs or request.meta or request.cookies or kept["headers"]):
-        return kept  # nothing of the user's to check: a page's links mostly
-    try:
-        text = json.dumps(kept, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{request}: meta, cb_kwargs and cookies must be JSON: {exc}") from None
-    if len(text) > setting("SPIDER_REQUEST_MAX_BYTES"):
-        raise ValueError(f"{request}: headers, cb_kwargs and meta take {len(text)} bytes, above "
-                         f"SPIDER_REQUEST_MAX_BYTES")  # fmt: skip
-    return kept
-
-
-def _method_name(spider: Spider, request: Request, function: Any, name: str | None) -> str | None:
-    """The name the spider holds ``function`` under: ``name``, unless a decorator without
-    ``functools.wraps`` named it after its wrapper; then the attribute of the spider's class
-    that holds it. ValueError if the spider has no such method."""
-    if name is None or callable(getattr(spider, name, None)):
-        return name
-    if function is not None and not isinstance(function, str):
-        wanted = getattr(function, "__func__", function)
-        for cls in type(spider).__mro__:
-            for attribute, value in vars(cls).items():
-                if value is wanted:
-                    return attribute
-    raise ValueError(f"{request}: the spider has no method {name!r} to call back")
-
-
-def key(canonical: str, kept: dict, unique: str = "") -> str:
-    """The request's frontier key: its fingerprint (see the module's docstring)."""
-    body = kept["body"]
-    if kept["method"] == "GET" and not body and not kept["dont_filter"]:
-        return canonical
-    digest = hashlib.sha1(base64.b64decode(body), usedforsecurity=False).hexdigest()
-    suffix = f"#{kept['method']}:{digest}"
-    return canonical + suffix + (f":{unique}" if unique else "")
-
-
-def rank(request: Request) -> int:
-    """The request's ``priority`` as the frontier orders by it: Scrapy's meaning (higher
-    first, negative allowed), within the column's range (-32768 to 32767)."""
-    return max(-32768, min(32767, request.priority))
-
-
-def plain(kept: dict, row_key: str) -> bool:
-    """A GET for ``parse`` with nothing else to remember, of the URL its row has (its
-    canonical form, but for a fragment): its row needs no request. Else the row keeps the
-    URL as the spider gave it, which is what is fetched, as Scrapy sends it (a query's order,
-    ``?flag`` without ``=``), while the canonical URL is what it is deduplicated by."""
-    return (kept["url"].partition("#")[0] in (row_key, row_key.removesuffix("/"))
-            and kept["method"] == "GET" and not kept["body"] and not kept["headers"]
-            and kept["callback"] == "parse" and not kept["errback"] and not kept["cb_kwargs"]
-            and not kept["meta"] and not kept["cookies"] and not kept["dont_filter"])  # fmt: skip
-
-
-def request_of(url: str, kept: dict | None, priority: int = 0) -> Request:
-    """The Request a stored row stands for (a plain row: a GET of its URL for ``parse``), with
-    the row's ``priority``."""
-    if not kept:
-        return Request(url, priority=priority)
-    request = Request(kept.get("url") or url, callback=kept.get("callback"),
-                      method=kept.get("method", "GET"), headers=kept.get("headers"),
-                      body=base64.b64decode(kept.get("body") or ""), meta=kept.get("meta"),
-                      cookies=kept.get("cookies"), priority=priority,
-                      dont_filter=kept.get("dont_filter", False), errback=kept.get("errback"),
-                      cb_kwargs=kept.get("cb_kwargs"))  # fmt: skip
-    return request
-
-
-def no_retry_on_timeout(kept: dict | None, outcome: outcomes.CrawlOutcome) -> outcomes.CrawlOutcome:
-    """A timed-out request that is not safe to send twice (a POST, say) fails instead of
-    retrying, unless its ``meta`` says ``retry_on_timeout``: the server may have acted on it."""
-    if (kept and isinstance(outcome, outcomes.Timeout) and kept.get("method") not in SAFE_METHODS
-            and not (kept.get("meta") or {}).get(UNSAFE_RETRY)):  # fmt: skip
-        outcome.retryable = False
-    return outcome
 
 
 def _collect(result: Any, deadline: float, cap: int, into: list) -> None:
@@ -173,21 +76,21 @@ def _collect(result: Any, deadline: float, cap: int, into: list) -> None:
 
         async def drain() -> None:
             async for one in result:
-                _add(one, deadline, cap, into)
+                keep_yielded(one, deadline, cap, into)
 
         asyncio.run(drain())
         return
     if isinstance(result, Request) or itempipes.is_item(result):
-        _add(result, deadline, cap, into)
+        keep_yielded(result, deadline, cap, into)
         return
     if isinstance(result, Iterable) and not isinstance(result, str | bytes):
         for one in result:
-            _add(one, deadline, cap, into)
+            keep_yielded(one, deadline, cap, into)
         return
-    _add(result, deadline, cap, into)  # not a request or item: logged and left out
+    keep_yielded(result, deadline, cap, into)  # not a request or item: logged and left out
 
 
-def _add(one: Any, deadline: float, cap: int, into: list) -> None:
+def keep_yielded(one: Any, deadline: float, cap: int, into: list) -> None:
     if time.monotonic() > deadline:
         raise outcomes.SpiderTimeout("the callback ran past SPIDER_CALLBACK_TIMEOUT_S")
     if one is None:
@@ -197,7 +100,7 @@ def _add(one: Any, deadline: float, cap: int, into: list) -> None:
         raise ValueError(f"the callback yielded more than SPIDER_MAX_YIELDS ({cap})")
 
 
-def _failure(exc: BaseException, lines: int) -> outcomes.SpiderError:
+def spider_error(exc: BaseException, lines: int) -> outcomes.SpiderError:
     text = "".join(traceback.format_exception(exc)).rstrip().splitlines()
     head = f"{type(exc).__name__}: {exc}"
     return outcomes.SpiderError("\n".join([head, *text[-lines:]])[:2000])
@@ -266,7 +169,7 @@ def call(spider: Spider, name: str, response: Any, kwargs: dict, job: CrawlJob) 
             raise error[0]
         log.error("job=%s: callback %s raised on %r", job.pk, name, response,
                   exc_info=error[0])  # fmt: skip
-        raise _failure(error[0], setting("SPIDER_TRACEBACK_LINES")) from None
+        raise spider_error(error[0], setting("SPIDER_TRACEBACK_LINES")) from None
     items, requests, odd = [], [], []
     for one in found:
         if isinstance(one, Request):
@@ -305,26 +208,21 @@ def new_requests(claimed: Claim, cache: JobCache, spider: Spider,
         canonical = in_scope(cache, request.url)
         if not canonical:
             continue  # off the job's domains or patterns, as Scrapy's offsite filter drops it
-        if _plain_get(request) and (canonical in out or canonical in cache.committed):
+        if rows.plain_get(request) and (canonical in out or canonical in cache.committed):
             continue  # yielded before on this page, or already in the frontier
         try:
-            kept = record(request, spider)
+            kept = rows.record(request, spider)
         except Exception as exc:  # what the spider put in it: its error, not the worker's
             raise outcomes.SpiderError(f"{type(exc).__name__}: {exc}"[:2000]) from None
         unique = f"{claimed.url.pk}.{n}" if request.dont_filter else ""
-        row_key = key(canonical, kept, unique)
+        row_key = rows.key(canonical, kept, unique)
         if row_key in out:
             continue  # the first of the same requests is the one kept
         forbidden = job.obey_robots and robots.forbids(job, canonical)
-        out[row_key] = NewRequest(row_key, None if plain(kept, row_key) else kept,
+        out[row_key] = NewRequest(row_key, rows.stored(kept, row_key),
                                   ROBOTS_FORBIDDEN if forbidden else None,
-                                  rank(request))  # fmt: skip
+                                  rows.rank(request))  # fmt: skip
     return list(out.values())
-
-
-def _plain_get(request: Request) -> bool:
-    """A request whose frontier key is its canonical URL."""
-    return request.method == "GET" and not request.body and not request.dont_filter
 
 
 def _with_spider(claimed: Claim, work: Callable[[Spider, itempipes.Pipelines], str],
@@ -355,7 +253,7 @@ def store(claimed: Claim, cache: JobCache, resp: fetching.Response) -> str:
 def _store(claimed: Claim, cache: JobCache, resp: fetching.Response, spider: Spider,
            pipes: itempipes.Pipelines) -> str:  # fmt: skip
     job = claimed.job
-    request = request_of(claimed.url.url, claimed.url.request, claimed.url.priority)
+    request = rows.request_of(claimed.url.url, claimed.url.request, claimed.url.priority)
     redirect = _redirect(claimed, cache, resp, request)
     if redirect and not redirect_target_free(claimed, redirect.target, redirect.take_queued):
         return duplicate_redirect(claimed, redirect.target, resp.status)  # no callback to run
@@ -383,7 +281,7 @@ def _redirect(claimed: Claim, cache: JobCache, resp: fetching.Response,
     body, not ``dont_filter`` (whose target's key is its canonical URL, as its own is), that
     ended on another URL of the job's scope. A queued row of the target may be taken only by
     a plain row (a GET for ``parse``), which runs the callback it would have run."""
-    if resp.final_url == claimed.url.url or not _plain_get(request):
+    if resp.final_url == claimed.url.url or not rows.plain_get(request):
         return None
     target = in_scope(cache, resp.final_url)
     if not target or target == claimed.url.url:
@@ -494,7 +392,7 @@ def _answer(claimed: Claim, outcome: outcomes.CrawlOutcome) -> fetching.Response
 def _errback(claimed: Claim, cache: JobCache, outcome: outcomes.CrawlOutcome, spider: Spider,
              pipes: itempipes.Pipelines) -> str:  # fmt: skip
     job, kept = claimed.job, claimed.url.request or {}
-    request = request_of(claimed.url.url, kept, claimed.url.priority)
+    request = rows.request_of(claimed.url.url, kept, claimed.url.priority)
     answer = None
     if outcome.status is not None:
         answer = Response(getattr(outcome, "url", "") or request.url, status=outcome.status,

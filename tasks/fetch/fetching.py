@@ -272,7 +272,7 @@ class Asked:
 
     @classmethod
     def of(cls, kept: dict, visitor: Visitor) -> Asked:
-        """From a stored request (``tasks/content/callbacks.py``), its cookies put in the
+        """From a stored request (``tasks/content/rows.py``), its cookies put in the
         visitor's jar."""
         for name, value in (kept.get("cookies") or {}).items():
             visitor.cookies.set(name, str(value))

@@ -20,7 +20,7 @@ from django.core.files.base import ContentFile
 
 from crawlplatform.spiders import Request, Spider
 from tasks import defaults
-from tasks.content import bodies, callbacks, spiders
+from tasks.content import bodies, callbacks, rows, spiders
 from tasks.content import items as itempipes
 from tasks.content.links import JobCache
 from tasks.defaults import setting
@@ -52,7 +52,7 @@ def _gather(spider: Spider, job: CrawlJob) -> list:
 
     async def drain() -> None:
         async for one in spider.start():
-            callbacks._add(one, deadline, cap, found)
+            callbacks.keep_yielded(one, deadline, cap, found)
 
     asyncio.run(drain())
     return found
@@ -79,29 +79,29 @@ def plan(job: CrawlJob) -> Start:
         pipes = itempipes.Pipelines(spider)  # one that cannot be loaded or opened fails the job
     except Exception as exc:  # user code: its error is the job's
         raise SpiderProblem(
-            str(callbacks._failure(exc, setting("SPIDER_TRACEBACK_LINES")))
+            str(callbacks.spider_error(exc, setting("SPIDER_TRACEBACK_LINES")))
         ) from exc
     requests = [r for r in yielded if isinstance(r, Request)]
     domains = list(job.allowed_domains or getattr(spider, "allowed_domains", None) or
                    sorted({urlsplit(r.url).hostname or "" for r in requests} - {""}))  # fmt: skip
     job.allowed_domains, job.settings = domains, settings
     cache = JobCache(Scope.for_job(job), 1000)
-    rows: dict[str, NewRequest] = {}
+    queued: dict[str, NewRequest] = {}
     for n, request in enumerate(requests):
         try:
-            kept = callbacks.record(request, spider)
+            kept = rows.record(request, spider)
         except ValueError as exc:
             raise SpiderProblem(f"start: {exc}") from None
         canonical = canonicalize(request.url)
         if canonical is None or not cache.scope.allows(canonical):
             log.warning("job=%s: start request %s is outside the job's scope", job.pk, request)
             continue
-        row_key = callbacks.key(canonical, kept, f"start.{n}" if request.dont_filter else "")
-        stored = None if callbacks.plain(kept, row_key) else kept
-        rows.setdefault(row_key, NewRequest(row_key, stored, None, callbacks.rank(request)))
+        row_key = rows.key(canonical, kept, f"start.{n}" if request.dont_filter else "")
+        queued.setdefault(row_key, NewRequest(row_key, rows.stored(kept, row_key), None,
+                                             rows.rank(request)))  # fmt: skip
     items = [pipes.process(i) for i in yielded if not isinstance(i, Request)]
     pipes.close()
-    return Start(list(rows.values()), items, settings, domains, custom.fields)
+    return Start(list(queued.values()), items, settings, domains, custom.fields)
 
 
 def begin(job: CrawlJob, start: Start) -> None:

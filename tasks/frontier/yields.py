@@ -4,7 +4,7 @@ errback yielded), so that a worker killed at any moment leaves each item
 stored once (or not yet, and the URL's lease sweep runs the callback again).
 
 Reads no setting. The new requests enter the frontier with ``ON CONFLICT DO NOTHING`` on the
-unique (job, url) index, whose key is the request's fingerprint (``tasks/content/callbacks.py``):
+unique (job, url) index, whose key is the request's fingerprint (``tasks/content/rows.py``):
 a request already there is not added twice. A recrawl replaces the items the URL's page
 yielded in the run before.
 """

@@ -1,0 +1,120 @@
+"""A spider's request as the frontier keeps it, and back: its row (JSON), its key and rank,
+and the Request a stored row stands for.
+
+Reads ``SPIDER_BODY_MAX_BYTES`` and ``SPIDER_REQUEST_MAX_BYTES``.
+
+A request's frontier key is its fingerprint: the canonical URL for a GET without a body
+(so a spider's links dedup as any crawl's), else the canonical URL with
+``#METHOD:<sha1 of the body>`` appended (canonical URLs have no fragment); ``dont_filter``
+adds a mark unique to where it was yielded (the yielding URL's id and the request's place
+among what it yielded, or ``start.N``), so that the same page run again yields the same keys.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from typing import Any
+
+from crawlplatform.spiders import Request, Spider
+from tasks.defaults import setting
+from tasks.fetch import outcomes
+
+UNSAFE_RETRY = "retry_on_timeout"  # meta key: a POST (or other non-GET) is retried on a timeout
+SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
+
+
+def record(request: Request, spider: Spider) -> dict:
+    """A request as its frontier row keeps it (JSON); ValueError says what cannot be kept."""
+    callback = _method_name(spider, request, request.callback, request.callback_name or "parse")
+    errback = _method_name(spider, request, request.errback, request.errback_name)
+    if len(request.body) > setting("SPIDER_BODY_MAX_BYTES"):
+        raise ValueError(f"{request}: body of {len(request.body)} bytes is above "
+                         f"SPIDER_BODY_MAX_BYTES")  # fmt: skip
+    kept = {"url": request.url, "method": request.method, "headers": request.headers.pairs(),
+            "body": base64.b64encode(request.body).decode() if request.body else "",
+            "callback": callback, "errback": errback, "cb_kwargs": request.cb_kwargs,
+            "meta": request.meta, "cookies": request.cookies,
+            "dont_filter": request.dont_filter}  # fmt: skip
+    if not (request.cb_kwargs or request.meta or request.cookies or kept["headers"]):
+        return kept  # nothing of the user's to check: a page's links mostly
+    try:
+        text = json.dumps(kept, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{request}: meta, cb_kwargs and cookies must be JSON: {exc}") from None
+    if len(text) > setting("SPIDER_REQUEST_MAX_BYTES"):
+        raise ValueError(f"{request}: headers, cb_kwargs and meta take {len(text)} bytes, above "
+                         f"SPIDER_REQUEST_MAX_BYTES")  # fmt: skip
+    return kept
+
+
+def _method_name(spider: Spider, request: Request, function: Any, name: str | None) -> str | None:
+    """The name the spider holds ``function`` under: ``name``, unless a decorator without
+    ``functools.wraps`` named it after its wrapper; then the attribute of the spider's class
+    that holds it. ValueError if the spider has no such method."""
+    if name is None or callable(getattr(spider, name, None)):
+        return name
+    if function is not None and not isinstance(function, str):
+        wanted = getattr(function, "__func__", function)
+        for cls in type(spider).__mro__:
+            for attribute, value in vars(cls).items():
+                if value is wanted:
+                    return attribute
+    raise ValueError(f"{request}: the spider has no method {name!r} to call back")
+
+
+def key(canonical: str, kept: dict, unique: str = "") -> str:
+    """The request's frontier key: its fingerprint (see the module's docstring)."""
+    body = kept["body"]
+    if kept["method"] == "GET" and not body and not kept["dont_filter"]:
+        return canonical
+    digest = hashlib.sha1(base64.b64decode(body), usedforsecurity=False).hexdigest()
+    suffix = f"#{kept['method']}:{digest}"
+    return canonical + suffix + (f":{unique}" if unique else "")
+
+
+def stored(kept: dict, row_key: str) -> dict | None:
+    """What the row keeps of the request: nothing for a GET for ``parse`` with nothing else
+    to remember, of the URL its row has (its canonical form, but for a fragment). Else the
+    row keeps the URL as the spider gave it, which is what is fetched, as Scrapy sends it (a
+    query's order, ``?flag`` without ``=``), while the canonical URL is what it is
+    deduplicated by."""
+    plain = (kept["url"].partition("#")[0] in (row_key, row_key.removesuffix("/"))
+             and kept["method"] == "GET" and not kept["body"] and not kept["headers"]
+             and kept["callback"] == "parse" and not kept["errback"] and not kept["cb_kwargs"]
+             and not kept["meta"] and not kept["cookies"] and not kept["dont_filter"])  # fmt: skip
+    return None if plain else kept
+
+
+def rank(request: Request) -> int:
+    """The request's ``priority`` as the frontier orders by it: Scrapy's meaning (higher
+    first, negative allowed), within the column's range (-32768 to 32767)."""
+    return max(-32768, min(32767, request.priority))
+
+
+def plain_get(request: Request) -> bool:
+    """A request whose frontier key is its canonical URL."""
+    return request.method == "GET" and not request.body and not request.dont_filter
+
+
+def request_of(url: str, kept: dict | None, priority: int = 0) -> Request:
+    """The Request a stored row stands for (a plain row: a GET of its URL for ``parse``), with
+    the row's ``priority``."""
+    if not kept:
+        return Request(url, priority=priority)
+    return Request(kept.get("url") or url, callback=kept.get("callback"),
+                   method=kept.get("method", "GET"), headers=kept.get("headers"),
+                   body=base64.b64decode(kept.get("body") or ""), meta=kept.get("meta"),
+                   cookies=kept.get("cookies"), priority=priority,
+                   dont_filter=kept.get("dont_filter", False), errback=kept.get("errback"),
+                   cb_kwargs=kept.get("cb_kwargs"))  # fmt: skip
+
+
+def no_retry_on_timeout(kept: dict | None, outcome: outcomes.CrawlOutcome) -> outcomes.CrawlOutcome:
+    """A timed-out request that is not safe to send twice (a POST, say) fails instead of
+    retrying, unless its ``meta`` says ``retry_on_timeout``: the server may have acted on it."""
+    if (kept and isinstance(outcome, outcomes.Timeout) and kept.get("method") not in SAFE_METHODS
+            and not (kept.get("meta") or {}).get(UNSAFE_RETRY)):  # fmt: skip
+        outcome.retryable = False
+    return outcome
