@@ -614,3 +614,51 @@ def test_a_callback_wrapped_without_functools_wraps_is_kept_by_the_name_the_spid
     kept = rows.record(request, spider)
     assert (request.callback_name, kept["callback"], kept["errback"]) == (
         "wrapper", "parse_item", "parse_item")  # fmt: skip
+
+
+CLOSED: list[str] = []
+
+
+@dataclasses.dataclass
+class Book:
+    title: str
+    price: float | None = None
+
+
+class PricedOnly:
+    """Scrapy 2.14's form: no spider argument; reads the item as the callback made it."""
+
+    def open_spider(self):
+        CLOSED.clear()
+
+    def process_item(self, item):
+        if item.price is None:
+            raise DropItem("no price")
+        item.title = item.title.strip()
+        return item
+
+    def close_spider(self):
+        CLOSED.append("priced")
+
+
+class Stamped:
+    """The older form: every method takes the spider, under a name of its own."""
+
+    def process_item(self, item, the_spider):
+        return {**dataclasses.asdict(item), "by": the_spider.name}
+
+    def close_spider(self, the_spider):
+        CLOSED.append("stamped")
+
+
+def test_pipelines_take_the_item_as_yielded_with_or_without_the_spider_and_close_in_reverse():
+    class Books(Spider):
+        name = "books"
+        custom_settings = {"ITEM_PIPELINES": {"tests.test_spider_api.PricedOnly": 100,
+                                              "tests.test_spider_api.Stamped": 200}}  # fmt: skip
+
+    pipes = items.Pipelines(Books())
+    assert pipes.process(Book(" T ", 2.5)) == ({"title": "T", "price": 2.5, "by": "books"}, "")
+    assert pipes.process(Book("U")) == ({"title": "U", "price": None}, "no price")
+    pipes.close()
+    assert CLOSED == ["stamped", "priced"]  # as Scrapy: the last opened closes first

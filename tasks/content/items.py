@@ -7,14 +7,18 @@ turns one off; or a list, in order). Pipelines run by ascending order, the opera
 spider's together, then the built-in schema check (order ``SCHEMA_ORDER``) when the spider
 has an ``item_schema``.
 
-A pipeline's ``process_item(item, spider)`` returns the item (changed or not) or raises
-``DropItem(reason)``; any other exception drops the item as ``pipeline_error`` with its
-traceback in the log. ``open_spider(spider)`` is called when a worker process first uses the
-job's pipelines, ``close_spider(spider)`` when the process lets them go (the job's run ended,
-or the process leaves), after the last page using them. A dropped item is stored with its reason,
-so drops are counted exactly once. The pipelines of a process see one item at a time (a lock),
-as in Scrapy's single thread, so a pipeline may keep state (a set of seen keys) without locks
-of its own.
+A pipeline's ``process_item(item, spider)`` takes the item as the callback yielded it (a dict,
+a dataclass, an ``Item``, ...) or as the pipeline before returned it, and returns the item
+(changed or not) or raises ``DropItem(reason)``; any other exception drops the item as
+``pipeline_error`` with its traceback in the log; an item that is not JSON after the last
+pipeline is dropped as ``not_serialisable``. ``open_spider(spider)`` is called when a worker
+process first uses the job's pipelines, ``close_spider(spider)`` when the process lets them go
+(the job's run ended, or the process leaves), after the last page using them, in the reverse
+order. As in Scrapy 2.14 and later, the spider is passed only to a method that requires it, so
+``process_item(item)``, ``open_spider()`` and ``close_spider()`` work too. A dropped item is
+stored with its reason, so drops are counted exactly once. The pipelines of a process see one
+item at a time (a lock), as in Scrapy's single thread, so a pipeline may keep state (a set of
+seen keys) without locks of its own.
 """
 
 from __future__ import annotations
@@ -122,8 +126,12 @@ class _Schema:
         cls.check_schema(schema)
         self.validator = cls(schema, format_checker=cls.FORMAT_CHECKER)
 
-    def process_item(self, item: dict, spider: Spider) -> dict:
-        error = next(iter(self.validator.iter_errors(item)), None)
+    def process_item(self, item: Any, spider: Spider) -> Any:
+        try:
+            data = as_json(item)
+        except (TypeError, ValueError):
+            return item  # dropped as not serialisable after the pipelines
+        error = next(iter(self.validator.iter_errors(data)), None)
         if error is not None:
             where = "/".join(map(str, error.absolute_path)) or "item"
             raise DropItem(f"{SCHEMA}: {where}: {error.message}"[:200])
@@ -140,9 +148,10 @@ class Pipelines:
             stages.append((SCHEMA_ORDER, _Schema(spider.item_schema)))
         self.stages = [stage for _, stage in sorted(stages, key=lambda s: s[0])]
         self.lock = threading.Lock()
+        self.processors = [(stage, _takes_spider(stage.process_item, 1)) for stage in self.stages]
         for stage in self.stages:
             if hasattr(stage, "open_spider"):
-                _settle(stage.open_spider(spider))
+                _settle(self._call(stage.open_spider))
 
     def process(self, item: Any) -> tuple[dict, str]:
         """The item as the pipelines leave it, and the reason it was dropped ("" if kept)."""
@@ -150,20 +159,22 @@ class Pipelines:
             return self._process(item)
 
     def _process(self, item: Any) -> tuple[dict, str]:
-        try:
-            data = as_json(item)
-        except (TypeError, ValueError) as exc:
-            return {"repr": repr(item)[:1000]}, f"{NOT_JSON}: {exc}"[:200]
-        for stage in self.stages:
+        for stage, takes_spider in self.processors:
             try:
-                out = _settle(stage.process_item(data, self.spider))
-                data = as_json(out)
+                if takes_spider:
+                    item = _settle(stage.process_item(item, self.spider))
+                else:
+                    item = _settle(stage.process_item(item))
             except DropItem as exc:
-                return data, _drop_reason(exc)
+                return _kept(item), _drop_reason(exc)
             except Exception:
                 log.exception("spider=%s: pipeline %s failed on an item", self.spider.name,
                               type(stage).__name__)  # fmt: skip
-                return data, PIPELINE_ERROR
+                return _kept(item), PIPELINE_ERROR
+        try:
+            data = as_json(item)
+        except (TypeError, ValueError) as exc:
+            return _kept(item), f"{NOT_JSON}: {exc}"[:200]
         if len(json.dumps(data)) > setting("ITEM_MAX_BYTES"):
             return {"size": len(json.dumps(data))}, TOO_LARGE
         return data, ""
@@ -172,9 +183,9 @@ class Pipelines:
         """Every pipeline's ``close_spider``; then, when the run ended for ``reason``
         (``finished``, ``cancelled``, ``failed``, ``shutdown``), the spider's ``closed``."""
         with self.lock:  # after the item in progress
-            for stage in (s for s in self.stages if hasattr(s, "close_spider")):
+            for stage in (s for s in reversed(self.stages) if hasattr(s, "close_spider")):
                 try:
-                    _settle(stage.close_spider(self.spider))
+                    _settle(self._call(stage.close_spider))
                 except Exception:
                     log.exception("spider=%s: close_spider of %s failed", self.spider.name,
                                   type(stage).__name__)  # fmt: skip
@@ -184,6 +195,33 @@ class Pipelines:
                     _settle(closed(reason))
                 except Exception:
                     log.exception("spider=%s: closed(%r) failed", self.spider.name, reason)
+
+
+    def _call(self, method: Any) -> Any:
+        """``open_spider`` or ``close_spider``, given the spider if it takes one."""
+        return method(self.spider) if _takes_spider(method, 0) else method()
+
+
+def _takes_spider(method: Any, given: int) -> bool:
+    """Whether a pipeline's ``method`` takes the spider after its ``given`` arguments: it
+    requires another positional argument (Scrapy before 2.14 always passed the spider, under
+    whatever name the method gives it), or takes any number."""
+    try:
+        parameters = inspect.signature(method).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature: as Scrapy did before
+        return True
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    required = [p for p in parameters if p.kind in kinds and p.default is p.empty]
+    variadic = any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in parameters)
+    return len(required) > given or variadic
+
+
+def _kept(item: Any) -> dict:
+    """What is stored of a dropped item: its JSON, or its ``repr`` if it has none."""
+    try:
+        return as_json(item)
+    except (TypeError, ValueError):
+        return {"repr": repr(item)[:1000]}
 
 
 def _drop_reason(exc: DropItem) -> str:
