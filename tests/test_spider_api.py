@@ -51,30 +51,55 @@ def test_selectors_are_parsels_and_links_resolve_against_the_base():
     assert isinstance(r, TextResponse) and isinstance(r, Response)
 
 
-@pytest.mark.parametrize(
-    "content_type, body",
-    [
-        ("text/html; charset=utf-8", "<p>caf\xe9</p>".encode()),
-        ("text/html", b"<meta charset=iso-8859-1><p>caf\xe9</p>"),
-        ("text/html", b'<meta http-equiv="Content-Type" content="text/html; charset=cp1251">\xe0'),
-        ("text/html; charset=latin-1", '<meta charset="utf-8">caf\xe9'.encode()),
-        ("text/html; charset=latin-1", b"\xef\xbb\xbf<p>bom</p>"),
-        ("text/html", "\ufeff<p>bom</p>".encode("utf-16-le")),
-        ("text/html; charset=utf-16", "<p>x</p>".encode("utf-16-be")),
-        ("text/html; charset=gb18030", b"<p>\x80</p>"),
-        ("text/html; charset=nonsense", b"<p>\xff</p>"),
-        ("", b""),
-        ("application/json", b'{"a": "\xc3\xa9"}'),
-    ],
-)
-def test_encoding_and_text_are_what_scrapys_html_to_unicode_gives(content_type, body):
-    """The encoding is found without decoding the body; both are w3lib's, as in Scrapy."""
-    from w3lib.encoding import html_to_unicode
+RUSSIAN = "Привет, как дела? Это тест."
 
+
+@pytest.mark.parametrize(
+    "content_type, body, encoding, text",
+    [  # Scrapy 2.19's TextResponse: its encoding and text of each
+        ("text/html; charset=utf-8", "<p>caf\xe9</p>".encode(), "utf-8", "<p>caf\xe9</p>"),
+        ("text/html", b"<meta charset=iso-8859-1><p>caf\xe9</p>", "cp1252",
+         "<meta charset=iso-8859-1><p>caf\xe9</p>"),
+        ("text/html", b'<meta http-equiv="Content-Type" content="text/html; charset=cp1251">\xe0',
+         "cp1251", '<meta http-equiv="Content-Type" content="text/html; charset=cp1251">\u0430'),
+        ("text/html; charset=latin-1", '<meta charset="utf-8">caf\xe9'.encode(), "cp1252",
+         '<meta charset="utf-8">caf\xc3\xa9'),
+        ("text/html; charset=latin-1", b"\xef\xbb\xbf<p>bom</p>", "utf-8", "<p>bom</p>"),
+        ("text/html", "\ufeff<p>bom</p>".encode("utf-16-le"), "utf-16-le", "<p>bom</p>"),
+        ("text/html; charset=utf-16", "<p>x</p>".encode("utf-16-be"), "utf-16", "<p>x</p>"),
+        ("text/html; charset=gb18030", b"<p>\x80</p>", "gb18030", "<p>\u20ac</p>"),
+        ("text/html; charset=nonsense", b"<p>\xff</p>", "cp1006", "<p>\ufe7d</p>"),
+        ("", b"", "cp1252", ""),
+        ("application/json", b'{"a": "\xc3\xa9"}', "utf-8", '{"a": "\xe9"}'),
+        ("text/html", b"<p>plain ascii</p>", "cp1252", "<p>plain ascii</p>"),
+        ("text/html", "<p>d\xe9j\xe0 vu</p>".encode(), "utf-8", "<p>d\xe9j\xe0 vu</p>"),
+        ("text/html", f"<p>{RUSSIAN}</p>".encode("cp1251"), "cp1251", f"<p>{RUSSIAN}</p>"),
+        ("text/html", b"\x00\x01\xff\xfe\x80", "ascii", "\x00\x01\ufffd\ufffd\ufffd"),
+    ],
+)  # fmt: skip
+def test_encoding_and_text_are_scrapys(content_type, body, encoding, text):
+    """The encoding is found without decoding the body: declared, or inferred from the bytes
+    (an ASCII body is ``cp1252``, as Scrapy names it)."""
     r = TextResponse("http://s.test/", headers={"Content-Type": content_type}, body=body)
-    assert r.encoding == html_to_unicode(content_type, body)[0]
+    assert r.encoding == encoding
     assert r._text is None
-    assert (r.encoding, r.text) == html_to_unicode(content_type, body)
+    assert r.text == text
+
+
+def test_links_are_escaped_in_the_pages_encoding_and_in_utf8_where_it_cannot_spell_them():
+    """Scrapy 2.19's URLs; where it raises UnicodeEncodeError (a character the page's
+    encoding lacks), the link is kept, escaped in UTF-8."""
+    ascii_page = HtmlResponse("http://s.test/", body=b"<p>ascii</p>")  # cp1252, as Scrapy says
+    koi8 = HtmlResponse("http://s.test/", body=b"<p>x</p>",
+                        headers={"Content-Type": "text/html; charset=koi8-r"})  # fmt: skip
+    utf16 = HtmlResponse("http://s.test/", body="<p>x</p>".encode("utf-16-be"),
+                         headers={"Content-Type": "text/html; charset=utf-16"})  # fmt: skip
+    assert ascii_page.follow("/s?q=caf\xe9").url == "http://s.test/s?q=caf%E9"
+    assert ascii_page.follow("/\xfc/x?p=1").url == "http://s.test/%C3%BC/x?p=1"
+    assert utf16.follow("/p?x=1").url == "http://s.test/p?%FF%FEx%00=%001%00"
+    for page in (ascii_page, koi8):
+        assert [r.url for r in page.follow_all(["/s?q=\u65e5"])] == ["http://s.test/s?q=%E6%97%A5"]
+    assert koi8.follow("/s?q=caf\xe9").url == "http://s.test/s?q=caf%C3%A9"
 
 
 @pytest.mark.parametrize(

@@ -140,6 +140,17 @@ def safe_url(url: str) -> str:
     return safe_url_string(url)
 
 
+@lru_cache(maxsize=64)
+def _ascii_compatible(encoding: str) -> bool:
+    """Whether ``encoding`` spells ASCII as ASCII (an ASCII URL is then escaped alike in it
+    and in UTF-8; not so in UTF-16)."""
+    probe = "".join(map(chr, range(128)))
+    try:
+        return probe.encode(encoding) == probe.encode("ascii")
+    except (LookupError, UnicodeError):
+        return False
+
+
 _ESCAPE = re.compile(r"[^A-Za-z0-9\-._~:/?#@!$&'()*+,;=%]")  # what safe_url_string escapes
 _PLAIN_HEAD = re.compile(r"[a-z][a-z0-9+.-]*://[^A-Z/?#]*(?:/|$)")  # a path; no capital to lower
 
@@ -204,7 +215,8 @@ class Request:
         if not isinstance(url, str):
             raise TypeError(f"Request url must be str, got {type(url).__name__}")
         if not (meta and meta.get("verbatim_url")):  # Scrapy's way to keep a URL as it is
-            url = safe_url(url) if encoding == "utf-8" else safe_url_string(url, encoding)
+            plain = encoding == "utf-8" or (url.isascii() and _ascii_compatible(encoding))
+            url = safe_url(url) if plain else safe_url_string(url, encoding)
         if ":" not in url:  # Scrapy's own check, cheap enough for every link of a page
             raise ValueError(f"Missing scheme in request url: {url}")
         self.url = url

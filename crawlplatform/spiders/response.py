@@ -20,6 +20,7 @@ from w3lib.encoding import (
     html_body_declared_encoding,
     http_content_type_encoding,
     read_bom,
+    resolve_encoding,
     to_unicode,
 )
 from w3lib.html import get_base_url
@@ -106,9 +107,9 @@ class Response:
 
     @property
     def encoding(self) -> str:
-        """The body's encoding, found as w3lib's ``html_to_unicode`` (Scrapy's) finds it: the
-        byte order mark, the ``Content-Type`` charset, the body's own declaration, UTF-8.
-        Found without decoding the body, which only ``text`` does."""
+        """The body's encoding, found as Scrapy finds it: the byte order mark, the
+        ``Content-Type`` charset, the body's own declaration, else inferred from the bytes
+        (``_inferred``). Found without decoding the body, which only ``text`` does."""
         if self._encoding is None:
             content_type = (self.headers.get("Content-Type") or b"").decode("latin-1")
             self._encoding, self._bom = _encoding_of(content_type, self.body)
@@ -119,7 +120,7 @@ class Response:
         where that gives more than ``chars`` of them (one cut short at the end is past those
         kept); else from the whole body (an encoding that spends more, as ISO-2022-JP's
         escapes do)."""
-        encoding = self.encoding  # finds the byte order mark too
+        encoding = _codec(self.encoding)  # finds the byte order mark too
         if chars is not None and self._bom + 4 * chars < len(self.body):
             head = to_unicode(self.body[self._bom : self._bom + 4 * chars], encoding)
             if len(head) > chars:
@@ -153,8 +154,8 @@ class Response:
         with printable ASCII, where ``str.strip`` and ``bytes.strip`` agree (parsel handles
         a NUL or an invalid byte inside the same way on both paths). Parsing the bytes
         saves encoding ``text`` back to them: up to a seventh of a large page's parse."""
-        if self.encoding not in ("utf-8", "utf8"):  # utf8: none declared, UTF-8 taken
-            return False
+        if self.encoding != "utf-8" and not (self.encoding == "cp1252" and self.body.isascii()):
+            return False  # an ASCII body is its own UTF-8
         stripped = self.body.strip()
         return bool(stripped) and 0x20 < stripped[0] < 0x7F and 0x20 < stripped[-1] < 0x7F
 
@@ -213,14 +214,18 @@ class Response:
         elif url is None:
             raise ValueError("url can't be None")
         cls = kwargs.pop("cls", Request)
-        self._page_encoding(kwargs)
-        return cls(self.urljoin(url.strip()), callback=callback, **kwargs)
+        return self._made(cls, self.urljoin(url.strip()), callback, kwargs)
 
-    def _page_encoding(self, kwargs: dict) -> None:
-        """Requests a page makes take its encoding (a query's non-ASCII characters escaped
-        in it, as Scrapy's ``follow`` has it), unless told otherwise."""
-        if "encoding" not in kwargs and self.encoding not in ("utf-8", "utf8"):
-            kwargs["encoding"] = self.encoding
+    def _made(self, make: type[Request], url: str, callback: Callback, kwargs: dict) -> Request:
+        """A request the page makes: in the page's encoding (a query's non-ASCII characters
+        escaped in it, as Scrapy's ``follow`` has it) unless told otherwise; a URL that
+        encoding cannot spell (where Scrapy raises UnicodeEncodeError), in UTF-8."""
+        if "encoding" in kwargs or self.encoding == "utf-8":
+            return make(url, callback=callback, **kwargs)
+        try:
+            return make(url, callback=callback, encoding=self.encoding, **kwargs)
+        except UnicodeEncodeError:
+            return make(url, callback=callback, **kwargs)
 
     def follow_all(
         self,
@@ -240,11 +245,10 @@ class Response:
         elif isinstance(urls, parsel.SelectorList):
             urls = _links_of(sel.root for sel in urls)
         make = kwargs.pop("cls", Request)
-        self._page_encoding(kwargs)
         for url in urls:
             try:
                 if isinstance(url, str):  # most are: a page's links, stripped
-                    yield make(self.urljoin(url.strip()), callback=callback, **kwargs)
+                    yield self._made(make, self.urljoin(url.strip()), callback, kwargs)
                 else:
                     yield self.follow(url, callback=callback, cls=make, **kwargs)
             except ValueError:  # a link that is no URL (``http://[x``), as a browser skips it
@@ -285,15 +289,35 @@ _joined = lru_cache(maxsize=65536)(urljoin)
 
 
 def _encoding_of(content_type: str, body: bytes) -> tuple[str, int]:
-    """The body's encoding and its byte order mark's length, as ``html_to_unicode`` chooses
-    them (tests/test_spider_api.py compares the two)."""
+    """The body's encoding, as Scrapy's ``TextResponse.encoding`` names it, and its byte order
+    mark's length (tests/test_spider_api.py holds Scrapy 2.19's results)."""
     bom_encoding, bom = read_bom(body)
     if bom_encoding is not None and bom is not None:
         return bom_encoding, len(bom)
     encoding = http_content_type_encoding(content_type) or html_body_declared_encoding(body)
-    if encoding is None:
-        return "utf8", 0
-    return (encoding + "-be" if encoding in ("utf-16", "utf-32") else encoding), 0
+    return (encoding or _inferred(body)), 0
+
+
+def _codec(encoding: str) -> str:
+    """What a body of ``encoding`` is decoded with: a declared UTF-16 or UTF-32 without a
+    byte order mark is big-endian (w3lib's ``html_to_unicode``, as Scrapy decodes it)."""
+    return encoding + "-be" if encoding in ("utf-16", "utf-32") else encoding
+
+
+def _inferred(body: bytes) -> str:
+    """The encoding of a body that declares none, as Scrapy's ``TextResponse`` infers it:
+    ``cp1252`` (w3lib's name for ASCII) for an ASCII body, ``utf-8`` for one that decodes as
+    UTF-8, else charset-normalizer's best guess (``ascii`` if it has none)."""
+    if body.isascii():
+        return "cp1252"
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError:
+        from charset_normalizer import from_bytes
+
+        match = from_bytes(body).best()
+        return resolve_encoding(match.encoding) or "ascii" if match else "ascii"
+    return "utf-8"
 
 
 def url_directory(base: str) -> str:
