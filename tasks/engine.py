@@ -231,12 +231,13 @@ def _fetch(
     asked = claimed.url.request  # a spider's request: method, headers, body, cookies
     conditional = None if rendering or asked else pages.validators(claimed)
     whole_errors = bool(job.spider) and callbacks.takes_errors(job, asked)
+    kept_redirects = callbacks.redirects_kept(job, asked) if job.spider else ()
     started = time.monotonic()
     metrics.IN_FLIGHT.inc()
     try:
         kwargs = {"conditional": conditional} if conditional else {}
-        if asked and not rendering:
-            kwargs["request"] = fetching.Asked.of(asked, session.visitor)
+        if (asked or kept_redirects) and not rendering:
+            kwargs["request"] = fetching.Asked.of(asked, session.visitor, kept_redirects)
         get = render.fetch if rendering else fetching.fetch
         resp = get(
             asked["url"] if asked else claimed.url.url,

@@ -418,6 +418,26 @@ def test_a_page_reached_through_redirects_yields_its_items_once(installed, monke
     assert ends["/t/1"] == ends["/t/3"] == "fetched_via_redirect"
 
 
+def test_redirects_a_request_keeps_are_its_answer_as_under_scrapy(installed):
+    """Scrapy 2.19's items for the same spider and site (``tests/spiders/redirects.py``)."""
+    with Redirecting() as site:
+        job = jobs.create_job([], spider="unfollowed", spider_args={"base": site.base})
+        jobs.start(job)
+        run_job(job)
+    items = sorted((i["url"].removeprefix(site.base), i["status"], i.get("location"),
+                    i.get("http_error")) for i in kept(job))  # fmt: skip
+    assert items == [
+        ("/r/a", 301, "/t/1", None),
+        ("/r/c1", 302, "/t/3", None),
+        ("/r/c2", 302, None, True),  # not handled: its errback, with HttpError
+        ("/r/e", 302, "/t/1", None),
+        ("/t/7", 200, "", None),
+    ]
+    assert [path for path in site.asked if path.startswith("/t")] == ["/t/7"]
+    ends = dict(FrontierURL.objects.filter(job=job).values_list("url", "error_reason"))
+    assert ends[site.url("/r/c2")] == "http_3xx"
+
+
 def test_error_answers_go_to_the_callback_where_the_request_or_spider_handles_them(installed):
     class Erring(LocalSite):
         def __init__(self) -> None:

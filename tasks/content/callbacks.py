@@ -300,7 +300,9 @@ def page_title(response: Response) -> str:
     return " ".join("".join(found[0].itertext()).split()) if found else ""
 
 
-HTTP_ERRORS = (outcomes.ClientError, outcomes.ServerError, outcomes.TooManyRequests)
+HTTP_ERRORS = (outcomes.ClientError, outcomes.ServerError, outcomes.TooManyRequests,
+               outcomes.RedirectNotFollowed)  # fmt: skip
+REDIRECTS = (301, 302, 303, 307, 308)
 
 
 def for_the_spider(claimed: Claim, outcome: outcomes.CrawlOutcome) -> bool:
@@ -340,6 +342,23 @@ def takes_errors(job: CrawlJob, kept: dict | None) -> bool:
         return False  # the callback's side says so, with the reason
     taken = _taken(cls, kept or {}, quiet=True)
     return taken is None or bool(taken)
+
+
+def redirects_kept(job: CrawlJob, kept: dict | None) -> tuple[int, ...]:
+    """The redirect statuses a request takes as its answer instead of following them, as
+    Scrapy's ``RedirectMiddleware`` decides: all of them with ``dont_redirect`` or
+    ``handle_httpstatus_all`` in its ``meta``, else those in the request's or the spider's
+    ``handle_httpstatus_list``."""
+    meta = (kept or {}).get("meta") or {}
+    if meta.get("dont_redirect") or meta.get("handle_httpstatus_all"):
+        return REDIRECTS
+    try:
+        cls = spiders.load(job.spider)
+    except spiders.SpiderUnavailable:
+        return ()  # the callback's side says so, with the reason
+    listed = [*_statuses(meta.get("handle_httpstatus_list", ()), "", quiet=True),
+              *_statuses(getattr(cls, "handle_httpstatus_list", None) or (), "", quiet=True)]
+    return tuple(status for status in REDIRECTS if status in listed)
 
 
 def handles(spider: Spider, kept: dict, status: int | None) -> bool:

@@ -264,20 +264,25 @@ def _evidence(failure: outcomes.CrawlOutcome, resp: requests.Response, limits: F
 @dataclass(frozen=True)
 class Asked:
     """What a spider's request asks beyond a GET: its method, body and headers (its cookies
-    join the visitor's jar for this request)."""
+    join the visitor's jar for this request), and the redirect statuses it takes as its
+    answer instead of following them (``RedirectNotFollowed``)."""
 
     method: str = "GET"
     body: bytes = b""
     headers: tuple[tuple[str, str], ...] = ()
+    kept_redirects: tuple[int, ...] = ()
 
     @classmethod
-    def of(cls, kept: dict, visitor: Visitor) -> Asked:
-        """From a stored request (``tasks/content/rows.py``), its cookies put in the
-        visitor's jar."""
+    def of(cls, kept: dict | None, visitor: Visitor, kept_redirects: tuple[int, ...]) -> Asked:
+        """From a stored request (``tasks/content/rows.py``; None: a plain GET), its cookies
+        put in the visitor's jar."""
+        if not kept:
+            return cls(kept_redirects=kept_redirects)
         for name, value in (kept.get("cookies") or {}).items():
             visitor.cookies.set(name, str(value))
         body = base64.b64decode(kept.get("body") or "")
-        return cls(kept.get("method", "GET"), body, tuple(map(tuple, kept.get("headers") or ())))
+        return cls(kept.get("method", "GET"), body, tuple(map(tuple, kept.get("headers") or ())),
+                   kept_redirects)  # fmt: skip
 
 
 # A 301, 302 or 303 to a request other than GET or HEAD is followed with a GET without body,
@@ -351,6 +356,11 @@ def fetch(
         with resp:
             visitor.cookies.update(resp.cookies)
             visitor.set_cookies.update(resp.cookies)
+            if resp.is_redirect and resp.status_code in asked.kept_redirects:
+                failure = outcomes.RedirectNotFollowed(f"HTTP {resp.status_code}",
+                                                       status=resp.status_code)  # fmt: skip
+                failure.url = current
+                raise _evidence(failure, resp, limits, started)
             if resp.is_redirect and "location" in resp.headers:
                 target = _redirect_target(current, resp.headers["location"])
                 if target in seen:

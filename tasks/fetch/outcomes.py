@@ -26,6 +26,7 @@
     │   ├── HostUnreachable       host_unreachable    (its host's circuit is open: no request made)
     │   ├── TooManyRedirects      too_many_redirects
     │   ├── RedirectLoop          redirect_loop
+    │   ├── RedirectNotFollowed   http_3xx            (a spider's request asked not to follow it)
     │   ├── InvalidURL            invalid_url         (the URL or a redirect's Location)
     │   ├── BlockedAddress        blocked_address     (not a public address, and not allowed)
     │   ├── ProtocolError         protocol_error
@@ -219,6 +220,14 @@ class TLSError(Permanent):
 
 class HostUnreachable(Permanent):
     reason = "host_unreachable"
+
+
+class RedirectNotFollowed(Permanent):
+    """A redirect a spider's request takes as its answer (``dont_redirect``, or its status
+    in ``handle_httpstatus_list``): its callback gets it if it handles the status, as under
+    Scrapy, else its errback (``HttpError``)."""
+
+    reason = "http_3xx"
 
 
 class TooManyRedirects(Permanent):

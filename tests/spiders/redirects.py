@@ -47,3 +47,29 @@ class Statuses(Spider):
 
     def failed(self, failure):
         yield {"url": failure.request.url, "http_error": bool(failure.check(HttpError))}
+
+
+class Unfollowed(Spider):
+    """Redirects its requests take as their answer, as Scrapy's ``RedirectMiddleware`` leaves
+    them (``dont_redirect``, ``handle_httpstatus_all``, a status in a
+    ``handle_httpstatus_list``), to its callback where they are handled, else its errback."""
+
+    name = "unfollowed"
+    base = ""  # -a base=URL
+    handle_httpstatus_list = [301]
+
+    def start_requests(self):
+        yield Request(self.base + "/r/c1",
+                      meta={"dont_redirect": True, "handle_httpstatus_list": [302]})  # fmt: skip
+        yield Request(self.base + "/r/c2", meta={"dont_redirect": True}, errback=self.failed)
+        yield Request(self.base + "/r/e", meta={"handle_httpstatus_all": True})
+        yield Request(self.base + "/r/a")  # a 301: in the spider's list
+        yield Request(self.base + "/r/g")  # a 302: followed
+
+    def parse(self, response):
+        yield {"url": response.url, "status": response.status,
+               "location": (response.headers.get("Location") or b"").decode()}  # fmt: skip
+
+    def failed(self, failure):
+        yield {"url": failure.request.url, "http_error": bool(failure.check(HttpError)),
+               "status": failure.value.response.status}  # fmt: skip
