@@ -249,7 +249,7 @@ def _fetch(
             **kwargs,
         )
     except outcomes.CrawlOutcome as exc:
-        outcome = rows.no_retry_on_timeout(asked, exc)
+        outcome = rows.not_retried(asked, exc)
     finally:
         metrics.IN_FLIGHT.dec()
         elapsed = time.monotonic() - started

@@ -462,6 +462,7 @@ def test_error_answers_go_to_the_callback_where_the_request_or_spider_handles_th
     assert got == [
         ("/broken/1", 500, "500 at /broken/1", None),  # after its retries, as Scrapy's
         ("/broken/2", 500, "500 at /broken/2", None),
+        ("/broken/4", None, None, True),  # dont_retry: its errback after one attempt
         ("/missing/1", 404, "404 at /missing/1", None),
         ("/missing/2", None, None, True),  # its errback
     ]
@@ -470,7 +471,8 @@ def test_error_answers_go_to_the_callback_where_the_request_or_spider_handles_th
                 "url", "state", "error_reason", "attempts")}  # fmt: skip
     assert rows == {"/missing/1": ("done", "", 1), "/broken/1": ("done", "", 2),
                     "/broken/2": ("done", "", 2), "/missing/2": ("failed", "http_4xx", 1),
-                    "/broken/3": ("failed", "http_5xx", 2)}  # fmt: skip
+                    "/broken/3": ("failed", "http_5xx", 2),
+                    "/broken/4": ("failed", "http_5xx", 1)}  # fmt: skip
     page = Item.objects.get(job=job, data__url=site.url("/missing/1")).url.page
     assert (page.status, page.size) == (404, len("<h1>404 at /missing/1</h1>") * 3000)
 

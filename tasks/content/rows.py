@@ -111,10 +111,23 @@ def request_of(url: str, kept: dict | None, priority: int = 0) -> Request:
                    cb_kwargs=kept.get("cb_kwargs"))  # fmt: skip
 
 
-def no_retry_on_timeout(kept: dict | None, outcome: outcomes.CrawlOutcome) -> outcomes.CrawlOutcome:
-    """A timed-out request that is not safe to send twice (a POST, say) fails instead of
-    retrying, unless its ``meta`` says ``retry_on_timeout``: the server may have acted on it."""
-    if (kept and isinstance(outcome, outcomes.Timeout) and kept.get("method") not in SAFE_METHODS
-            and not (kept.get("meta") or {}).get(UNSAFE_RETRY)):  # fmt: skip
+def not_retried(kept: dict | None, outcome: outcomes.CrawlOutcome) -> outcomes.CrawlOutcome:
+    """A spider request's ``outcome``, not retried where the request says so: a timed-out
+    request that is not safe to send twice (a POST, say) fails at once unless its ``meta``
+    says ``retry_on_timeout`` (the server may have acted on it); with ``dont_retry`` in its
+    ``meta`` (Scrapy's), what the site did (a timeout, a refused or reset connection, a name
+    that does not resolve, a 5xx or 429) is not retried. What the platform did (its database
+    away, a lost worker) is retried still."""
+    if not kept:
+        return outcome
+    meta = kept.get("meta") or {}
+    if (isinstance(outcome, outcomes.Timeout) and kept.get("method") not in SAFE_METHODS
+            and not meta.get(UNSAFE_RETRY)):  # fmt: skip
+        outcome.retryable = False
+    if meta.get("dont_retry") and isinstance(outcome, SITE_FAILURES):
         outcome.retryable = False
     return outcome
+
+
+SITE_FAILURES = (outcomes.Timeout, outcomes.ConnectionReset, outcomes.ConnectFailed,
+                 outcomes.DNSFailure, outcomes.ServerError, outcomes.TooManyRequests)  # fmt: skip

@@ -40,6 +40,8 @@ class Statuses(Spider):
         yield Request(self.base + "/missing/2", meta={"handle_httpstatus_list": []},
                       errback=self.failed)  # the request's list wins: not this one
         yield Request(self.base + "/broken/3")  # neither: the URL fails
+        yield Request(self.base + "/broken/4", meta={"dont_retry": True},
+                      errback=self.failed)  # its errback after one attempt
 
     def parse(self, response):
         yield {"url": response.url, "status": response.status,
