@@ -242,7 +242,7 @@ def _fetch(
         resp = get(
             asked["url"] if asked else claimed.url.url,
             user_agent=passage.who.user_agent,
-            limits=fetching.limits_for(job, whole_errors),
+            limits=fetching.limits_for(job, whole_errors, rows.download_timeout(asked)),
             allow=guard.allowed(job),
             in_scope=lambda u: bool(in_scope(cache, u)),
             visitor=session.visitor,

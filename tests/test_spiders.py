@@ -443,6 +443,8 @@ def test_error_answers_go_to_the_callback_where_the_request_or_spider_handles_th
         def __init__(self) -> None:
             class Handler(BaseHTTPRequestHandler):
                 def do_GET(self) -> None:
+                    if self.path.startswith("/slow"):
+                        time.sleep(2)
                     status = 500 if self.path.startswith("/broken") else 404  # robots.txt too
                     send(self, status, {}, f"<h1>{status} at {self.path}</h1>".encode() * 3000)
 
@@ -458,13 +460,14 @@ def test_error_answers_go_to_the_callback_where_the_request_or_spider_handles_th
         assert job.settings == {"RETRY_MAX_ATTEMPTS": 2}
         run_job(job)
     got = sorted((i["url"].removeprefix(site.base), i.get("status"), i.get("h1"),
-                  i.get("http_error")) for i in kept(job))  # fmt: skip
+                  i.get("http_error"), i.get("timeout")) for i in kept(job))  # fmt: skip
     assert got == [
-        ("/broken/1", 500, "500 at /broken/1", None),  # after its retries, as Scrapy's
-        ("/broken/2", 500, "500 at /broken/2", None),
-        ("/broken/4", None, None, True),  # dont_retry: its errback after one attempt
-        ("/missing/1", 404, "404 at /missing/1", None),
-        ("/missing/2", None, None, True),  # its errback
+        ("/broken/1", 500, "500 at /broken/1", None, None),  # after its retries, as Scrapy's
+        ("/broken/2", 500, "500 at /broken/2", None, None),
+        ("/broken/4", None, None, True, False),  # dont_retry: its errback after one attempt
+        ("/missing/1", 404, "404 at /missing/1", None, None),
+        ("/missing/2", None, None, True, False),  # its errback
+        ("/slow/1", None, None, False, True),  # download_timeout: 0.5 s, not the job's 30 s
     ]
     rows = {u.removeprefix(site.base): (state, reason, attempts)
             for u, state, reason, attempts in FrontierURL.objects.filter(job=job).values_list(
@@ -472,7 +475,8 @@ def test_error_answers_go_to_the_callback_where_the_request_or_spider_handles_th
     assert rows == {"/missing/1": ("done", "", 1), "/broken/1": ("done", "", 2),
                     "/broken/2": ("done", "", 2), "/missing/2": ("failed", "http_4xx", 1),
                     "/broken/3": ("failed", "http_5xx", 2),
-                    "/broken/4": ("failed", "http_5xx", 1)}  # fmt: skip
+                    "/broken/4": ("failed", "http_5xx", 1),
+                    "/slow/1": ("failed", "read_timeout", 1)}  # fmt: skip
     page = Item.objects.get(job=job, data__url=site.url("/missing/1")).url.page
     assert (page.status, page.size) == (404, len("<h1>404 at /missing/1</h1>") * 3000)
 

@@ -111,6 +111,15 @@ def request_of(url: str, kept: dict | None, priority: int = 0) -> Request:
                    cb_kwargs=kept.get("cb_kwargs"))  # fmt: skip
 
 
+def download_timeout(kept: dict | None) -> float | None:
+    """The seconds a spider request asks its download to end within (Scrapy's
+    ``download_timeout`` meta key); None if it asks nothing, or nothing that is a number."""
+    value = ((kept or {}).get("meta") or {}).get("download_timeout")
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    return None
+
+
 def not_retried(kept: dict | None, outcome: outcomes.CrawlOutcome) -> outcomes.CrawlOutcome:
     """A spider request's ``outcome``, not retried where the request says so: a timed-out
     request that is not safe to send twice (a POST, say) fails at once unless its ``meta``

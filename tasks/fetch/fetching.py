@@ -48,13 +48,17 @@ class FetchLimits:
     evidence_bytes: int = 0  # of an error answer's body (0: EVIDENCE_MAX_BYTES)
 
 
-def limits_for(job: CrawlJob, whole_errors: bool = False) -> FetchLimits:
+def limits_for(job: CrawlJob, whole_errors: bool = False,
+               within: float | None = None) -> FetchLimits:  # fmt: skip
     """The job's bounds on one fetch; ``whole_errors``: an error answer's body is read up to
-    ``FETCH_MAX_BYTES`` (a spider's callback may take it), not ``EVIDENCE_MAX_BYTES``."""
+    ``FETCH_MAX_BYTES`` (a spider's callback may take it), not ``EVIDENCE_MAX_BYTES``;
+    ``within``: seconds the request asks to be done in (a spider's ``download_timeout``),
+    which lowers every time bound, never raises one."""
+    bound = within if within is not None and within > 0 else float("inf")
     return FetchLimits(
-        connect_timeout=setting("FETCH_CONNECT_TIMEOUT_S", job),
-        read_timeout=setting("FETCH_READ_TIMEOUT_S", job),
-        deadline=setting("FETCH_DEADLINE_S", job),
+        connect_timeout=min(setting("FETCH_CONNECT_TIMEOUT_S", job), bound),
+        read_timeout=min(setting("FETCH_READ_TIMEOUT_S", job), bound),
+        deadline=min(setting("FETCH_DEADLINE_S", job), bound),
         max_bytes=setting("FETCH_MAX_BYTES", job),
         max_redirects=setting("FETCH_MAX_REDIRECTS", job),
         verify=trust.verifies(job),

@@ -3,7 +3,7 @@ answer they are called back with."""
 
 from __future__ import annotations
 
-from crawlplatform.spiders import HttpError, Request, Spider
+from crawlplatform.spiders import HttpError, Request, Spider, TimeoutError
 
 
 class Redirects(Spider):
@@ -42,13 +42,16 @@ class Statuses(Spider):
         yield Request(self.base + "/broken/3")  # neither: the URL fails
         yield Request(self.base + "/broken/4", meta={"dont_retry": True},
                       errback=self.failed)  # its errback after one attempt
+        yield Request(self.base + "/slow/1", meta={"download_timeout": 0.5, "dont_retry": True},
+                      errback=self.failed)  # the site answers in 2 s: too late
 
     def parse(self, response):
         yield {"url": response.url, "status": response.status,
                "h1": response.css("h1::text").get()}
 
     def failed(self, failure):
-        yield {"url": failure.request.url, "http_error": bool(failure.check(HttpError))}
+        yield {"url": failure.request.url, "http_error": bool(failure.check(HttpError)),
+               "timeout": bool(failure.check(TimeoutError))}  # fmt: skip
 
 
 class Unfollowed(Spider):
