@@ -6,14 +6,16 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import subprocess
 import sys
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 from django.conf import settings
 
 from tests.shop import Shop, expected_products, expected_stock
-from tests.site import Site
+from tests.site import LocalSite, Site, send
 from web.models import CrawlJob, JobState
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -111,6 +113,35 @@ def test_parse_prints_what_a_callback_yields_for_one_url_and_stores_nothing(work
     assert lines[0] == f">>> 200 {shop.base}/login <<<"
     assert lines[-1] == f"<POST {shop.base}/login> -> logged_in"
     assert not CrawlJob.objects.exists()
+
+
+def test_parse_runs_on_the_embedded_defaults_with_no_crawl_running(worker_env, tmp_path):
+    """No database or Redis configured and no crawl running: the command starts its own
+    private redis-server for robots.txt and identities, and stops it; a redirect within the
+    URL's host is followed."""
+    env = {key: value for key, value in worker_env.items()
+           if key not in ("DATABASE_URL", "REDIS_URL", "CRAWL_ALLOWED_NETWORKS")}  # fmt: skip
+    env.update(CRAWL_DATA_DIR=str(tmp_path / "data"), PATH=os.environ["PATH"])
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path == "/old":
+                send(self, 302, {"Location": "/new"}, b"")
+            else:
+                send(self, 200 if self.path == "/new" else 404, {}, b"<a href='/x'>x</a>")
+
+        def log_message(self, *args) -> None:
+            pass
+
+    with LocalSite(Handler) as site:
+        done = manage(env, "parse", f"{site.base}/old", "--spider", "redirects",
+                      "--allow-network", "127.0.0.0/8", "-a", f"base={site.base}")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == f">>> 200 {site.base}/new <<<"
+    assert lines[2] == json.dumps({"again": False, "url": f"{site.base}/new"}, sort_keys=True)
+    assert lines[-2:] == [f"<GET {site.base}/x>", f"<GET {site.base}/r/g> -> parse_other"]
+    assert not (tmp_path / "data" / "redis.sock").exists()  # its redis-server stopped
 
 
 def test_startspider_writes_a_spider_that_imports_and_runs_its_template(worker_env, tmp_path):

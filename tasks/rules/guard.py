@@ -45,7 +45,7 @@ class BlockedAddress(Exception):
         super().__init__(
             f"{address} ({host}) is a {kind} address, not a public one; to crawl it, allow its "
             f"network: CRAWL_ALLOWED_NETWORKS={network} (environment or the job's settings) or "
-            f"manage.py crawl --allow-network {network}"
+            f"--allow-network {network} (manage.py crawl, manage.py parse)"
         )
 
 

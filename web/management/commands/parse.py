@@ -5,9 +5,12 @@ spider's callback yields, as Scrapy's ``parse`` does. Nothing is stored."""
 from __future__ import annotations
 
 import json
+from urllib.parse import urlsplit
 
+from django.conf import settings
 from django.core.management.base import CommandError, CommandParser
 
+from crawlplatform.embedded import EmbeddedRedis
 from tasks.content import spiders, tryout
 from tasks.fetch import outcomes
 from web.management import crawling
@@ -32,6 +35,9 @@ class Command(PlatformCommand):
                             help="the callback's keyword arguments, a JSON object")  # fmt: skip
         parser.add_argument("--ignore-robots", action="store_true",
                             help="fetch even where robots.txt forbids it")  # fmt: skip
+        parser.add_argument("--allow-network", action="append", default=[], metavar="CIDR",
+                            help="a non-public network the URL may be fetched from, e.g. "
+                            "127.0.0.0/8 (repeatable), as crawl's")  # fmt: skip
 
     def handle(self, *args, **opts) -> None:
         try:
@@ -43,13 +49,24 @@ class Command(PlatformCommand):
             raise CommandError(f"--cbkwargs: {exc}") from None
         custom = spiders.custom_settings(cls)
         job = CrawlJob(spider=opts["spider"], spider_args=crawling.parse_spider_args(
-            opts["spider_args"]), settings=custom.settings, **custom.fields)  # fmt: skip
+            opts["spider_args"]), settings={**custom.settings, **crawling.allowed_networks(
+                opts["allow_network"])}, **custom.fields)  # fmt: skip
+        job.allowed_domains = list(getattr(cls, "allowed_domains", None) or
+                                   [urlsplit(opts["url"]).hostname or ""])  # fmt: skip
         if opts["ignore_robots"]:
             job.obey_robots = False
+        # robots.txt and the identity's state live in Redis: on the embedded defaults, the
+        # private redis-server (the running crawl's, if one runs; else one for this command).
+        embedded = EmbeddedRedis(settings.DATA_DIR) if settings.EMBEDDED_REDIS else None
+        if embedded is not None:
+            embedded.start()
         try:
             tried = tryout.parse_url(job, opts["url"], opts["callback"], cb_kwargs)
         except outcomes.CrawlOutcome as exc:
             raise CommandError(f"{exc.reason}: {exc}") from None
+        finally:
+            if embedded is not None:
+                embedded.stop()
         self.stdout.write(f">>> {tried.status} {tried.url} <<<")
         self.stdout.write("# Scraped Items " + "-" * 60)
         for data, dropped in tried.items:
