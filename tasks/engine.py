@@ -17,6 +17,7 @@ Reads ``BATCH_BUDGET_S``, ``DB_RETRY_S``, ``TASK_SOFT_TIME_LIMIT_S`` and the fet
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 
@@ -187,12 +188,13 @@ def _process_claimed(claimed: Claim, rendering: bool = False) -> str:
     """One claimed URL, step by step: gates, fetch, classify, ladder, record, then parse, links
     and commit (``pages.store``). A step that ends the URL returns its new state."""
     job, cache, host = claimed.job, cache_for(claimed.job), host_of(claimed.url.url)
-    if job.obey_robots and (state := gates.robots_txt(claimed, cache)) is not None:
+    fail = functools.partial(_fail, cache=cache)
+    if job.obey_robots and (state := gates.robots_txt(claimed, cache, fail)) is not None:
         return state  # robots.txt forbids it, or cannot be read now
     passage = gates.acquire(claimed, host)
     if not passage.slot.granted:
         return defer(claimed, passage.slot.wait, "throttled")
-    if (state := gates.through_circuit(claimed, host, passage.slot)) is not None:
+    if (state := gates.through_circuit(claimed, host, passage.slot, fail)) is not None:
         return state  # the host's circuit is open, or its probe is under way
     if (state := antibot.render_elsewhere(claimed, host, passage.slot, rendering)) is not None:
         return state  # a render worker's URL, or a render step this worker cannot take
@@ -257,6 +259,15 @@ def _fetch(
     return fetching.Fetched(resp, outcome, elapsed, bool(conditional))
 
 
+def _fail(claimed: Claim, outcome: outcomes.CrawlOutcome, cache: JobCache) -> str:
+    """Record the URL's ``outcome``; a spider request's callback or errback sees it where it
+    may (``callbacks.failed``), whether the fetch or a gate before it (robots.txt, an open
+    circuit) ended it."""
+    if claimed.job.spider and callbacks.for_the_spider(claimed, outcome):
+        return callbacks.failed(claimed, cache, outcome)
+    return record_failure(claimed, outcome)
+
+
 def _record(
     claimed: Claim,
     cache: JobCache,
@@ -266,10 +277,7 @@ def _record(
 ) -> str:
     """The URL's outcome if the fetch ended in one; else its page, unchanged or stored."""
     if outcome is not None:
-        if claimed.job.spider and callbacks.for_the_spider(claimed, outcome):
-            state = callbacks.failed(claimed, cache, outcome)  # its callback or errback sees it
-        else:
-            state = record_failure(claimed, outcome)
+        state = _fail(claimed, outcome, cache)
         log.info("job=%s url=%s outcome=%s state=%s", claimed.job.pk, claimed.url.url,
                  outcome.reason, state)  # fmt: skip
         return state

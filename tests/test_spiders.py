@@ -4,6 +4,7 @@ Redis: the example spider's items exactly, POST dedup by body, and how user code
 from __future__ import annotations
 
 import json
+import socket
 import time
 from http.server import BaseHTTPRequestHandler
 
@@ -479,6 +480,47 @@ def test_error_answers_go_to_the_callback_where_the_request_or_spider_handles_th
                     "/slow/1": ("failed", "read_timeout", 1)}  # fmt: skip
     page = Item.objects.get(job=job, data__url=site.url("/missing/1")).url.page
     assert (page.status, page.size) == (404, len("<h1>404 at /missing/1</h1>") * 3000)
+
+
+def test_requests_that_end_before_an_answer_reach_their_errback(installed):
+    """robots.txt (``IgnoreRequest``), a refused host and its open circuit (``ConnectError``):
+    as under Scrapy, where each raises into the request's errback."""
+
+    class Guarded(LocalSite):
+        def __init__(self) -> None:
+            class Handler(BaseHTTPRequestHandler):
+                def do_GET(self) -> None:
+                    if self.path == "/robots.txt":
+                        send(self, 200, {}, b"User-agent: *\nDisallow: /private\n")
+                    else:
+                        send(self, 200, {}, b"<html><body>open</body></html>")
+
+                def log_message(self, *args) -> None:
+                    pass
+
+            super().__init__(Handler)
+
+    with socket.socket() as free:  # a port nothing listens on once this socket closes
+        free.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{free.getsockname()[1]}"
+    with Guarded() as site:
+        job = jobs.create_job([], spider="unreached", spider_args={"base": site.base,
+                                                                   "dead": dead})  # fmt: skip
+        jobs.start(job)
+        run_job(job)
+    got = sorted((i["url"].removeprefix(site.base).removeprefix(dead), i.get("status"),
+                  i.get("ignored"), i.get("connect")) for i in kept(job))  # fmt: skip
+    assert got == [
+        ("/open/1", 200, None, None),
+        ("/private/1", None, True, False),
+        ("/private/2", None, True, False),  # yielded by a callback: its claim's gate
+        ("/x/0", None, False, True),
+        ("/x/1", None, False, True),
+        ("/x/2", None, False, True),
+    ]
+    rows = FrontierURL.objects.filter(job=job).values_list("url", "state", "error_reason")
+    ends = {url.removeprefix(site.base): (state, reason) for url, state, reason in rows}
+    assert ends["/private/3"] == ends["/private/1"] == ("skipped", "robots")
 
 
 def test_close_spider_ends_the_crawl_with_what_pages_in_flight_add_not_fetched(installed):

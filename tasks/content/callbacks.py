@@ -199,7 +199,9 @@ def response_of(resp: fetching.Response, request: Request, depth: int = 0) -> Re
 def new_requests(claimed: Claim, cache: JobCache, spider: Spider,
                  requests: list[Request]) -> list[NewRequest]:  # fmt: skip
     """The frontier rows of what a callback yielded: in the job's scope and depth, each once,
-    those robots.txt forbids entering skipped. A request that cannot be kept fails the URL."""
+    those robots.txt forbids entering skipped (unless they have an errback: their claim's
+    robots.txt gate ends them, and the errback sees it, as Scrapy's ``IgnoreRequest``). A
+    request that cannot be kept fails the URL."""
     job = claimed.job
     if claimed.url.depth >= job.max_depth:
         return []
@@ -218,7 +220,8 @@ def new_requests(claimed: Claim, cache: JobCache, spider: Spider,
         row_key = rows.key(canonical, kept, unique)
         if row_key in out:
             continue  # the first of the same requests is the one kept
-        forbidden = job.obey_robots and robots.forbids(job, canonical)
+        forbidden = (job.obey_robots and not kept["errback"]
+                     and robots.forbids(job, canonical))  # fmt: skip
         out[row_key] = NewRequest(row_key, rows.stored(kept, row_key),
                                   ROBOTS_FORBIDDEN if forbidden else None,
                                   rows.rank(request))  # fmt: skip

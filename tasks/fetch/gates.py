@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import NamedTuple
 
 from tasks.content.links import JobCache, new_links
@@ -24,18 +25,20 @@ from tasks.worker import loop
 from web.models import CrawlJob
 
 log = logging.getLogger(__name__)
+Failer = Callable[[Claim, outcomes.CrawlOutcome], str]  # records an outcome, returns the state
 
 
-def robots_txt(claimed: Claim, cache: JobCache) -> str | None:
-    """Apply robots.txt: the URL's new state if it must not be fetched now, else None."""
+def robots_txt(claimed: Claim, cache: JobCache, fail: Failer = record_failure) -> str | None:
+    """Apply robots.txt: the URL's new state if it must not be fetched now, else None;
+    ``fail`` records an outcome that ends it (a spider's errback may see it)."""
     job = claimed.job
     decision = robots.check(job, claimed.url.url, setting("USER_AGENT", job))
     if decision.failure is not None:  # robots.txt unavailable, or its host unreachable
-        return record_failure(claimed, decision.failure)
+        return fail(claimed, decision.failure)
     if decision.retry_in is not None:
         return defer(claimed, decision.retry_in, decision.reason)
     if not decision.allowed:
-        return record_failure(claimed, ROBOTS_FORBIDDEN)
+        return fail(claimed, ROBOTS_FORBIDDEN)
     host = host_of(claimed.url.url)
     if host not in cache.robots_seen:
         cache.robots_seen.put(host)
@@ -74,8 +77,10 @@ def wait_turn(job: CrawlJob, host: str, passage: Passage) -> Passage:
     return Passage(slot, who)
 
 
-def through_circuit(claimed: Claim, host: str, slot: politeness.Slot) -> str | None:
-    """A host with circuit state: fail the URL if it is open, wait while a probe runs."""
+def through_circuit(claimed: Claim, host: str, slot: politeness.Slot,
+                    fail: Failer = record_failure) -> str | None:  # fmt: skip
+    """A host with circuit state: fail the URL if it is open (``fail``), wait while a probe
+    runs."""
     if not slot.circuit:
         return None
     job = claimed.job
@@ -85,7 +90,7 @@ def through_circuit(claimed: Claim, host: str, slot: politeness.Slot) -> str | N
         unreachable = outcomes.HostUnreachable(
             f"{gate.reason or 'unreachable'} (circuit open, next probe in {gate.retry_in:.0f} s)"
         )
-        return record_failure(claimed, unreachable)
+        return fail(claimed, unreachable)
     if gate.state == circuit.WAIT:
         report(claimed, host, slot, politeness.NEUTRAL)
         return defer(claimed, 1.0, "circuit_probe")

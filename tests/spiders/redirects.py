@@ -3,7 +3,14 @@ answer they are called back with."""
 
 from __future__ import annotations
 
-from crawlplatform.spiders import HttpError, Request, Spider, TimeoutError
+from crawlplatform.spiders import (
+    ConnectError,
+    HttpError,
+    IgnoreRequest,
+    Request,
+    Spider,
+    TimeoutError,
+)
 
 
 class Redirects(Spider):
@@ -78,3 +85,29 @@ class Unfollowed(Spider):
     def failed(self, failure):
         yield {"url": failure.request.url, "http_error": bool(failure.check(HttpError)),
                "status": failure.value.response.status}  # fmt: skip
+
+
+class Unreached(Spider):
+    """Requests that end before any answer, each seen by its errback as under Scrapy:
+    robots.txt forbids them (``IgnoreRequest``), or their host refuses connections (the
+    first ones) and its circuit opens (the rest: ``ConnectError`` both)."""
+
+    name = "unreached"
+    base = ""  # -a base=URL: a site whose robots.txt disallows /private
+    dead = ""  # -a dead=URL: a port nothing listens on
+    custom_settings = {"ROBOTSTXT_OBEY": True}
+
+    def start_requests(self):
+        yield Request(self.base + "/private/1", errback=self.failed)
+        yield Request(self.base + "/open/1")
+        for n in range(3):
+            yield Request(f"{self.dead}/x/{n}", errback=self.failed)
+
+    def parse(self, response):
+        yield {"url": response.url, "status": response.status}
+        yield response.follow("/private/2", errback=self.failed)  # its claim's gate ends it
+        yield response.follow("/private/3")  # no errback: skipped as it is yielded
+
+    def failed(self, failure):
+        yield {"url": failure.request.url, "ignored": bool(failure.check(IgnoreRequest)),
+               "connect": bool(failure.check(ConnectError))}  # fmt: skip
