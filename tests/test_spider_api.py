@@ -244,16 +244,21 @@ def test_requests_and_responses_copy_and_replace_as_scrapys():
         HtmlResponse("http://x.test/", body="<p>text without an encoding</p>")
 
 
-@pytest.mark.parametrize(("outcome", "scrapy"), [
+@pytest.mark.parametrize(("outcome", "scrapy"), [  # older Scrapy's (Twisted's), then 2.19's
     ("ClientError", ["HttpError", "IgnoreRequest"]),
     ("ServerError", ["HttpError", "IgnoreRequest"]),
     ("TooManyRequests", ["HttpError", "IgnoreRequest"]),
-    ("DNSFailure", ["DNSLookupError"]),
-    ("ConnectTimeout", ["TimeoutError", "TCPTimedOutError", "ConnectError"]),
-    ("ReadTimeout", ["TimeoutError"]),
-    ("DeadlineExceeded", ["TimeoutError"]),
-    ("ConnectFailed", ["ConnectionRefusedError", "ConnectError"]),
-    ("ConnectionReset", ["ConnectionLost", "ResponseNeverReceived"]),
+    ("RedirectNotFollowed", ["HttpError", "IgnoreRequest"]),
+    ("DNSFailure", ["DNSLookupError", "CannotResolveHostError"]),
+    ("ConnectTimeout", ["TimeoutError", "TCPTimedOutError", "ConnectError",
+                        "DownloadTimeoutError"]),
+    ("ReadTimeout", ["TimeoutError", "DownloadTimeoutError"]),
+    ("DeadlineExceeded", ["TimeoutError", "DownloadTimeoutError"]),
+    ("ConnectFailed", ["ConnectionRefusedError", "ConnectError",
+                       "DownloadConnectionRefusedError"]),
+    ("ConnectionReset", ["ConnectionLost", "ResponseNeverReceived", "DownloadFailedError",
+                         "ResponseDataLossError"]),
+    ("ProtocolError", ["ResponseNeverReceived", "DownloadFailedError"]),
     ("RobotsDisallowed", ["IgnoreRequest"]),
 ])  # fmt: skip
 def test_an_errbacks_failure_checks_as_scrapys_and_twisteds_exceptions(outcome, scrapy):
@@ -261,10 +266,13 @@ def test_an_errbacks_failure_checks_as_scrapys_and_twisteds_exceptions(outcome, 
     from crawlplatform.spiders import Failure
     from tasks.fetch import outcomes
 
-    status = {"ClientError": 404, "ServerError": 503, "TooManyRequests": 429}.get(outcome)
+    status = {"ClientError": 404, "ServerError": 503, "TooManyRequests": 429,
+              "RedirectNotFollowed": 302}.get(outcome)  # fmt: skip
     failure = Failure(getattr(outcomes, outcome)("no", status=status), Request("http://x.test/"))
     kinds = ["HttpError", "IgnoreRequest", "DNSLookupError", "TimeoutError", "TCPTimedOutError",
-             "ConnectError", "ConnectionRefusedError", "ConnectionLost", "ResponseNeverReceived"]
+             "ConnectError", "ConnectionRefusedError", "ConnectionLost", "ResponseNeverReceived",
+             "CannotResolveHostError", "DownloadTimeoutError", "DownloadConnectionRefusedError",
+             "DownloadFailedError", "ResponseDataLossError"]
     assert [k for k in kinds if failure.check(getattr(api, k))] == [k for k in kinds if k in scrapy]
     own = type(outcome, (Exception,), {})
     assert failure.check(own) is own  # by name, the platform's class too

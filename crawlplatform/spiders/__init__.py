@@ -15,13 +15,18 @@ Names and behaviour follow Scrapy's, so that a Scrapy spider ports by changing i
 from parsel import Selector, SelectorList
 
 from crawlplatform.spiders.errors import (
+    CannotResolveHostError,
     CloseSpider,
     ConnectError,
     ConnectionLost,
     ConnectionRefusedError,
     DNSLookupError,
+    DownloadConnectionRefusedError,
+    DownloadFailedError,
+    DownloadTimeoutError,
     HttpError,
     IgnoreRequest,
+    ResponseDataLossError,
     ResponseNeverReceived,
     TCPTimedOutError,
     TimeoutError,
@@ -38,11 +43,15 @@ from crawlplatform.spiders.response import (
 from crawlplatform.spiders.spider import DropItem, Spider
 
 __all__ = [
+    "CannotResolveHostError",
     "CloseSpider",
     "ConnectError",
     "ConnectionLost",
     "ConnectionRefusedError",
     "DNSLookupError",
+    "DownloadConnectionRefusedError",
+    "DownloadFailedError",
+    "DownloadTimeoutError",
     "DropItem",
     "Failure",
     "Field",
@@ -55,6 +64,7 @@ __all__ = [
     "JsonRequest",
     "Request",
     "Response",
+    "ResponseDataLossError",
     "ResponseNeverReceived",
     "Selector",
     "SelectorList",

@@ -1,6 +1,7 @@
 """What an errback checks a failure against, named as Scrapy's and Twisted's exceptions, so
-that a ported errback's ``failure.check(HttpError)`` or ``failure.check(TimeoutError,
-TCPTimedOutError)`` takes the branch it takes under Scrapy.
+that a ported errback's ``failure.check(HttpError)``, ``failure.check(TimeoutError,
+TCPTimedOutError)`` (older Scrapy) or ``failure.check(DownloadTimeoutError)`` (Scrapy 2.19)
+takes the branch it takes under Scrapy.
 
 A failure's ``value`` is the platform's outcome (its ``reason`` is the URL's outcome code);
 ``kinds_of`` gives the classes here that it stands for, and ``Failure.check`` matches those
@@ -56,18 +57,42 @@ class ResponseNeverReceived(Exception):
     pass
 
 
+class DownloadConnectionRefusedError(Exception):
+    """Scrapy 2.19's name for a refused connection (Twisted's ``ConnectionRefusedError``)."""
+
+
+class CannotResolveHostError(Exception):
+    """Scrapy 2.19's name for a host name that does not resolve (``DNSLookupError``)."""
+
+
+class DownloadTimeoutError(Exception):
+    """Scrapy 2.19's name for a download past its time (Twisted's ``TimeoutError``)."""
+
+
+class DownloadFailedError(Exception):
+    """Scrapy 2.19's name for a response that failed (Twisted's ``ResponseFailed``)."""
+
+
+class ResponseDataLossError(Exception):
+    """Scrapy 2.19's name for a response cut short."""
+
+
+# An outcome stands for the exception Scrapy 2.19 raises and for the one older Scrapy raised,
+# so that an errback written for either takes its branch.
 _BY_REASON: dict[str, tuple[type[Exception], ...]] = {
     "http_4xx": (HttpError,),
     "http_5xx": (HttpError,),
     "http_429": (HttpError,),
-    "dns": (DNSLookupError,),
-    "connect_timeout": (TCPTimedOutError, TimeoutError),
-    "read_timeout": (TimeoutError,),
-    "deadline": (TimeoutError,),
-    "connect_error": (ConnectionRefusedError,),
+    "http_3xx": (HttpError,),
+    "dns": (DNSLookupError, CannotResolveHostError),
+    "connect_timeout": (TCPTimedOutError, TimeoutError, DownloadTimeoutError),
+    "read_timeout": (TimeoutError, DownloadTimeoutError),
+    "deadline": (TimeoutError, DownloadTimeoutError),
+    "connect_error": (ConnectionRefusedError, DownloadConnectionRefusedError),
     "host_unreachable": (ConnectError,),
-    "connection_reset": (ConnectionLost, ResponseNeverReceived),
-    "protocol_error": (ResponseNeverReceived,),
+    "connection_reset": (ConnectionLost, ResponseNeverReceived, DownloadFailedError,
+                         ResponseDataLossError),
+    "protocol_error": (ResponseNeverReceived, DownloadFailedError),
     "robots": (IgnoreRequest,),
     "out_of_scope": (IgnoreRequest,),
     "blocked_address": (IgnoreRequest,),
