@@ -25,6 +25,7 @@ import time
 import traceback
 from collections.abc import Callable, Collection, Iterable
 from typing import Any, NamedTuple
+from urllib.parse import urldefrag
 
 from crawlplatform.spiders import CloseSpider, Failure, Request, Response, Spider
 from tasks.content import items as itempipes
@@ -186,14 +187,16 @@ def call(spider: Spider, name: str, response: Any, kwargs: dict, job: CrawlJob) 
 
 
 def response_of(resp: fetching.Response, request: Request, depth: int = 0) -> Response:
-    """What a callback sees of a fetched answer; its ``meta`` has what Scrapy's middlewares
-    put there: ``depth``, ``download_latency`` and, after redirects, ``redirect_urls``."""
+    """What a callback sees of a fetched answer (its URL without a fragment, as Scrapy's
+    download handler gives it); its ``meta`` has what Scrapy's middlewares put there:
+    ``depth``, ``download_latency`` and, after redirects, ``redirect_urls``."""
     request.meta["depth"] = depth
     request.meta["download_latency"] = resp.elapsed
     if resp.redirects:
         request.meta["redirect_urls"] = [request.url, *resp.redirects[:-1]]
-    return Response(resp.final_url, status=resp.status, headers=resp.http.get("response")
-                    or list(resp.headers.items()), body=resp.body, request=request)  # fmt: skip
+    headers = resp.http.get("response") or list(resp.headers.items())
+    return Response(urldefrag(resp.final_url)[0], status=resp.status, headers=headers,
+                    body=resp.body, request=request)  # fmt: skip
 
 
 def new_requests(claimed: Claim, cache: JobCache, spider: Spider,
@@ -359,9 +362,9 @@ def redirects_kept(job: CrawlJob, kept: dict | None) -> tuple[int, ...]:
         cls = spiders.load(job.spider)
     except spiders.SpiderUnavailable:
         return ()  # the callback's side says so, with the reason
-    listed = [*_statuses(meta.get("handle_httpstatus_list", ()), "", quiet=True),
-              *_statuses(getattr(cls, "handle_httpstatus_list", None) or (), "", quiet=True)]
-    return tuple(status for status in REDIRECTS if status in listed)
+    asked = _statuses(meta.get("handle_httpstatus_list", ()), "", quiet=True)
+    own = _statuses(getattr(cls, "handle_httpstatus_list", None) or (), "", quiet=True)
+    return tuple(status for status in REDIRECTS if status in asked or status in own)
 
 
 def handles(spider: Spider, kept: dict, status: int | None) -> bool:
@@ -417,7 +420,7 @@ def _errback(claimed: Claim, cache: JobCache, outcome: outcomes.CrawlOutcome, sp
     request = rows.request_of(claimed.url.url, kept, claimed.url.priority)
     answer = None
     if outcome.status is not None:
-        answer = Response(getattr(outcome, "url", "") or request.url, status=outcome.status,
+        answer = Response(urldefrag(outcome.url or request.url)[0], status=outcome.status,
                           headers=outcome.headers or {}, body=outcome.body or b"",
                           request=request)  # fmt: skip
     try:

@@ -21,7 +21,7 @@ class Redirects(Spider):
         yield Request(self.base + "/")
         yield Request(self.base + "/r/e", dont_filter=True, cb_kwargs={"again": True})
         yield Request(self.base + "/r/h")  # to /t/8, queued for another callback: its own
-        yield Request(self.base + "/t/8", callback=self.parse_other)
+        yield Request(self.base + "/t/8#top", callback=self.parse_other)  # called back as /t/8
 
     def parse(self, response, again=False):
         yield {"url": response.url, "again": again}
