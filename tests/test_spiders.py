@@ -523,6 +523,20 @@ def test_requests_that_end_before_an_answer_reach_their_errback(installed):
     assert ends["/private/3"] == ends["/private/1"] == ("skipped", "robots")
 
 
+def test_a_jobs_own_fields_win_over_its_spiders_custom_settings(installed):
+    """As Scrapy's command line wins over ``custom_settings``: ``ROBOTSTXT_OBEY`` and
+    ``DEPTH_LIMIT`` set a job's fields where nothing else did."""
+    args = {"base": "http://127.0.0.1:9", "dead": "http://127.0.0.1:9"}
+    plain = jobs.create_job([], spider="unreached", spider_args=args)
+    own = jobs.create_job([], spider="unreached", spider_args=args, obey_robots=False,
+                          max_depth=2)  # fmt: skip
+    for job in (plain, own):
+        jobs.start(job)
+        job.refresh_from_db()
+    assert (plain.obey_robots, plain.max_depth) == (True, 4)
+    assert (own.obey_robots, own.max_depth) == (False, 2)
+
+
 def test_close_spider_ends_the_crawl_with_what_pages_in_flight_add_not_fetched(installed):
     """CloseSpider on /p/3, the first URL of a message of four: its item kept, its requests
     not, the message's other URLs given back and skipped; what is queued is skipped in its

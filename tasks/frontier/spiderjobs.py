@@ -28,6 +28,7 @@ from tasks.fetch import outcomes
 from tasks.frontier.yields import NewRequest, insert_requests
 from tasks.rules.urls import Scope, canonicalize
 from web.models import CrawlJob, Item
+from web.models.jobs import MAX_DEPTH_LIMIT
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,16 @@ def _gather(spider: Spider, job: CrawlJob) -> list:
     return found
 
 
+def _default(field: str) -> object:
+    """A spider job's ``field`` when nothing set it (a spider's requests go as deep as it
+    asks): what its ``custom_settings`` may change. A value the job was given (the crawl
+    command's ``--ignore-robots``, a spec's ``delay``) wins, as Scrapy's command line wins
+    over ``custom_settings``."""
+    if field == "max_depth":
+        return MAX_DEPTH_LIMIT
+    return CrawlJob._meta.get_field(field).get_default()
+
+
 def plan(job: CrawlJob) -> Start:
     """The spider's start for ``job``; SpiderProblem says why there is none."""
     try:
@@ -71,7 +82,9 @@ def plan(job: CrawlJob) -> Start:
     settings = {**custom.settings, **(job.settings or {})}
     if "headers" in custom.fields:  # DEFAULT_REQUEST_HEADERS: the job's own headers win
         custom.fields["headers"] = {**custom.fields["headers"], **(job.headers or {})}
-    for field, value in custom.fields.items():
+    fields = {field: value for field, value in custom.fields.items()
+              if field == "headers" or getattr(job, field) == _default(field)}  # fmt: skip
+    for field, value in fields.items():
         setattr(job, field, value)
     try:
         spider = spiders.create(job)
@@ -101,7 +114,7 @@ def plan(job: CrawlJob) -> Start:
                                              rows.rank(request)))  # fmt: skip
     items = [pipes.process(i) for i in yielded if not isinstance(i, Request)]
     pipes.close()
-    return Start(list(queued.values()), items, settings, domains, custom.fields)
+    return Start(list(queued.values()), items, settings, domains, fields)
 
 
 def begin(job: CrawlJob, start: Start) -> None:

@@ -95,7 +95,7 @@ class Unreached(Spider):
     name = "unreached"
     base = ""  # -a base=URL: a site whose robots.txt disallows /private
     dead = ""  # -a dead=URL: a port nothing listens on
-    custom_settings = {"ROBOTSTXT_OBEY": True}
+    custom_settings = {"ROBOTSTXT_OBEY": True, "DEPTH_LIMIT": 4}
 
     def start_requests(self):
         yield Request(self.base + "/private/1", errback=self.failed)
