@@ -301,6 +301,9 @@ def test_requests_keep_callbacks_by_name_and_bodies_as_bytes():
         Request("/relative")
     post = JsonRequest("http://x.test/api", data={"b": 1, "a": [2]})
     assert (post.method, json.loads(post.body)) == ("POST", {"a": [2], "b": 1})
+    unsorted = JsonRequest("http://x.test/", data={"b": "\xe9", "a": 1},
+                           dumps_kwargs={"ensure_ascii": False})  # fmt: skip
+    assert unsorted.body == b'{"a": 1, "b": "\xc3\xa9"}'  # sorted still, as Scrapy's
     assert FormRequest("http://x.test/s", formdata={"q": "a b"}).body == b"q=a+b"
     copy = post.replace(url="http://x.test/other")
     assert (type(copy), copy.url, copy.body) == (JsonRequest, "http://x.test/other", post.body)

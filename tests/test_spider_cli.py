@@ -155,3 +155,10 @@ def test_startspider_writes_a_spider_that_imports_and_runs_its_template(worker_e
     again = manage(worker_env, "startspider", "books", "books.example", "--directory",
                    str(tmp_path))  # fmt: skip
     assert again.returncode != 0 and "exists" in again.stderr
+    deep = manage(worker_env, "startspider", "blog", "https://Blog.example/2026/?page=2",
+                  "--directory", str(tmp_path))  # fmt: skip
+    assert deep.returncode == 0, deep.stderr
+    exec(compile((tmp_path / "blog.py").read_text(), "blog.py", "exec"), namespace)  # noqa: S102
+    blog = namespace["BlogSpider"]()
+    assert blog.allowed_domains == ["blog.example"]
+    assert blog.start_urls == ["https://Blog.example/2026/?page=2"]

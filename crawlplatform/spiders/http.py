@@ -315,7 +315,7 @@ class JsonRequest(Request):
         **kwargs: Any,
     ) -> None:
         if data is not None and "body" not in kwargs:
-            kwargs["body"] = json.dumps(data, **(dumps_kwargs or {"sort_keys": True}))
+            kwargs["body"] = json.dumps(data, **{"sort_keys": True, **(dumps_kwargs or {})})
             kwargs.setdefault("method", "POST")
         super().__init__(url, *args, **kwargs)
         self.headers.setdefault("Content-Type", "application/json")
