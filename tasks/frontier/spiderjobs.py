@@ -78,7 +78,12 @@ def plan(job: CrawlJob) -> Start:
     custom = spiders.custom_settings(cls)
     problems = custom.problems + defaults.job_problems(custom.settings, job.may)
     if problems:
-        raise SpiderProblem(f"spider {job.spider!r} custom_settings: " + "; ".join(problems))
+        hint = ""
+        if any(p.endswith(": no such setting") for p in problems):
+            hint = (" (custom_settings take the platform's job settings and the Scrapy settings "
+                    "it has an equivalent of: docs/spiders.md, Porting)")  # fmt: skip
+        raise SpiderProblem(f"spider {job.spider!r} custom_settings: " + "; ".join(problems)
+                            + hint)  # fmt: skip
     settings = {**custom.settings, **(job.settings or {})}
     if "headers" in custom.fields:  # DEFAULT_REQUEST_HEADERS: the job's own headers win
         custom.fields["headers"] = {**custom.fields["headers"], **(job.headers or {})}
