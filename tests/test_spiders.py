@@ -537,6 +537,33 @@ def test_a_jobs_own_fields_win_over_its_spiders_custom_settings(installed):
     assert (own.obey_robots, own.max_depth) == (False, 2)
 
 
+def test_a_requests_cookies_are_kept_for_the_requests_after_it(installed):
+    """As Scrapy's cookie middleware: a request's own cookies join the jar, replacing one of
+    the same name, and go with the job's later requests to that host."""
+    sent: dict[str, str] = {}
+
+    class Recording(LocalSite):
+        def __init__(self) -> None:
+            class Handler(BaseHTTPRequestHandler):
+                def do_GET(self) -> None:
+                    sent[self.path] = self.headers.get("Cookie", "")
+                    send(self, 200, {}, b"<html><body>ok</body></html>")
+
+                def log_message(self, *args) -> None:
+                    pass
+
+            super().__init__(Handler)
+
+    with Recording() as site:
+        job = jobs.create_job([], spider="consent", host_concurrency=1,
+                              spider_args={"base": site.base})  # fmt: skip
+        jobs.start(job)
+        run_job(job)
+    assert len(kept(job)) == 4
+    assert sent == {"/robots.txt": "", "/start": "consent=yes", "/next": "consent=yes",
+                    "/changed": "consent=no", "/later": "consent=no"}  # fmt: skip
+
+
 def test_close_spider_ends_the_crawl_with_what_pages_in_flight_add_not_fetched(installed):
     """CloseSpider on /p/3, the first URL of a message of four: its item kept, its requests
     not, the message's other URLs given back and skipped; what is queued is skipped in its

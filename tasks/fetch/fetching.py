@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC
 from typing import NamedTuple
-from urllib.parse import urljoin
+from urllib.parse import urljoin, urlsplit
 
 import requests
 import urllib3
@@ -279,11 +279,14 @@ class Asked:
     @classmethod
     def of(cls, kept: dict | None, visitor: Visitor, kept_redirects: tuple[int, ...]) -> Asked:
         """From a stored request (``tasks/content/rows.py``; None: a plain GET), its cookies
-        put in the visitor's jar."""
+        put in the visitor's jar and kept in the job's, for its host, as a cookie the site
+        set would be (Scrapy's cookie middleware keeps them so)."""
         if not kept:
             return cls(kept_redirects=kept_redirects)
+        host = urlsplit(kept.get("url") or "").hostname or ""
         for name, value in (kept.get("cookies") or {}).items():
-            visitor.cookies.set(name, str(value))
+            for jar in (visitor.cookies, visitor.set_cookies):  # replacing the jar's own
+                jar.set(name, str(value), domain=host, path="/")
         body = base64.b64decode(kept.get("body") or "")
         return cls(kept.get("method", "GET"), body, tuple(map(tuple, kept.get("headers") or ())),
                    kept_redirects)  # fmt: skip
