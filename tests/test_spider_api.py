@@ -617,6 +617,13 @@ def test_items_declare_their_fields_as_scrapys():
     assert (type(copied), "price" in book, book.deepcopy()) == (Book, False, book)
     assert items.is_item(book) and items.as_json(copied) == {"name": "Dune", "isbn": "978",
                                                               "price": 9.5}  # fmt: skip
+    from itemadapter import ItemAdapter  # as Scrapy's items: what ItemLoader's processors read
+
+    adapter = ItemAdapter(Book())
+    assert (list(adapter.field_names()), adapter.get_field_meta("price")) == (
+        ["name", "price", "isbn"], {"serializer": float})  # fmt: skip
+    assert ItemAdapter.get_field_names_from_class(Book) == ["name", "price", "isbn"]
+    assert len({book, copied}) == 2  # hashed by identity, as Scrapy's
 
 
 def test_html_and_xml_responses_parse_as_their_names_say():

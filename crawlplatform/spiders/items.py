@@ -2,12 +2,17 @@
 typo in a field's name is an error, not a silent new key.
 
 An ``Item`` here is a ``dict`` (its keys the declared fields), so that items of either kind
-go through the pipelines and into JSON alike.
+go through the pipelines and into JSON alike. itemadapter sees it as Scrapy's: its declared
+fields and their metadata (``ItemAdapter(item).get_field_meta(name)``, so that an
+itemloaders ``ItemLoader`` applies a ``Field``'s ``input_processor`` and
+``output_processor``), once an ``Item`` has been made (itemadapter is imported then, not
+before: importing it imports every item library installed).
 """
 
 from __future__ import annotations
 
 import copy
+import threading
 from pprint import pformat
 from typing import Any, ClassVar, NoReturn
 
@@ -38,6 +43,11 @@ class Item(dict):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__()
         self.update(*args, **kwargs)
+        if not _adapted:
+            _adapt()
+
+    def __hash__(self) -> int:  # as Scrapy's: an item is hashed by its identity
+        return id(self)
 
     def __setitem__(self, key: str, value: Any) -> None:
         if key not in self.fields:
@@ -71,3 +81,28 @@ class Item(dict):
 
     def __repr__(self) -> str:
         return pformat(dict(self))
+
+
+_adapted: list[type] = []  # the itemadapter adapter of Items, once registered
+_adapting = threading.Lock()
+
+
+def _adapt() -> None:
+    """Register with itemadapter an adapter that reads an Item's declared fields, before its
+    plain dicts' (Scrapy's own adapter, told our class)."""
+    from itemadapter import ItemAdapter
+    from itemadapter.adapter import ScrapyItemAdapter
+
+    class ItemFields(ScrapyItemAdapter):
+        @classmethod
+        def is_item(cls, item: Any) -> bool:
+            return isinstance(item, Item)
+
+        @classmethod
+        def is_item_class(cls, item_class: type) -> bool:
+            return isinstance(item_class, type) and issubclass(item_class, Item)
+
+    with _adapting:
+        if not _adapted:
+            ItemAdapter.ADAPTER_CLASSES.appendleft(ItemFields)
+            _adapted.append(ItemFields)
