@@ -626,6 +626,15 @@ def test_items_declare_their_fields_as_scrapys():
     assert len({book, copied}) == 2  # hashed by identity, as Scrapy's
 
 
+def test_a_json_response_has_a_json_selector_for_jmespath_as_scrapys():
+    body = b'{"results": [{"name": "a"}, {"name": "b"}], "next": "/api?page=2"}'
+    api = Response("http://x.test/api", headers={"Content-Type": "application/json"}, body=body)
+    assert (api.selector.type, api.jmespath("results[*].name").getall()) == ("json", ["a", "b"])
+    assert api.jmespath("next").get() == "/api?page=2"
+    with pytest.raises(ValueError, match="Cannot use css on a Selector of type 'json'"):
+        api.css("a")  # as Scrapy's JsonResponse
+
+
 def test_html_and_xml_responses_parse_as_their_names_say():
     body = b'<?xml version="1.0"?><feed xmlns="http://www.w3.org/2005/Atom"><title>T</title></feed>'
     xml = XmlResponse("http://x.test/feed", body=body, headers={"Content-Type": "text/plain"})

@@ -77,6 +77,7 @@ def test_a_crawl_its_spider_closes_finishes_with_the_pages_in_flight_and_says_wh
 def test_spiders_lists_what_is_installed_and_what_cannot_be_loaded(worker_env):
     done = manage(worker_env, "spiders")
     assert done.stdout.splitlines() == [
+        "consent\ttests.spiders.cookies.Consent",
         "enough\ttests.spiders.pages.Enough",
         "enough_on_error\ttests.spiders.pages.EnoughOnError",
         "errbacks\ttests.spiders.shop.ErrbackSpider",
@@ -89,7 +90,9 @@ def test_spiders_lists_what_is_installed_and_what_cannot_be_loaded(worker_env):
         "stall\ttests.spiders.stall.Stall",
         "statuses\ttests.spiders.redirects.Statuses",
         "stubborn\ttests.spiders.shop.StubbornSpider",
+        "unfollowed\ttests.spiders.redirects.Unfollowed",
         "unkeepable\ttests.spiders.shop.UnkeepableSpider",
+        "unreached\ttests.spiders.redirects.Unreached",
     ]
     assert "cannot load tests.spiders.broken: ModuleNotFoundError" in done.stderr
 

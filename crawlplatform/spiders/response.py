@@ -139,8 +139,7 @@ class Response:
     def selector(self) -> parsel.Selector:
         if self._selector is None:
             content_type = (self.headers.get("Content-Type") or b"").decode("latin-1").lower()
-            kind = self._kind or ("xml" if "xml" in content_type and "html" not in content_type
-                                  else "html")  # fmt: skip
+            kind = self._kind or _kind_of(content_type)
             if kind == "html" and self._parses_as_text():
                 self._selector = parsel.Selector(body=self.body, encoding="utf-8", type=kind,
                                                  base_url=self.url)  # fmt: skip
@@ -158,6 +157,10 @@ class Response:
             return False  # an ASCII body is its own UTF-8
         stripped = self.body.strip()
         return bool(stripped) and 0x20 < stripped[0] < 0x7F and 0x20 < stripped[-1] < 0x7F
+
+    def jmespath(self, query: str, **kwargs: Any) -> parsel.SelectorList:
+        """A JMESPath query on a JSON response's selector (parsel's, as Scrapy's)."""
+        return self.selector.jmespath(query, **kwargs)
 
     def css(self, query: str) -> parsel.SelectorList:
         return self.selector.css(query)
@@ -286,6 +289,16 @@ _BASE_TAG = re.compile(r"<base\s", re.IGNORECASE)
 
 _WHOLE_BASE = ("", "?", ";")
 _joined = lru_cache(maxsize=65536)(urljoin)
+
+
+def _kind_of(content_type: str) -> str:
+    """What a response is parsed as, by its ``Content-Type`` (lowered), as Scrapy's response
+    classes have it: XML, JSON (a ``json`` selector, which ``jmespath`` queries), else HTML."""
+    if "html" in content_type:
+        return "html"
+    if "xml" in content_type:
+        return "xml"
+    return "json" if "json" in content_type else "html"
 
 
 def _encoding_of(content_type: str, body: bytes) -> tuple[str, int]:

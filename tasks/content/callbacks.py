@@ -300,7 +300,7 @@ def page_title(response: Response) -> str:
     collapsed), if the callback parsed the page: read from that tree, stopping at the first
     (``css("title")``, or lxml's ``iter("title")``, walks the whole page: a fifth of a
     millisecond on a docs page, against 4 µs)."""
-    if response._selector is None:
+    if response._selector is None or response._selector.type == "json":
         return ""
     found = response._selector.root.xpath("descendant::title[1]")  # libxml2 stops at it
     return " ".join("".join(found[0].itertext()).split()) if found else ""
