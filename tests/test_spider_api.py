@@ -226,6 +226,20 @@ def test_headers_change_as_scrapys():
     assert r.headers.getlist("Accept") == [b"b", b"c"]
 
 
+def test_response_headers_are_scrapys_bytes_keyed_lists():
+    """Scrapy 2.19's results for the same headers."""
+    r = Response("http://x.test/", body=b"x", headers=[
+        ("Set-Cookie", "a=1"), ("Set-Cookie", "b=2"), ("content-type", "text/html")])  # fmt: skip
+    assert list(r.headers.keys()) == [b"Set-Cookie", b"Content-Type"]
+    assert list(r.headers.items()) == [(b"Set-Cookie", [b"a=1", b"b=2"]),
+                                       (b"Content-Type", [b"text/html"])]  # fmt: skip
+    assert r.headers.values() == [b"b=2", b"text/html"]
+    text = r.headers.to_unicode_dict()
+    assert (dict(text), text["set-cookie"]) == (
+        {"Set-Cookie": "a=1,b=2", "Content-Type": "text/html"}, "a=1,b=2")  # fmt: skip
+    assert (r.headers[b"content-type"], r.headers.get("CONTENT-TYPE")) == (b"text/html",) * 2
+
+
 def test_requests_and_responses_copy_and_replace_as_scrapys():
     r = Request("http://x.test/", cookies=[{"name": "a", "value": "1", "domain": "x.test"}],
                 meta={"k": 1})  # fmt: skip

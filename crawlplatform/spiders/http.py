@@ -18,6 +18,7 @@ from urllib.parse import urlencode, urljoin, urlsplit, urlunsplit
 
 import parsel
 from parsel.csstranslator import HTMLTranslator
+from requests.structures import CaseInsensitiveDict
 from w3lib.html import strip_html5_whitespace
 from w3lib.url import safe_url_string
 
@@ -36,8 +37,9 @@ class Page(Protocol):
 
 
 class Headers(dict):
-    """Header names are case-insensitive; values are bytes, as in Scrapy (``getlist`` gives
-    every value of a repeated header, ``to_unicode_dict`` text)."""
+    """Scrapy's: header names are case-insensitive and kept as title-cased bytes, values as a
+    list of bytes (``getlist`` gives every value of a repeated header, ``[name]`` the last,
+    ``items()`` each name with its list, ``to_unicode_dict`` text)."""
 
     def __init__(self, headers: Mapping | Iterable | None = None, encoding: str = "utf-8") -> None:
         super().__init__()
@@ -48,8 +50,8 @@ class Headers(dict):
             for one in value if isinstance(value, list | tuple) else [value]:
                 self.appendlist(name, one)
 
-    def _key(self, name: str | bytes) -> str:
-        return (name.decode("latin-1") if isinstance(name, bytes) else str(name)).title()
+    def _key(self, name: str | bytes) -> bytes:
+        return name.title() if isinstance(name, bytes) else str(name).title().encode(self.encoding)
 
     def _value(self, value: Any) -> bytes:
         return value if isinstance(value, bytes) else str(value).encode(self.encoding)
@@ -77,7 +79,7 @@ class Headers(dict):
         """The headers named in ``other`` replaced: a name given in several pairs keeps each
         of their values, as Scrapy's."""
         pairs = other.items() if isinstance(other, Mapping) else other
-        grouped: dict[str, list] = {}
+        grouped: dict[bytes, list] = {}
         for name, value in [*pairs, *more.items()]:
             values = value if isinstance(value, list | tuple) else [value]
             grouped.setdefault(self._key(name), []).extend(values)
@@ -101,18 +103,22 @@ class Headers(dict):
             self[name] = default
         return self[name]
 
-    def items(self) -> Iterator[tuple[str, bytes]]:  # type: ignore[override]
-        return ((k, self[k]) for k in self.keys())
+    def items(self) -> Iterator[tuple[bytes, list[bytes]]]:  # type: ignore[override]
+        return ((k, self.getlist(k)) for k in self.keys())
 
-    def values(self) -> list[bytes]:  # type: ignore[override]
+    def values(self) -> list[bytes | None]:  # type: ignore[override]
         return [self[k] for k in self.keys()]
 
     def pairs(self) -> list[tuple[str, str]]:
         """Every (name, value) as text, repeated headers once per value."""
-        return [(k, v.decode("latin-1")) for k in self.keys() for v in self.getlist(k)]
+        return [(k.decode("latin-1"), v.decode("latin-1")) for k in self.keys()
+                for v in self.getlist(k)]  # fmt: skip
 
-    def to_unicode_dict(self) -> dict[str, str]:
-        return {k: b", ".join(self.getlist(k)).decode("latin-1") for k in self.keys()}
+    def to_unicode_dict(self) -> CaseInsensitiveDict:
+        """Names and values as text, a repeated header's values joined by ``,``, in a
+        case-insensitive dict, as Scrapy's."""
+        return CaseInsensitiveDict((k.decode(self.encoding), b",".join(v).decode(self.encoding))
+                                   for k, v in self.items())  # fmt: skip
 
 
 def _callback_name(callback: Callback) -> str | None:
