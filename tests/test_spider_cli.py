@@ -85,6 +85,7 @@ def test_spiders_lists_what_is_installed_and_what_cannot_be_loaded(worker_env):
         "pages\ttests.spiders.pages.Pages",
         "ranked\ttests.spiders.shop.RankedSpider",
         "redirects\ttests.spiders.redirects.Redirects",
+        "refreshed\ttests.spiders.redirects.Refreshed",
         "search\ttests.spiders.shop.SearchSpider",
         "shop\ttests.spiders.shop.ShopSpider",
         "stall\ttests.spiders.stall.Stall",

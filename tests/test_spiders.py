@@ -564,6 +564,34 @@ def test_a_requests_cookies_are_kept_for_the_requests_after_it(installed):
                     "/changed": "consent=no", "/later": "consent=no"}  # fmt: skip
 
 
+def test_a_meta_refresh_is_followed_as_scrapys_middleware_follows_it(installed):
+    refreshes = {"/refresh/now": '0; url=/landing/a', "/refresh/late": "200; url=/landing/b",
+                 "/refresh/quiet": "0; url=/landing/c"}  # fmt: skip
+
+    class Refreshing(LocalSite):
+        def __init__(self) -> None:
+            class Handler(BaseHTTPRequestHandler):
+                def do_GET(self) -> None:
+                    meta = refreshes.get(self.path)
+                    head = f'<meta http-equiv="refresh" content="{meta}">' if meta else ""
+                    send(self, 200, {}, f"<html><head>{head}</head><body>x</body></html>".encode())
+
+                def log_message(self, *args) -> None:
+                    pass
+
+            super().__init__(Handler)
+
+    with Refreshing() as site:
+        job = jobs.create_job([], spider="refreshed", spider_args={"base": site.base})
+        jobs.start(job)
+        run_job(job)
+    short = len(site.base)
+    got = sorted((i["url"][short:], i["tag"], [u[short:] for u in i["redirect_urls"]])
+                 for i in kept(job))  # fmt: skip
+    assert got == [("/landing/a", "now", ["/refresh/now"]), ("/refresh/late", "late", []),
+                   ("/refresh/quiet", "quiet", [])]  # fmt: skip
+
+
 def test_close_spider_ends_the_crawl_with_what_pages_in_flight_add_not_fetched(installed):
     """CloseSpider on /p/3, the first URL of a message of four: its item kept, its requests
     not, the message's other URLs given back and skipped; what is queued is skipped in its

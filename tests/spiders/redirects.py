@@ -111,3 +111,21 @@ class Unreached(Spider):
     def failed(self, failure):
         yield {"url": failure.request.url, "ignored": bool(failure.check(IgnoreRequest)),
                "connect": bool(failure.check(ConnectError))}  # fmt: skip
+
+
+class Refreshed(Spider):
+    """Pages that send the browser on with ``<meta http-equiv="refresh">``: followed as
+    Scrapy's ``MetaRefreshMiddleware`` follows them, the callback called on where they lead."""
+
+    name = "refreshed"
+    base = ""  # -a base=URL
+
+    def start_requests(self):
+        yield Request(self.base + "/refresh/now", cb_kwargs={"tag": "now"})
+        yield Request(self.base + "/refresh/late", cb_kwargs={"tag": "late"})  # 200 s: stays
+        yield Request(self.base + "/refresh/quiet", meta={"dont_redirect": True},
+                      cb_kwargs={"tag": "quiet"})  # fmt: skip
+
+    def parse(self, response, tag):
+        yield {"url": response.url, "tag": tag,
+               "redirect_urls": response.meta.get("redirect_urls", [])}  # fmt: skip
