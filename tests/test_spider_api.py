@@ -728,3 +728,42 @@ def test_pipelines_take_the_item_as_yielded_with_or_without_the_spider_and_close
     assert pipes.process(Book("U")) == ({"title": "U", "price": None}, "no price")
     pipes.close()
     assert CLOSED == ["stamped", "priced"]  # as Scrapy: the last opened closes first
+
+
+class FromCrawler:
+    """Made as Scrapy makes a pipeline with ``from_crawler``: the settings and the spider."""
+
+    def __init__(self, timeout: float, spider_name: str) -> None:
+        self.timeout, self.spider_name = timeout, spider_name
+
+    @classmethod
+    def from_crawler(cls, crawler):
+        return cls(crawler.settings.getfloat("FETCH_READ_TIMEOUT_S"), crawler.spider.name)
+
+    def process_item(self, item):
+        return {**item, "timeout": self.timeout, "spider": self.spider_name}
+
+
+class WantsStats:
+    @classmethod
+    def from_crawler(cls, crawler):
+        return cls(crawler.stats)
+
+
+def test_pipelines_with_from_crawler_get_the_jobs_settings_and_spider():
+    from tasks.content.items import PipelineProblem
+
+    class Timed(Spider):
+        name = "timed"
+        custom_settings = {"FETCH_READ_TIMEOUT_S": 5.0,
+                           "ITEM_PIPELINES": ["tests.test_spider_api.FromCrawler"]}  # fmt: skip
+
+    assert items.Pipelines(Timed()).process({"a": 1}) == ({"a": 1, "timeout": 5.0,
+                                                           "spider": "timed"}, "")  # fmt: skip
+
+    class Stats(Spider):
+        name = "stats"
+        custom_settings = {"ITEM_PIPELINES": ["tests.test_spider_api.WantsStats"]}
+
+    with pytest.raises(PipelineProblem, match="has settings and spider, not stats"):
+        items.Pipelines(Stats())

@@ -37,6 +37,7 @@ from functools import cache
 from typing import Any
 
 from crawlplatform.spiders import DropItem, Spider
+from crawlplatform.spiders.settings import Crawler, Settings
 from tasks.defaults import setting
 
 log = logging.getLogger(__name__)
@@ -106,14 +107,27 @@ def _ordered(spider: Spider) -> list[tuple[float, str]]:
     return sorted((order, path) for path, order in chosen.items() if order is not None)
 
 
-def _load(path: str) -> Any:
+def _load(path: str, spider: Spider) -> Any:
+    """The pipeline at ``path``: made by its ``from_crawler(crawler)`` (or the older
+    ``from_settings(settings)``) if it has one, as Scrapy makes it, else by its class."""
     module, _, name = path.rpartition(".")
     try:
         cls = getattr(importlib.import_module(module), name)
     except Exception as exc:
         raise PipelineProblem(f"item pipeline {path!r} cannot be loaded: "
                               f"{type(exc).__name__}: {exc}") from exc  # fmt: skip
-    return cls() if inspect.isclass(cls) else cls
+    if not inspect.isclass(cls):
+        return cls
+    crawler = getattr(spider, "crawler", None) or Crawler(Settings(spider.custom_settings), spider)
+    try:
+        if hasattr(cls, "from_crawler"):
+            return cls.from_crawler(crawler)
+        if hasattr(cls, "from_settings"):
+            return cls.from_settings(crawler.settings)
+    except Exception as exc:
+        raise PipelineProblem(f"item pipeline {path!r}: from_crawler failed: "
+                              f"{type(exc).__name__}: {exc}") from exc  # fmt: skip
+    return cls()
 
 
 class _Schema:
@@ -143,7 +157,7 @@ class Pipelines:
 
     def __init__(self, spider: Spider) -> None:
         self.spider = spider
-        stages = [(order, _load(path)) for order, path in _ordered(spider)]
+        stages = [(order, _load(path, spider)) for order, path in _ordered(spider)]
         if getattr(spider, "item_schema", None):
             stages.append((SCHEMA_ORDER, _Schema(spider.item_schema)))
         self.stages = [stage for _, stage in sorted(stages, key=lambda s: s[0])]

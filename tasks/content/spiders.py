@@ -23,6 +23,7 @@ from importlib.metadata import entry_points
 from typing import Any, NamedTuple
 
 from crawlplatform.spiders import Spider
+from crawlplatform.spiders.settings import Crawler, Settings
 from tasks.defaults import setting
 from web.models import CrawlJob
 
@@ -124,10 +125,13 @@ def load(name: str) -> type[Spider]:
 
 
 def create(job: CrawlJob) -> Spider:
-    """A new spider object for ``job``: its arguments set as attributes, as Scrapy does."""
+    """A new spider object for ``job``: its arguments set as attributes, as Scrapy does, and
+    its ``settings`` and ``crawler`` (``crawlplatform/spiders/settings.py``)."""
     cls = load(job.spider)
     spider = cls(**dict(job.spider_args or {}))
     spider.job_id = job.pk
+    spider.settings = Settings({**(cls.custom_settings or {}), **(job.settings or {})})
+    spider.crawler = Crawler(spider.settings, spider)
     return spider
 
 

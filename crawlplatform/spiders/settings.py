@@ -1,0 +1,75 @@
+"""What a ported pipeline's ``from_crawler(crawler)`` and a spider's ``self.settings`` read, as
+Scrapy's: a ``Crawler`` with ``settings`` and ``spider``, and read-only ``Settings`` with
+Scrapy's getters. The settings are the job's (its own and the spider's ``custom_settings``, by
+the names they were given); a name the job has not is its default, as in Scrapy. A worker has
+no stats collector, signals or engine to give: a pipeline that asks for one fails its job at
+start with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+
+class Settings(Mapping):
+    """Read-only settings with Scrapy's getters."""
+
+    def __init__(self, values: Mapping[str, Any] | None = None) -> None:
+        self._values = dict(values or {})
+
+    def __getitem__(self, name: str) -> Any:
+        return self._values.get(name)  # Scrapy's: a missing name is None, not a KeyError
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._values
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self._values.get(name, default)
+
+    def getbool(self, name: str, default: bool = False) -> bool:
+        value = self.get(name, default)
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"
+        try:
+            return bool(int(value))
+        except ValueError:
+            raise ValueError(f"{name}: {value!r} is no boolean (True, False, 1 or 0)") from None
+
+    def getint(self, name: str, default: int = 0) -> int:
+        return int(self.get(name, default))
+
+    def getfloat(self, name: str, default: float = 0.0) -> float:
+        return float(self.get(name, default))
+
+    def getlist(self, name: str, default: list | None = None) -> list:
+        value = self.get(name, default or [])
+        if isinstance(value, str):
+            return value.split(",") if value else []
+        return list(value)
+
+    def getdict(self, name: str, default: dict | None = None) -> dict:
+        value = self.get(name, default or {})
+        return json.loads(value) if isinstance(value, str) else dict(value)
+
+    def copy_to_dict(self) -> dict[str, Any]:
+        return dict(self._values)
+
+
+class Crawler:
+    """What ``from_crawler`` is given: the job's ``settings`` and its ``spider``."""
+
+    def __init__(self, settings: Settings, spider: Any) -> None:
+        self.settings = settings
+        self.spider = spider
+
+    def __getattr__(self, name: str) -> Any:
+        raise AttributeError(f"a worker's crawler has settings and spider, not {name} "
+                             "(docs/spiders.md, Porting)")  # fmt: skip
