@@ -592,6 +592,24 @@ def test_a_meta_refresh_is_followed_as_scrapys_middleware_follows_it(installed):
                    ("/refresh/quiet", "quiet", [])]  # fmt: skip
 
 
+def test_a_spider_page_cut_at_fetch_max_bytes_is_noted_truncated_as_a_crawls(installed):
+    class Large(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            send(self, 200, {}, b"<html><title>big</title><p>" + b"x" * 5000 + b"</p></html>")
+
+        def log_message(self, *args) -> None:
+            pass
+
+    with LocalSite(Large) as site:
+        job = jobs.create_job([], spider="pages", settings={"FETCH_MAX_BYTES": 1024},
+                              spider_args={"seed": site.url("/big")})  # fmt: skip
+        jobs.start(job)
+        run_job(job)
+    row = FrontierURL.objects.get(job=job, url=site.url("/big"))
+    assert (row.state, row.error_reason, row.page.truncated) == (URLState.DONE, "truncated", True)
+    assert kept(job) == [{"url": site.url("/big"), "title": "big"}]  # the first 1024 bytes
+
+
 def test_close_spider_ends_the_crawl_with_what_pages_in_flight_add_not_fetched(installed):
     """CloseSpider on /p/3, the first URL of a message of four: its item kept, its requests
     not, the message's other URLs given back and skipped; what is queued is skipped in its

@@ -20,6 +20,7 @@ from tasks.fetch import antibot, bans, fetching, outcomes, robots
 from tasks.frontier import channels
 from tasks.frontier.claims import Claim
 from tasks.frontier.db import with_retries
+from tasks.frontier.pages import TRUNCATED
 from tasks.frontier.transitions import record_failure, record_page
 from tasks.rules import selectors
 from tasks.rules.urls import host_of
@@ -51,7 +52,7 @@ def validators(claimed: Claim) -> dict[str, str] | None:
 def store(claimed: Claim, cache: JobCache, resp: fetching.Response, rendering: bool = False) -> str:
     """Parse the fetched page, find its links and commit it with them; the URL's new state."""
     job = claimed.job
-    note = "truncated" if resp.truncated else ""
+    note = TRUNCATED if resp.truncated else ""
     is_html = resp.content_type in parsing.HTML_TYPES
     parsed = None
     if is_html and parsing.looks_binary(resp.body):

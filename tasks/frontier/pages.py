@@ -24,6 +24,7 @@ from tasks.rules.urls import host_of
 from tasks.worker import metrics
 from web.models import FrontierURL, Item, Page, URLState
 
+TRUNCATED = "truncated"  # a done URL's note: its body was cut at FETCH_MAX_BYTES
 _PAGE_FIELDS = [f for f in Page._meta.concrete_fields if not f.primary_key]
 _PAGE_JSON = frozenset(f.attname for f in _PAGE_FIELDS if isinstance(f, JSONField))
 
@@ -135,10 +136,12 @@ def record_spider_statement(
 ) -> None:
     """``_SPIDER_SQL``: as ``record_page_statement``, with the page's items (data, the reason
     a pipeline dropped it) and its requests as (frontier key, stored request or None,
-    priority), those robots.txt forbids entering skipped with ``skip``."""
+    priority), those robots.txt forbids entering skipped with ``skip``; a body cut at
+    ``FETCH_MAX_BYTES`` noted ``truncated`` on the URL, as a crawl's page is."""
     now = timezone.now()
     every = [*requests, *forbidden]
-    _record(_SPIDER_SQL, claim, page, "", [k for k, _, _ in every], len(requests), skip, now,
+    note = TRUNCATED if page.truncated else ""
+    _record(_SPIDER_SQL, claim, page, note, [k for k, _, _ in every], len(requests), skip, now,
             items=[claim.job.pk, spider, claim.run, now, json.dumps(items)],
             stored=[json.dumps([r for _, r, _ in every])],
             ranks="\n".join(str(p) for _, _, p in every))  # fmt: skip

@@ -20,7 +20,7 @@ from django.utils import timezone
 from tasks.fetch import outcomes
 from tasks.frontier import requeue
 from tasks.frontier.claims import Claim, LeaseLost
-from tasks.frontier.pages import record_spider_statement, save_page
+from tasks.frontier.pages import TRUNCATED, record_spider_statement, save_page
 from tasks.frontier.transitions import (
     ROBOTS_FORBIDDEN,
     duplicate_redirect,
@@ -143,7 +143,8 @@ def record_spider_page(
             return duplicate_redirect(claim, redirect.target, page.status)
         won = requeue.leased(claim).update(
             state=URLState.DONE, lease_until=None, ladder_level=claim.level,
-            http_status=page.status, error_reason="", error_message="",
+            http_status=page.status, error_reason=TRUNCATED if page.truncated else "",
+            error_message="",
         )  # fmt: skip
         if not won:
             raise LeaseLost(f"lease on URL {claim.url.pk} (attempt {claim.attempt}) ended")
