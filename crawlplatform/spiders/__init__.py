@@ -31,7 +31,8 @@ from crawlplatform.spiders.errors import (
     TCPTimedOutError,
     TimeoutError,
 )
-from crawlplatform.spiders.http import FormRequest, Headers, JsonRequest, Request
+from crawlplatform.spiders.headers import Headers
+from crawlplatform.spiders.http import FormRequest, JsonRequest, Request
 from crawlplatform.spiders.items import Field, Item
 from crawlplatform.spiders.response import (
     Failure,

@@ -26,7 +26,8 @@ from w3lib.encoding import (
 from w3lib.html import get_base_url
 
 from crawlplatform.spiders.errors import kinds_of
-from crawlplatform.spiders.http import Callback, Headers, Request, safe_url
+from crawlplatform.spiders.headers import Headers
+from crawlplatform.spiders.http import Callback, Request, safe_url
 
 
 class Response:
