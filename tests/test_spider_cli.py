@@ -59,6 +59,26 @@ def test_crawl_with_a_spider_writes_its_items_and_export_gives_them_in_both_form
     assert (product["price"], product["listing"], product["stock"]) == ("10.5", "1", "")
 
 
+def test_every_worker_closes_its_pipelines_when_the_crawl_command_ends(worker_env, tmp_path):
+    """The command stops its workers as soon as the job finishes: each process that opened
+    the pipelines closes them (close_spider) and tells the spider why (closed: finished),
+    though a forked worker leaves by os._exit, which runs no atexit hook."""
+    journal = tmp_path / "journal"
+    with Site(pages=40) as site:
+        done = manage(worker_env, "crawl", "--spider", "journaled", "-a",
+                      f"seed={site.url('/p/0')}", "-a", f"journal={journal}", "--workers", "2",
+                      "--concurrency", "4")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    events: dict[str, list[str]] = {}
+    for line in journal.read_text().splitlines():
+        pid, event = line.split(" ", 1)
+        events.setdefault(pid, []).append(event)
+    started = [pid for pid, seen in events.items() if seen == ["open", "close"]]
+    workers = [pid for pid, seen in events.items() if seen == ["open", "close", "closed finished"]]
+    assert len(started) == 1 and workers, events  # the job's start opens and closes them too
+    assert len(started) + len(workers) == len(events), events
+
+
 def test_a_crawl_its_spider_closes_finishes_with_the_pages_in_flight_and_says_why(
     worker_env, tmp_path
 ):
@@ -81,6 +101,7 @@ def test_spiders_lists_what_is_installed_and_what_cannot_be_loaded(worker_env):
         "enough\ttests.spiders.pages.Enough",
         "enough_on_error\ttests.spiders.pages.EnoughOnError",
         "errbacks\ttests.spiders.shop.ErrbackSpider",
+        "journaled\ttests.spiders.pages.Journaled",
         "odd_settings\ttests.spiders.shop.OddSettingsSpider",
         "pages\ttests.spiders.pages.Pages",
         "ranked\ttests.spiders.shop.RankedSpider",

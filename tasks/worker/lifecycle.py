@@ -76,6 +76,17 @@ def _follow_live_settings(**kwargs) -> None:
 
 
 @signals.worker_shutdown.connect
+@signals.worker_process_shutdown.connect
+def _close_pipelines(**kwargs) -> None:
+    """The item pipelines this process holds, closed as it leaves (``close_spider``, the
+    spider's ``closed``): a worker the crawl command started leaves by ``os._exit``, which
+    runs no ``atexit`` hook."""
+    from tasks.content import pipelines
+
+    pipelines.close_all()
+
+
+@signals.worker_shutdown.connect
 def _checkpoint_on_shutdown(**kwargs) -> None:
     from tasks.frontier import jobs
     from web.models import CrawlJob

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import os
+
 from crawlplatform.spiders import CloseSpider, Request, Spider
 
 
@@ -52,3 +54,31 @@ class EnoughOnError(Enough):
     def gone(self, failure):
         yield {"gone": failure.request.url, "status": failure.value.response.status}
         raise CloseSpider("a page is gone")
+
+
+class Journal:
+    """Writes each open_spider and close_spider, with the process, to the spider's journal."""
+
+    def open_spider(self, spider):
+        spider.note("open")
+
+    def process_item(self, item):
+        return item
+
+    def close_spider(self, spider):
+        spider.note("close")
+
+
+class Journaled(Pages):
+    """Pages, with a pipeline and closed() that note when each process opens and closes."""
+
+    name = "journaled"
+    journal = ""  # -a journal=PATH
+    custom_settings = {"ITEM_PIPELINES": ["tests.spiders.pages.Journal"]}
+
+    def note(self, event):
+        with open(self.journal, "a") as out:
+            out.write(f"{os.getpid()} {event}\n")
+
+    def closed(self, reason):
+        self.note(f"closed {reason}")
