@@ -110,6 +110,7 @@ def test_spiders_lists_what_is_installed_and_what_cannot_be_loaded(worker_env):
         "search\ttests.spiders.shop.SearchSpider",
         "shop\ttests.spiders.shop.ShopSpider",
         "stall\ttests.spiders.stall.Stall",
+        "stateful\ttests.spiders.pages.Stateful",
         "statuses\ttests.spiders.redirects.Statuses",
         "stubborn\ttests.spiders.shop.StubbornSpider",
         "unfollowed\ttests.spiders.redirects.Unfollowed",

@@ -610,6 +610,20 @@ def test_a_spider_page_cut_at_fetch_max_bytes_is_noted_truncated_as_a_crawls(ins
     assert kept(job) == [{"url": site.url("/big"), "title": "big"}]  # the first 1024 bytes
 
 
+def test_attributes_start_sets_reach_the_callbacks_in_every_worker(installed, caplog):
+    """A Scrapy spider's one process keeps what start() set; here start() runs where the job
+    starts, and what it set that is JSON is given to each worker's spider."""
+    with Site(pages=1) as site:
+        job = jobs.create_job([], spider="stateful", spider_args={"seed": site.url("/p/0")})
+        jobs.start(job)
+        job.refresh_from_db()
+        assert job.spider_state == {"categories": ["books", "music"], "limit": 2}
+        run_job(job)
+    assert kept(job) == [{"url": site.url("/p/0"), "categories": ["books", "music"],
+                          "limit": 2, "matcher": False}]  # fmt: skip
+    assert "start() set attributes that are not JSON" in caplog.text and "matcher" in caplog.text
+
+
 def test_close_spider_ends_the_crawl_with_what_pages_in_flight_add_not_fetched(installed):
     """CloseSpider on /p/3, the first URL of a message of four: its item kept, its requests
     not, the message's other URLs given back and skipped; what is queued is skipped in its

@@ -125,10 +125,12 @@ def load(name: str) -> type[Spider]:
 
 
 def create(job: CrawlJob) -> Spider:
-    """A new spider object for ``job``: its arguments set as attributes, as Scrapy does, and
-    its ``settings`` and ``crawler`` (``crawlplatform/spiders/settings.py``)."""
+    """A new spider object for ``job``: its arguments set as attributes, as Scrapy does, then
+    the attributes its ``start()`` set when the job started (``spider_state``), and its
+    ``settings`` and ``crawler`` (``crawlplatform/spiders/settings.py``)."""
     cls = load(job.spider)
     spider = cls(**dict(job.spider_args or {}))
+    spider.__dict__.update(job.spider_state or {})  # what its start() set, in the job's start
     spider.job_id = job.pk
     spider.settings = Settings({**(cls.custom_settings or {}), **(job.settings or {})})
     spider.crawler = Crawler(spider.settings, spider)

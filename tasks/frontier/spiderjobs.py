@@ -43,6 +43,7 @@ class Start(NamedTuple):
     settings: dict  # the job's settings with the spider's custom_settings under them
     domains: list[str]  # the job's allowed domains once started
     fields: dict  # job fields the spider's Scrapy settings set (delay, obey_robots, ...)
+    state: dict  # attributes start() set, which every worker's spider is given
 
 
 def _gather(spider: Spider, job: CrawlJob) -> list:
@@ -69,6 +70,38 @@ def _default(field: str) -> object:
     return CrawlJob._meta.get_field(field).get_default()
 
 
+def _as_json(attributes: dict) -> dict[str, str | None]:
+    """Each attribute as JSON text, None where it is not JSON (``vars`` of a spider)."""
+    kept: dict[str, str | None] = {}
+    for name, value in attributes.items():
+        try:
+            kept[name] = json.dumps(value, sort_keys=True, allow_nan=False)
+        except (TypeError, ValueError):
+            kept[name] = None
+    return kept
+
+
+def _state(spider: Spider, before: dict[str, str | None]) -> dict:
+    """The attributes ``start()`` set or changed, which a Scrapy spider's one process keeps
+    for its callbacks: those that are JSON go to every worker's spider (``spider_state``);
+    the others are named in the log, as the workers will not have them."""
+    after = _as_json(vars(spider))
+    new = {name: text for name, text in after.items()
+           if name not in _OWN and (name not in before or before[name] != text)}  # fmt: skip
+    lost = sorted(name for name, text in new.items() if text is None)
+    if lost:
+        log.warning("spider %s: start() set attributes that are not JSON, which its callbacks "
+                    "in the workers will not have: %s", spider.name, ", ".join(lost))  # fmt: skip
+    changed = {name: json.loads(text) for name, text in new.items() if text is not None}
+    if len(json.dumps(changed)) > setting("SPIDER_REQUEST_MAX_BYTES"):
+        raise SpiderProblem(f"the attributes start() set ({', '.join(sorted(changed))}) take "
+                            "more than SPIDER_REQUEST_MAX_BYTES as JSON")  # fmt: skip
+    return changed
+
+
+_OWN = frozenset({"settings", "crawler", "job_id"})  # the platform's, set on every spider
+
+
 def plan(job: CrawlJob) -> Start:
     """The spider's start for ``job``; SpiderProblem says why there is none."""
     try:
@@ -91,10 +124,15 @@ def plan(job: CrawlJob) -> Start:
               if field == "headers" or getattr(job, field) == _default(field)}  # fmt: skip
     for field, value in fields.items():
         setattr(job, field, value)
+    job.spider_state = {}  # a recrawl's start sets it again
     try:
         spider = spiders.create(job)
+        before = _as_json(vars(spider))
         yielded = _gather(spider, job)
+        state = _state(spider, before)
         pipes = itempipes.Pipelines(spider)  # one that cannot be loaded or opened fails the job
+    except SpiderProblem:
+        raise
     except Exception as exc:  # user code: its error is the job's
         raise SpiderProblem(
             str(callbacks.spider_error(exc, setting("SPIDER_TRACEBACK_LINES")))
@@ -119,13 +157,14 @@ def plan(job: CrawlJob) -> Start:
                                              rows.rank(request)))  # fmt: skip
     items = [pipes.process(i) for i in yielded if not isinstance(i, Request)]
     pipes.close()
-    return Start(list(queued.values()), items, settings, domains, fields)
+    return Start(list(queued.values()), items, settings, domains, fields, state)
 
 
 def begin(job: CrawlJob, start: Start) -> None:
     """Inside the job's start transaction: its settings, scope, start requests and items."""
     CrawlJob.objects.filter(pk=job.pk).update(settings=start.settings,
                                               allowed_domains=start.domains,
+                                              spider_state=start.state,
                                               **start.fields)  # fmt: skip
     insert_requests(job.pk, start.requests, 0, None)
     Item.objects.bulk_create([Item(job_id=job.pk, spider=job.spider, data=data, dropped=dropped,

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 from crawlplatform.spiders import CloseSpider, Request, Spider
 
@@ -82,3 +83,20 @@ class Journaled(Pages):
 
     def closed(self, reason):
         self.note(f"closed {reason}")
+
+
+class Stateful(Spider):
+    """Sets attributes in start() that its callbacks read, as a Scrapy spider may."""
+
+    name = "stateful"
+    seed = ""  # -a seed=URL
+
+    async def start(self):
+        self.categories = ["books", "music"]
+        self.limit = int(len(self.seed) > 0) * 2
+        self.matcher = re.compile("p/0")  # not JSON: the workers do not have it
+        yield Request(self.seed)
+
+    def parse(self, response):
+        yield {"url": response.url, "categories": self.categories, "limit": self.limit,
+               "matcher": hasattr(self, "matcher")}  # fmt: skip

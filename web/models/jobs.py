@@ -154,6 +154,13 @@ class CrawlJob(models.Model):
         help_text="Arguments set as the spider's attributes (Scrapy's -a key=value), e.g. "
         '{"category": "books"}.',
     )
+    spider_state = models.JSONField(
+        default=dict,
+        blank=True,
+        db_default={},
+        help_text="Attributes the spider's start() set (JSON), given to the spider in every "
+        "worker, as a Scrapy spider's one process keeps them.",
+    )
     obey_nofollow = models.BooleanField(
         default=False, help_text='Links marked rel="nofollow" are not followed.'
     )
