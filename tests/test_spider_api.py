@@ -274,6 +274,11 @@ def test_requests_and_responses_copy_and_replace_as_scrapys():
                          "ResponseDataLossError"]),
     ("ProtocolError", ["ResponseNeverReceived", "DownloadFailedError"]),
     ("RobotsDisallowed", ["IgnoreRequest"]),
+    ("HostUnreachable", ["ConnectError"]),
+    ("HostUnreachable:connection refused", ["ConnectError", "ConnectionRefusedError",
+                                            "DownloadConnectionRefusedError"]),
+    ("HostUnreachable:name does not resolve", ["ConnectError", "DNSLookupError",
+                                               "CannotResolveHostError"]),
 ])  # fmt: skip
 def test_an_errbacks_failure_checks_as_scrapys_and_twisteds_exceptions(outcome, scrapy):
     import crawlplatform.spiders as api
@@ -282,7 +287,10 @@ def test_an_errbacks_failure_checks_as_scrapys_and_twisteds_exceptions(outcome, 
 
     status = {"ClientError": 404, "ServerError": 503, "TooManyRequests": 429,
               "RedirectNotFollowed": 302}.get(outcome)  # fmt: skip
-    failure = Failure(getattr(outcomes, outcome)("no", status=status), Request("http://x.test/"))
+    outcome, _, cause = outcome.partition(":")  # a circuit open for that cause
+    value = getattr(outcomes, outcome)("no", status=status)
+    value.summary = cause or value.summary
+    failure = Failure(value, Request("http://x.test/"))
     kinds = ["HttpError", "IgnoreRequest", "DNSLookupError", "TimeoutError", "TCPTimedOutError",
              "ConnectError", "ConnectionRefusedError", "ConnectionLost", "ResponseNeverReceived",
              "CannotResolveHostError", "DownloadTimeoutError", "DownloadConnectionRefusedError",

@@ -509,14 +509,15 @@ def test_requests_that_end_before_an_answer_reach_their_errback(installed):
         jobs.start(job)
         run_job(job)
     got = sorted((i["url"].removeprefix(site.base).removeprefix(dead), i.get("status"),
-                  i.get("ignored"), i.get("connect")) for i in kept(job))  # fmt: skip
+                  i.get("ignored"), i.get("connect"), i.get("refused"))
+                 for i in kept(job))  # fmt: skip
     assert got == [
-        ("/open/1", 200, None, None),
-        ("/private/1", None, True, False),
-        ("/private/2", None, True, False),  # yielded by a callback: its claim's gate
-        ("/x/0", None, False, True),
-        ("/x/1", None, False, True),
-        ("/x/2", None, False, True),
+        ("/open/1", 200, None, None, None),
+        ("/private/1", None, True, False, False),
+        ("/private/2", None, True, False, False),  # yielded by a callback: its claim's gate
+        ("/x/0", None, False, True, True),
+        ("/x/1", None, False, True, True),
+        ("/x/2", None, False, True, True),
     ]
     rows = FrontierURL.objects.filter(job=job).values_list("url", "state", "error_reason")
     ends = {url.removeprefix(site.base): (state, reason) for url, state, reason in rows}

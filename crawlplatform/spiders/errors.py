@@ -99,10 +99,24 @@ _BY_REASON: dict[str, tuple[type[Exception], ...]] = {
 }
 
 
+# A host whose circuit is open stands for the failure that opened it (its summary), as the
+# request would have failed under Scrapy.
+_BY_CAUSE: dict[str, tuple[type[Exception], ...]] = {
+    "connection refused": (ConnectionRefusedError, DownloadConnectionRefusedError),
+    "connect timeout": (TCPTimedOutError, TimeoutError, DownloadTimeoutError),
+    "name does not resolve": (DNSLookupError, CannotResolveHostError),
+    "name lookup failed for now": (DNSLookupError, CannotResolveHostError),
+}
+
+
 def kinds_of(value: BaseException) -> tuple[type[Exception], ...]:
-    """The classes here that an outcome stands for: by its reason, and ``HttpError`` for any
-    answer that is not 2xx (a block page refused with a 403, say)."""
-    kinds = _BY_REASON.get(getattr(value, "reason", ""), ())
+    """The classes here that an outcome stands for: by its reason (an open circuit's also by
+    its cause), and ``HttpError`` for any answer that is not 2xx (a block page refused with a
+    403, say)."""
+    reason = getattr(value, "reason", "")
+    kinds = _BY_REASON.get(reason, ())
+    if reason == "host_unreachable":
+        kinds += _BY_CAUSE.get(getattr(value, "summary", ""), ())
     status = getattr(value, "status", None)
     if not kinds and status is not None and not 200 <= status < 300:
         return (HttpError,)

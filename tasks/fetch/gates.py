@@ -87,9 +87,8 @@ def through_circuit(claimed: Claim, host: str, slot: politeness.Slot,
     gate = circuit.check(job.pk, host, job)
     if gate.state == circuit.OPEN:
         report(claimed, host, slot, politeness.NEUTRAL)
-        unreachable = outcomes.HostUnreachable(
-            f"{gate.reason or 'unreachable'} (circuit open, next probe in {gate.retry_in:.0f} s)"
-        )
+        why = f"{gate.reason or 'unreachable'} (circuit open, next probe in {gate.retry_in:.0f} s)"
+        unreachable = outcomes.HostUnreachable.because(gate.reason, why)
         return fail(claimed, unreachable)
     if gate.state == circuit.WAIT:
         report(claimed, host, slot, politeness.NEUTRAL)
@@ -164,5 +163,6 @@ def host_failure(claimed: Claim, outcome: outcomes.CrawlOutcome) -> outcomes.Cra
     if opened:
         log.warning("job=%s host=%s unreachable (%s): circuit open", job.pk, failed_host,
                     outcome.summary)  # fmt: skip
-        return outcomes.HostUnreachable(f"{outcome.summary} (circuit opened: {outcome})"[:2000])
+        return outcomes.HostUnreachable.because(
+            outcome.summary, f"{outcome.summary} (circuit opened: {outcome})"[:2000])
     return outcome

@@ -221,6 +221,14 @@ class TLSError(Permanent):
 class HostUnreachable(Permanent):
     reason = "host_unreachable"
 
+    @classmethod
+    def because(cls, cause: str, message: str) -> HostUnreachable:
+        """Its host's circuit is open for ``cause`` (the failure's summary, e.g. "connection
+        refused"), kept as its summary: an errback checks it as that failure."""
+        unreachable = cls(message)
+        unreachable.summary = cause
+        return unreachable
+
 
 class RedirectNotFollowed(Permanent):
     """A redirect a spider's request takes as its answer (``dont_redirect``, or its status

@@ -154,8 +154,8 @@ def _failure(entry: dict) -> outcomes.CrawlOutcome:
     if entry.get("blocked"):
         return outcomes.BlockedAddress(f"robots.txt: {entry['message']}")
     if entry.get("open"):  # open when robots.txt was asked for, or opened by its failure
-        return outcomes.HostUnreachable(
-            f"{entry['summary'] or 'host unreachable'} ({entry['message']})"
+        return outcomes.HostUnreachable.because(
+            entry["summary"], f"{entry['summary'] or 'host unreachable'} ({entry['message']})"
         )
     if entry.get("unreachable"):
         kind = {

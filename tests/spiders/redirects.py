@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from crawlplatform.spiders import (
     ConnectError,
+    DownloadConnectionRefusedError,
     HttpError,
     IgnoreRequest,
     Request,
@@ -90,7 +91,8 @@ class Unfollowed(Spider):
 class Unreached(Spider):
     """Requests that end before any answer, each seen by its errback as under Scrapy:
     robots.txt forbids them (``IgnoreRequest``), or their host refuses connections (the
-    first ones) and its circuit opens (the rest: ``ConnectError`` both)."""
+    first ones) and its circuit opens (the rest: ``ConnectError`` and Scrapy 2.19's
+    ``DownloadConnectionRefusedError`` all)."""
 
     name = "unreached"
     base = ""  # -a base=URL: a site whose robots.txt disallows /private
@@ -110,7 +112,8 @@ class Unreached(Spider):
 
     def failed(self, failure):
         yield {"url": failure.request.url, "ignored": bool(failure.check(IgnoreRequest)),
-               "connect": bool(failure.check(ConnectError))}  # fmt: skip
+               "connect": bool(failure.check(ConnectError)),
+               "refused": bool(failure.check(DownloadConnectionRefusedError))}  # fmt: skip
 
 
 class Refreshed(Spider):
