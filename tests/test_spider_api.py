@@ -597,6 +597,33 @@ def test_what_a_callback_yields_that_is_no_request_or_item_is_logged_and_the_res
     assert "yielded 2 things that are no request or item (the first: str 'text')" in caplog.text
 
 
+@pytest.mark.parametrize(("content_type", "body", "cls"), [  # Scrapy 2.19's responsetypes
+    ("text/html; charset=utf-8", b"", "HtmlResponse"),
+    ("application/xhtml+xml", b"", "HtmlResponse"),
+    ("application/rss+xml", b"", "XmlResponse"),
+    ("text/xml", b"", "XmlResponse"),
+    ("application/json", b"", "JsonResponse"),
+    ("text/csv", b"", "TextResponse"),
+    ("application/javascript", b"", "TextResponse"),
+    ("application/pdf", b"", "Response"),
+    ("application/ld+json", b"", "Response"),
+    ("", b"<!DOCTYPE html><p>x", "HtmlResponse"),
+    ("", b'<?xml version="1.0"?><a/>', "XmlResponse"),
+    ("", b"plain text", "TextResponse"),
+    ("", b"\x01\x02", "Response"),
+])  # fmt: skip
+def test_a_callback_gets_the_response_class_scrapy_gives_the_answer(content_type, body, cls):
+    from tasks.content import callbacks
+    from tasks.fetch import fetching
+
+    fetched = fetching.Response(
+        url="http://s.test/a", final_url="http://s.test/a", status=200, content_type="",
+        content_type_header=content_type, body=body, truncated=False, elapsed=0.1, headers={},
+    )  # fmt: skip
+    response = callbacks.response_of(fetched, Request("http://s.test/a"), 0)
+    assert type(response).__name__ == cls
+
+
 def test_a_callbacks_meta_has_scrapys_depth_latency_and_redirect_urls():
     from tasks.content import callbacks
     from tasks.fetch import fetching

@@ -37,6 +37,7 @@ from crawlplatform.spiders.items import Field, Item
 from crawlplatform.spiders.response import (
     Failure,
     HtmlResponse,
+    JsonResponse,
     Response,
     TextResponse,
     XmlResponse,
@@ -63,6 +64,7 @@ __all__ = [
     "IgnoreRequest",
     "Item",
     "JsonRequest",
+    "JsonResponse",
     "Request",
     "Response",
     "ResponseDataLossError",

@@ -31,6 +31,7 @@ from urllib.parse import urldefrag, urlsplit
 from w3lib.html import get_meta_refresh
 
 from crawlplatform.spiders import CloseSpider, Failure, Request, Response, Spider
+from crawlplatform.spiders.response import class_for
 from tasks.content import items as itempipes
 from tasks.content import pages, pipelines, rows, spiders
 from tasks.content.links import JobCache, in_scope
@@ -190,16 +191,18 @@ def call(spider: Spider, name: str, response: Any, kwargs: dict, job: CrawlJob) 
 
 
 def response_of(resp: fetching.Response, request: Request, depth: int = 0) -> Response:
-    """What a callback sees of a fetched answer (its URL without a fragment, as Scrapy's
-    download handler gives it); its ``meta`` has what Scrapy's middlewares put there:
+    """What a callback sees of a fetched answer: the class Scrapy gives it (``HtmlResponse``,
+    ``JsonResponse``, ...), its URL without a fragment, as Scrapy's download handler gives it;
+    its ``meta`` has what Scrapy's middlewares put there:
     ``depth``, ``download_latency`` and, after redirects, ``redirect_urls``."""
     request.meta["depth"] = depth
     request.meta["download_latency"] = resp.elapsed
     if resp.redirects:
         request.meta["redirect_urls"] = [request.url, *resp.redirects[:-1]]
     headers = resp.http.get("response") or list(resp.headers.items())
-    return Response(urldefrag(resp.final_url)[0], status=resp.status, headers=headers,
-                    body=resp.body, request=request)  # fmt: skip
+    cls = class_for(resp.content_type_header, resp.body)
+    return cls(urldefrag(resp.final_url)[0], status=resp.status, headers=headers,
+               body=resp.body, request=request)  # fmt: skip
 
 
 def new_requests(claimed: Claim, cache: JobCache, spider: Spider,
@@ -460,10 +463,8 @@ def _errback(claimed: Claim, cache: JobCache, outcome: outcomes.CrawlOutcome, sp
     job, kept = claimed.job, claimed.url.request or {}
     request = rows.request_of(claimed.url.url, kept, claimed.url.priority)
     answer = None
-    if outcome.status is not None:
-        answer = Response(urldefrag(outcome.url or request.url)[0], status=outcome.status,
-                          headers=outcome.headers or {}, body=outcome.body or b"",
-                          request=request)  # fmt: skip
+    if outcome.status is not None:  # an HTTP error: failure.value.response
+        answer = response_of(_answer(claimed, outcome), request, claimed.url.depth)
     try:
         yielded = call(spider, kept["errback"], Failure(outcome, request, answer), {}, job)
         new = new_requests(claimed, cache, spider, yielded.requests)
