@@ -631,9 +631,13 @@ def test_a_callbacks_meta_has_scrapys_depth_latency_and_redirect_urls():
     fetched = fetching.Response(
         url="http://s.test/a", final_url="http://s.test/c", status=200, content_type="text/html",
         content_type_header="text/html", body=b"", truncated=False, elapsed=0.25, headers={},
-        redirects=["http://s.test/b", "http://s.test/c"],
+        redirects=["http://s.test/b", "http://s.test/c"], http={
+            "protocol": "HTTP/1.1", "request": [["User-Agent", "ua/1"], ["Accept", "*/*"]]},
     )  # fmt: skip
-    response = callbacks.response_of(fetched, Request("http://s.test/a", meta={"m": 1}), 3)
+    asked = Request("http://s.test/a", meta={"m": 1}, headers={"Accept": "text/html"})
+    response = callbacks.response_of(fetched, asked, 3)
+    assert (response.protocol, response.request.headers.to_unicode_dict()) == (
+        "HTTP/1.1", {"Accept": "text/html", "User-Agent": "ua/1"})  # as sent; its own kept
     assert (response.url, response.meta) == ("http://s.test/c", {
         "m": 1, "depth": 3, "download_latency": 0.25,
         "redirect_urls": ["http://s.test/a", "http://s.test/b"]})  # fmt: skip

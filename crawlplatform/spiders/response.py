@@ -46,6 +46,7 @@ class Response:
         flags: list[str] | None = None,
         ip_address: str | None = None,
         encoding: str | None = None,
+        protocol: str | None = None,
     ) -> None:
         if isinstance(body, str):
             if encoding is None:
@@ -60,6 +61,7 @@ class Response:
         self.request = request
         self.flags = list(flags or [])
         self.ip_address = ip_address
+        self.protocol = protocol  # "HTTP/1.1", as Scrapy's
         self._text: str | None = None
         self._encoding: str | None = encoding
         self._bom = 0  # the length of the body's byte order mark
@@ -79,7 +81,8 @@ class Response:
             changes["encoding"] = self.encoding  # text in, encoded as the page is (Scrapy's)
         fields = {"url": self.url, "status": self.status, "headers": self.headers,
                   "body": self.body, "request": self.request, "flags": self.flags,
-                  "ip_address": self.ip_address, "encoding": self._given_encoding}  # fmt: skip
+                  "ip_address": self.ip_address, "encoding": self._given_encoding,
+                  "protocol": self.protocol}  # fmt: skip
         fields.update(changes)
         return cls(**fields)
 

@@ -199,10 +199,12 @@ def response_of(resp: fetching.Response, request: Request, depth: int = 0) -> Re
     request.meta["download_latency"] = resp.elapsed
     if resp.redirects:
         request.meta["redirect_urls"] = [request.url, *resp.redirects[:-1]]
+    for name, value in resp.http.get("request") or ():  # as it went out, as Scrapy's has them
+        request.headers.setdefault(name, value)
     headers = resp.http.get("response") or list(resp.headers.items())
     cls = class_for(resp.content_type_header, resp.body)
     return cls(urldefrag(resp.final_url)[0], status=resp.status, headers=headers,
-               body=resp.body, request=request)  # fmt: skip
+               body=resp.body, request=request, protocol=resp.http.get("protocol"))  # fmt: skip
 
 
 def new_requests(claimed: Claim, cache: JobCache, spider: Spider,
