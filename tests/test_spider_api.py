@@ -270,8 +270,9 @@ def test_requests_and_responses_copy_and_replace_as_scrapys():
     ("DeadlineExceeded", ["TimeoutError", "DownloadTimeoutError"]),
     ("ConnectFailed", ["ConnectionRefusedError", "ConnectError",
                        "DownloadConnectionRefusedError"]),
-    ("ConnectionReset", ["ConnectionLost", "ResponseNeverReceived", "DownloadFailedError",
-                         "ResponseDataLossError"]),
+    ("ConnectionReset", ["ConnectionLost", "ResponseNeverReceived", "DownloadFailedError"]),
+    ("ConnectionReset/ProtocolError: Connection broken: IncompleteRead(5 bytes read)",
+     ["ConnectionLost", "ResponseDataLossError"]),  # the body cut short
     ("ProtocolError", ["ResponseNeverReceived", "DownloadFailedError"]),
     ("RobotsDisallowed", ["IgnoreRequest"]),
     ("HostUnreachable", ["ConnectError"]),
@@ -287,8 +288,9 @@ def test_an_errbacks_failure_checks_as_scrapys_and_twisteds_exceptions(outcome, 
 
     status = {"ClientError": 404, "ServerError": 503, "TooManyRequests": 429,
               "RedirectNotFollowed": 302}.get(outcome)  # fmt: skip
+    outcome, _, message = outcome.partition("/")  # an outcome's own message
     outcome, _, cause = outcome.partition(":")  # a circuit open for that cause
-    value = getattr(outcomes, outcome)("no", status=status)
+    value = getattr(outcomes, outcome)(message or "no", status=status)
     value.summary = cause or value.summary
     failure = Failure(value, Request("http://x.test/"))
     kinds = ["HttpError", "IgnoreRequest", "DNSLookupError", "TimeoutError", "TCPTimedOutError",
@@ -302,7 +304,7 @@ def test_an_errbacks_failure_checks_as_scrapys_and_twisteds_exceptions(outcome, 
     assert failure.check(KeyError, named) is named and failure.trap(named) is named
     with pytest.raises(outcomes.CrawlOutcome):
         failure.trap(KeyError)
-    assert failure.getTraceback() == f"tasks.fetch.outcomes.{outcome}: no\n"
+    assert failure.getTraceback() == f"tasks.fetch.outcomes.{outcome}: {message or 'no'}\n"
 
 
 def test_requests_keep_callbacks_by_name_and_bodies_as_bytes():

@@ -10,6 +10,8 @@ by class or by name (so Scrapy's and Twisted's own classes match too).
 
 from __future__ import annotations
 
+import re
+
 
 class CloseSpider(Exception):
     """Raised by a callback (or errback) to end the crawl, as Scrapy's: what it yielded
@@ -90,8 +92,7 @@ _BY_REASON: dict[str, tuple[type[Exception], ...]] = {
     "deadline": (TimeoutError, DownloadTimeoutError),
     "connect_error": (ConnectionRefusedError, DownloadConnectionRefusedError),
     "host_unreachable": (ConnectError,),
-    "connection_reset": (ConnectionLost, ResponseNeverReceived, DownloadFailedError,
-                         ResponseDataLossError),
+    "connection_reset": (ConnectionLost, ResponseNeverReceived, DownloadFailedError),
     "protocol_error": (ResponseNeverReceived, DownloadFailedError),
     "robots": (IgnoreRequest,),
     "out_of_scope": (IgnoreRequest,),
@@ -109,6 +110,9 @@ _BY_CAUSE: dict[str, tuple[type[Exception], ...]] = {
 }
 
 
+_DATA_LOSS = re.compile(r"IncompleteRead|ChunkedEncodingError|InvalidChunkLength")
+
+
 def kinds_of(value: BaseException) -> tuple[type[Exception], ...]:
     """The classes here that an outcome stands for: by its reason (an open circuit's also by
     its cause), and ``HttpError`` for any answer that is not 2xx (a block page refused with a
@@ -117,6 +121,8 @@ def kinds_of(value: BaseException) -> tuple[type[Exception], ...]:
     kinds = _BY_REASON.get(reason, ())
     if reason == "host_unreachable":
         kinds += _BY_CAUSE.get(getattr(value, "summary", ""), ())
+    if reason == "connection_reset" and _DATA_LOSS.search(str(value)):
+        kinds = (ConnectionLost, ResponseDataLossError)  # the body cut short, as 2.19 names it
     status = getattr(value, "status", None)
     if not kinds and status is not None and not 200 <= status < 300:
         return (HttpError,)
