@@ -779,6 +779,7 @@ class FromCrawler:
 
     @classmethod
     def from_crawler(cls, crawler):
+        assert crawler.settings.get("MONGO_URI") == "mongodb://db"  # the spider's own
         return cls(crawler.settings.getfloat("FETCH_READ_TIMEOUT_S"), crawler.spider.name)
 
     def process_item(self, item):
@@ -796,7 +797,7 @@ def test_pipelines_with_from_crawler_get_the_jobs_settings_and_spider():
 
     class Timed(Spider):
         name = "timed"
-        custom_settings = {"FETCH_READ_TIMEOUT_S": 5.0,
+        custom_settings = {"FETCH_READ_TIMEOUT_S": 5.0, "MONGO_URI": "mongodb://db",
                            "ITEM_PIPELINES": ["tests.test_spider_api.FromCrawler"]}  # fmt: skip
 
     assert items.Pipelines(Timed()).process({"a": 1}) == ({"a": 1, "timeout": 5.0,
@@ -808,3 +809,7 @@ def test_pipelines_with_from_crawler_get_the_jobs_settings_and_spider():
 
     with pytest.raises(PipelineProblem, match="has settings and spider, not stats"):
         items.Pipelines(Stats())
+    from tasks.content import spiders  # a spider's own setting is no job setting
+
+    assert spiders.custom_settings(Timed) == (
+        {"FETCH_READ_TIMEOUT_S": 5.0}, {}, [])  # fmt: skip

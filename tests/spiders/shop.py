@@ -181,8 +181,11 @@ class ErrbackSpider(Spider):
 
 
 class OddSettingsSpider(Spider):
-    """custom_settings a job cannot have: the job fails at start, naming them."""
+    """custom_settings a job cannot have (a typo of the platform's, a value Scrapy's cannot
+    take, a Scrapy setting with no equivalent): the job fails at start, naming them; the
+    spider's own (``SHOP_FEED_TAG``) is no problem."""
 
     name = "odd_settings"
-    custom_settings = {"NOT_A_SETTING": 1, "DOWNLOAD_DELAY": "soon"}
+    custom_settings = {"FETCH_READ_TIMEOUT": 5, "DOWNLOAD_DELAY": "soon",
+                       "CLOSESPIDER_ITEMCOUNT": 10, "SHOP_FEED_TAG": "ok"}  # fmt: skip
     start_urls = ["http://127.0.0.1:9/"]
