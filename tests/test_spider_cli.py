@@ -139,6 +139,8 @@ def test_parse_prints_what_a_callback_yields_for_one_url_and_stores_nothing(work
     assert lines[0] == f">>> 200 {shop.base}/login <<<"
     assert lines[-1] == f"<POST {shop.base}/login> -> logged_in"
     assert not CrawlJob.objects.exists()
+    wrong = manage(worker_env, "parse", f"{shop.base}/login", "--spider", "shop", "--meta", "[1]")
+    assert wrong.returncode != 0 and "--meta: a JSON object, not '[1]'" in wrong.stderr
 
 
 def test_parse_runs_on_the_embedded_defaults_with_no_crawl_running(worker_env, tmp_path):
@@ -161,11 +163,12 @@ def test_parse_runs_on_the_embedded_defaults_with_no_crawl_running(worker_env, t
 
     with LocalSite(Handler) as site:
         done = manage(env, "parse", f"{site.base}/old", "--spider", "redirects",
-                      "--allow-network", "127.0.0.0/8", "-a", f"base={site.base}")  # fmt: skip
+                      "--allow-network", "127.0.0.0/8", "-a", f"base={site.base}",
+                      "--cbkwargs", '{"again": true}', "--meta", '{"m": 1}')  # fmt: skip
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0] == f">>> 200 {site.base}/new <<<"
-    assert lines[2] == json.dumps({"again": False, "url": f"{site.base}/new"}, sort_keys=True)
+    assert lines[2] == json.dumps({"again": True, "url": f"{site.base}/new"}, sort_keys=True)
     assert lines[-2:] == [f"<GET {site.base}/x>", f"<GET {site.base}/r/g> -> parse_other"]
     assert not (tmp_path / "data" / "redis.sock").exists()  # its redis-server stopped
 

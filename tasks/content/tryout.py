@@ -27,7 +27,8 @@ class Tried(NamedTuple):
     requests: list[Request]
 
 
-def parse_url(job: CrawlJob, url: str, callback: str = "", cb_kwargs: dict | None = None) -> Tried:
+def parse_url(job: CrawlJob, url: str, callback: str = "", cb_kwargs: dict | None = None,
+              meta: dict | None = None) -> Tried:  # fmt: skip
     """Fetch ``url`` and run the spider's ``callback`` (default: the request's, ``parse``) on
     it; raises a CrawlOutcome if the fetch or the callback fails."""
     spider = spiders.create(job)
@@ -44,7 +45,7 @@ def parse_url(job: CrawlJob, url: str, callback: str = "", cb_kwargs: dict | Non
         in_scope=lambda u: bool(in_scope(cache, u)),
         visitor=fetching.Visitor(headers=dict(job.headers or {})),
     )  # fmt: skip
-    request = Request(url, callback=callback or None, cb_kwargs=cb_kwargs)
+    request = Request(url, callback=callback or None, cb_kwargs=cb_kwargs, meta=meta)
     yielded = callbacks.call(spider, callback or "parse", callbacks.response_of(resp, request),
                              request.cb_kwargs, job)  # fmt: skip
     pipes = items.Pipelines(spider)

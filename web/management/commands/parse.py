@@ -33,6 +33,8 @@ class Command(PlatformCommand):
                             help="a spider argument (repeatable)")  # fmt: skip
         parser.add_argument("--cbkwargs", default="{}", metavar="JSON",
                             help="the callback's keyword arguments, a JSON object")  # fmt: skip
+        parser.add_argument("--meta", "-m", default="{}", metavar="JSON",
+                            help="the request's meta, a JSON object (default: {})")  # fmt: skip
         parser.add_argument("--ignore-robots", action="store_true",
                             help="fetch even where robots.txt forbids it")  # fmt: skip
         parser.add_argument("--allow-network", action="append", default=[], metavar="CIDR",
@@ -42,11 +44,12 @@ class Command(PlatformCommand):
     def handle(self, *args, **opts) -> None:
         try:
             cls = spiders.load(opts["spider"])
-            cb_kwargs = json.loads(opts["cbkwargs"])
+            cb_kwargs = _object(opts["cbkwargs"], "--cbkwargs")
+            meta = _object(opts["meta"], "--meta")
         except spiders.SpiderUnavailable as exc:
             raise CommandError(str(exc)) from None
         except ValueError as exc:
-            raise CommandError(f"--cbkwargs: {exc}") from None
+            raise CommandError(str(exc)) from None
         custom = spiders.custom_settings(cls)
         job = CrawlJob(spider=opts["spider"], spider_args=crawling.parse_spider_args(
             opts["spider_args"]), settings={**custom.settings, **crawling.allowed_networks(
@@ -61,7 +64,7 @@ class Command(PlatformCommand):
         if embedded is not None:
             embedded.start()
         try:
-            tried = tryout.parse_url(job, opts["url"], opts["callback"], cb_kwargs)
+            tried = tryout.parse_url(job, opts["url"], opts["callback"], cb_kwargs, meta)
         except outcomes.CrawlOutcome as exc:
             raise CommandError(f"{exc.reason}: {exc}") from None
         finally:
@@ -76,3 +79,14 @@ class Command(PlatformCommand):
         for request in tried.requests:
             extra = f" -> {request.callback_name}" if request.callback_name else ""
             self.stdout.write(f"<{request.method} {request.url}>{extra}")
+
+
+def _object(text: str, option: str) -> dict:
+    """``text`` as a JSON object; ValueError names the option otherwise."""
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"{option}: {exc}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{option}: a JSON object, not {text!r}")
+    return value
