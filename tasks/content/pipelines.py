@@ -136,19 +136,20 @@ def opened() -> int:
 
 
 @atexit.register
-def close_all() -> None:
-    """The process leaves (a worker's warm shutdown calls this, a forked worker leaving by
-    ``os._exit`` runs no ``atexit``): a close under way on its thread is waited for (a daemon,
-    cut short at exit otherwise), within a callback's time (a ``close_spider`` that hangs
-    holds up the exit no longer); the runs that ended are closed with their reason (a crawl
-    command stops its workers as soon as its job finishes, before they looked); then every
-    pipeline the process still holds is closed as ``shutdown``."""
+def close_all(look: bool = False) -> None:
+    """The process leaves: a close under way on its thread is waited for (a daemon, cut short
+    at exit otherwise), within a callback's time (a ``close_spider`` that hangs holds up the
+    exit no longer); with ``look`` (a worker's warm shutdown: a crawl command stops its
+    workers as soon as its job finishes, before they looked), the runs that ended are closed
+    with their reason; then every pipeline the process still holds is closed as
+    ``shutdown``. A forked worker leaves by ``os._exit``, which runs no ``atexit`` hook: its
+    shutdown signal calls this."""
     for thread in _closer:
         thread.join(setting("SPIDER_CALLBACK_TIMEOUT_S"))
-    if _pipelines:
+    if look and _pipelines:
         try:
             close_ended(every=0)
         except Exception as exc:  # the database may be what is going away
-            log.warning("item pipelines of ended jobs not checked at exit: %s", exc)
+            log.warning("item pipelines of ended jobs not checked at shutdown: %s", exc)
     while _pipelines:
         _pipelines.popitem()[1].pipes.close("shutdown")

@@ -83,7 +83,7 @@ def _close_pipelines(**kwargs) -> None:
     runs no ``atexit`` hook."""
     from tasks.content import pipelines
 
-    pipelines.close_all()
+    pipelines.close_all(look=True)
 
 
 @signals.worker_shutdown.connect
