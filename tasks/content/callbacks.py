@@ -30,7 +30,7 @@ from urllib.parse import urldefrag, urlsplit
 
 from w3lib.html import get_meta_refresh
 
-from crawlplatform.spiders import CloseSpider, Failure, Request, Response, Spider
+from crawlplatform.spiders import CloseSpider, Failure, HtmlResponse, Request, Response, Spider
 from crawlplatform.spiders.response import class_for
 from tasks.content import items as itempipes
 from tasks.content import pages, pipelines, rows, spiders
@@ -301,9 +301,8 @@ def meta_refresh(response: Response, request: Request, max_redirects: int) -> Re
     characters, outside ``<noscript>``); a GET of the same callback, ``redirect_urls`` and
     ``redirect_times`` in its ``meta``, at most ``max_redirects`` in a row. None: the page
     is the callback's."""
-    content_type = (response.headers.get("Content-Type") or b"").lower()
     if (request.method == "HEAD" or request.meta.get("dont_redirect")
-            or b"html" not in content_type
+            or not isinstance(response, HtmlResponse)
             or _REFRESH.search(response.body, 0, _REFRESH_WITHIN) is None):  # fmt: skip
         return None
     interval, url = get_meta_refresh(response.text[:4096], response.base, response.encoding,
