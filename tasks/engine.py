@@ -232,19 +232,18 @@ def _fetch(
     resp = None
     asked = claimed.url.request  # a spider's request: method, headers, body, cookies
     conditional = None if rendering or asked else pages.validators(claimed)
-    whole_errors = bool(job.spider) and callbacks.takes_errors(job, asked)
-    kept_redirects = callbacks.redirects_kept(job, asked) if job.spider else ()
+    takes = callbacks.takes(job, asked) if job.spider else callbacks.Takes(False, ())
     started = time.monotonic()
     metrics.IN_FLIGHT.inc()
     try:
         kwargs = {"conditional": conditional} if conditional else {}
-        if (asked or kept_redirects) and not rendering:
-            kwargs["request"] = fetching.Asked.of(asked, session.visitor, kept_redirects)
+        if (asked or takes.redirects) and not rendering:
+            kwargs["request"] = fetching.Asked.of(asked, session.visitor, takes.redirects)
         get = render.fetch if rendering else fetching.fetch
         resp = get(
             asked["url"] if asked else claimed.url.url,
             user_agent=passage.who.user_agent,
-            limits=fetching.limits_for(job, whole_errors, rows.download_timeout(asked)),
+            limits=fetching.limits_for(job, takes.errors, rows.download_timeout(asked)),
             allow=guard.allowed(job),
             in_scope=lambda u: bool(in_scope(cache, u)),
             visitor=session.visitor,

@@ -384,32 +384,31 @@ def _failed(claimed: Claim, cache: JobCache, outcome: outcomes.CrawlOutcome, spi
     return record_failure(claimed, outcome)
 
 
-def takes_errors(job: CrawlJob, kept: dict | None) -> bool:
-    """Whether a callback may take an error answer to this request (``handles``), so that its
-    body is read whole."""
+class Takes(NamedTuple):
+    """What a spider request's fetch must know of its callback beforehand."""
+
+    errors: bool  # it may take an error answer (``handles``): the body is read whole
+    redirects: tuple[int, ...]  # the redirect statuses it takes as its answer, not followed
+
+
+def takes(job: CrawlJob, kept: dict | None) -> Takes:
+    """What the request's callback takes (one look at the spider's class per fetch). The
+    redirects are kept as Scrapy's ``RedirectMiddleware`` decides: all of them with
+    ``dont_redirect`` or ``handle_httpstatus_all`` in its ``meta``, else those in the
+    request's or the spider's ``handle_httpstatus_list``."""
+    kept = kept or {}
     try:
         cls = spiders.load(job.spider)
     except spiders.SpiderUnavailable:
-        return False  # the callback's side says so, with the reason
-    taken = _taken(cls, kept or {}, quiet=True)
-    return taken is None or bool(taken)
-
-
-def redirects_kept(job: CrawlJob, kept: dict | None) -> tuple[int, ...]:
-    """The redirect statuses a request takes as its answer instead of following them, as
-    Scrapy's ``RedirectMiddleware`` decides: all of them with ``dont_redirect`` or
-    ``handle_httpstatus_all`` in its ``meta``, else those in the request's or the spider's
-    ``handle_httpstatus_list``."""
-    meta = (kept or {}).get("meta") or {}
+        return Takes(False, ())  # the callback's side says so, with the reason
+    taken = _taken(cls, kept, quiet=True)
+    errors = taken is None or bool(taken)
+    meta = kept.get("meta") or {}
     if meta.get("dont_redirect") or meta.get("handle_httpstatus_all"):
-        return REDIRECTS
-    try:
-        cls = spiders.load(job.spider)
-    except spiders.SpiderUnavailable:
-        return ()  # the callback's side says so, with the reason
+        return Takes(errors, REDIRECTS)
     asked = _statuses(meta.get("handle_httpstatus_list", ()), "", quiet=True)
     own = _statuses(getattr(cls, "handle_httpstatus_list", None) or (), "", quiet=True)
-    return tuple(status for status in REDIRECTS if status in asked or status in own)
+    return Takes(errors, tuple(s for s in REDIRECTS if s in asked or s in own))
 
 
 def handles(spider: Spider, kept: dict, status: int | None) -> bool:
