@@ -622,8 +622,12 @@ def test_attributes_start_sets_reach_the_callbacks_in_every_worker(installed, ca
         job.refresh_from_db()
         assert job.spider_state == {"categories": ["books", "music"], "limit": 2}
         run_job(job)
-    assert kept(job) == [{"url": site.url("/p/0"), "categories": ["books", "music"],
-                          "limit": 2, "matcher": False}]  # fmt: skip
+        CrawlJob.objects.filter(pk=job.pk).update(state=JobState.FINISHED)
+        assert jobs.recrawl(job)  # start() does not run again: what it set stays the job's
+        run_job(job)
+    item = {"url": site.url("/p/0"), "categories": ["books", "music"], "limit": 2,
+            "matcher": False}  # fmt: skip
+    assert list(Item.objects.filter(job=job).values_list("run", "data")) == [(2, item)]
     assert "start() set attributes that are not JSON" in caplog.text and "matcher" in caplog.text
 
 

@@ -202,11 +202,10 @@ SCRAPY_IGNORED = frozenset({
 })  # fmt: skip
 
 
-def _own(name: str) -> bool:
+def _own(name: str, known: list[str]) -> bool:
     """A name of the spider's own (``MONGO_URI``, read by its pipelines' ``from_crawler``):
-    neither the platform's nor close enough to one to be a typo of it."""
-    known = defaults.names()
-    return name not in known and not difflib.get_close_matches(name, known, n=1, cutoff=0.8)
+    close enough to none of the platform's ``known`` names to be a typo of it."""
+    return not difflib.get_close_matches(name, known, n=1, cutoff=0.8)
 
 
 # Scrapy 2.19's own settings (its default_settings): one the platform has no equivalent of
@@ -277,6 +276,7 @@ def custom_settings(spider_cls: type[Spider]) -> Custom:
     settings: dict[str, Any] = {}
     fields: dict[str, Any] = {}
     problems: list[str] = []
+    known = defaults.names()
     for name, value in (spider_cls.custom_settings or {}).items():
         if name in READ_BY_THE_SPIDER:
             continue
@@ -285,13 +285,13 @@ def custom_settings(spider_cls: type[Spider]) -> Custom:
                      name)  # fmt: skip
             continue
         target = SCRAPY_FIELDS.get(name) or SCRAPY_SETTINGS.get(name)
-        if target is None and name in defaults.names():
+        if target is None and name in known:
             settings[name] = value  # the platform's: validated with the job's settings
             continue
         if target is None and name in SCRAPY_NAMES:
             problems.append(f"{name}: a Scrapy setting the platform has no equivalent of")
             continue
-        if target is None and _own(name):
+        if target is None and _own(name, known):
             log.info("spider %s: custom setting %s is the spider's own: its pipelines read it "
                      "(crawler.settings), the job does not", spider_cls.name, name)  # fmt: skip
             continue

@@ -87,7 +87,7 @@ def _state(spider: Spider, before: dict[str, str | None]) -> dict:
     the others are named in the log, as the workers will not have them."""
     after = _as_json(vars(spider))
     new = {name: text for name, text in after.items()
-           if name not in _OWN and (name not in before or before[name] != text)}  # fmt: skip
+           if name not in before or before[name] != text}  # fmt: skip
     lost = sorted(name for name, text in new.items() if text is None)
     if lost:
         log.warning("spider %s: start() set attributes that are not JSON, which its callbacks "
@@ -98,8 +98,6 @@ def _state(spider: Spider, before: dict[str, str | None]) -> dict:
                             "more than SPIDER_REQUEST_MAX_BYTES as JSON")  # fmt: skip
     return changed
 
-
-_OWN = frozenset({"settings", "crawler", "job_id"})  # the platform's, set on every spider
 
 
 def plan(job: CrawlJob) -> Start:
@@ -124,7 +122,6 @@ def plan(job: CrawlJob) -> Start:
               if field == "headers" or getattr(job, field) == _default(field)}  # fmt: skip
     for field, value in fields.items():
         setattr(job, field, value)
-    job.spider_state = {}  # a recrawl's start sets it again
     try:
         spider = spiders.create(job)
         before = _as_json(vars(spider))
