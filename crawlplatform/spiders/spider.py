@@ -59,6 +59,12 @@ class Spider:
         for url in self.start_urls:
             yield Request(url, dont_filter=True)
 
+    def _parse(self, response: Response, **kwargs: Any) -> Any:
+        """The callback of a request that names none, as Scrapy's: ``parse``, unless a
+        spider class of the kind that crawls by itself (``CrawlSpider``, the feed spiders)
+        says otherwise."""
+        return self.parse(response, **kwargs)
+
     def parse(self, response: Response, **kwargs: Any) -> Any:
         raise NotImplementedError(f"{type(self).__name__}.parse callback is not defined")
 

@@ -56,6 +56,7 @@ from tasks.frontier.yields import (
 from web.models import CrawlJob
 
 log = logging.getLogger(__name__)
+DEFAULT_CALLBACK = "_parse"  # a request naming none is called back as in Scrapy: parse, by default
 RETRY_ON_ERROR = "retry_on_error"  # meta key: a callback that raises is tried again (fetch too)
 
 
@@ -277,7 +278,7 @@ def _store(claimed: Claim, cache: JobCache, resp: fetching.Response, spider: Spi
         if refreshed is not None:  # as a redirect: no callback on this page
             yielded = Yielded([], [refreshed])
         else:
-            yielded = call(spider, request.callback_name or "parse", response,
+            yielded = call(spider, request.callback_name or DEFAULT_CALLBACK, response,
                            request.cb_kwargs, job)  # fmt: skip
         new = new_requests(claimed, cache, spider, yielded.requests)
     except (outcomes.SpiderError, outcomes.SpiderTimeout) as failure:

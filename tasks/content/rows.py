@@ -27,7 +27,9 @@ SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 
 def record(request: Request, spider: Spider) -> dict:
     """A request as its frontier row keeps it (JSON); ValueError says what cannot be kept."""
-    callback = _method_name(spider, request, request.callback, request.callback_name or "parse")
+    callback = _method_name(spider, request, request.callback, request.callback_name)
+    if callback == "parse" and type(spider)._parse is Spider._parse:
+        callback = None  # the default callback by another name: the row may be a plain one
     errback = _method_name(spider, request, request.errback, request.errback_name)
     if len(request.body) > setting("SPIDER_BODY_MAX_BYTES"):
         raise ValueError(f"{request}: body of {len(request.body)} bytes is above "
@@ -82,7 +84,7 @@ def stored(kept: dict, row_key: str) -> dict | None:
     deduplicated by."""
     plain = (kept["url"].partition("#")[0] in (row_key, row_key.removesuffix("/"))
              and kept["method"] == "GET" and not kept["body"] and not kept["headers"]
-             and kept["callback"] == "parse" and not kept["errback"] and not kept["cb_kwargs"]
+             and kept["callback"] is None and not kept["errback"] and not kept["cb_kwargs"]
              and not kept["meta"] and not kept["cookies"] and not kept["dont_filter"])  # fmt: skip
     return None if plain else kept
 
@@ -99,8 +101,8 @@ def plain_get(request: Request) -> bool:
 
 
 def request_of(url: str, kept: dict | None, priority: int = 0) -> Request:
-    """The Request a stored row stands for (a plain row: a GET of its URL for ``parse``), with
-    the row's ``priority``."""
+    """The Request a stored row stands for (a plain row: a GET of its URL for the default
+    callback), with the row's ``priority``."""
     if not kept:
         return Request(url, priority=priority)
     return Request(kept.get("url") or url, callback=kept.get("callback"),

@@ -46,8 +46,8 @@ def parse_url(job: CrawlJob, url: str, callback: str = "", cb_kwargs: dict | Non
         visitor=fetching.Visitor(headers=dict(job.headers or {})),
     )  # fmt: skip
     request = Request(url, callback=callback or None, cb_kwargs=cb_kwargs, meta=meta)
-    yielded = callbacks.call(spider, callback or "parse", callbacks.response_of(resp, request),
-                             request.cb_kwargs, job)  # fmt: skip
+    yielded = callbacks.call(spider, callback or callbacks.DEFAULT_CALLBACK,
+                             callbacks.response_of(resp, request), request.cb_kwargs, job)
     pipes = items.Pipelines(spider)
     try:
         kept = [pipes.process(item) for item in yielded.items]
