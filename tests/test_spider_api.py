@@ -607,8 +607,8 @@ def test_what_a_callback_yields_that_is_no_request_or_item_is_logged_and_the_res
     ("application/json", b"", "JsonResponse"),
     ("text/csv", b"", "TextResponse"),
     ("application/javascript", b"", "TextResponse"),
-    ("application/pdf", b"", "Response"),
-    ("application/ld+json", b"", "Response"),
+    ("application/pdf", b"%PDF-1.4\n\x01\x02", "Response"),
+    ("application/ld+json", b'{"a": 1}', "TextResponse"),  # no class by its type: text by its body
     ("", b"<!DOCTYPE html><p>x", "HtmlResponse"),
     ("", b'<?xml version="1.0"?><a/>', "XmlResponse"),
     ("", b"plain text", "TextResponse"),

@@ -394,37 +394,6 @@ class JsonResponse(TextResponse):
     _kind = "json"
 
 
-# The class Scrapy's ``responsetypes`` gives an answer, by its mime type (``text/*`` not
-# listed: TextResponse; anything else: Response).
-_CLASSES: dict[str, type[Response]] = {
-    "text/html": HtmlResponse, "application/xhtml+xml": HtmlResponse,
-    "application/vnd.wap.xhtml+xml": HtmlResponse, "text/xml": XmlResponse,
-    "application/xml": XmlResponse, "application/atom+xml": XmlResponse,
-    "application/rdf+xml": XmlResponse, "application/rss+xml": XmlResponse,
-    "application/json": JsonResponse, "application/x-json": JsonResponse,
-    "application/json-amazonui-streaming": JsonResponse,
-    "application/javascript": TextResponse, "application/x-javascript": TextResponse,
-}  # fmt: skip
-
-
-def class_for(content_type: str, body: bytes) -> type[Response]:
-    """The response class Scrapy gives an answer of this ``Content-Type`` (its mime type), or
-    without one, of this body (HTML or XML by their marks, text, else binary), so that a
-    ported callback's ``isinstance(response, HtmlResponse)`` holds where it held there."""
-    mime = content_type.split(";", 1)[0].strip().lower()
-    if not mime:
-        chunk = body[:5000].lower()
-        if _BINARY.search(chunk):
-            return Response
-        if b"<html>" in chunk or b"<!doctype html>" in chunk:
-            return HtmlResponse
-        return XmlResponse if b"<?xml" in chunk else TextResponse
-    return _CLASSES.get(mime) or (TextResponse if mime.startswith("text/") else Response)
-
-
-_BINARY = re.compile(rb"[\x01-\x08\x0b\x0c\x0e-\x1f]")  # Scrapy's binary_is_text: no text has
-
-
 class Failure:
     """What an errback receives, shaped as the Twisted ``Failure`` Scrapy passes: ``value``
     (the exception the request ended with; its ``reason`` is the URL's outcome code),

@@ -31,7 +31,7 @@ from urllib.parse import urldefrag, urlsplit
 from w3lib.html import get_meta_refresh
 
 from crawlplatform.spiders import CloseSpider, Failure, HtmlResponse, Request, Response, Spider
-from crawlplatform.spiders.response import class_for
+from crawlplatform.spiders.responsetypes import class_for
 from tasks.content import items as itempipes
 from tasks.content import pages, pipelines, rows, spiders
 from tasks.content.links import JobCache, in_scope
@@ -193,9 +193,10 @@ def call(spider: Spider, name: str, response: Any, kwargs: dict, job: CrawlJob) 
 
 def response_of(resp: fetching.Response, request: Request, depth: int = 0) -> Response:
     """What a callback sees of a fetched answer: the class Scrapy gives it (``HtmlResponse``,
-    ``JsonResponse``, ...), its URL without a fragment, as Scrapy's download handler gives it;
-    its ``meta`` has what Scrapy's middlewares put there:
-    ``depth``, ``download_latency`` and, after redirects, ``redirect_urls``."""
+    ``XmlResponse``, ...: ``crawlplatform/spiders/responsetypes.py``), its URL without a
+    fragment, as Scrapy's download handler gives it; its ``meta`` has what Scrapy's
+    middlewares put there: ``depth``, ``download_latency`` and, after redirects,
+    ``redirect_urls``."""
     request.meta["depth"] = depth
     request.meta["download_latency"] = resp.elapsed
     if resp.redirects:
@@ -203,9 +204,11 @@ def response_of(resp: fetching.Response, request: Request, depth: int = 0) -> Re
     for name, value in resp.http.get("request") or ():  # as it went out, as Scrapy's has them
         request.headers.setdefault(name, value)
     headers = resp.http.get("response") or list(resp.headers.items())
-    cls = class_for(resp.content_type_header, resp.body)
-    return cls(urldefrag(resp.final_url)[0], status=resp.status, headers=headers,
-               body=resp.body, request=request, protocol=resp.http.get("protocol"))  # fmt: skip
+    url = urldefrag(resp.final_url)[0]
+    disposition = next((v for k, v in headers if k.lower() == "content-disposition"), "")
+    cls = class_for(resp.content_type_header, resp.body, url, disposition)
+    return cls(url, status=resp.status, headers=headers, body=resp.body, request=request,
+               protocol=resp.http.get("protocol"))
 
 
 def new_requests(claimed: Claim, cache: JobCache, spider: Spider,
