@@ -2,6 +2,10 @@
 
     from crawlplatform.spiders import Spider, Request, FormRequest, JsonRequest, DropItem
 
+``SitemapSpider``, ``XMLFeedSpider`` and ``CSVFeedSpider`` are Scrapy's, with the utilities
+they read by (``Sitemap``, ``sitemap_urls_from_robots``, ``xmliter_lxml``, ``csviter``,
+``gunzip``, ``gzip_magic_number``).
+
 An errback's ``failure.check()`` takes Scrapy's and Twisted's exceptions, exported here by
 their names (``HttpError``, ``DNSLookupError``, ``TimeoutError``, ...). ``Selector`` and
 ``SelectorList`` are parsel's (Scrapy's ``Selector(text=...)``), for parsing
@@ -26,11 +30,13 @@ from crawlplatform.spiders.errors import (
     DownloadTimeoutError,
     HttpError,
     IgnoreRequest,
+    NotSupported,
     ResponseDataLossError,
     ResponseNeverReceived,
     TCPTimedOutError,
     TimeoutError,
 )
+from crawlplatform.spiders.feed import CSVFeedSpider, XMLFeedSpider
 from crawlplatform.spiders.headers import Headers
 from crawlplatform.spiders.http import FormRequest, JsonRequest, Request
 from crawlplatform.spiders.items import Field, Item
@@ -42,9 +48,19 @@ from crawlplatform.spiders.response import (
     TextResponse,
     XmlResponse,
 )
+from crawlplatform.spiders.sitemap import SitemapSpider
 from crawlplatform.spiders.spider import DropItem, Spider
+from crawlplatform.spiders.utils import (
+    Sitemap,
+    csviter,
+    gunzip,
+    gzip_magic_number,
+    sitemap_urls_from_robots,
+    xmliter_lxml,
+)
 
 __all__ = [
+    "CSVFeedSpider",
     "CannotResolveHostError",
     "CloseSpider",
     "ConnectError",
@@ -65,15 +81,24 @@ __all__ = [
     "Item",
     "JsonRequest",
     "JsonResponse",
+    "NotSupported",
     "Request",
     "Response",
     "ResponseDataLossError",
     "ResponseNeverReceived",
     "Selector",
     "SelectorList",
+    "Sitemap",
+    "SitemapSpider",
     "Spider",
     "TCPTimedOutError",
     "TextResponse",
     "TimeoutError",
+    "XMLFeedSpider",
     "XmlResponse",
+    "csviter",
+    "gunzip",
+    "gzip_magic_number",
+    "sitemap_urls_from_robots",
+    "xmliter_lxml",
 ]

@@ -27,6 +27,10 @@ class IgnoreRequest(Exception):
     """A request dropped before an answer: robots.txt, the job's scope, the address guard."""
 
 
+class NotSupported(Exception):
+    """A feature asked for that is not there (an ``XMLFeedSpider.iterator`` it does not know)."""
+
+
 class HttpError(IgnoreRequest):
     """An answer that is not 2xx; ``failure.value.response`` is it."""
 

@@ -4,7 +4,7 @@ Reads ``SPIDER_MODULES`` (``CRAWL_SPIDER_MODULES``: modules scanned, with their 
 for ``Spider`` subclasses that have a name, as Scrapy's ``SPIDER_MODULES``) and the
 ``crawlplatform.spiders`` entry-point group (``name = package.module:SpiderClass``), so that
 a team ships its spiders as a package in the worker image. Only operators install code: a job
-names a spider, never uploads one.
+names a spider, never uploads one. A spider's ``settings`` read the job's ``FETCH_MAX_BYTES``.
 
 A spider that cannot be imported is listed with its traceback; a job naming it, or a name no
 module provides, fails at start with that text (``SpiderUnavailable``).
@@ -129,12 +129,14 @@ def load(name: str) -> type[Spider]:
 def create(job: CrawlJob) -> Spider:
     """A new spider object for ``job``: its arguments set as attributes, as Scrapy does, then
     the attributes its ``start()`` set when the job started (``spider_state``), and its
-    ``settings`` and ``crawler`` (``crawlplatform/spiders/settings.py``)."""
+    ``settings`` and ``crawler`` (``crawlplatform/spiders/settings.py``; ``DOWNLOAD_MAXSIZE``
+    is the job's ``FETCH_MAX_BYTES``, the cap a ``SitemapSpider`` gunzips within)."""
     cls = load(job.spider)
     spider = cls(**dict(job.spider_args or {}))
     spider.__dict__.update(job.spider_state or {})  # what its start() set, in the job's start
     spider.job_id = job.pk
-    spider.settings = Settings({**(cls.custom_settings or {}), **(job.settings or {})})
+    spider.settings = Settings({**(cls.custom_settings or {}), **(job.settings or {}),
+                                "DOWNLOAD_MAXSIZE": setting("FETCH_MAX_BYTES", job)})
     spider.crawler = Crawler(spider.settings, spider)
     return spider
 
