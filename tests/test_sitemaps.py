@@ -39,3 +39,12 @@ def test_sitemap_detection():
     assert looks_like_sitemap("http://h/sitemap.xml", "text/html")
     assert looks_like_sitemap("http://h/s.xml.gz", "application/octet-stream")
     assert not looks_like_sitemap("http://h/page", "text/html")
+
+
+def test_the_locs_are_those_a_sitemap_spider_follows():
+    body = b"""<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9"
+      xmlns:image="http://www.google.com/schemas/sitemap-image/1.1">
+      <url><loc>http://h/p</loc><image:image><image:loc>http://h/p.png</image:loc></image:image>
+      </url><url><loc></loc></url><url><lastmod>2026-01-01</lastmod></url>
+      <url><loc>http://h/q</loc></url></urlset>"""
+    assert parse_sitemap(body, 1 << 20) == ["http://h/p", "http://h/q"]

@@ -2,8 +2,11 @@
 
 Reads ``FETCH_MAX_BYTES``. A sitemap is an ordinary frontier URL of a job with
 ``use_sitemaps``: it is fetched like any page (politeness, robots, retries), and the URLs it
-lists become its links. libxml2 runs with entity resolution, network access and huge-tree
-support off, so a billion-laughs or external-entity sitemap yields nothing harmful.
+lists become its links: the ``<loc>`` of each ``<url>`` or ``<sitemap>``, as a
+``SitemapSpider`` reads them (``crawlplatform.spiders.Sitemap``, Scrapy's reading: an
+image's ``<image:loc>`` is no page). libxml2 runs with entity resolution, network access and
+huge-tree support off, so a billion-laughs or external-entity sitemap yields nothing harmful.
+A gzip sitemap is gunzipped up to the cap and read as far as that goes.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ import io
 import zlib
 
 import lxml.etree
+
+from crawlplatform.spiders import Sitemap
 
 XML_TYPES = frozenset(
     {"application/xml", "text/xml", "application/gzip", "application/x-gzip",
@@ -43,17 +48,10 @@ def parse_sitemap(body: bytes, max_bytes: int) -> list[str]:
             body = _gunzip(body, max_bytes)
         except (zlib.error, EOFError, gzip.BadGzipFile):
             return []
-    parser = lxml.etree.XMLParser(
-        resolve_entities=False, no_network=True, huge_tree=False, recover=True
-    )
     try:
-        root = lxml.etree.fromstring(body, parser)
-    except lxml.etree.XMLSyntaxError:
+        listed = Sitemap(body)
+        if listed.type not in ("urlset", "sitemapindex"):
+            return []
+        return [entry["loc"] for entry in listed if entry["loc"]]
+    except (lxml.etree.XMLSyntaxError, StopIteration):  # no XML at all
         return []
-    if root is None or lxml.etree.QName(root).localname not in ("urlset", "sitemapindex"):
-        return []
-    locs = []
-    for el in root.iter("{*}loc"):
-        if el.text and el.text.strip():
-            locs.append(el.text.strip())
-    return locs
