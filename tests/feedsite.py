@@ -7,8 +7,8 @@ Sitemaps: ``/robots.txt`` names ``/sitemap_index.xml`` (a relative ``Sitemap:`` 
 one with ``xhtml:link`` alternates (``text/xml``), a plain one sent gzip-encoded on the way
 (``Content-Encoding``) at a ``.xml.gz`` URL, one sent as ``application/octet-stream`` at a
 URL without extension, an archive that ``sitemap_follow`` leaves out, and broken ones: one cut
-off mid-way, one that is no XML, one that is empty, an HTML page, and a gzip that unpacks to
-``BIG_BYTES`` (past a cap of ``CAP_BYTES``). ``/sitemaps/news.xml`` has ``lastmod`` dates.
+off mid-way, one that is no XML, one that is empty, an HTML page, and a gzip that unpacks past
+``CAP_BYTES``. ``/sitemaps/news.xml`` has ``lastmod`` dates.
 Every URL they list is an HTML page with its path as its title (``/product/N``, ``/blog/...``,
 ``/fr/blog/...``, ...).
 
