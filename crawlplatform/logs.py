@@ -1,29 +1,60 @@
 """Log lines that say what they are about, and the logging configuration of every process.
 
-A line carries the crawl job and URL it concerns (``job_id``, ``url_id``: bound by the engine
-while it works on a URL, and by the scheduler while it releases a job's URLs) and the process's
-``worker``, ``channel`` and ``version`` (bound by a worker when it starts consuming): a log
-system follows one URL across the scheduler, the workers and their retries by ``url_id``.
+A line carries what the code writing it works on (``FIELDS``: the ``crawl_job``, the
+``url_id`` and ``url``, the Celery ``task_id``, the ``spider``), bound in context variables
+by whoever starts that work (``about``, ``enter``/``leave``, ``about_job``): a Celery task
+from start to end (``crawlplatform/celerylog.py``), the engine for each URL, the scheduler
+for each job, a job's start, the web process for an API call about a job. Call sites do not
+pass them (a message may still say ``job=3``); a thread the work hands a call to gets them
+only if it is run in a copy of the context (``contextvars.copy_context().run``). A worker
+adds its ``worker``, ``channel`` and ``version`` to every line once it consumes
+(``bind_process``).
 
-``LOG_FORMAT`` chooses the format: ``text`` (the default, for people: the crawl command, a
-terminal) or ``json`` (one JSON object a line, python-json-logger, with those fields wherever
-a line has them: for log systems). ``LOG_LEVEL`` is the root level.
+``LOG_FORMAT`` chooses the format: ``text`` (the default, for people: a terminal, the crawl
+command), with the job and URL shown as ``job=3 url_id=17`` where the message does not say
+them already; or ``json``: one JSON object a line (``JsonFormatter``, the field set of
+``docs/operations.md``) from every process, whatever it writes: ``configure`` (Django's
+``LOGGING_CONFIG``) also sends Python warnings, uncaught exceptions (of any thread) and
+standard error through it, and services send standard output too
+(``crawlplatform/logrelay.py``). ``LOG_LEVEL`` is the root level.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Iterator
+import logging.config
+import os
+import sys
+import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
+from types import TracebackType
+from typing import Any, TypeVar
+
+from pythonjsonlogger.json import JsonFormatter as _JsonFormatter
+
+from crawlplatform import logrelay
 
 FORMATS = ("text", "json")
-FIELDS = ("job_id", "url_id", "worker", "channel", "version")
+FIELDS = ("crawl_job", "url_id", "url", "task_id", "spider")
+PROCESS_FIELDS = ("worker", "channel", "version")
 
 # What the running code works on (per thread: Celery's threads each have their own).
 _about: ContextVar[dict[str, object] | None] = ContextVar("crawl_log_about", default=None)
 # What this process is: set once by a worker when it starts consuming.
 _process: dict[str, object] = {}
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _forget_work() -> None:
+    _about.set(None)
+
+
+# A forked child (a worker the crawl command forks, a pool's process) does work of its own.
+os.register_at_fork(after_in_child=_forget_work)
 
 
 def bind_process(**fields: object) -> None:
@@ -31,14 +62,44 @@ def bind_process(**fields: object) -> None:
     _process.update(fields)
 
 
+def enter(*, crawl_job: int | None = None, url_id: int | None = None, url: str | None = None,
+          task_id: str | None = None, spider: str | None = None) -> Token:
+    """Lines logged from now on in this context carry these fields (those given, not empty)
+    as well as those bound before; ``leave`` with the token ends it."""
+    given = {"crawl_job": crawl_job, "url_id": url_id, "url": url, "task_id": task_id,
+             "spider": spider}  # fmt: skip
+    fields = {key: value for key, value in given.items() if value is not None and value != ""}
+    return _about.set({**(_about.get() or {}), **fields})
+
+
+def leave(token: Token) -> None:
+    _about.reset(token)
+
+
 @contextmanager
-def about(**fields: object) -> Iterator[None]:
-    """Lines logged inside the block carry ``fields`` (``job_id``, ``url_id``)."""
-    token = _about.set({**(_about.get() or {}), **fields})
+def about(**fields: Any) -> Iterator[None]:
+    """Lines logged inside the block carry ``fields`` (``enter``'s)."""
+    token = enter(**fields)
     try:
         yield
     finally:
-        _about.reset(token)
+        leave(token)
+
+
+def about_job(operation: F) -> F:
+    """``operation(job, ...)``'s lines carry the job (and its spider)."""
+
+    @functools.wraps(operation)
+    def run(job: Any, *args: Any, **kwargs: Any) -> Any:
+        with about(crawl_job=job.pk, spider=getattr(job, "spider", None)):
+            return operation(job, *args, **kwargs)
+
+    return run  # type: ignore[return-value]
+
+
+def bound() -> dict[str, object]:
+    """The fields a line logged here and now would carry."""
+    return _process | (_about.get() or {})
 
 
 class ContextFilter(logging.Filter):
@@ -46,33 +107,73 @@ class ContextFilter(logging.Filter):
     ``extra`` wins)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        for key, value in (_process | (_about.get() or {})).items():
+        for key, value in bound().items():
             if not hasattr(record, key):
                 setattr(record, key, value)
         return True
 
 
+class TextFormatter(logging.Formatter):
+    """A line for people, ``job=3 url_id=17`` before the message where it does not say them."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 (logging's name)
+        tags = []
+        job, url_id = getattr(record, "crawl_job", None), getattr(record, "url_id", None)
+        url = getattr(record, "url", None)
+        if job is not None and f"job={job}" not in record.message:
+            tags.append(f"job={job}")
+        if url_id is not None and (url is None or url not in record.message):
+            tags.append(f"url_id={url_id}")
+        record.about = " ".join(tags) + " " if tags else ""
+        return super().formatMessage(record)
+
+
+# Fields of gunicorn's access line (its atoms) that a JSON line names.
+ACCESS_FIELDS = {"h": "remote", "m": "method", "U": "path", "q": "query", "s": "status",
+                 "B": "bytes", "M": "duration_ms", "a": "user_agent"}  # fmt: skip
+
+
+class JsonFormatter(_JsonFormatter):
+    """One JSON object a line: ``timestamp`` (ISO 8601, UTC), ``level``, ``logger``,
+    ``message``, ``process``, ``pid``, ``thread``, then what the line is about and what the
+    call added (``extra``), ``exc_info`` with the traceback; a gunicorn access line also has
+    its request's fields (``ACCESS_FIELDS``)."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            ["levelname", "name", "message", "processName", "process", "threadName"],
+            rename_fields={"levelname": "level", "name": "logger", "processName": "process",
+                           "process": "pid", "threadName": "thread"},  # fmt: skip
+        )
+
+    def add_fields(self, log_data: dict[str, Any], record: logging.LogRecord,
+                   message_dict: dict[str, Any]) -> None:  # fmt: skip
+        log_data["timestamp"] = logrelay.timestamp(record.created)
+        super().add_fields(log_data, record, message_dict)
+        if record.name == "gunicorn.access" and isinstance(record.args, dict):
+            for atom, field in ACCESS_FIELDS.items():
+                value = dict.get(record.args, atom)
+                if value not in (None, "", "-"):
+                    log_data[field] = int(value) if field == "status" else value
+
+
+TEXT = "%(asctime)s %(levelname)s %(processName)s %(name)s %(about)s%(message)s"
+
+
 def config(log_format: str, level: str) -> dict:
-    """``LOGGING`` for Django's settings: one console handler in ``log_format``."""
+    """``LOGGING`` for Django's settings: one console handler (standard error) in
+    ``log_format``; in JSON gunicorn's loggers write through it too (in text they keep their
+    own lines)."""
     if log_format not in FORMATS:
         raise ValueError(f"LOG_FORMAT={log_format!r}: one of {', '.join(FORMATS)}")
+    through_root = {"handlers": [], "propagate": True}
+    gunicorn = {"gunicorn.error": through_root, "gunicorn.access": through_root}
     return {
         "version": 1,
         "disable_existing_loggers": False,
         "filters": {"about": {"()": ContextFilter}},
-        "formatters": {
-            "text": {"format": "%(asctime)s %(levelname)s %(processName)s %(name)s %(message)s"},
-            "json": {
-                "()": "pythonjsonlogger.json.JsonFormatter",
-                "fmt": "%(asctime)s %(levelname)s %(processName)s %(name)s %(message)s",
-                "rename_fields": {
-                    "asctime": "time",
-                    "levelname": "level",
-                    "name": "logger",
-                    "processName": "process",
-                },
-            },  # fmt: skip
-        },
+        "formatters": {"text": {"()": TextFormatter, "fmt": TEXT},
+                       "json": {"()": JsonFormatter}},  # fmt: skip
         "handlers": {
             "console": {
                 "class": "logging.StreamHandler",
@@ -81,4 +182,53 @@ def config(log_format: str, level: str) -> dict:
             }
         },
         "root": {"handlers": ["console"], "level": level},
+        "loggers": gunicorn if log_format == "json" else {},
     }
+
+
+def is_json(logging_config: dict) -> bool:
+    return logging_config["handlers"]["console"]["formatter"] == "json"
+
+
+def configure(logging_config: dict) -> None:
+    """Apply ``logging_config`` (``config``'s; Django's ``LOGGING_CONFIG`` calls this). In
+    JSON, Python warnings and uncaught exceptions are log lines too, and standard error goes
+    through a relay (``logrelay``) that makes every line of it a JSON object."""
+    logging.config.dictConfig(logging_config)
+    if not is_json(logging_config):
+        return
+    logging.captureWarnings(True)
+    sys.excepthook = _uncaught
+    threading.excepthook = _uncaught_in_thread
+    logrelay.capture(2)
+
+
+uncaught = logging.getLogger("uncaught")
+
+
+def _uncaught(kind: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
+    if issubclass(kind, KeyboardInterrupt):
+        sys.__excepthook__(kind, exc, tb)
+        return
+    uncaught.critical("uncaught %s: %s", kind.__name__, exc, exc_info=(kind, exc, tb))
+
+
+def _uncaught_in_thread(args: threading.ExceptHookArgs) -> None:
+    if args.exc_type is SystemExit:
+        return
+    name = args.thread.name if args.thread is not None else f"id {threading.get_ident()}"
+    uncaught.error("uncaught %s in thread %s: %s", args.exc_type.__name__, name, args.exc_value,
+                   exc_info=(args.exc_type, args.exc_value, args.exc_traceback))  # fmt: skip
+
+
+def json_configured() -> bool:
+    """Whether this process logs JSON lines (``configure`` applied ``LOG_FORMAT=json``)."""
+    return any(isinstance(h.formatter, JsonFormatter) for h in logging.getLogger().handlers)
+
+
+def service(process: str = "") -> None:
+    """A service's standard output is a log too (Celery's banners, gunicorn's, the
+    scheduler's): in JSON it goes through the relay with standard error. A command's standard
+    output is its result (``export -o -``): left alone."""
+    if json_configured():
+        logrelay.capture(1, 2, process=process or os.path.basename(sys.argv[0]))

@@ -34,9 +34,10 @@ Other variables (default in brackets):
 - ``SECURE_HSTS_SECONDS`` [``0``]: ``Strict-Transport-Security`` max-age, subdomains included
 - ``LOG_LEVEL`` [``INFO``]: root log level (also of the workers ``manage.py crawl`` starts;
   deployed workers take ``--loglevel`` from their command line)
-- ``LOG_FORMAT`` [``text``]: ``json`` writes one JSON object a line, with ``job_id``,
-  ``url_id``, ``worker``, ``channel`` and ``version`` wherever a line has them (``json`` on
-  Kubernetes, ``k8s/platform/config.yaml``)
+- ``LOG_FORMAT`` [``text``]: ``json`` makes every line a process writes one JSON object, with
+  ``crawl_job``, ``url_id``, ``url``, ``task_id``, ``spider``, ``worker``, ``channel`` and
+  ``version`` wherever a line has them (``json`` on Kubernetes, ``k8s/platform/config.yaml``;
+  the fields: ``docs/operations.md``)
 - ``CELERY_WORKER_SEND_TASK_EVENTS`` [``false``]: task events for Flower's task list (on in
   compose and k8s)
 - ``HEALTH_TOKEN`` [unset]: bearer token for ``/healthz/details`` (staff users need none)
@@ -305,6 +306,9 @@ CELERY_WORKER_SOFT_SHUTDOWN_TIMEOUT = crawl.setting("TASK_TIME_LIMIT_S") + 10
 # are on where Flower runs (compose, k8s) and off for the embedded crawl command.
 CELERY_WORKER_SEND_TASK_EVENTS = env.bool("CELERY_WORKER_SEND_TASK_EVENTS", default=False)
 
-# Text (the default) or one JSON object a line with the job, URL, worker, channel and version
-# of each line (crawlplatform/logs.py).
-LOGGING = logs.config(env.str("LOG_FORMAT", default="text"), env.str("LOG_LEVEL", default="INFO"))
+# Text (the default) or one JSON object a line with the job, URL, task, worker, channel and
+# version of each line; in JSON, warnings, uncaught exceptions and what a process writes
+# outside logging are JSON lines too (crawlplatform/logs.py).
+LOG_FORMAT = env.str("LOG_FORMAT", default="text")
+LOGGING = logs.config(LOG_FORMAT, env.str("LOG_LEVEL", default="INFO"))
+LOGGING_CONFIG = "crawlplatform.logs.configure"

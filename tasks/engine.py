@@ -68,7 +68,7 @@ def process_many(url_ids: list[int], job_id: int, rendering: bool = False) -> li
     ``JOB_STATE_CHECK_S``): the URLs it has not started go back to the frontier, due now, their
     attempts given back (skipped, if the job has ended).
     """
-    with logs.about(job_id=job_id):
+    with logs.about(crawl_job=job_id):
         return _process_claims(claim_many(url_ids, job_id), job_id, rendering)
 
 
@@ -122,7 +122,7 @@ def _process_one(claimed: Claim, rendering: bool) -> str | None:
     leases.hold(claimed.url.pk, claimed.attempt)  # its time limit runs from its own start
     try:
         lend_connection_back()  # a fetch takes long: the pool serves other threads meanwhile
-        with logs.about(url_id=claimed.url.pk):
+        with logs.about(url_id=claimed.url.pk, url=claimed.url.url, spider=claimed.job.spider):
             state = _process_safely(claimed, rendering)
     finally:
         leases.let_go(claimed.url.pk)

@@ -134,7 +134,7 @@ class Scheduler:
         running = self._running()
         released, hints = 0, []
         for job in running:
-            with logs.about(job_id=job.pk):
+            with logs.about(crawl_job=job.pk):
                 n, hint = self._pass_job(job)
             released += n
             if hint is not None:
