@@ -4,6 +4,7 @@ import os
 
 from celery import Celery, signals
 
+from crawlplatform import celerylog
 from tasks.defaults import setting
 from tasks.worker import loop
 
@@ -16,6 +17,7 @@ os.environ.setdefault("CELERY_SKIP_CHECKS", "true")
 
 app = Celery("crawlplatform")
 app.config_from_object("django.conf:settings", namespace="CELERY")
+celerylog.install(app)  # before anything is printed: a Celery program's lines are the platform's
 app.autodiscover_tasks()
 
 

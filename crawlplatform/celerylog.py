@@ -1,0 +1,125 @@
+"""Celery's processes log as the platform's (``crawlplatform/logs.py``), and a task's lines
+name the task and what it works on.
+
+- A Celery program (``celery worker``, ``beat``, ``flower``) applies the platform's logging
+  configuration as soon as it loads the app, before it prints anything, and, in JSON, sends
+  its standard output and error through the relay (its banner, its shutdown messages);
+  Celery itself configures nothing (``setup_logging``: no handler of its own, no
+  redirection of the standard streams), and ``--loglevel`` sets the root level.
+- From a task's start to its end (``task_prerun`` to ``task_postrun``) its lines carry its
+  ``task_id``, and ``crawl_job`` and ``url_id`` where its arguments name ``job_id`` and
+  ``url_id``; Celery's line for a task received (written before it starts) carries them too.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import inspect
+import logging
+import sys
+import threading
+from typing import Any
+
+from celery import Celery, signals
+from celery.utils.log import mlevel
+
+from crawlplatform import logs
+
+PROGRAMS = ("worker", "beat", "flower")
+# A task's parameter -> the field its value names on the task's lines.
+ARGUMENTS = {"job_id": "crawl_job", "url_id": "url_id"}
+
+# (task id, thread) -> the task's context token, from its prerun to its postrun
+_tokens: dict[tuple[str, int], Any] = {}
+
+
+def program() -> str:
+    """The ``celery`` subcommand this process runs (``worker``, ...), or ``""``."""
+    if "celery.bin.celery" not in sys.modules:
+        return ""
+    import click
+
+    context = click.get_current_context(silent=True)
+    return (context and context.find_root().invoked_subcommand) or ""
+
+
+@functools.cache
+def _parameters(task: Any) -> inspect.Signature | None:
+    try:
+        return inspect.signature(task.run)
+    except (TypeError, ValueError):
+        return None
+
+
+def task_fields(task: Any, args: Any, kwargs: Any) -> dict[str, Any]:
+    """What a task's call is about: ``crawl_job``, ``url_id`` from its arguments."""
+    signature = _parameters(task)
+    if signature is None or not ARGUMENTS.keys() & signature.parameters.keys():
+        return {}
+    try:
+        given = signature.bind_partial(*(args or ()), **(kwargs or {})).arguments
+    except TypeError:
+        return {}
+    return {field: given[name] for name, field in ARGUMENTS.items()
+            if isinstance(given.get(name), int)}  # fmt: skip
+
+
+def _task_started(task_id: str = "", task: Any = None, args: Any = (), kwargs: Any = None,
+                  **_: Any) -> None:  # fmt: skip
+    token = logs.enter(task_id=task_id, **task_fields(task, args, kwargs))
+    _tokens[task_id, threading.get_ident()] = token
+
+
+def _task_ended(task_id: str = "", **_: Any) -> None:
+    token = _tokens.pop((task_id, threading.get_ident()), None)
+    if token is not None:
+        logs.leave(token)
+
+
+class Received(logging.Filter):
+    """Celery's "Task ... received" line, written on the consumer before the task starts,
+    with the task's fields read from its (represented) arguments."""
+
+    def __init__(self, app: Celery) -> None:
+        super().__init__()
+        self.app = app
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        data = getattr(record, "data", None)
+        if not isinstance(data, dict) or "id" not in data:
+            return True
+        record.task_id = data["id"]
+        task = self.app.tasks.get(data.get("name"))
+        if task is not None and _parameters(task) is not None:
+            try:
+                args, kwargs = ast.literal_eval(data["args"]), ast.literal_eval(data["kwargs"])
+            except (ValueError, SyntaxError, TypeError, KeyError, MemoryError, RecursionError):
+                return True  # cut short (a long list of URLs): the task id says enough
+            for field, value in task_fields(task, args, kwargs).items():
+                setattr(record, field, value)
+        return True
+
+
+def _configured(loglevel: Any = None, **_: Any) -> None:
+    """Celery's ``setup_logging``: the platform's configuration stands; only the level of
+    ``--loglevel`` is taken."""
+    if loglevel:
+        logging.getLogger().setLevel(mlevel(loglevel))
+
+
+def install(app: Celery) -> None:
+    """Connect the signals and the filter; configure a Celery program's logging now."""
+    signals.setup_logging.connect(_configured, weak=False)
+    signals.task_prerun.connect(_task_started, weak=False)
+    signals.task_postrun.connect(_task_ended, weak=False)
+    received = logging.getLogger("celery.worker.strategy")
+    if not any(isinstance(f, Received) for f in received.filters):
+        received.addFilter(Received(app))
+    running = program()
+    if running in PROGRAMS:
+        from django.conf import settings
+        from django.utils.log import configure_logging
+
+        configure_logging(settings.LOGGING_CONFIG, settings.LOGGING)
+        logs.service(process=f"celery {running}")
