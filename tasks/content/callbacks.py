@@ -16,6 +16,7 @@ own, ``_Runner``, a new one after a timeout). Neither is retried unless the requ
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import logging
 import os
@@ -122,14 +123,14 @@ class _Runner:
 
     def _serve(self) -> None:
         while True:
-            run, done = self._calls.get()
-            run()
+            within, run, done = self._calls.get()
+            within(run)
             done.set()
 
     def run(self, call: Any, timeout: float) -> bool:
         """Run ``call`` on this runner's thread; whether it ended within ``timeout``."""
         done = threading.Event()
-        self._calls.put((call, done))
+        self._calls.put((contextvars.copy_context().run, call, done))  # the page's log fields
         return done.wait(timeout)
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from django.db import connections
 
+from crawlplatform import logs
 from crawlplatform.spiders import Spider
 from tasks.content import items as itempipes
 from tasks.defaults import setting
@@ -92,9 +93,10 @@ def close_ended(every: float | None = None) -> None:
             held.ended = True
             held.reason = closed_by.get(ended) or _CLOSED_AS.get(states.get(ended), "finished")
             unused = not held.users
-        log.info("job=%s run=%s: its item pipelines are closed", *ended)
-        if unused:
-            held.pipes.close(held.reason)
+        with logs.about(crawl_job=ended[0]):  # its lines, close_spider's too, name the job
+            log.info("job=%s run=%s: its item pipelines are closed", *ended)
+            if unused:
+                held.pipes.close(held.reason)
 
 
 

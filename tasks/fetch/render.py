@@ -28,6 +28,7 @@ review instead.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import os
 import threading
@@ -141,7 +142,9 @@ def fetch(
         global _executor
         if _executor is None:
             _executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="render-browser")
-    return _executor.submit(_render, url, user_agent, limits, allow, in_scope, visitor).result()
+    in_context = contextvars.copy_context().run  # its lines carry the page's log fields
+    return _executor.submit(in_context, _render, url, user_agent, limits, allow, in_scope,
+                            visitor).result()  # fmt: skip
 
 
 def _render(url, user_agent, limits, allow, in_scope, visitor) -> fetching.Response:

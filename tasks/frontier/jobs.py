@@ -19,6 +19,7 @@ from django.db.models import Count, F, Max
 from django.utils import timezone
 from redis.exceptions import RedisError
 
+from crawlplatform import logs
 from tasks import live
 from tasks.content import bodies
 from tasks.defaults import setting
@@ -117,6 +118,7 @@ def update(job: CrawlJob, **fields: Any) -> list[str]:
     return [name for name in changed if name != "webhook_secret"]
 
 
+@logs.about_job
 def start(job: CrawlJob) -> bool:
     """Draft -> running, with the seeds in the frontier at depth 0 (and a spider's start
     requests: a spider that cannot start fails the job with the reason)."""
@@ -208,6 +210,7 @@ def requeue_in_flight(job_id: int) -> int:
 RECRAWLABLE = (JobState.FINISHED, JobState.CANCELLED, JobState.FAILED)
 
 
+@logs.about_job
 def recrawl(job: CrawlJob) -> bool:
     """Run an ended job again: its next run fetches every URL it knows (conditionally, with
     the validators its pages were stored with) and follows what is new. False if the job has
