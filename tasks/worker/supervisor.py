@@ -27,13 +27,12 @@ import subprocess
 import sys
 import threading
 import time
-import traceback
 from pathlib import Path
 
 from django.conf import settings
 from django.db import connections
 
-from crawlplatform import orphans
+from crawlplatform import logs, orphans
 from crawlplatform.orphans import guarded
 from tasks.defaults import setting
 
@@ -171,6 +170,7 @@ def _run_forked(options: dict, log_path: Path | None, parent: int) -> None:
             out = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
             os.dup2(out, 1)
             os.dup2(out, 2)
+        logs.service(process=options["hostname"].split("@")[0])  # JSON: its own relay
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, signal.SIG_DFL)  # the supervisor's handlers are not the worker's
         _name_process(options["hostname"].split("@")[0])
@@ -193,7 +193,7 @@ def _run_forked(options: dict, log_path: Path | None, parent: int) -> None:
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except BaseException:  # noqa: BLE001 (reported in the worker's log, then the exit code)
-        traceback.print_exc()
+        sys.excepthook(*sys.exc_info())  # a traceback, or in JSON a line (crawlplatform/logs.py)
     finally:
         sys.stdout.flush()
         sys.stderr.flush()

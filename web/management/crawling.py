@@ -2,6 +2,12 @@
 fields from its options, the database brought to the migrations on disk (a new embedded one
 made at once), database calls that wait out an outage, the live progress line and the
 summary. Reads ``CRAWL_ALLOWED_NETWORKS`` from the environment (added to ``--allow-network``).
+
+What the command tells the person who runs it (the job started, its workers, the progress,
+the summary) is written as it is in text logs (``LOG_FORMAT=text``, the default), and is a
+log line with its figures as fields in JSON (``Say``, ``web/management/base.py``): then every
+line the command writes on standard error is a JSON object, and standard output holds
+nothing but the results of ``--output -``.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from typing import TypeVar
 from django.apps import apps
 from django.conf import settings
 from django.core.management import call_command
-from django.core.management.base import CommandError, OutputWrapper
+from django.core.management.base import CommandError
 from django.core.management.sql import emit_post_migrate_signal, emit_pre_migrate_signal
 from django.db import DatabaseError, connection, transaction
 from django.db.migrations.loader import MigrationLoader
@@ -31,6 +37,7 @@ from tasks.outage import Outage
 from tasks.rules import selectors
 from tasks.worker.supervisor import WorkerPool
 from web import export
+from web.management.base import Say
 from web.models import TERMINAL_STATES, CrawlJob, JobState
 
 log = logging.getLogger(__name__)
@@ -238,10 +245,10 @@ def show_progress(
     pools: list[WorkerPool],
     interrupted: threading.Event,
     started: float,
-    stderr: OutputWrapper,
+    say: Say,
 ) -> None:
     """Show the progress line until the job ends, is paused elsewhere or is interrupted."""
-    tty = sys.stderr.isatty()
+    tty = say.live
     last_line = 0.0
     last_done, last_t = None, started
     rate = 0.0
@@ -262,10 +269,10 @@ def show_progress(
             connection.close()  # the next try gets a fresh connection
             if outage_since is None:
                 outage_since = time.monotonic()
-                stderr.write(f"\ndatabase unavailable ({exc}); waiting for it")
+                say(f"\ndatabase unavailable ({exc}); waiting for it")
             continue
         if outage_since is not None:
-            stderr.write(f"database back after {time.monotonic() - outage_since:.0f} s")
+            say(f"database back after {time.monotonic() - outage_since:.0f} s")
             outage_since = None
         now = time.monotonic()
         next_count = now + 20 * (now - before)
@@ -275,6 +282,8 @@ def show_progress(
             f"done {done} | queued {pending} | failed {counts['failed']} | "
             f"skipped {counts['skipped']}"
         )
+        figures = {"done": done, "queued": pending, "failed": counts["failed"],
+                   "skipped": counts["skipped"]}  # fmt: skip
         if last_done is not None and now > last_t:  # a rate needs two counts
             rate = (
                 0.7 * rate + 0.3 * (done - last_done) / (now - last_t)
@@ -282,18 +291,19 @@ def show_progress(
                 else (done - last_done) / (now - last_t)
             )
             line += f" | {rate:.1f} pages/s"
+            figures["pages_per_s"] = round(rate, 2)
         last_done, last_t = done, now
         if tty:
-            stderr.write("\r" + line.ljust(78), ending="")
+            say("\r" + line.ljust(78), ending="")
         elif now - last_line >= 5:
-            stderr.write(line)
+            say(line, **figures)
             last_line = now
         if job.state in TERMINAL_STATES:
             if tty:
-                stderr.write("")
+                say("")
             return
         if job.state == JobState.PAUSED:
-            stderr.write(f"\njob {job.pk} was paused elsewhere; stopping")
+            say(f"\njob {job.pk} was paused elsewhere; stopping")
             interrupted.set()
             return
 
@@ -314,32 +324,30 @@ def tick(job: CrawlJob, interrupted: threading.Event) -> bool:
     return False
 
 
-def summary(job: CrawlJob, counts: dict, elapsed: float, stdout: OutputWrapper) -> None:
-    """The job's outcome (and a recrawl's changes) on ``stdout``."""
+def summary(job: CrawlJob, counts: dict, elapsed: float, say: Say) -> None:
+    """The job's outcome (and a recrawl's changes)."""
     done = counts["done"]
-    stdout.write(
-        f"job {job.pk} {job.state}: {done} pages, {counts['failed']} failed, "
-        f"{counts['skipped']} skipped in {elapsed:.1f} s "
-        f"({done / max(elapsed, 1e-9):.1f} pages/s)"
-    )
+    say(f"job {job.pk} {job.state}: {done} pages, {counts['failed']} failed, "
+        f"{counts['skipped']} skipped in {elapsed:.1f} s ({done / max(elapsed, 1e-9):.1f} "
+        "pages/s)", state=job.state, done=done, failed=counts["failed"],
+        skipped=counts["skipped"], elapsed_s=round(elapsed, 3))  # fmt: skip
     if job.run > 1:
         change = jobs.changes(job)
-        stdout.write(
-            f"run {job.run}: {change['new']} new, {change['changed']} changed, "
-            f"{change['unchanged']} unchanged, {change['gone']} gone"
-        )
+        say(f"run {job.run}: {change['new']} new, {change['changed']} changed, "
+            f"{change['unchanged']} unchanged, {change['gone']} gone", run=job.run,
+            **change)  # fmt: skip
     if job.spider and job.stats:
         drops = ", ".join(f"{n} {why}" for why, n in sorted(job.stats.get("drops", {}).items()))
         kept = f"{job.stats.get('items', 0)} items"
-        stdout.write(kept + (f"; dropped: {drops}" if drops else ""))
+        say(kept + (f"; dropped: {drops}" if drops else ""), items=job.stats.get("items", 0))
     if job.stats.get("close_reason"):
-        stdout.write(f"the spider closed the crawl: {job.stats['close_reason']}")
+        say(f"the spider closed the crawl: {job.stats['close_reason']}")
 
 
-def write_output(job: CrawlJob, fmt: str, target: str, said: OutputWrapper) -> None:
+def write_output(job: CrawlJob, fmt: str, target: str, say: Say) -> None:
     """The job's results (a spider job's items, as Scrapy's ``-O``) to ``target`` (``-``:
-    standard output); what was written on ``said``."""
+    standard output); what was written, said."""
     spider = bool(job.spider)
     written = export.save(job, fmt, target, items=spider)
     where = "standard output" if target == "-" else target
-    said.write(f"wrote {written.rows} {'items' if spider else 'rows'} to {where}")
+    say(f"wrote {written.rows} {'items' if spider else 'rows'} to {where}", rows=written.rows)

@@ -7,6 +7,8 @@ the job (in-flight pages finish, a checkpoint is written, ``--output`` holds wha
 ``--resume JOB`` (its name or id) continues it. ``--recrawl JOB`` runs an ended job again
 with conditional requests and reports what is new, changed, unchanged and gone.
 ``--workers 0`` leaves the fetching to external workers (``celery -A crawlplatform worker``).
+With ``LOG_FORMAT=json`` what it says (the job, its workers, the progress, the summary) is
+log lines on standard error, like the rest of its lines (``web/management/crawling.py``).
 
 It rides out a database or Redis outage (a failover, a restart): the progress loop, the
 scheduler and the final summary wait with a bounded backoff, say so once, and carry on. The
@@ -26,6 +28,7 @@ import time
 from django.conf import settings
 from django.core.management.base import CommandError, CommandParser
 
+from crawlplatform import logs
 from crawlplatform.embedded import EmbeddedRedis
 from tasks.defaults import setting
 from tasks.frontier import jobs
@@ -34,7 +37,7 @@ from tasks.worker import supervisor
 from tasks.worker.supervisor import WorkerPool, WorkerStartupError
 from web import export
 from web.management import crawling
-from web.management.base import PlatformCommand
+from web.management.base import PlatformCommand, Say
 from web.models import TERMINAL_STATES, CrawlJob, JobState
 
 log = logging.getLogger(__name__)
@@ -231,6 +234,7 @@ class Command(PlatformCommand):
         if opts["concurrency"] < 1:
             raise CommandError("--concurrency must be at least 1")
         step("command loaded")
+        self.say = Say(self.stderr, log)
         # The private redis-server starts in the background: until the job is created, which
         # needs it, this process prepares its workers and its database.
         embedded = EmbeddedRedis(settings.DATA_DIR) if settings.EMBEDDED_REDIS else None
@@ -248,7 +252,8 @@ class Command(PlatformCommand):
                 step("redis-server answers")
             job = self._job(opts, fresh_broker=embedded is not None)
             step("job started")
-            code = self._run(job, opts, output)
+            with logs.about(crawl_job=job.pk, spider=job.spider):
+                code = self._run(job, opts, output)
         finally:
             if embedded is not None:
                 embedded.stop()
@@ -260,7 +265,7 @@ class Command(PlatformCommand):
             job = crawling.job_named(opts["recrawl"])
             if not jobs.recrawl(job):
                 raise CommandError(f"job {job.pk} is {job.state}; only an ended job is recrawled")
-            self.stderr.write(f"job {job.pk} ({job.name}): run {job.run} started")
+            self.say(f"job {job.pk} ({job.name}): run {job.run} started", crawl_job=job.pk)
             return job
         if opts["resume"] is not None:
             job = crawling.job_named(opts["resume"])
@@ -269,12 +274,12 @@ class Command(PlatformCommand):
             if fresh_broker:
                 # The private broker starts empty and no other worker can hold a lease on it.
                 n = jobs.requeue_in_flight(job.pk)
-                self.stderr.write(f"job {job.pk}: {n} URLs requeued from the last run")
+                self.say(f"job {job.pk}: {n} URLs requeued from the last run", crawl_job=job.pk)
             if job.state == JobState.PAUSED:
                 jobs.resume(job)
             elif job.state == JobState.DRAFT:
                 jobs.start(job)
-            self.stderr.write(f"resuming job {job.pk} ({job.name})")
+            self.say(f"resuming job {job.pk} ({job.name})", crawl_job=job.pk)
             return job
         try:
             job = jobs.create_job(
@@ -314,7 +319,7 @@ class Command(PlatformCommand):
         if job.state == JobState.FAILED:
             raise CommandError(f"job {job.pk} failed at start: {job.error}")
         what = f"spider {job.spider}" if job.spider else ", ".join(job.seeds)
-        self.stderr.write(f"job {job.pk} started: {what}")
+        self.say(f"job {job.pk} started: {what}", crawl_job=job.pk)
         return job
 
     def _run(self, job: CrawlJob, opts: dict, output: tuple[str, str] | None) -> int:
@@ -337,10 +342,8 @@ class Command(PlatformCommand):
             step("workers forked")
             pools.append(pool)
             how = ", forked" if pool.forks else ""
-            self.stderr.write(
-                f"{processes} worker(s) x {pool.concurrency} ({opts['pool']}{how}); "
-                f"logs in {pool.log_dir}"
-            )
+            self.say(f"{processes} worker(s) x {pool.concurrency} ({opts['pool']}{how}); logs in "
+                     f"{pool.log_dir}", workers=processes, logs=str(pool.log_dir))  # fmt: skip
             if job.render != "never":
                 renderers = WorkerPool(
                     1, setting("RENDER_CONCURRENCY", job), pool="prefork",
@@ -350,7 +353,7 @@ class Command(PlatformCommand):
                 renderers.start()
                 pools.append(renderers)
         else:
-            self.stderr.write("waiting for external workers on queue " + settings.CRAWL_QUEUE)
+            self.say("waiting for external workers on queue " + settings.CRAWL_QUEUE)
         scheduler = Scheduler()
         thread = threading.Thread(target=scheduler.run, name="scheduler", daemon=True)
         thread.start()
@@ -366,7 +369,7 @@ class Command(PlatformCommand):
         previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
         started = time.monotonic()
         try:
-            crawling.show_progress(job, pools, interrupted, started, self.stderr)
+            crawling.show_progress(job, pools, interrupted, started, self.say)
         except WorkerStartupError as exc:
             jobs.pause(job)
             raise CommandError(
@@ -376,7 +379,7 @@ class Command(PlatformCommand):
         finally:
             if interrupted.is_set():
                 crawling.with_database(lambda: jobs.pause(job), "pausing the job", patience=60)
-                self.stderr.write("\npausing: in-flight pages finish (Ctrl-C again: stop now) ...")
+                self.say("\npausing: in-flight pages finish (Ctrl-C again: stop now) ...")
             for each in pools:  # a second Ctrl-C or TERM must not orphan the workers
                 each.stop(grace=setting("FETCH_DEADLINE_S", job) + 15, hurry=hurry)
             for sig, handler in previous.items():
@@ -387,16 +390,16 @@ class Command(PlatformCommand):
         counts = crawling.with_database(lambda: jobs.counts(job.pk), "counting URLs")
         elapsed = time.monotonic() - started
         # With the results on standard output, what people read goes to standard error.
-        said = self.stderr if output is not None and output[1] == "-" else self.stdout
+        said = self.say if output is not None and output[1] == "-" else Say(self.stdout, log)
         if interrupted.is_set():
             crawling.with_database(
                 lambda: jobs.checkpoint(job, "interrupt"), "writing a checkpoint"
             )
-            self.stderr.write(f"job {job.pk} paused with {counts['done']} pages done.")
+            self.say(f"job {job.pk} paused with {counts['done']} pages done.", done=counts["done"])
             if output is not None:  # what was done so far (a second Ctrl-C stops at once)
-                crawling.with_database(lambda: crawling.write_output(job, *output, self.stderr),
+                crawling.with_database(lambda: crawling.write_output(job, *output, self.say),
                                        "writing the results")  # fmt: skip
-            self.stderr.write(
+            self.say(
                 f"Continue with: python manage.py crawl --resume {job.pk}; its results at any "
                 f"time: python manage.py export {job.pk} -o FILE"
             )

@@ -7,10 +7,14 @@ periodic checkpoints. SIGTERM or Ctrl-C stops it after the current pass.
 
 from __future__ import annotations
 
+import logging
 import signal
 
+from crawlplatform import logs
 from tasks.frontier.scheduler import Scheduler
-from web.management.base import PlatformCommand
+from web.management.base import PlatformCommand, Say
+
+log = logging.getLogger(__name__)
 
 
 class Command(PlatformCommand):
@@ -20,8 +24,9 @@ class Command(PlatformCommand):
     requires_system_checks: list = []
 
     def handle(self, *args, **opts) -> None:
+        logs.service(process="scheduler")  # a service: its standard output is a log too
         scheduler = Scheduler()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: scheduler.shutdown())
-        self.stderr.write(f"scheduler {scheduler.identity[:8]} running; SIGTERM stops it")
+        Say(self.stderr, log)(f"scheduler {scheduler.identity[:8]} running; SIGTERM stops it")
         scheduler.run()
