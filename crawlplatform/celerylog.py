@@ -4,8 +4,10 @@ name the task and what it works on.
 - A Celery program (``celery worker``, ``beat``, ``flower``) applies the platform's logging
   configuration as soon as it loads the app, before it prints anything, and, in JSON, sends
   its standard output and error through the relay (its banner, its shutdown messages);
-  Celery itself configures nothing (``setup_logging``: no handler of its own, no
-  redirection of the standard streams), and ``--loglevel`` sets the root level.
+  Celery itself configures no handler of its own (``setup_logging``), and ``--loglevel``
+  sets the root level. A worker sends what its code prints to a logger as Celery does
+  (``worker_redirect_stdouts``, at ``worker_redirect_stdouts_level``): a spider's ``print``
+  is a line with its job and URL.
 - From a task's start to its end (``task_prerun`` to ``task_postrun``) its lines carry its
   ``task_id``, and ``crawl_job`` and ``url_id`` where its arguments name ``job_id`` and
   ``url_id``; Celery's line for a task received (written before it starts) carries them too.
@@ -108,9 +110,16 @@ def _configured(loglevel: Any = None, **_: Any) -> None:
         logging.getLogger().setLevel(mlevel(loglevel))
 
 
+def _redirected(sender: Any = None, instance: Any = None, **_: Any) -> None:
+    """``celeryd_after_setup``: what Celery does when it configures logging itself."""
+    if instance is not None and instance.redirect_stdouts:
+        instance.app.log.redirect_stdouts(instance.redirect_stdouts_level)
+
+
 def install(app: Celery) -> None:
     """Connect the signals and the filter; configure a Celery program's logging now."""
     signals.setup_logging.connect(_configured, weak=False)
+    signals.celeryd_after_setup.connect(_redirected, weak=False)
     signals.task_prerun.connect(_task_started, weak=False)
     signals.task_postrun.connect(_task_ended, weak=False)
     received = logging.getLogger("celery.worker.strategy")
