@@ -1,4 +1,4 @@
-"""A spider that logs from its callbacks (``self.logger``, on the spider's callback thread) and
+"""A spider that logs and prints from its callbacks (on the spider's callback thread) and
 fails on one page, installed alone (``CRAWL_SPIDER_MODULES=tests.logged_spider``): the log
 tests find its lines, and its error, under its job."""
 
@@ -17,6 +17,7 @@ class Logged(Spider):
 
     def parse(self, response):
         self.logger.info("parsing %s", response.url)
+        print(f"printed on {response.url}")  # what a spider prints is a line too
         if response.url.endswith(self.fails):
             raise ValueError("a spider's own error")
         yield {"url": response.url}

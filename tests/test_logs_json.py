@@ -120,6 +120,10 @@ def test_every_line_of_a_crawl_its_workers_a_spider_and_the_scheduler_is_json_na
     assert parsed and all(r["thread"] == "spider-callbacks" for r in parsed)
     assert all((r["crawl_job"], r["spider"]) == (spider_job.pk, "logged") for r in parsed)
     assert all(canonicalize(r["message"].removeprefix("parsing ")) == r["url"] for r in parsed)
+    printed = [r for r in lines if r["message"].startswith("printed on ")]
+    assert printed and all(r["logger"] == "celery.redirected" for r in printed)
+    assert all(canonicalize(r["message"].removeprefix("printed on ")) == r["url"]
+               and r["crawl_job"] == spider_job.pk for r in printed)  # fmt: skip
     # "every error of job N": the spider's failure is there, with its traceback
     errors = [r for r in lines if r["level"] == "ERROR" and r.get("crawl_job") == spider_job.pk]
     assert any("a spider's own error" in r.get("exc_info", "") for r in errors), errors
