@@ -26,7 +26,7 @@ from typing import Any
 from celery import Celery, signals
 from celery.utils.log import mlevel
 
-from crawlplatform import logs
+from crawlplatform import logrelay, logs
 
 PROGRAMS = ("worker", "beat", "flower")
 # A task's parameter -> the field its value names on the task's lines.
@@ -130,5 +130,6 @@ def install(app: Celery) -> None:
         from django.conf import settings
         from django.utils.log import configure_logging
 
+        if logs.is_json(settings.LOGGING):  # one relay for both streams, named for the program
+            logrelay.capture(1, 2, process=f"celery {running}")
         configure_logging(settings.LOGGING_CONFIG, settings.LOGGING)
-        logs.service(process=f"celery {running}")

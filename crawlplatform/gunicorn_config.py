@@ -13,7 +13,7 @@ and what it writes outside logging goes through the relay; ``LOG_LEVEL`` is the 
 
 import os
 
-from crawlplatform import logs
+from crawlplatform import logrelay, logs
 
 bind = os.environ.get("GUNICORN_BIND", "0.0.0.0:8000")
 worker_class = "gthread"
@@ -39,9 +39,10 @@ logconfig_dict = (
 def on_starting(server) -> None:
     import django
 
+    if logconfig_dict:  # one relay for both streams (before Django's setup asks for one)
+        logrelay.capture(1, 2, process="gunicorn")
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "crawlplatform.settings")
     django.setup()
     from crawlplatform.security import refuse_unsafe
 
     refuse_unsafe()
-    logs.service(process="gunicorn")

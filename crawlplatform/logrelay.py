@@ -148,6 +148,13 @@ def relayed(fd: int) -> bool:
     return stat.S_ISCHR(found.st_mode) and found.st_rdev == null.st_rdev
 
 
+def program() -> str:
+    """This program's name: ``manage.py``, ``gunicorn``, ``celery`` (of ``python -m celery``)."""
+    path = sys.argv[0] if sys.argv and sys.argv[0] else "python"
+    name = os.path.basename(path)
+    return os.path.basename(os.path.dirname(path)) if name == "__main__.py" else name
+
+
 def capture(*fds: int, process: str = "") -> None:
     """Send descriptors ``fds`` (1, 2) through a relay process that writes where they wrote.
 
@@ -156,7 +163,7 @@ def capture(*fds: int, process: str = "") -> None:
     fds = tuple(fd for fd in fds if not relayed(fd))
     if not fds:
         return
-    process = process or os.path.basename(sys.argv[0] if sys.argv and sys.argv[0] else "python")
+    process = process or program()
     for stream in (sys.stdout, sys.stderr):
         if stream is not None:
             stream.flush()

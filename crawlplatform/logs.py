@@ -231,4 +231,4 @@ def service(process: str = "") -> None:
     scheduler's): in JSON it goes through the relay with standard error. A command's standard
     output is its result (``export -o -``): left alone."""
     if json_configured():
-        logrelay.capture(1, 2, process=process or os.path.basename(sys.argv[0]))
+        logrelay.capture(1, 2, process=process)
