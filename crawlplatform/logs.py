@@ -39,7 +39,6 @@ from crawlplatform import logrelay
 
 FORMATS = ("text", "json")
 FIELDS = ("crawl_job", "url_id", "url", "task_id", "spider")
-PROCESS_FIELDS = ("worker", "channel", "version")
 
 # What the running code works on (per thread: Celery's threads each have their own).
 _about: ContextVar[dict[str, object] | None] = ContextVar("crawl_log_about", default=None)
@@ -227,8 +226,9 @@ def json_configured() -> bool:
 
 
 def service(process: str = "") -> None:
-    """A service's standard output is a log too (Celery's banners, gunicorn's, the
-    scheduler's): in JSON it goes through the relay with standard error. A command's standard
-    output is its result (``export -o -``): left alone."""
+    """A service's standard output is a log too (the scheduler's, a worker's the crawl command
+    forks; Celery's programs and gunicorn ask ``logrelay`` themselves): in JSON it goes through
+    the relay with standard error. A command's standard output is its result (``export -o
+    -``): left alone."""
     if json_configured():
         logrelay.capture(1, 2, process=process)
