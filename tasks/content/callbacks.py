@@ -289,7 +289,7 @@ def _store(claimed: Claim, cache: JobCache, resp: fetching.Response, spider: Spi
         if request.meta.get(RETRY_ON_ERROR):
             failure.retryable = True  # the spider asks: fetched and called again, to the cap
         return record_failure(claimed, failure)
-    kept = [NewItem(*pipes.process(item)) for item in yielded.items]
+    kept = [NewItem(*pipes.keep(item)) for item in yielded.items]
     title = page_title(response)[: setting("TITLE_MAX_CHARS", job)]
     page = pages.page_row(claimed, resp, title, {})
     state = with_retries(lambda: record_spider_page(claimed, page, new, kept, spider.name,
@@ -476,6 +476,6 @@ def _errback(claimed: Claim, cache: JobCache, outcome: outcomes.CrawlOutcome, sp
     except (outcomes.SpiderError, outcomes.SpiderTimeout) as exc:
         log.warning("job=%s url=%s: errback failed: %s", job.pk, claimed.url.url, exc)
         return record_failure(claimed, outcome)
-    items = [NewItem(*pipes.process(item)) for item in yielded.items]
+    items = [NewItem(*pipes.keep(item)) for item in yielded.items]
     return with_retries(lambda: record_spider_failure(claimed, outcome, new, items, spider.name,
                                                       yielded.closing))  # fmt: skip

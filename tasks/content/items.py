@@ -36,7 +36,7 @@ import types
 from functools import cache
 from typing import Any
 
-from crawlplatform.spiders import DropItem, Spider
+from crawlplatform.spiders import DropItem, Item, Spider
 from crawlplatform.spiders.settings import Crawler, Settings
 from tasks.defaults import setting
 
@@ -86,6 +86,39 @@ def _plain(value: Any) -> Any:
     if dataclasses.is_dataclass(value) or _adapter().is_item(value):
         return _adapter()(value).asdict()
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def field_names(item: Any, data: dict) -> list:
+    """The item's fields as feeds write them (``tasks/content/exporters.py``), in order: its
+    field names as Scrapy's exporters take them (``ItemAdapter.field_names``: an ``Item``'s or
+    a dataclass's declared fields, in their order, set or not; a dict's keys), then any other
+    key ``data`` (the item as JSON) has. A field whose value holds objects of several keys is
+    ``[name, their order]`` (``order_of``): PostgreSQL's jsonb keeps no key order."""
+    if isinstance(item, Item):
+        declared = list(type(item).fields)
+    elif isinstance(item, dict):
+        declared = []
+    else:
+        declared = [str(name) for name in _adapter()(item).field_names()]
+    return [_entry(name, data.get(name)) for name in dict.fromkeys([*declared, *data])]
+
+
+def _entry(name: str, value: Any) -> str | list:
+    order = order_of(value)
+    return name if order is None else [name, order]
+
+
+def order_of(value: Any) -> list | dict | None:
+    """The key order of the objects in a JSON ``value``: an object's, a list of its keys (a
+    key whose value holds objects as ``[key, their order]``); a list's, ``{"list": [the order
+    of each element]}``; None where there is no order to keep."""
+    if isinstance(value, dict):
+        entries = [_entry(key, each) for key, each in value.items()]
+        return entries if len(entries) > 1 or any(isinstance(e, list) for e in entries) else None
+    if isinstance(value, list):
+        each = [order_of(element) for element in value]
+        return {"list": each} if any(order is not None for order in each) else None
+    return None
 
 
 def as_json(item: Any) -> dict:
@@ -169,10 +202,15 @@ class Pipelines:
 
     def process(self, item: Any) -> tuple[dict, str]:
         """The item as the pipelines leave it, and the reason it was dropped ("" if kept)."""
+        return self.keep(item)[:2]
+
+    def keep(self, item: Any) -> tuple[dict, str, list | None]:
+        """What ``process`` gives, and the kept item's fields in the order feeds write them
+        (``field_names``; None for a dropped one)."""
         with self.lock:
             return self._process(item)
 
-    def _process(self, item: Any) -> tuple[dict, str]:
+    def _process(self, item: Any) -> tuple[dict, str, list | None]:
         for stage, takes_spider in self.processors:
             try:
                 if takes_spider:
@@ -180,18 +218,18 @@ class Pipelines:
                 else:
                     item = _settle(stage.process_item(item))
             except DropItem as exc:
-                return _kept(item), _drop_reason(exc)
+                return _kept(item), _drop_reason(exc), None
             except Exception:
                 log.exception("spider=%s: pipeline %s failed on an item", self.spider.name,
                               type(stage).__name__)  # fmt: skip
-                return _kept(item), PIPELINE_ERROR
+                return _kept(item), PIPELINE_ERROR, None
         try:
             data = as_json(item)
         except (TypeError, ValueError) as exc:
-            return _kept(item), f"{NOT_JSON}: {exc}"[:200]
+            return _kept(item), f"{NOT_JSON}: {exc}"[:200], None
         if len(json.dumps(data)) > setting("ITEM_MAX_BYTES"):
-            return {"size": len(json.dumps(data))}, TOO_LARGE
-        return data, ""
+            return {"size": len(json.dumps(data))}, TOO_LARGE, None
+        return data, "", field_names(item, data)
 
     def close(self, reason: str | None = None) -> None:
         """Every pipeline's ``close_spider``; then, when the run ended for ``reason``

@@ -73,8 +73,8 @@ _RECORD_SQL = _FINISH_AND_PAGE + ", links AS (" + _NEW_LINKS + "\n)" + _COUNTS
 _SPIDER_SQL = _FINISH_AND_PAGE + """, gone AS (
     DELETE FROM {item} WHERE url_id IN (SELECT id FROM fin)
 ), items AS (
-    INSERT INTO {item} (job_id, url_id, spider, data, dropped, run, created)
-    SELECT %s, fin.id, %s, e.value -> 0, e.value ->> 1, %s, %s
+    INSERT INTO {item} (job_id, url_id, spider, data, dropped, fields, run, created)
+    SELECT %s, fin.id, %s, e.value -> 0, e.value ->> 1, NULLIF(e.value -> 2, 'null'), %s, %s
     FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS e(value, n) CROSS JOIN fin
     ORDER BY e.n
 ), links AS (""" + _NEW_LINKS + "\n)" + _COUNTS  # noqa: S608 (the names below, no values)
@@ -130,13 +130,13 @@ def record_spider_statement(
     page: Page,
     requests: list[tuple[str, dict | None, int]],
     forbidden: list[tuple[str, dict | None, int]],
-    items: list[tuple[dict, str]],
+    items: list[tuple[dict, str, list | None]],
     spider: str,
     skip: outcomes.Skip,
 ) -> None:
     """``_SPIDER_SQL``: as ``record_page_statement``, with the page's items (data, the reason
-    a pipeline dropped it) and its requests as (frontier key, stored request or None,
-    priority), those robots.txt forbids entering skipped with ``skip``; a body cut at
+    a pipeline dropped it, its field names) and its requests as (frontier key, stored request
+    or None, priority), those robots.txt forbids entering skipped with ``skip``; a body cut at
     ``FETCH_MAX_BYTES`` noted ``truncated`` on the URL, as a crawl's page is."""
     now = timezone.now()
     every = [*requests, *forbidden]

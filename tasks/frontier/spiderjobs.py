@@ -22,6 +22,7 @@ from crawlplatform.spiders import Request, Spider
 from tasks import defaults
 from tasks.content import bodies, callbacks, rows, spiders
 from tasks.content import items as itempipes
+from tasks.content.exporters import Stored
 from tasks.content.links import JobCache
 from tasks.defaults import setting
 from tasks.fetch import outcomes
@@ -39,7 +40,7 @@ class SpiderProblem(Exception):
 
 class Start(NamedTuple):
     requests: list[NewRequest]
-    items: list[tuple[dict, str]]  # (data, dropped reason)
+    items: list[tuple[dict, str, list | None]]  # (data, dropped reason, fields in order)
     settings: dict  # the job's settings with the spider's custom_settings under them
     domains: list[str]  # the job's allowed domains once started
     fields: dict  # job fields the spider's Scrapy settings set (delay, obey_robots, ...)
@@ -152,7 +153,7 @@ def plan(job: CrawlJob) -> Start:
         row_key = rows.key(canonical, kept, f"start.{n}" if request.dont_filter else "")
         queued.setdefault(row_key, NewRequest(row_key, rows.stored(kept, row_key), None,
                                              rows.rank(request)))  # fmt: skip
-    items = [pipes.process(i) for i in yielded if not isinstance(i, Request)]
+    items = [pipes.keep(i) for i in yielded if not isinstance(i, Request)]
     pipes.close()
     return Start(list(queued.values()), items, settings, domains, fields, state)
 
@@ -165,7 +166,8 @@ def begin(job: CrawlJob, start: Start) -> None:
                                               **start.fields)  # fmt: skip
     insert_requests(job.pk, start.requests, 0, None)
     Item.objects.bulk_create([Item(job_id=job.pk, spider=job.spider, data=data, dropped=dropped,
-                                   run=job.run) for data, dropped in start.items])  # fmt: skip
+                                   fields=names, run=job.run)
+                              for data, dropped, names in start.items])  # fmt: skip
 
 
 FEED_NAME = "{job}/items/run-{run}.jsonl"
@@ -175,8 +177,9 @@ def write_feed(job: CrawlJob) -> str:
     """The job's items of its last run as JSON lines in the body store; the feed's name."""
     name = FEED_NAME.format(job=job.pk, run=job.run)
     kept = Item.objects.filter(job_id=job.pk, run=job.run, dropped="").order_by("id")
-    text = "".join(json.dumps(data, ensure_ascii=False) + "\n"
-                   for data in kept.values_list("data", flat=True).iterator(2000))  # fmt: skip
+    rows = kept.values_list("data", "fields").iterator(2000)
+    text = "".join(json.dumps(Stored.of(data, fields).data, ensure_ascii=False) + "\n"
+                   for data, fields in rows)  # fmt: skip
     store = bodies.storage()
     if store.exists(name):
         store.delete(name)

@@ -52,6 +52,7 @@ class Redirect(NamedTuple):
 class NewItem(NamedTuple):
     data: dict
     dropped: str  # the reason a pipeline dropped it; "": kept
+    fields: list | None = None  # its fields in the order feeds write them (items.field_names)
 
 
 def insert_requests(job_id: int, requests: Sequence[NewRequest], depth: int,
@@ -76,7 +77,8 @@ def _add(claim: Claim, requests: Sequence[NewRequest], items: Sequence[NewItem],
     Item.objects.filter(url_id=claim.url.pk).delete()  # a recrawl's run replaces them
     Item.objects.bulk_create(
         [Item(job_id=claim.job.pk, url_id=claim.url.pk, spider=spider, data=i.data,
-              dropped=i.dropped[:200], run=claim.run, created=now) for i in items],
+              fields=i.fields, dropped=i.dropped[:200], run=claim.run, created=now)
+         for i in items],
         batch_size=1000,
     )  # fmt: skip
     if requests:
@@ -132,7 +134,7 @@ def record_spider_page(
         record_spider_statement(
             claim, page, [(r.key, r.request, r.priority) for r in ordered if r.skip is None],
             [(r.key, r.request, r.priority) for r in ordered if r.skip is not None],
-            [(i.data, i.dropped[:200]) for i in items], spider, ROBOTS_FORBIDDEN,
+            [(i.data, i.dropped[:200], i.fields) for i in items], spider, ROBOTS_FORBIDDEN,
         )  # fmt: skip
         claim.new_links = any(r.skip is None for r in requests)
         return URLState.DONE

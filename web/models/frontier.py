@@ -234,6 +234,12 @@ class Item(models.Model):
     )
     spider = models.CharField(max_length=200)
     data = models.JSONField(help_text="The item as the pipelines left it.")
+    fields = models.JSONField(
+        null=True, blank=True,
+        help_text="Its field names in the order feeds write them (an Item's or a dataclass's "
+        "declared fields, a dict's keys), with the key order of the objects its values hold: "
+        "PostgreSQL's jsonb keeps none. Empty: the data's order.",
+    )  # fmt: skip
     dropped = models.CharField(
         max_length=200, blank=True, default="", help_text="Why a pipeline dropped it; empty: kept."
     )
