@@ -216,6 +216,15 @@ ITEM_MAX_BYTES = 1 << 20  # one item as JSON, bytes; a bigger one is dropped as 
 SPIDER_TRACEBACK_LINES = 12  # last lines of a callback's traceback kept on its URL
 PIPELINES_CHECK_S = 5.0  # a worker closes the pipelines of jobs that ended this often, seconds
 
+# Feeds of spider jobs, Scrapy's settings of these names (tasks/content/feeds.py, docs/spiders.md):
+# a spider's custom_settings of the same name win, as in Scrapy; a job cannot set them
+FEEDS = ""  # JSON {URI: options} as Scrapy's FEEDS, written when a spider job's run finishes
+FEED_EXPORT_ENCODING = ""  # encoding of the feeds ("": UTF-8, JSON's non-ASCII as \u escapes)
+FEED_EXPORT_FIELDS = ""  # fields written, in order: comma-separated or JSON ("": every field)
+FEED_EXPORT_INDENT = 0  # spaces per level in json and xml feeds (0: an item a line)
+FEED_STORE_EMPTY = True  # a feed of a run without items is written (empty) all the same
+FEED_EXPORT_BATCH_ITEM_COUNT = 0  # items per file of a feed (0: one file; else %(batch_id)d)
+
 # Completion webhooks (tasks/frontier/webhooks.py)
 WEBHOOK_ATTEMPTS = 6  # calls of a job's webhook at most (a 5xx, 408, 429 or no answer: again)
 WEBHOOK_RETRY_S = 5.0  # first wait before calling again; doubles each attempt, seconds

@@ -9,11 +9,9 @@ import gzip
 import io
 import json
 import random
-import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -32,46 +30,16 @@ from tasks.worker.supervisor import WorkerPool
 from tests.budgets import LOCAL
 from tests.conftest import crawl_to_end, wait_for
 from tests.content import ContentSite, digest
+from tests.s3server import VENV_BIN, S3Server
 from tests.site import Site
 from web.models import CrawlJob, FrontierURL, JobState, Page
-
-VENV_BIN = Path(sys.executable).parent
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="session")
 def s3_server():
     """A real S3-compatible server (moto's server mode) on 127.0.0.1, with a bucket."""
-    port = _free_port()
-    proc = subprocess.Popen(
-        [str(VENV_BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    endpoint = f"http://127.0.0.1:{port}"
-    try:
-        import boto3
-
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise RuntimeError("moto_server did not start") from None
-                time.sleep(0.1)
-        client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
-                              aws_access_key_id="test", aws_secret_access_key="test")  # noqa: S106 # fmt: skip
-        client.create_bucket(Bucket="bodies")
-        yield {"endpoint": endpoint, "client": client}
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    with S3Server("bodies") as server:
+        yield {"endpoint": server.endpoint, "client": server.client}
 
 
 def _s3_storage(endpoint: str) -> dict:

@@ -40,7 +40,15 @@ def port(source: str) -> str:
 
 class LoopbackOnly:
     """Scrapy's side of the address guard: a request to a host off the loopback is ignored
-    before Scrapy resolves its name (no test queries a real resolver)."""
+    before Scrapy resolves its name (no test queries a real resolver). Scrapy's cookie
+    middleware asks tldextract whether a cookie's domain is a public suffix, which would fetch
+    the list from the internet: it is given the copy tldextract ships instead."""
+
+    def __init__(self) -> None:
+        from scrapy.downloadermiddlewares import cookies
+        from tldextract import TLDExtract
+
+        cookies._split_domain = TLDExtract(suffix_list_urls=(), include_psl_private_domains=True)
 
     def process_request(self, request: Any) -> None:
         from scrapy.exceptions import IgnoreRequest
@@ -65,8 +73,10 @@ def _args(args: dict[str, Any]) -> list[str]:
 
 
 def under_scrapy(source: str, tmp_path: Path, args: dict[str, Any] | None = None,
-                 settings_: dict[str, Any] | None = None, timeout: float = 180) -> Run:  # fmt: skip
-    """Run the spider in ``source`` with Scrapy 2.19 (``scrapy runspider -O items.jsonl``)."""
+                 settings_: dict[str, Any] | None = None, timeout: float = 180,
+                 output: bool = True) -> Run:  # fmt: skip
+    """Run the spider in ``source`` with Scrapy 2.19 (``scrapy runspider -O items.jsonl``;
+    without ``output``, no ``-O``, which would replace the spider's own ``FEEDS``)."""
     where = tmp_path / "scrapy"
     where.mkdir(exist_ok=True)
     (where / "twin_spider.py").write_text(source)
@@ -75,7 +85,8 @@ def under_scrapy(source: str, tmp_path: Path, args: dict[str, Any] | None = None
                "DOWNLOADER_MIDDLEWARES": json.dumps({"tests.twins.LoopbackOnly": 1}),
                **(settings_ or {})}  # fmt: skip
     done = subprocess.run(
-        [sys.executable, "-m", "scrapy", "runspider", "twin_spider.py", "-O", str(out),
+        [sys.executable, "-m", "scrapy", "runspider", "twin_spider.py",
+         *(["-O", str(out)] if output else []),
          *_args(args or {}), *[p for k, v in options.items() for p in ("-s", f"{k}={v}")]],
         cwd=where, capture_output=True, text=True, timeout=timeout,
         env={**os.environ, "PYTHONPATH": str(settings.BASE_DIR)},

@@ -260,7 +260,8 @@ class JobItemsExportView(JobExportView):
     @extend_schema(
         summary="The job's items as JSON Lines or CSV",
         description="Streamed as the crawl stands now: the items its pipelines kept, in the "
-        "order they were stored (`manage.py export JOB --items`'s bytes).",
+        "order they were stored; in CSV a column per field any item has, formulas neutralised "
+        "(`manage.py export JOB --items` writes Scrapy's feed bytes instead).",
         responses={(200, JsonLinesRenderer.media_type): OpenApiTypes.STR,
                    (200, CsvRenderer.media_type): OpenApiTypes.STR},
     )  # fmt: skip

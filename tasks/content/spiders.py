@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 from crawlplatform.spiders import Spider
 from crawlplatform.spiders.settings import Crawler, Settings
 from tasks import defaults
+from tasks.content import feeds
 from tasks.defaults import setting
 from web.models import CrawlJob
 
@@ -183,20 +184,21 @@ SCRAPY_SETTINGS: dict[str, tuple[str, Any]] = {
     "DOWNLOAD_MAXSIZE": ("FETCH_MAX_BYTES", int),
     "REDIRECT_MAX_TIMES": ("FETCH_MAX_REDIRECTS", int),
 }
-# Settings the spider's code reads (its pipelines, the error answers its callbacks take).
-READ_BY_THE_SPIDER = frozenset({"ITEM_PIPELINES", "HTTPERROR_ALLOWED_CODES", "HTTPERROR_ALLOW_ALL"})
+# Settings the spider's code reads (its pipelines, the error answers its callbacks take), and
+# those its feeds are written by (checked where the job starts: tasks/content/feeds.py).
+READ_BY_THE_SPIDER = frozenset({"ITEM_PIPELINES", "HTTPERROR_ALLOWED_CODES", "HTTPERROR_ALLOW_ALL",
+                                *feeds.SETTINGS})  # fmt: skip
 # Scrapy settings about its own process, which a worker has no use for: left out, logged.
 SCRAPY_IGNORED = frozenset({
-    "LOG_LEVEL", "LOG_ENABLED", "LOG_FILE", "LOG_FORMAT", "TELNETCONSOLE_ENABLED", "FEEDS",
-    "FEED_EXPORT_ENCODING", "FEED_FORMAT", "FEED_URI", "COOKIES_ENABLED", "COOKIES_DEBUG",
+    "LOG_LEVEL", "LOG_ENABLED", "LOG_FILE", "LOG_FORMAT", "TELNETCONSOLE_ENABLED",
+    "COOKIES_ENABLED", "COOKIES_DEBUG",
     "REQUEST_FINGERPRINTER_IMPLEMENTATION", "TWISTED_REACTOR", "CONCURRENT_REQUESTS",
     "CONCURRENT_ITEMS", "HTTPCACHE_ENABLED", "AUTOTHROTTLE_ENABLED", "AUTOTHROTTLE_START_DELAY",
     "AUTOTHROTTLE_MAX_DELAY", "AUTOTHROTTLE_TARGET_CONCURRENCY", "RETRY_ENABLED",
     "REDIRECT_ENABLED", "DOWNLOADER_MIDDLEWARES", "SPIDER_MIDDLEWARES", "EXTENSIONS",
     "RANDOMIZE_DOWNLOAD_DELAY", "STATS_DUMP", "MEMUSAGE_ENABLED", "BOT_NAME",
     "DEPTH_PRIORITY", "SCHEDULER_DISK_QUEUE", "SCHEDULER_MEMORY_QUEUE", "DUPEFILTER_CLASS",
-    "DUPEFILTER_DEBUG", "FEED_EXPORT_FIELDS", "FEED_EXPORT_INDENT", "FEED_EXPORTERS",
-    "LOG_STDOUT", "LOGSTATS_INTERVAL", "DNSCACHE_ENABLED", "DOWNLOAD_HANDLERS",
+    "DUPEFILTER_DEBUG", "LOG_STDOUT", "LOGSTATS_INTERVAL", "DNSCACHE_ENABLED", "DOWNLOAD_HANDLERS",
     "HTTPCACHE_DIR", "HTTPCACHE_EXPIRATION_SECS", "HTTPCACHE_IGNORE_HTTP_CODES",
     "HTTPCACHE_STORAGE", "HTTPCACHE_POLICY", "CONCURRENT_REQUESTS_PER_IP",
     "REACTOR_THREADPOOL_MAXSIZE", "ROBOTSTXT_PARSER", "DOWNLOAD_WARNSIZE", "SPIDER_MODULES",

@@ -1,5 +1,6 @@
 """A spider job's start and end: its start requests (and items) into the frontier when it
-starts, its items' feed to the body store and its pipelines closed when it ends.
+starts, its items' feed to the body store, its ``FEEDS`` written and its pipelines closed when
+it ends.
 
 Reads ``SPIDER_CALLBACK_TIMEOUT_S`` (the start is a callback too) and ``SPIDER_MAX_YIELDS``.
 The spider is loaded where the job is started: a name no installed module provides, a module
@@ -20,7 +21,7 @@ from django.core.files.base import ContentFile
 
 from crawlplatform.spiders import Request, Spider
 from tasks import defaults
-from tasks.content import bodies, callbacks, rows, spiders
+from tasks.content import bodies, callbacks, feeds, rows, spiders
 from tasks.content import items as itempipes
 from tasks.content.exporters import Stored
 from tasks.content.links import JobCache
@@ -129,6 +130,8 @@ def plan(job: CrawlJob) -> Start:
         yielded = _gather(spider, job)
         state = _state(spider, before)
         pipes = itempipes.Pipelines(spider)  # one that cannot be loaded or opened fails the job
+        if unwritable := feeds.problems(spider):
+            raise SpiderProblem(f"spider {job.spider!r} feeds: " + "; ".join(unwritable))
     except SpiderProblem:
         raise
     except Exception as exc:  # user code: its error is the job's
@@ -187,6 +190,17 @@ def write_feed(job: CrawlJob) -> str:
     return name
 
 
+def write_feeds(job: CrawlJob) -> list[dict]:
+    """The job's ``FEEDS`` (``tasks/content/feeds.py``), written by the process that ends its
+    run; what each file holds, or why it could not be written (the items stay in the table:
+    ``manage.py export JOB --feeds`` writes them again)."""
+    try:
+        return feeds.write(job, spiders.create(job))
+    except Exception as exc:  # the spider, the database: the feeds' failure, not the job's
+        log.exception("job=%s: its feeds could not be written", job.pk)
+        return [{"error": f"{type(exc).__name__}: {exc}"[:1000]}]
+
+
 def drops(job_id: int) -> dict[str, int]:
     """The job's dropped items by reason."""
     out: dict[str, int] = {}
@@ -210,6 +224,8 @@ def ended(job: CrawlJob) -> dict:
     except Exception as exc:  # the store is away: the items stay in the database
         log.exception("job=%s: the items feed could not be written", job.pk)
         stats["items_feed_error"] = f"{type(exc).__name__}: {exc}"[:500]
+    if written := write_feeds(job):
+        stats["feeds"] = written
     for spider in spiders.forget(job.pk):
         log.info("job=%s: spider %s let go", job.pk, spider.name)
     return stats

@@ -31,6 +31,7 @@ from django.db import DatabaseError, connection, transaction
 from django.db.migrations.loader import MigrationLoader
 from django.db.migrations.recorder import MigrationRecorder
 
+from tasks.content import feeds
 from tasks.defaults import setting
 from tasks.frontier import jobs
 from tasks.outage import Outage
@@ -107,24 +108,41 @@ def allowed_networks(cidrs: list[str]) -> dict:
     return {"ALLOWED_NETWORKS": ",".join(c for c in [from_env, *cidrs] if c)}
 
 
-OUTPUT_HELP = ("the output: a file (.jsonl, .csv or .warc, .gz compresses), - for standard "
-               "output, or a format name (jsonl, csv, warc) for standard output in it")
-FORMAT_HELP = "the output's format, when its name does not say it (jsonl, csv or warc)"
+OUTPUT_HELP = ("the output: a file (.jsonl, .csv or .warc, .gz compresses; a spider job's "
+               "items: .jsonl, .json, .csv or .xml as Scrapy writes them, or an s3:// URI), - "
+               "for standard output, or a format name for standard output in it")
+FORMAT_HELP = ("the output's format, when its name does not say it (jsonl, csv or warc; items: "
+               "jsonl, json, csv or xml)")
+ALL_FORMATS = tuple(dict.fromkeys([*export.FORMATS, *export.ITEM_FORMATS]))
 
 
-def output_target(output: str | None, fmt: str | None) -> tuple[str, str] | None:
+def output_target(output: str | None, fmt: str | None,
+                  items: bool | None = False) -> tuple[str, str] | None:  # fmt: skip
     """``(format, target)`` of an ``-o/--output`` and ``--format`` (target ``-``: standard
     output), None without an output. ``-o`` means the output everywhere: a format name prints
     in that format, anything else is a file whose name gives the format unless ``--format``
-    does."""
+    does. ``items``: a spider job's items (None: either, the job is not known yet)."""
     if output is None:
         return None
-    if output in export.FORMATS:
+    formats = {False: export.FORMATS, True: export.ITEM_FORMATS}.get(items, ALL_FORMATS)
+    if fmt is not None and fmt not in formats:
+        what = "items are" if items else "pages are"
+        raise CommandError(f"--format {fmt}: {what} written as {', '.join(formats)}")
+    if output in formats:
         return (fmt or output), "-"
     try:
-        return (fmt or export.format_of(output)), output
+        if items is None:
+            return (fmt or _either_format(output)), output
+        return (fmt or export.format_of(output, items=items)), output
     except ValueError as exc:
         raise CommandError(f"--output {exc}") from None
+
+
+def _either_format(output: str) -> str:
+    try:
+        return export.format_of(output)
+    except ValueError:
+        return export.format_of(output, items=True)
 
 
 def job_named(ref: str) -> CrawlJob:
@@ -342,12 +360,37 @@ def summary(job: CrawlJob, counts: dict, elapsed: float, say: Say) -> None:
         say(kept + (f"; dropped: {drops}" if drops else ""), items=job.stats.get("items", 0))
     if job.stats.get("close_reason"):
         say(f"the spider closed the crawl: {job.stats['close_reason']}")
+    for feed in job.stats.get("feeds", []):
+        say(feed_line(feed))
+
+
+def feed_line(feed: dict) -> str:
+    """One feed a job's run wrote (``tasks/content/feeds.py``), as people read it."""
+    if "format" not in feed:
+        return f"feeds not written: {feed['error']}"
+    if "error" in feed:
+        return f"{feed['format']} feed not written to {feed['uri']}: {feed['error']}"
+    left_out = f" ({feed['items_left_out']} items its encoding cannot hold left out)" if (
+        feed.get("items_left_out")) else ""  # fmt: skip
+    return f"{feed['format']} feed ({feed['items']} items) written to {feed['uri']}{left_out}"
 
 
 def write_output(job: CrawlJob, fmt: str, target: str, say: Say) -> None:
     """The job's results (a spider job's items, as Scrapy's ``-O``) to ``target`` (``-``:
     standard output); what was written, said."""
-    spider = bool(job.spider)
-    written = export.save(job, fmt, target, items=spider)
     where = "standard output" if target == "-" else target
-    say(f"wrote {written.rows} {'items' if spider else 'rows'} to {where}", rows=written.rows)
+    if not job.spider:
+        if fmt not in export.FORMATS:
+            raise CommandError(f"--output: a crawl's pages are written as "
+                               f"{', '.join(export.FORMATS)}, not {fmt}")  # fmt: skip
+        written = export.save(job, fmt, target)
+        say(f"wrote {written.rows} rows to {where}", rows=written.rows)
+        return
+    if fmt not in export.ITEM_FORMATS:
+        raise CommandError(f"--output: a spider job's items are written as "
+                           f"{', '.join(export.ITEM_FORMATS)}, not {fmt}")  # fmt: skip
+    try:
+        items = export.save_items(job, fmt, target)
+    except (feeds.FeedProblem, OSError) as exc:
+        raise CommandError(f"cannot write {target}: {exc}") from None
+    say(f"wrote {items} items to {where}", rows=items)

@@ -35,7 +35,6 @@ from tasks.frontier import jobs
 from tasks.frontier.scheduler import Scheduler
 from tasks.worker import supervisor
 from tasks.worker.supervisor import WorkerPool, WorkerStartupError
-from web import export
 from web.management import crawling
 from web.management.base import PlatformCommand, Say
 from web.models import TERMINAL_STATES, CrawlJob, JobState
@@ -183,7 +182,7 @@ class Command(PlatformCommand):
         parser.add_argument("-o", "--output", default=None, metavar="FILE|-|FORMAT",
                             help=crawling.OUTPUT_HELP + "; a spider job's are its items; "
                             "written after Ctrl-C too (default: none)")  # fmt: skip
-        parser.add_argument("--format", choices=export.FORMATS, default=None,
+        parser.add_argument("--format", choices=crawling.ALL_FORMATS, default=None,
                             help=crawling.FORMAT_HELP)  # fmt: skip
         parser.add_argument("--spider", default="", metavar="NAME",
                             help="run the installed spider NAME (manage.py spiders lists them); "
@@ -228,9 +227,9 @@ class Command(PlatformCommand):
             raise CommandError("-a NAME=VALUE needs --spider")
         if opts["output"] == "-" and opts["format"] is None:
             raise CommandError("--output -: give --format jsonl, csv or warc (or -o jsonl)")
-        output = crawling.output_target(opts["output"], opts["format"])
-        if output is not None and opts["spider"] and output[0] == "warc":
-            raise CommandError("--output of a spider job holds its items: jsonl or csv")
+        later = opts["resume"] is not None or opts["recrawl"] is not None  # a job of either kind
+        items = True if opts["spider"] else (None if later else False)
+        output = crawling.output_target(opts["output"], opts["format"], items)
         if opts["concurrency"] < 1:
             raise CommandError("--concurrency must be at least 1")
         step("command loaded")
