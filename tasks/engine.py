@@ -238,7 +238,8 @@ def _fetch(
     try:
         kwargs = {"conditional": conditional} if conditional else {}
         if (asked or takes.redirects) and not rendering:
-            kwargs["request"] = fetching.Asked.of(asked, session.visitor, takes.redirects)
+            kwargs["request"] = fetching.Asked.of(asked, session.visitor, takes.redirects,
+                                                  job.proxies)  # fmt: skip
         get = render.fetch if rendering else fetching.fetch
         resp = get(
             asked["url"] if asked else claimed.url.url,

@@ -29,9 +29,9 @@ from requests.structures import CaseInsensitiveDict
 from requests.utils import default_headers
 
 from tasks.defaults import setting
-from tasks.fetch import outcomes, trust
+from tasks.fetch import outcomes, proxies, trust
 from tasks.fetch.transport import check_target, session
-from tasks.rules import guard
+from tasks.rules import guard, proxy_urls
 from web.models import CrawlJob
 
 _CHUNK = 64 << 10
@@ -265,6 +265,13 @@ def _evidence(failure: outcomes.CrawlOutcome, resp: requests.Response, limits: F
     return failure
 
 
+class _Unkept(requests.cookies.RequestsCookieJar):
+    """A jar that keeps nothing (a request with ``dont_merge_cookies``)."""
+
+    def set_cookie(self, cookie, *args, **kwargs) -> None:
+        pass
+
+
 @dataclass(frozen=True)
 class Asked:
     """What a spider's request asks beyond a GET: its method, body and headers (its cookies
@@ -277,19 +284,43 @@ class Asked:
     kept_redirects: tuple[int, ...] = ()
 
     @classmethod
-    def of(cls, kept: dict | None, visitor: Visitor, kept_redirects: tuple[int, ...]) -> Asked:
+    def of(cls, kept: dict | None, visitor: Visitor, kept_redirects: tuple[int, ...],
+           proxies: list[str] | None = None) -> Asked:  # fmt: skip
         """From a stored request (``tasks/content/rows.py``; None: a plain GET), its cookies
         put in the visitor's jar and kept in the job's, for its host, as a cookie the site
-        set would be (Scrapy's cookie middleware keeps them so)."""
+        set would be (Scrapy's cookie middleware keeps them so), and a ``Cookie`` header of
+        its own left out for the jar's, as that middleware replaces it. Its ``meta`` as
+        Scrapy's middlewares read it: ``dont_merge_cookies`` sends none of the jar's cookies
+        nor of its own ``cookies`` (only a ``Cookie`` header of its own) and keeps none the
+        answer sets; ``proxy`` names one of the job's ``proxies`` (``tasks/fetch/proxies.py``:
+        ``BlockedAddress`` if it is none of them; ``ProxyFailed`` if its credentials are not
+        in this worker's environment)."""
         if not kept:
             return cls(kept_redirects=kept_redirects)
+        meta = kept.get("meta") or {}
+        if "proxy" in meta:
+            visitor.proxy = _proxy(meta["proxy"], list(proxies or []))
+        if meta.get("dont_merge_cookies"):  # Scrapy's cookie middleware steps aside
+            visitor.cookies, visitor.set_cookies = _Unkept(), _Unkept()
         host = urlsplit(kept.get("url") or "").hostname or ""
         for name, value in (kept.get("cookies") or {}).items():
             for jar in (visitor.cookies, visitor.set_cookies):  # replacing the jar's own
                 jar.set(name, str(value), domain=host, path="/")
         body = base64.b64decode(kept.get("body") or "")
-        return cls(kept.get("method", "GET"), body, tuple(map(tuple, kept.get("headers") or ())),
-                   kept_redirects)  # fmt: skip
+        headers = tuple(map(tuple, kept.get("headers") or ()))
+        if not meta.get("dont_merge_cookies"):  # the jar's cookies go, not a header of its own
+            headers = tuple(h for h in headers if h[0].lower() != "cookie")
+        return cls(kept.get("method", "GET"), body, headers, kept_redirects)
+
+
+def _proxy(asked: str | None, pool: list[str]) -> str | None:
+    """The proxy URL (credentials filled) of the job's proxy a request's meta names."""
+    template = proxies.requested(asked, pool)
+    try:
+        return proxy_urls.expand(template) if template else None
+    except KeyError as exc:
+        raise outcomes.ProxyFailed(f"proxy {proxies.label(template)} needs ${{{exc.args[0]}}}, "
+                                   "not set here") from None  # fmt: skip
 
 
 # A 301, 302 or 303 to a request other than GET or HEAD is followed with a GET without body,

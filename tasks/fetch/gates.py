@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import NamedTuple
 
 from tasks.content.links import JobCache, new_links
@@ -56,10 +57,13 @@ class Passage(NamedTuple):
 
 
 def acquire(claimed: Claim, host: str) -> Passage:
-    """Ask for the host's next slot as its current identity (the same round trip says whether
-    that identity's cookie jar exists); the URL runs at the ladder level the slot reports."""
+    """Ask for the host's next slot as its current identity, in the cookie session the
+    request names (a spider's ``cookiejar``; the same round trip says whether that jar
+    exists); the URL runs at the ladder level the slot reports."""
     job = claimed.job
     who = identity.current(job, host)  # no round trip unless the job has pools
+    if jar := sessions.jar_of(claimed.url.request):
+        who = replace(who, jar=jar)
     jar_key = sessions.key(job.pk, host, who.key)
     slot = politeness.acquire(job.pk, host, job.delay, job.host_concurrency, job, jar_key)
     claimed.level = slot.ladder
@@ -71,8 +75,8 @@ def wait_turn(job: CrawlJob, host: str, passage: Passage) -> Passage:
     slot, who = passage
     if slot.wait > 0:
         loop.wait(slot.wait)  # for the host's slot: not work, the worker's loop may rest
-        now = identity.current(job, host)  # another request may have rotated it meanwhile
-        if now != who:
+        now = replace(identity.current(job, host), jar=who.jar)  # another request may
+        if now != who:  # have rotated it meanwhile
             who, slot.jar = now, True
     return Passage(slot, who)
 

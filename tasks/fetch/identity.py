@@ -57,6 +57,7 @@ class Identity:
     user_agent: str
     proxy_template: str  # "" for a direct connection
     generation: int
+    jar: str = ""  # a spider request's cookie session (its meta's cookiejar); "": the default
 
     @property
     def proxy(self) -> str | None:
@@ -69,9 +70,11 @@ class Identity:
 
     @property
     def key(self) -> str:
-        """Names the identity's session (cookie jar): user agent, proxy and generation."""
+        """Names the identity's session (cookie jar): user agent, proxy, generation and, for a
+        spider's ``cookiejar``, which of its sessions."""
         agent = zlib.crc32(self.user_agent.encode()) & 0xFFFF
-        return f"{agent:04x}.{self.proxy_id or 'direct'}.{self.generation}"
+        name = f"{agent:04x}.{self.proxy_id or 'direct'}.{self.generation}"
+        return f"{name}.jar={self.jar}" if self.jar else name
 
 
 def pools(job) -> tuple[list[str], list[str]]:

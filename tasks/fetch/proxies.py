@@ -19,6 +19,8 @@ from urllib.parse import urlsplit
 
 from tasks.broker import client, script
 from tasks.defaults import setting
+from tasks.fetch import outcomes
+from tasks.rules import proxy_urls
 
 _RECORD = """
 local t = redis.call('TIME')
@@ -94,3 +96,43 @@ def health(job_id: int, pids: list[str]) -> dict[str, dict[str, float]]:
         pid: {k.decode(): float(v) for k, v in fields.items()}
         for pid, fields in zip(pids, pipe.execute(), strict=True)
     }
+
+
+_PORTS = {"http": 80, "https": 443, "socks4": 1080, "socks4a": 1080, "socks5": 1080,
+          "socks5h": 1080}  # fmt: skip
+
+
+def _where(url: str) -> tuple[str, str, int | None] | None:
+    """A proxy URL's scheme, host and port (None if it is no URL of a proxy)."""
+    try:
+        parts = urlsplit(url)
+        return parts.scheme.lower(), (parts.hostname or "").lower(), parts.port or _PORTS.get(
+            parts.scheme.lower())  # fmt: skip
+    except ValueError:
+        return None
+
+
+def requested(asked: str | None, pool: list[str]) -> str:
+    """The job's proxy a spider request names in its ``meta["proxy"]`` (Scrapy's key): the
+    template of the job's proxy with the same scheme, host and port (its credentials are the
+    job's, whatever the request's URL holds), or "" for ``None`` (no proxy) when the job has
+    none. A request may not leave the job's proxies, nor go direct when the job has them:
+    ``BlockedAddress`` says so, and the URL ends with it."""
+    if asked is None:
+        if pool:
+            raise outcomes.BlockedAddress("the request's meta asks for no proxy, but the job's "
+                                          "requests go through its proxies")  # fmt: skip
+        return ""
+    wanted = _where(str(asked))
+    for template in pool:
+        try:
+            where = _where(template if "${" not in (urlsplit(template).hostname or "")
+                           else proxy_urls.expand(template))  # fmt: skip
+        except (KeyError, proxy_urls.Unusable):
+            continue
+        if wanted is not None and where == wanted:
+            return template
+    scheme, _, rest = str(asked).partition("://")
+    shown = proxy_urls.redact(f"{scheme}://{rest.rpartition('@')[2]}" if rest else scheme)
+    raise outcomes.BlockedAddress(f"proxy {shown[:200]} in the request's meta is not one of "
+                                  "the job's proxies")  # fmt: skip

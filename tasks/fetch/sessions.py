@@ -1,4 +1,6 @@
-"""Cookie jars shared by every worker: one per (job, host, identity), in Redis.
+"""Cookie jars shared by every worker: one per (job, host, identity), in Redis; a spider's
+request may name one of several sessions (Scrapy's ``cookiejar`` meta key), a jar of its own
+per host and identity.
 
 A site that sets a cookie expects it back on the next request, whichever worker sends it. The
 jar lives in Redis (``crawl:jar:{job}:{host}:{identity}``) as a version and a list of cookies;
@@ -11,6 +13,7 @@ restored when it resumes on a Redis that lost them. Expired cookies are dropped 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from dataclasses import dataclass, field
@@ -46,6 +49,19 @@ class Jar:
 
 def key(job_id: int, host: str, identity: str) -> str:
     return f"crawl:jar:{job_id}:{host}:{identity}"
+
+
+def jar_of(kept: dict | None) -> str:
+    """Which of the job's cookie sessions a spider request (its stored row) uses: its
+    ``meta["cookiejar"]``, as Scrapy's cookie middleware keys its jars ("": the default jar;
+    a long one by its hash, so that it names a Redis key of a sensible size)."""
+    value = ((kept or {}).get("meta") or {}).get("cookiejar")
+    if value is None:
+        return ""
+    name = json.dumps(value, sort_keys=True, separators=(",", ":"))
+    if len(name) > 64:
+        return hashlib.sha1(name.encode(), usedforsecurity=False).hexdigest()
+    return name
 
 
 def _index(job_id: int) -> str:
