@@ -13,7 +13,8 @@ User-Agent. It
 * serves ``/app/``, whose links to ``/app/item/N`` exist only once its script has run.
 
 ``ForwardProxy`` is an HTTP forward proxy (absolute-URI GETs; ``Proxy-Authorization`` basic
-when it has credentials) or a SOCKS5 proxy (no authentication). Each connects to the site
+when it has credentials; a 502 when the site resets or refuses it) or a SOCKS5 proxy (no
+authentication). Each connects to the site
 from its own loopback address (127.0.0.2, 127.0.0.3, ...), so the site tells proxies apart by
 address, as it would on the internet; a direct request comes from 127.0.0.1.
 """
@@ -256,14 +257,22 @@ class ForwardProxy:
                     f"{method} {parts.path or '/'}{'?' + parts.query if parts.query else ''} "
                     f"{version}", *kept, "Connection: close", "", "",
                 ])  # fmt: skip
-                with proxy._connect(parts.hostname, parts.port or 80) as upstream:
-                    upstream.sendall(request.encode("latin-1"))
-                    answer = upstream.makefile("rb")
-                    status = answer.readline()
-                    while (line := answer.readline()) not in (b"\r\n", b""):
-                        if not line.lower().startswith(b"connection:"):
-                            status += line
-                    self.wfile.write(status + b"Connection: close\r\n\r\n" + answer.read())
+                try:
+                    with proxy._connect(parts.hostname, parts.port or 80) as upstream:
+                        upstream.sendall(request.encode("latin-1"))
+                        answer = upstream.makefile("rb")
+                        status = answer.readline()
+                        if not status:
+                            raise ConnectionResetError("the site closed without an answer")
+                        while (line := answer.readline()) not in (b"\r\n", b""):
+                            if not line.lower().startswith(b"connection:"):
+                                status += line
+                        body = answer.read()
+                except OSError:  # as a real proxy answers when the site refused it
+                    self.wfile.write(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n"
+                                     b"Connection: close\r\n\r\n")  # fmt: skip
+                    return
+                self.wfile.write(status + b"Connection: close\r\n\r\n" + body)
 
             def _socks(self) -> None:
                 greeting = self.rfile.read(2)
