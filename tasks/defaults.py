@@ -98,8 +98,9 @@ BAN_WORDS = (  # phrases of a tiny block page (comma-separated, any case)
     "access denied,been blocked,request blocked,forbidden,not allowed to access,"
     "automated requests,automated access,unusual activity"
 )
-BAN_TINY_RATIO = 0.1  # a 200 below this share of the host's usual size may be a block page
-BAN_TINY_MAX_BYTES = 16 << 10  # ... and below this size, bytes
+BAN_TINY_MAX_BYTES = 16 << 10  # a 2xx page below this size that speaks of a block (BAN_WORDS) ...
+BAN_TEXT_MAX_CHARS = 500  # ... is a block page if its visible text is this short, or its title
+BAN_TINY_RATIO = 0.1  # says so, or it is below this share of the host's usual page size
 BAN_SCAN_BYTES = 256 << 10  # ban markers are looked for in this many first bytes of a body
 LADDER_CLIMB_BANS = 3  # ban signals in a row from a host that move it one level up
 LADDER_DESCEND_SUCCESSES = 20  # successes in a row, after LADDER_QUIET_S, for one level down

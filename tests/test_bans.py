@@ -14,8 +14,9 @@ PAGE = b"<html><title>Shoes</title><body>" + b"<p>Our catalogue of shoes.</p>" *
 
 
 @pytest.fixture(autouse=True)
-def usual_size():
+def usual_size(redis):
     bans._sizes.clear()
+    bans._asked.clear()
     for _ in range(5):
         bans.learn_size(JOB.pk, HOST, len(PAGE))
     yield
@@ -63,8 +64,48 @@ def test_ordinary_answers_are_not_bans(status, body):
     assert bans.detect(JOB, host, status, f"http://{host}/p/1", body) == ""
 
 
-def test_a_429_that_says_when_to_come_back_is_the_throttles_business():
-    assert bans.detect(JOB, HOST, 429, f"http://{HOST}/p/1", b"slow down", retry_after=2.0) == ""
+def test_a_429_or_503_that_says_when_to_come_back_is_a_refusal_for_that_long():
+    assert bans.detect(JOB, HOST, 429, f"http://{HOST}/p/1", b"slow down", retry_after=2.0) == (
+        "http_429, Retry-After 2 s"
+    )
+    assert bans.detect(JOB, HOST, 503, f"http://{HOST}/p/1", b"busy", retry_after=9.0) == (
+        "http_503, Retry-After 9 s"
+    )
+    assert bans.detect(JOB, HOST, 503, f"http://{HOST}/p/1", b"busy") == ""  # may be the page's
+
+
+DENIED = (b"<html><head><title>Access denied</title></head><body><h1>Access denied</h1>"
+          b"<p>Your requests look automated.</p></body></html>")  # fmt: skip
+TEMPLATE = (b"<html><head><title>%s</title></head><body><nav>" + b"<a href='/x'>Menu item</a>" * 60
+            + b"</nav><main>%s</main><footer>" + b"Copyright, terms, privacy. " * 20
+            + b"</footer></body></html>")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("host", "body"),
+    [
+        ("new.test", DENIED),  # a host whose usual size nobody knows yet
+        (HOST, DENIED),
+        ("new.test", b"<html><body><h2>Sorry</h2><p>Request blocked.</p></body></html>"),
+        ("new.test", TEMPLATE % (b"Access denied | Shop", b"<p>Too many requests.</p>")),
+    ],
+)
+def test_a_soft_block_is_told_from_content_whatever_this_process_has_learnt(host, body):
+    assert bans.detect(JOB, host, 200, f"http://{host}/p/1", body).startswith("block page")
+
+
+def test_a_page_that_speaks_of_blocks_among_much_else_is_content():
+    article = TEMPLATE % (b"Plumbing", b"<p>Blocked drains? Request blocked pipes cleared.</p>")
+    assert bans.detect(JOB, "new.test", 200, "http://new.test/p/1", article) == ""
+
+
+def test_the_usual_size_one_process_learnt_is_known_to_the_others(redis):
+    bans._sizes.clear()
+    bans.learn_size(JOB.pk, "other.test", 90_000)
+    bans._sizes.clear()  # another process: it has stored nothing of the host
+    assert bans.usual_size(JOB.pk, "other.test") == pytest.approx(90_000)
+    late = TEMPLATE % (b"Shop", b"<p>Access denied.</p>")  # much text: only its size tells
+    assert bans.detect(JOB, "other.test", 200, "http://other.test/p/1", late).startswith("block")
 
 
 def test_a_jobs_own_markers_extend_the_list():

@@ -1,37 +1,53 @@
 """Is this answer a block page? Ban detection on what a fetch brought back.
 
-Reads ``BAN_MARKERS``, ``BAN_URL_MARKERS``, ``BAN_WORDS``, ``BAN_TINY_RATIO`` and
-``BAN_TINY_MAX_BYTES``.
+Reads ``BAN_MARKERS``, ``BAN_URL_MARKERS``, ``BAN_WORDS``, ``BAN_SCAN_BYTES``,
+``BAN_TINY_MAX_BYTES``, ``BAN_TEXT_MAX_CHARS`` and ``BAN_TINY_RATIO``.
 
 A site that refuses a crawler rarely says so with a clean status code. Signs, in order:
 
-* a 403, or a 429 without ``Retry-After`` (a site that refuses a visitor rather than asks it
-  to come back at a given time), or a 503 that carries a challenge (a 429 that says when to
-  come back, and a plain 503, are the throttle's business);
 * CAPTCHA and challenge markers in the body, whatever the status: reCAPTCHA, hCaptcha,
   Cloudflare Turnstile and challenge pages, "verify you are human", and the job's own list
   (``BAN_MARKERS``, comma-separated, case-insensitive);
 * a redirect that ended on a challenge page (``BAN_URL_MARKERS`` in the final URL);
-* a 200 whose body is under ``BAN_TINY_RATIO`` of the host's usual page size (and under
-  ``BAN_TINY_MAX_BYTES``) and speaks of being blocked (``BAN_WORDS``).
+* a 403; a 429, with or without ``Retry-After`` (a refusal of this visitor for a while: how
+  long, when it says); a 503 that says when to come back (a plain 503 may be the page's own
+  trouble: ``tasks/fetch/refusals.py`` asks the host another page before it decides);
+* a *soft block*: a 2xx page under ``BAN_TINY_MAX_BYTES`` that speaks of being blocked
+  (``BAN_WORDS``) and is nothing else: its visible text is under ``BAN_TEXT_MAX_CHARS``, or
+  its title says it, or it is under ``BAN_TINY_RATIO`` of the host's usual page size.
+
+The decision depends on the answer and the job's settings alone, but for the last sign, whose
+usual size is learnt from the pages stored (each worker process keeps its own and shares it
+through Redis, ``crawl:size:{job}:{host}``, so a process that has stored nothing of a host yet
+knows it too). A soft block is therefore told from content the same way by every worker, on
+every run, before anything is stored.
 
 A ban is an outcome (``tasks/fetch/outcomes.py``: ``Banned``): the block page is never stored
-as a page, the host's ladder counts it (``tasks/fetch/ladder.py``), and the URL is tried again
-by a rested identity, its attempt given back (``tasks/fetch/antibot.py``), or parked for
-review. The host's usual page size is learnt by each
-worker process from the pages it stores (no shared state needed for a ratio).
+as a page; whose refusal it is (the identity's, which is parked while the URL keeps its
+attempt, or the page's own) is ``tasks/fetch/refusals.py``'s.
 """
 
 from __future__ import annotations
 
 import math
+import re
+import time
 from functools import lru_cache
 
 from ahocorasick_rs import BytesAhoCorasick, MatchKind
 
+from tasks.broker import client
 from tasks.defaults import setting
 
 _sizes: dict[tuple[int, str], float] = {}  # (job, host) -> average log of stored page sizes
+_learnt: dict[tuple[int, str], int] = {}  # (job, host) -> pages learnt here since last shared
+_asked: dict[tuple[int, str], float] = {}  # (job, host) -> when Redis was last asked (a miss)
+_SHARE_EVERY = 16  # pages a process learns before it shares its usual size again
+_ASK_AGAIN_S = 5.0  # a host whose usual size Redis did not know is asked again after this
+_SCRIPT_OR_STYLE = re.compile(rb"<(script|style)\b.*?</\1\s*>", re.S | re.I)
+_TAG = re.compile(rb"<[^>]*>")
+_SPACE = re.compile(rb"\s+")
+_TITLE = re.compile(rb"<title[^>]*>(.*?)</title", re.S | re.I)
 
 
 @lru_cache(maxsize=32)
@@ -53,20 +69,40 @@ def _first_term(raw: str, lowered: bytes) -> bytes | None:
     return _terms(raw)[found[0][0]] if found else None
 
 
+def _size_key(job_id: int, host: str) -> str:
+    return f"crawl:size:{job_id}:{host}"
+
+
 def usual_size(job_id: int, host: str) -> float | None:
-    """The host's usual page size in bytes (None until a page of it was stored here)."""
+    """The host's usual page size in bytes (None until a page of it was stored): this
+    process's, else the one another process shared."""
     log_size = _sizes.get((job_id, host))
+    if log_size is None and time.monotonic() - _asked.get((job_id, host), -_ASK_AGAIN_S) >= (
+        _ASK_AGAIN_S
+    ):
+        _asked[(job_id, host)] = time.monotonic()
+        shared = client().get(_size_key(job_id, host))
+        if shared is not None:
+            log_size = _sizes[(job_id, host)] = float(shared)
     return None if log_size is None else math.exp(log_size)
 
 
 def learn_size(job_id: int, host: str, size: int) -> None:
     """A stored page of ``host``: its size moves the host's usual size (a moving average of
-    the logarithm: one huge page among small ones does not make them all look tiny)."""
+    the logarithm: one huge page among small ones does not make them all look tiny), shared
+    with the other processes now and then."""
     if len(_sizes) > 50_000:
         _sizes.clear()
+        _learnt.clear()
+        _asked.clear()
+    key = (job_id, host)
     log_size = math.log(max(size, 1))
-    old = _sizes.get((job_id, host))
-    _sizes[(job_id, host)] = log_size if old is None else old + 0.1 * (log_size - old)
+    old = _sizes.get(key)
+    _sizes[key] = log_size if old is None else old + 0.1 * (log_size - old)
+    _learnt[key] = _learnt.get(key, 0) + 1
+    if old is None or _learnt[key] >= _SHARE_EVERY:
+        _learnt[key] = 0
+        client().set(_size_key(job_id, host), repr(_sizes[key]), ex=86400)
 
 
 def challenge(
@@ -85,8 +121,37 @@ def challenge(
             return f"redirected to a challenge ({marker.decode()})"
     if status == 403:
         return "http_403"
-    if status == 429 and retry_after is None:
-        return "http_429 without Retry-After"
+    if status == 429:
+        return "http_429 without Retry-After" if retry_after is None else (
+            f"http_429, Retry-After {retry_after:g} s"
+        )
+    if status == 503 and retry_after is not None:
+        return f"http_503, Retry-After {retry_after:g} s"
+    return ""
+
+
+def visible_text(body: bytes) -> bytes:
+    """What a person reads of an HTML body: no tags, scripts or styles, spaces collapsed."""
+    return _SPACE.sub(b" ", _TAG.sub(b" ", _SCRIPT_OR_STYLE.sub(b" ", body))).strip()
+
+
+def soft_block(job, host: str, status: int, body: bytes) -> str:
+    """Why a 2xx answer is a block page that looks like content ('' if it is not)."""
+    if not 200 <= status < 300 or len(body) >= setting("BAN_TINY_MAX_BYTES", job):
+        return ""
+    words = setting("BAN_WORDS", job)
+    word = _first_term(words, body.lower())
+    if not word:
+        return ""
+    why = f"block page ({word.decode()!r} in {len(body)} bytes)"
+    if len(visible_text(body)) <= setting("BAN_TEXT_MAX_CHARS", job):
+        return why
+    title = _TITLE.search(body)
+    if title and _first_term(words, title.group(1).lower()):
+        return why
+    usual = usual_size(job.pk, host)
+    if usual is not None and len(body) < setting("BAN_TINY_RATIO", job) * usual:
+        return why
     return ""
 
 
@@ -95,18 +160,6 @@ def detect(
 ) -> str:
     """Why this answer is a block page ('' if it is not). ``retry_after``: the answer's
     ``Retry-After`` in seconds, if it had one."""
-    reason = challenge(job, status, final_url, body, retry_after)
-    if reason:
-        return reason
-    head = body[: setting("BAN_SCAN_BYTES")].lower()
-    usual = usual_size(job.pk, host)
-    tiny = (
-        usual is not None
-        and len(body) < setting("BAN_TINY_RATIO", job) * usual
-        and len(body) < setting("BAN_TINY_MAX_BYTES", job)
+    return challenge(job, status, final_url, body, retry_after) or soft_block(
+        job, host, status, body
     )
-    if tiny and status == 200:
-        word = _first_term(setting("BAN_WORDS", job), head)
-        if word:
-            return f"block page ({word.decode()!r} in {len(body)} bytes)"
-    return ""
