@@ -85,9 +85,11 @@ ROBOTS_LOCAL_MAX = 10_000  # parsed robots.txt files kept per process
 # Anti-bot: identities, ban detection and the ladder (see tasks/fetch/ladder.py)
 PROXY_REST_S = 300.0  # a banned or failing proxy gets no requests this long (doubling), seconds
 IDENTITY_BURN_S = 3600.0  # a host does not go back to an identity it rotated away from, seconds
-IDENTITY_REST_S = 5.0  # a banned identity gets no requests to that host this long (doubling), s
-IDENTITY_REST_MAX_S = 45.0  # cap on one rest: no host waits longer for a rested identity, seconds
-BAN_GIVE_UP_S = 300.0  # a URL refused this long (every identity resting meanwhile) parks, seconds
+IDENTITY_REST_S = 5.0  # a banned identity's first park on a host until a ban's length is seen, s
+IDENTITY_REST_MAX_S = 45.0  # cap on one park (doubling while refused), unless Retry-After says, s
+# How long a host may refuse every identity (no page let in meanwhile), and a URL be refused,
+# before its waiting URLs end as banned (parked for review); a ban never spends an attempt
+BAN_PATIENCE_S = 300.0  # seconds
 PROXY_FAILURES = 3  # bans or connection errors in a row (any host) that send a proxy to rest
 BAN_MARKERS = (  # body markers of a CAPTCHA or challenge page (comma-separated, any case)
     "g-recaptcha,grecaptcha,h-captcha,hcaptcha.com,cf-turnstile,challenges.cloudflare.com,"
@@ -102,14 +104,17 @@ BAN_TINY_MAX_BYTES = 16 << 10  # a 2xx page below this size that speaks of a blo
 BAN_TEXT_MAX_CHARS = 500  # ... is a block page if its visible text is this short, or its title
 BAN_TINY_RATIO = 0.1  # says so, or it is below this share of the host's usual page size
 BAN_SCAN_BYTES = 256 << 10  # ban markers are looked for in this many first bytes of a body
-LADDER_CLIMB_BANS = 3  # ban signals in a row from a host that move it one level up
+LADDER_CLIMB_BANS = 3  # identity bans in a row, no page let in between, that climb a level
 LADDER_DESCEND_SUCCESSES = 20  # successes in a row, after LADDER_QUIET_S, for one level down
 LADDER_QUIET_S = 300.0  # no ban for this long before a host steps down, seconds
-LADDER_BACKOFF_DELAY_S = 5.0  # level 1 and up: the host's pace is at least this slow, seconds
+LADDER_BACKOFF_DELAY_S = 5.0  # level 1 and up, every identity parked: the host's pace, at least, s
 LADDER_MAX_LEVEL = 4  # 0 normal, 1 back off, 2 rotate identity, 3 render, 4 top (all refused)
 REVIEW_BODY_CHARS = 256 << 10  # of a parked URL's last answer, kept for the person reviewing it
 CHROMIUM_PATH = "/usr/bin/chromium"  # the browser render workers drive (Debian's package)
 RENDER_CONCURRENCY = 2  # pages a render worker (manage.py crawl starts one) renders at once
+# false: no render worker serves this platform, so no page is handed to one (a job's render
+# acts as never); manage.py crawl sets it for its workers where Chromium is missing
+RENDER_WORKERS = True
 # true: Chromium runs without its sandbox. Only where the container cannot give it one (its
 # user namespaces, or a worker running as root); docs/operations.md, "Security"
 RENDER_NO_SANDBOX = False
@@ -279,10 +284,11 @@ JOB_SETTINGS: dict[str, tuple[float, float | str]] = {
     "THROTTLE_LATENCY_FACTOR": (0, 100), "ROBOTS_TTL_S": (60, 30 * 86400),
     "ROBOTS_ERROR_TTL_S": (0.1, 86400), "PROXY_REST_S": (0.1, 86400),
     "IDENTITY_BURN_S": (0, 7 * 86400), "IDENTITY_REST_S": (0, 3600),
-    "IDENTITY_REST_MAX_S": (0, 3600), "BAN_GIVE_UP_S": (0, 86400),
+    "IDENTITY_REST_MAX_S": (0, 3600), "BAN_PATIENCE_S": (0, 86400),
     "PROXY_FAILURES": (1, 100), "BAN_MARKERS": (0, 4000),
     "BAN_URL_MARKERS": (0, 4000), "BAN_WORDS": (0, 4000), "BAN_TINY_RATIO": (0, 1),
-    "BAN_TINY_MAX_BYTES": (0, 1 << 20), "LADDER_CLIMB_BANS": (1, 100),
+    "BAN_TINY_MAX_BYTES": (0, 1 << 20), "BAN_TEXT_MAX_CHARS": (0, 100_000),
+    "LADDER_CLIMB_BANS": (1, 100),
     "LADDER_DESCEND_SUCCESSES": (1, 100_000), "LADDER_QUIET_S": (0.1, 86400),
     "LADDER_BACKOFF_DELAY_S": (0, 3600), "LADDER_MAX_LEVEL": (0, PLATFORM),
     "CIRCUIT_FAILURES": (1, 1000), "CIRCUIT_MIN_SPAN_S": (0, 3600),

@@ -8,8 +8,9 @@ recorded move (``tasks/frontier/transitions.py``), and the page's parse, links a
 (``tasks/content/pages.py``, ``links.py``). Whatever happens while a URL is processed ends in
 a recorded outcome: a transient one retries on the URL's own backoff, anything else fails the
 URL with its reason, and an unexpected exception becomes an ``internal_error`` with its
-traceback in the worker log. Nothing loops: every attempt counts, but a ban, which is the
-identity's and gives the attempt back; a URL refused for ``BAN_GIVE_UP_S`` is parked.
+traceback in the worker log. Nothing loops: every attempt counts, but a refusal that is the
+identity's (``tasks/fetch/refusals.py``), which gives the attempt back and is bounded by the
+job's patience (``BAN_PATIENCE_S``).
 
 Reads ``BATCH_BUDGET_S``, ``DB_RETRY_S``, ``TASK_SOFT_TIME_LIMIT_S`` and the fetch settings
 (``fetching.limits_for``).
@@ -29,7 +30,7 @@ from crawlplatform import logs
 from tasks.content import callbacks, pages, rows
 from tasks.content.links import JobCache, cache_for, in_scope
 from tasks.defaults import setting
-from tasks.fetch import antibot, fetching, gates, outcomes, render, sessions
+from tasks.fetch import antibot, fetching, gates, outcomes, refusals, render, sessions
 from tasks.frontier import canary, leases, wakeup
 from tasks.frontier.claims import Claim, LeaseLost
 from tasks.frontier.db import lend_connection_back, with_retries
@@ -210,11 +211,11 @@ def _process_claimed(claimed: Claim, rendering: bool = False) -> str:
     outcome = gates.classify(claimed, cache, host, passage.slot, fetched, banned)
     sessions.save(job.pk, host, passage.who.key, session.jar, session.visitor.set_cookies)
     if banned is None:
+        if (state := refusals.suspected(claimed, cache, host, passage, session, outcome)):
+            return state  # a reset or a 503 that refuses the identity: as a ban
         antibot.count_answer(claimed, host, passage, fetched, outcome)
-    elif (state := antibot.warm_after_block(claimed, cache, host, passage, session)) is not None:
-        return state  # a block met without a session: the identity warms up, then tries again
-    elif (state := antibot.judge_ban(claimed, cache, host, passage, session, banned)) is not None:
-        return state  # the identity's ban: tried again by a rested one, or parked at last
+    elif (state := refusals.judge(claimed, cache, host, passage, session, banned)) is not None:
+        return state  # the identity's refusal (or a warm-up first): it waits, its attempt kept
     return _record(claimed, cache, fetched, banned if banned is not None else outcome, rendering)
 
 

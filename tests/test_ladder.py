@@ -63,7 +63,8 @@ def test_a_slot_carries_the_hosts_level_and_level_one_slows_the_host(redis):
     j = job()
     bans(j, 3)
     slot = politeness.acquire(j.pk, HOST, 0.0, 0, j)
-    assert slot.granted and slot.ladder == ladder.BACK_OFF and not slot.ban_streak
+    # the host let no page in since: the page it lets in next is reported (it ends the run)
+    assert slot.granted and slot.ladder == ladder.BACK_OFF and slot.ban_streak
     politeness.slow_down(j.pk, HOST, 2.0, j)
     assert politeness.acquire(j.pk, HOST, 0.0, 0, j).granted  # reserves the slot 2 s later
     later = politeness.acquire(j.pk, HOST, 0.0, 0, j)
@@ -75,3 +76,23 @@ def test_a_reset_brings_a_parked_host_back_to_normal(redis):
     bans(j, 12)
     ladder.reset(j.pk, HOST)
     assert ladder.levels(j.pk) == {}
+
+
+def test_the_ladder_knows_how_long_the_host_has_let_no_page_in(redis):
+    j = job()
+    assert ladder.signal(j, HOST, banned=True).refused_s == 0.0
+    time.sleep(0.2)
+    # a refusal that is not news (an identity parked already) climbs nothing, but counts time
+    step = ladder.signal(j, HOST, banned=True, counted=False)
+    assert step.run == -1 and 0.15 < step.refused_s < 1.0
+    assert politeness.acquire(j.pk, HOST, 0.0, 0, j).ban_streak
+    assert ladder.signal(j, HOST, banned=False).refused_s == 0.0  # a page let in
+    assert ladder.signal(j, HOST, banned=True, counted=False).refused_s == 0.0  # a new run
+    assert ladder.levels(j.pk) == {HOST: 0}
+
+
+def test_refusals_that_are_not_news_do_not_climb(redis):
+    j = job()
+    for _ in range(10):  # the in-flight requests of one banned identity
+        assert ladder.signal(j, HOST, banned=True, counted=False).after == ladder.NORMAL
+    assert bans(j, 3).after == ladder.BACK_OFF  # three identities refused one after another

@@ -354,7 +354,7 @@ def job_payload(job: CrawlJob) -> dict:
         },
         "charts": {"rate": rate_series([(job.pk, job.created_at)], now)},
         "bars": {"progress": segments(counts)},
-        "problems": [job.error] if job.error else [],
+        "problems": [*([job.error] if job.error else []), *jobs.ban_waits(job.pk)],
     }
 
 

@@ -16,7 +16,6 @@ from typing import NamedTuple
 from urllib.parse import urljoin
 
 from django.db import transaction
-from django.utils import timezone
 
 from tasks import dispatch
 from tasks.content.links import JobCache, in_scope
@@ -35,12 +34,10 @@ from tasks.fetch import (
 )
 from tasks.frontier.claims import Claim
 from tasks.frontier.transitions import (
-    IDENTITY_BANNED,
     RENDER_QUEUED,
     defer,
     park,
     record_failure,
-    retry_banned,
     to_render,
 )
 from tasks.rules import guard, proxy_urls
@@ -218,23 +215,6 @@ def visit(
     return answer
 
 
-def still_let_in(
-    claimed: Claim, cache: JobCache, host: str, passage: gates.Passage, session: Session
-) -> bool:
-    """Was the refusal the page's own? The identity that got it asks at once for a page of the
-    host that it may have (the job's warm-up page, its seed there, or the page that linked to
-    the URL): answered without a ban, the identity is not banned. Anything else (a ban, an
-    error, nothing to ask for) leaves the refusal the identity's."""
-    job, who = claimed.job, passage.who
-    for url in _warmup_candidates(claimed):
-        answer = visit(claimed, cache, who, session.visitor, url)
-        if answer is None:
-            continue  # the URL itself, or another host
-        sessions.save(job.pk, host, who.key, session.jar, session.visitor.set_cookies)
-        return isinstance(answer, fetching.Response) and ban(job, host, answer, None) is None
-    return False
-
-
 def ban(
     job: CrawlJob,
     host: str,
@@ -253,7 +233,8 @@ def ban(
         return None
     if not reason:
         return None
-    banned = outcomes.Banned(reason, status=evidence[0])
+    retry_after = outcome.retry_after if resp is None and outcome is not None else None
+    banned = outcomes.Banned(reason, status=evidence[0], retry_after=retry_after)
     banned.headers, banned.body = evidence[1], evidence[2]
     banned.screenshot = resp.screenshot if resp is not None else outcome.screenshot
     return banned
@@ -276,69 +257,3 @@ def count_answer(
     if who.proxy_id:
         failed = isinstance(outcome, outcomes.ProxyFailed)
         proxies.record(job.pk, who.proxy_id, "errors" if failed else "ok", fetched.elapsed, job)
-
-
-def judge_ban(
-    claimed: Claim,
-    cache: JobCache,
-    host: str,
-    passage: gates.Passage,
-    session: Session,
-    banned: outcomes.Banned,
-) -> str | None:
-    """A ban is the identity's, not the URL's: the identity rests, the host moves on to a
-    rested one, and the URL waits for it with its attempt given back (its new state). It is
-    parked, with the site's last answer, once its refusals have lasted ``BAN_GIVE_UP_S``.
-    None if the refusal is the page's own outcome, which uses an attempt: the challenge its
-    last attempt met, or a refusal of a page while the host still lets its identity in."""
-    if same_challenge(claimed, banned):
-        return None
-    if still_let_in(claimed, cache, host, passage, session):
-        log.info("job=%s url=%s refused (%s) while its identity is let in: the page's",
-                 claimed.job.pk, claimed.url.url, banned.reason)  # fmt: skip
-        return None
-    wait = rest_identity(claimed, host, passage.who)
-    since = claimed.banned_since
-    if since is not None and (timezone.now() - since).total_seconds() >= setting(
-        "BAN_GIVE_UP_S", claimed.job
-    ):
-        log.warning("job=%s url=%s refused since %s (%s): parked", claimed.job.pk,
-                    claimed.url.url, since.isoformat(), banned.reason)  # fmt: skip
-        return park(claimed, banned)
-    log.info("job=%s url=%s banned (%s): the identity's, tried again in %.1f s", claimed.job.pk,
-             claimed.url.url, banned, wait)  # fmt: skip
-    return retry_banned(claimed, banned, wait)
-
-
-def same_challenge(claimed: Claim, banned: outcomes.Banned) -> bool:
-    """Did this URL's last attempt end on the same challenge (a CAPTCHA marker, a challenge
-    redirect)? A bare 403 says nothing of the page: identity bans look like that too."""
-    evidence = str(banned)
-    return (
-        evidence.startswith(("challenge", "redirected to a challenge"))
-        and claimed.previous_reason in (outcomes.Banned.reason, IDENTITY_BANNED)
-        and claimed.previous_message == evidence
-    )
-
-
-def rest_identity(claimed: Claim, host: str, who: identity.Identity) -> float:
-    """A ban: ``who`` rests on the host, the host's ladder counts it and acts on its level, and
-    the host moves on to a rested identity. Returns how long until the host has one (0: now;
-    else its slot is held that long, so its URLs wait in the frontier meanwhile).
-
-    Every ban is counted but those of requests that ran while the host was a level lower (the
-    in-flight requests of one burst are one piece of news), so a host that refuses everything
-    climbs a level per burst, within seconds."""
-    job = claimed.job
-    if identity.rest(job, host, who).news and who.proxy_id:
-        proxies.record(job.pk, who.proxy_id, "bans", job=job)
-    step = ladder.signal(job, host, banned=True, ran_at=claimed.level)
-    if step.after != step.before:
-        log.warning("job=%s host=%s ladder %d -> %d", job.pk, host, step.before, step.after)
-    claimed.level = max(claimed.level, step.after)
-    if step.after >= ladder.BACK_OFF:
-        politeness.slow_down(job.pk, host, setting("LADDER_BACKOFF_DELAY_S", job), job)
-    wait = identity.rest_left(job, host, identity.rotate(job, host, who))
-    if wait > 0:
-        politeness.hold(job.pk, host, wait)  # every identity rests: the host waits for one
-    return wait

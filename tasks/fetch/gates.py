@@ -59,13 +59,15 @@ class Passage(NamedTuple):
 def acquire(claimed: Claim, host: str) -> Passage:
     """Ask for the host's next slot as its current identity, in the cookie session the
     request names (a spider's ``cookiejar``; the same round trip says whether that jar
-    exists); the URL runs at the ladder level the slot reports."""
+    exists, and whether the identity is in a run of refusals); the URL runs at the ladder
+    level the slot reports."""
     job = claimed.job
     who = identity.current(job, host)  # no round trip unless the job has pools
     if jar := sessions.jar_of(claimed.url.request):
         who = replace(who, jar=jar)
     jar_key = sessions.key(job.pk, host, who.key)
-    slot = politeness.acquire(job.pk, host, job.delay, job.host_concurrency, job, jar_key)
+    slot = politeness.acquire(job.pk, host, job.delay, job.host_concurrency, job, jar_key,
+                              identity.run_field(job, host, who))  # fmt: skip
     claimed.level = slot.ladder
     return Passage(slot, who)
 
@@ -111,7 +113,9 @@ def classify(
     """Tell the host's throttle and circuit what the fetch met; the URL's outcome (a
     host-level failure that opens the circuit fails the URL now)."""
     job, outcome = claimed.job, fetched.outcome
-    retry_after = outcome.retry_after if outcome is not None else None
+    # a refusal's Retry-After parks the identity it was said to (tasks/fetch/refusals.py),
+    # which holds the host only when no other identity may ask
+    retry_after = outcome.retry_after if outcome is not None and banned is None else None
     signal = politeness.OK if banned else throttle_signal(outcome, fetched.elapsed, job)
     report(claimed, host, slot, signal, retry_after, fetched.elapsed)
     if outcome is not None and outcome.host_level:

@@ -16,11 +16,17 @@ one identity. robots.txt is obeyed whatever the identity: its groups are matched
 against the job's product token (``ROBOTS_AGENT``, ``crawlplatform``), the same for every
 user agent presented.
 
-A ban is the identity's: :func:`rest` sends the identity that got it to rest on that host for
-``IDENTITY_REST_S``, doubling with each ban in a row of that identity there (a success ends
-the run, :func:`answered`), capped at ``IDENTITY_REST_MAX_S``, in Redis
-(``crawl:ident:{job}:{host}:rest``); rotation prefers rested identities, and when every one
-rests the host waits for the first to wake (:func:`rest_left`).
+A ban is the identity's: :func:`rest` parks the identity that got it on that host, in Redis
+(``crawl:ident:{job}:{host}:rest``), for as long as the site said (``Retry-After``), else for
+half the length of the last ban seen to lapse on that host (``IDENTITY_REST_S`` until one was
+seen), doubling from the ban's start while it is refused again, at most ``IDENTITY_REST_MAX_S``
+at a time. A page let in to it after its park (:func:`answered`) ends its run and tells how
+long the ban lasted (at most the time from its first refusal to the end of its last park):
+half of that is the next ban's first guess, so a ban's length is found with one refused
+request, and found again when the site changes it. Rotation prefers rested identities that
+share no part (user agent, proxy) with a parked one, since a site may ban by either; when
+every one is parked the host waits for the first to come back (:func:`rest_left`), which
+:func:`wait_for_lapse` records for ``job status`` and the dashboard (:func:`lapses`).
 """
 
 from __future__ import annotations
@@ -142,8 +148,9 @@ def _pair(job, who: Identity) -> tuple[int, int]:
 
 
 def _rests(job_id: int, host: str) -> str:
-    """When each identity of the host rests until ("ua.px" -> ms) and its bans in a row
-    ("ua.px#n")."""
+    """When each identity of the host is parked until ("ua.px" -> ms), its refusals in a row
+    ("ua.px#n"), when the first of them came ("ua.px#first"), and how long the last ban seen
+    to lapse there lasted ("#len", ms)."""
     return f"crawl:ident:{job_id}:{host}:rest"
 
 
@@ -153,40 +160,75 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local till = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
 if till > now then return {0, till - now} end
 local n = redis.call('HINCRBY', KEYS[1], ARGV[1] .. '#n', 1)
-local rest = math.min(tonumber(ARGV[2]) * math.pow(2, math.min(n - 1, 20)), tonumber(ARGV[3]))
+local first = tonumber(redis.call('HGET', KEYS[1], ARGV[1] .. '#first') or '0')
+if n == 1 or first == 0 then
+  first = now
+  redis.call('HSET', KEYS[1], ARGV[1] .. '#first', now)
+end
+local base = tonumber(ARGV[2])
+local seen = tonumber(redis.call('HGET', KEYS[1], '#len') or '0')
+if seen > 0 then base = math.floor(seen / 2) end
+local rest = tonumber(ARGV[4])
+if rest <= 0 then
+  rest = math.max(first + base * math.pow(2, math.min(n - 1, 20)) - now, base)
+  rest = math.floor(math.min(rest, tonumber(ARGV[3])))
+end
 redis.call('HSET', KEYS[1], ARGV[1], now + rest)
 redis.call('PEXPIRE', KEYS[1], 86400000)
 return {1, rest}
+"""
+_ANSWERED = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local till = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
+if till > now then return 0 end
+local first = tonumber(redis.call('HGET', KEYS[1], ARGV[1] .. '#first') or '0')
+if first > 0 and till > first then redis.call('HSET', KEYS[1], '#len', till - first) end
+return redis.call('HDEL', KEYS[1], ARGV[1] .. '#n', ARGV[1] .. '#first')
 """
 
 
 @dataclass(frozen=True)
 class Rest:
-    news: bool  # the identity was not resting yet: this ban is news about it
-    seconds: float  # how long it rests from now
+    news: bool  # the identity was not parked yet: this ban is news about it
+    seconds: float  # how long it is parked from now
 
 
-def rest(job, host: str, who: Identity) -> Rest:
-    """``who`` was refused by ``host``: it rests there (unless it already does: a request of
-    it that was in flight brings no news), ``IDENTITY_REST_S`` doubling per ban in a row,
-    capped at ``IDENTITY_REST_MAX_S``."""
+def _name(job, who: Identity) -> str:
     ua, px = _pair(job, who)
+    return f"{ua}.{px}"
+
+
+def rest(job, host: str, who: Identity, retry_after: float | None = None) -> Rest:
+    """``who`` was refused by ``host``: it is parked there (unless it already is: a request of
+    it that was in flight brings no news) for ``retry_after`` seconds if the site said, else
+    as the last ban seen there lasted (see the module's docstring)."""
     news, ms = script(_REST)(
         keys=[_rests(job.pk, host)],
-        args=[f"{ua}.{px}", int(setting("IDENTITY_REST_S", job) * 1000),
-              int(setting("IDENTITY_REST_MAX_S", job) * 1000)],
+        args=[_name(job, who), int(setting("IDENTITY_REST_S", job) * 1000),
+              int(setting("IDENTITY_REST_MAX_S", job) * 1000), int((retry_after or 0) * 1000)],
     )  # fmt: skip
     return Rest(bool(news), int(ms) / 1000.0)
 
 
 def answered(job, host: str, who: Identity) -> None:
-    """``host`` answered ``who``: its next ban starts a new run of rests."""
-    ua, px = _pair(job, who)
-    client().hdel(_rests(job.pk, host), f"{ua}.{px}#n")
+    """``host`` let a page in to ``who``: if its park is over, its run of refusals ends and the
+    ban's length is learnt (an answer to a request sent before the ban says nothing)."""
+    script(_ANSWERED)(keys=[_rests(job.pk, host)], args=[_name(job, who)])
+
+
+def run_field(job, host: str, who: Identity) -> tuple[str, str] | None:
+    """The hash and field that say whether ``who`` is in a run of refusals on ``host``
+    (``politeness.acquire`` reads it in the slot's round trip); None for a job of one
+    identity, whose runs the host's own record shows."""
+    agents, pool = pools(job)
+    if len(agents) == 1 and not pool:
+        return None
+    return _rests(job.pk, host), _name(job, who) + "#n"
 
 
 def _resting(job, host: str) -> dict[tuple[int, int], float]:
-    """Identities resting on ``host`` now, and for how many more seconds."""
+    """Identities parked on ``host`` now, and for how many more seconds."""
     redis = client()
     now_s, now_us = redis.time()
     now = now_s * 1000 + now_us // 1000
@@ -198,15 +240,55 @@ def _resting(job, host: str) -> dict[tuple[int, int], float]:
 
 
 def rest_left(job, host: str, who: Identity) -> float:
-    """Seconds until ``who`` is rested on ``host`` (0: it is)."""
+    """Seconds until ``who`` may ask ``host`` again (0: it may)."""
     return _resting(job, host).get(_pair(job, who), 0.0)
+
+
+def _lapses(job_id: int) -> str:
+    """Hosts of the job whose every identity is parked, and when the first comes back (ms)."""
+    return f"crawl:banwait:{job_id}"
+
+
+_WAIT = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local before = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
+redis.call('HSET', KEYS[1], ARGV[1], now + tonumber(ARGV[2]))
+redis.call('PEXPIRE', KEYS[1], 86400000)
+if before < now then return 1 end
+return 0
+"""
+
+
+def wait_for_lapse(job, host: str, seconds: float) -> bool:
+    """Every identity of ``host`` is parked: the host waits ``seconds`` for the first to come
+    back. True if it was not waiting already (a new wait, worth a line in the log)."""
+    return bool(script(_WAIT)(keys=[_lapses(job.pk)], args=[host, int(seconds * 1000)]))
+
+
+def stop_waiting(job, host: str) -> None:
+    """``host`` waits for no ban any more (its patience ran out)."""
+    client().hdel(_lapses(job.pk), host)
+
+
+def lapses(job_id: int) -> dict[str, float]:
+    """Hosts of the job waiting for a ban to lapse, and how many seconds are left."""
+    redis = client()
+    now_s, now_us = redis.time()
+    now = now_s * 1000 + now_us // 1000
+    return {
+        name.decode(): (int(until) - now) / 1000.0
+        for name, until in redis.hgetall(_lapses(job_id)).items()
+        if int(until) > now
+    }
 
 
 def rotate(job, host: str, seen: Identity) -> Identity:
     """Move ``host`` on from ``seen`` (once, however many workers ask): to the next identity
-    that is rested, on a proxy that is not resting, and was not rotated away from within
-    ``IDENTITY_BURN_S`` (else the one left longest ago), with a fresh session. When every
-    identity rests, the one that wakes first."""
+    that is not parked, sharing the fewest parts (user agent, proxy) with parked ones, on a
+    proxy that is not resting, and not rotated away from within ``IDENTITY_BURN_S`` (else the
+    one left longest ago), with a fresh session. When every identity is parked, the one that
+    comes back first."""
     agents, pool = pools(job)
     if len(agents) == 1 and not pool:
         return seen
@@ -219,7 +301,10 @@ def rotate(job, host: str, seen: Identity) -> Identity:
 
     def rank(pair: tuple[int, int]) -> tuple:
         proxy_rests = pair[1] >= 0 and proxies.proxy_id(pool[pair[1]]) in resting
-        return (pair in asleep, asleep.get(pair, 0.0), proxy_rests, burnt.get(pair, 0.0))
+        if pair in asleep:  # every identity is parked: the first back
+            return (True, asleep[pair], 0, proxy_rests, burnt.get(pair, 0.0))
+        shared = sum((ua == pair[0]) + (px == pair[1]) for ua, px in asleep)
+        return (False, 0.0, shared, proxy_rests, burnt.get(pair, 0.0))
 
     choice = min([p for p in order if p != here] or order, key=rank)  # ties: the next in order
     script(_ROTATE)(

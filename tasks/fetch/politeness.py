@@ -76,10 +76,12 @@ local max_wait = tonumber(ARGV[3])
 local lease = tonumber(ARGV[4])
 local adaptive = decayed(redis.call('GET', KEYS[3]), now, tonumber(ARGV[6]))
 local circuit = redis.call('EXISTS', KEYS[6])
-local ladder = redis.call('HMGET', KEYS[7], 'level', 'streak')
+local ladder = redis.call('HMGET', KEYS[7], 'level', 'streak', 'since')
 local level, streak = tonumber(ladder[1] or '0'), tonumber(ladder[2] or '0')
+if ladder[3] and ladder[3] ~= '0' then streak = streak + 1 end
 local jar = 0
-if KEYS[8] then jar = redis.call('EXISTS', KEYS[8]) end
+if KEYS[8] and KEYS[8] ~= '' then jar = redis.call('EXISTS', KEYS[8]) end
+if KEYS[9] then streak = streak + redis.call('HEXISTS', KEYS[9], ARGV[8]) end
 local delay = math.max(floor, adaptive, tonumber(redis.call('GET', KEYS[4]) or '0'))
 if conc > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
@@ -165,23 +167,27 @@ class Slot:
     token: str
     circuit: bool  # the host has circuit-breaker state: ask tasks/fetch/circuit.py first
     ladder: int = 0  # the host's anti-bot ladder level (tasks/fetch/ladder.py)
-    ban_streak: bool = False  # bans counted toward its next level: report successes too
+    ban_streak: bool = False  # refusals since it last let a page in: report successes too
     jar: bool = True  # the cookie jar named to acquire() exists (False: no need to read it)
 
 
 def acquire(
-    job_id: int, host: str, delay_s: float, concurrency: int, job=None, jar_key: str = ""
-) -> Slot:
+    job_id: int, host: str, delay_s: float, concurrency: int, job=None, jar_key: str = "",
+    run: tuple[str, str] | None = None,
+) -> Slot:  # fmt: skip
     """Reserve the host's next request slot for this worker, or say how long to wait.
     ``jar_key``: a cookie jar (``tasks/fetch/sessions.py``) whose existence the same round
-    trip reports, so that a host that never set a cookie costs no read of its jar."""
+    trip reports, so that a host that never set a cookie costs no read of its jar. ``run``:
+    the hash and field of the identity's run of bans there (``identity.run_field``): if it has
+    one, the slot says so too (``ban_streak``: its next page let in ends it)."""
     token = uuid.uuid4().hex
     granted, wait_ms, circuit_state, level, streak, jar = script(_ACQUIRE)(
         keys=[
             *keys(job_id, host),
             circuit.key(job_id, host),
             ladder.key(job_id, host),
-            *([jar_key] if jar_key else []),
+            jar_key,
+            *([run[0]] if run else []),
         ],  # fmt: skip
         args=[
             int(delay_s * 1000),
@@ -191,6 +197,7 @@ def acquire(
             token,
             int(setting("THROTTLE_HALF_LIFE_S", job) * 1000),
             int(setting("THROTTLE_WINDOW_S", job) * 1000),
+            *([run[1]] if run else []),
         ],
     )
     return Slot(bool(granted), int(wait_ms) / 1000.0, token, bool(circuit_state), int(level),

@@ -23,7 +23,7 @@ from crawlplatform import logs
 from tasks import live
 from tasks.content import bodies
 from tasks.defaults import setting
-from tasks.fetch import sessions
+from tasks.fetch import identity, sessions
 from tasks.frontier import channels, requeue, schedules, spiderjobs, transitions, wakeup, webhooks
 from tasks.rules.urls import canonicalize
 from web.models import Checkpoint, CrawlJob, FrontierURL, JobState, Page, Review, URLState
@@ -199,6 +199,17 @@ def counts(job_id: int) -> dict[str, int]:
         .values_list("state", "n")
     )
     return {state: found.get(state, 0) for state in URLState.values}
+
+
+def ban_waits(job_id: int) -> list[str]:
+    """Hosts of the job whose every identity is banned, as people read them: "waiting for a
+    ban to lapse on HOST, N s" (none if Redis cannot say)."""
+    try:
+        waits = identity.lapses(job_id)
+    except RedisError:
+        return []
+    return [f"waiting for a ban to lapse on {host}, {left:.0f} s"
+            for host, left in sorted(waits.items())]  # fmt: skip
 
 
 def requeue_in_flight(job_id: int) -> int:

@@ -6,13 +6,19 @@ a screenshot when it was rendered): ``web.models.Review``. A person can *requeue
 solving the challenge in a browser and putting the cookies into the host's jar:
 :func:`put_cookies`) or *drop* it (it fails with the reason it was parked for). The admin and
 ``manage.py review list|requeue|drop`` call these functions; nothing else moves a parked URL.
+A host that refused every identity past the job's patience parks its waiting URLs at once
+(:func:`park_host`).
+
+Reads ``REVIEW_BODY_CHARS``.
 """
 
 from __future__ import annotations
 
+from django.db import transaction
 from django.db.models import QuerySet
 
-from tasks.fetch import identity, ladder, sessions
+from tasks.defaults import setting
+from tasks.fetch import identity, ladder, outcomes, sessions
 from tasks.frontier import transitions, wakeup
 from tasks.frontier.requeue import requeue_ended, requeue_reviewed
 from web.models import CrawlJob, FrontierURL, Review, URLState
@@ -25,6 +31,33 @@ def parked(job_id: int | None = None, host: str | None = None) -> QuerySet:
     if host:
         rows = rows.filter(host=host)
     return rows
+
+
+def park_host(job_id: int, host: str, outcome: outcomes.CrawlOutcome, level: int) -> int:
+    """Every URL of ``host`` waiting in the frontier is parked with ``outcome`` (the host
+    refused every identity past the job's patience), as ``transitions.park`` parks a leased
+    one; how many."""
+    waiting = FrontierURL.objects.filter(job_id=job_id, host=host, state=URLState.QUEUED)
+    ids = list(waiting.values_list("id", flat=True))
+    message = str(outcome)[:2000]
+    body = outcome.body[: setting("REVIEW_BODY_CHARS")].decode("utf-8", "replace")
+    moved = 0
+    for start in range(0, len(ids), 1000):
+        chunk = ids[start : start + 1000]
+        with transaction.atomic():
+            moved += FrontierURL.objects.filter(pk__in=chunk, state=URLState.QUEUED).update(
+                state=URLState.NEEDS_REVIEW, error_reason=outcome.reason, error_message=message,
+                http_status=outcome.status, ladder_level=level, scheduled_at=None,
+            )  # fmt: skip
+            now_parked = FrontierURL.objects.filter(
+                pk__in=chunk, state=URLState.NEEDS_REVIEW, error_message=message
+            ).values_list("id", flat=True)
+            Review.objects.bulk_create([
+                Review(url_id=url_id, job_id=job_id, host=host, reason=message[:200],
+                       level=level, status=outcome.status, headers=outcome.headers, body=body)
+                for url_id in now_parked
+            ], ignore_conflicts=True)  # fmt: skip
+    return moved
 
 
 def requeue(rows: QuerySet) -> int:

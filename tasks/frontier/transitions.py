@@ -404,7 +404,7 @@ IDENTITY_BANNED = "identity_banned"  # a waiting URL's reason: its identity was 
 def retry_banned(claim: Claim, outcome: outcomes.Banned, wait: float) -> str:
     """A ban is the identity's, not the URL's: the URL waits ``wait`` seconds (until a rested
     identity may ask) with its attempt given back. Its run of refusals is timed from the first
-    (``banned_since``): ``tasks/fetch/antibot.py`` parks it after ``BAN_GIVE_UP_S``."""
+    (``banned_since``): ``tasks/fetch/refusals.py`` parks it after ``BAN_PATIENCE_S``."""
     claim.reason = IDENTITY_BANNED
     since = Coalesce(F("banned_since"), Value(timezone.now(), output_field=DateTimeField()))
     fields = {"error_reason": IDENTITY_BANNED, "error_message": str(outcome)[:2000],

@@ -310,6 +310,9 @@ def show_progress(
             )
             line += f" | {rate:.1f} pages/s"
             figures["pages_per_s"] = round(rate, 2)
+        if waits := jobs.ban_waits(job.pk):
+            line += "".join(f" | {wait}" for wait in waits)
+            figures["ban_waits"] = waits
         last_done, last_t = done, now
         if tty:
             say("\r" + line.ljust(78), ending="")
@@ -345,10 +348,12 @@ def tick(job: CrawlJob, interrupted: threading.Event) -> bool:
 def summary(job: CrawlJob, counts: dict, elapsed: float, say: Say) -> None:
     """The job's outcome (and a recrawl's changes)."""
     done = counts["done"]
+    banned = f", {counts['needs_review']} banned (in review)" if counts["needs_review"] else ""
     say(f"job {job.pk} {job.state}: {done} pages, {counts['failed']} failed, "
-        f"{counts['skipped']} skipped in {elapsed:.1f} s ({done / max(elapsed, 1e-9):.1f} "
-        "pages/s)", state=job.state, done=done, failed=counts["failed"],
-        skipped=counts["skipped"], elapsed_s=round(elapsed, 3))  # fmt: skip
+        f"{counts['skipped']} skipped{banned} in {elapsed:.1f} s "
+        f"({done / max(elapsed, 1e-9):.1f} pages/s)", state=job.state, done=done,
+        failed=counts["failed"], skipped=counts["skipped"], banned=counts["needs_review"],
+        elapsed_s=round(elapsed, 3))  # fmt: skip
     if job.run > 1:
         change = jobs.changes(job)
         say(f"run {job.run}: {change['new']} new, {change['changed']} changed, "

@@ -65,7 +65,7 @@ class FrontierURL(models.Model):
         null=True,
         blank=True,
         help_text="When its current run of refusals began (its identities banned, attempts "
-        "given back); it is parked after BAN_GIVE_UP_S of them.",
+        "given back); it is parked as banned after BAN_PATIENCE_S of them.",
     )
     scheduled_at = models.DateTimeField(null=True, blank=True)
     lease_until = models.DateTimeField(null=True, blank=True)

@@ -51,6 +51,7 @@ class Command(PlatformCommand):
         if opts["output"] == "json":
             self.stdout.write(json.dumps({
                 "id": job.pk, "name": job.name, "state": job.state, "urls": counts,
+                "waiting": jobs.ban_waits(job.pk),
                 "checkpoint": None if latest is None else {
                     "version": latest.version, "reason": latest.reason,
                     "created": latest.created_at.isoformat(), "frontier": latest.frontier,
@@ -59,6 +60,8 @@ class Command(PlatformCommand):
             return
         self.stdout.write(f"job {job.pk} ({job.name}): {job.state}")
         self.stdout.write("  urls: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+        for wait in jobs.ban_waits(job.pk):
+            self.stdout.write(f"  {wait}")
         if latest is not None:
             when = latest.created_at.strftime("%Y-%m-%d %H:%M:%S")
             self.stdout.write(
