@@ -1,4 +1,6 @@
-from tasks.content.parsing import looks_binary, parse_html
+import pytest
+
+from tasks.content.parsing import looks_binary, needs_javascript, parse_html
 
 
 def test_links_are_absolute_unique_and_skip_other_schemes():
@@ -78,3 +80,40 @@ def test_rel_nofollow_links_are_reported_only_when_every_link_to_them_says_so():
     assert parsed.nofollow_hrefs == {"/ad", "/map"}
     assert set(parsed.hrefs) == {"/ad", "/both", "/map", "/ok", "/fine"}
     assert parse_html(b'<a href="/a">a</a>', "text/html", "http://h/").nofollow_hrefs == set()
+
+
+NAV = '<nav><a href="/">Home</a> <a href="/about">About</a></nav>'
+TEXT = "<p>" + "A paragraph people read, with words enough to be an article. " * 8 + "</p>"
+
+
+@pytest.mark.parametrize(
+    ("body", "why"),
+    [
+        ("<div id=list></div><script>go()</script>", "no links, and scripts"),
+        (NAV + TEXT + "<noscript>Enable JavaScript</noscript><script>go()</script>", "noscript"),
+        (NAV + TEXT + '<script>const a = document.createElement("a"); a.href = "/i/1";</script>',
+         "an inline script makes anchors"),
+        (NAV + TEXT + "<script>list.innerHTML = items.map(i => `<a href=${i}>`)</script>",
+         "an inline script writes anchors"),
+        (NAV + TEXT + "<script>fetch('/api/items').then(show)</script>", "it loads content"),
+        (NAV + TEXT + '<div id="root"></div><script src="/app.js"></script>', "an app's mount"),
+        (NAV + "<p>Loading...</p><script src=/app.js></script>", "almost no text"),
+    ],
+)
+def test_pages_whose_scripts_make_their_links_or_content_need_rendering(body, why):
+    html = f"<html><head><title>t</title></head><body>{body}</body></html>".encode()
+    assert needs_javascript(parse_html(html, "text/html", "http://example.com/"), html), why
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        NAV + TEXT,  # no scripts
+        NAV + TEXT + '<script src="https://www.googletagmanager.com/gtm.js?id=X"></script>',
+        NAV + TEXT + "<script>window.dataLayer = window.dataLayer || []; gtag('js', new Date());"
+        "var s = document.createElement('script'); s.src = '/x.js';</script>",
+    ],
+)
+def test_pages_that_are_whole_in_their_html_are_not_rendered(body):
+    html = f"<html><head><title>t</title></head><body>{body}</body></html>".encode()
+    assert not needs_javascript(parse_html(html, "text/html", "http://example.com/"), html)

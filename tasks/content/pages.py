@@ -64,7 +64,8 @@ def store(claimed: Claim, cache: JobCache, resp: fetching.Response, rendering: b
         except Exception as exc:  # a page must never crash the worker, whatever it holds
             log.exception("job=%s url=%s: parser failed", job.pk, claimed.url.url)
             return record_failure(claimed, outcomes.ParseError(f"{type(exc).__name__}: {exc}"))
-        if job.render == "auto" and not rendering and parsing.needs_javascript(parsed, resp.body):
+        if (job.render == "auto" and not rendering and antibot.may_render(job)
+                and parsing.needs_javascript(parsed, resp.body)):  # fmt: skip
             return antibot.hand_to_render(claimed)  # its content and links come from JavaScript
         bans.learn_size(job.pk, host_of(claimed.url.url), len(resp.body))
     found = _links(claimed, cache, resp, parsed, note)

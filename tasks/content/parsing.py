@@ -47,13 +47,32 @@ class Parsed:
         return list(dict.fromkeys(urljoin(self.base, h) for h in self.hrefs))
 
 
+_INLINE_SCRIPT = re.compile(rb"<script\b(?![^>]*\bsrc\s*=)[^>]*>(.*?)</script", re.S | re.I)
+# what a script does that builds the page's links or content once it runs: makes an anchor,
+# sets or writes an href, writes markup with anchors, or loads the content it shows
+_BUILDS = re.compile(
+    rb"createelement\(\s*[\"']a[\"']|\.href\s*=[^=]|setattribute\(\s*[\"']href"
+    rb"|[\"'`]\s*<a[\s>]|\bfetch\(|xmlhttprequest|\$\.(?:get|ajax|getjson)\("
+)
+# an empty element a single-page application mounts itself into
+_MOUNT = re.compile(rb"<div[^>]+id=[\"']?(?:root|app|__next|__nuxt|main)[\"']?[^>]*>\s*</div>")
+_TAGS = re.compile(rb"<script\b.*?</script\s*>|<style\b.*?</style\s*>|<[^>]*>", re.S)
+_SCAN = 256 << 10  # of a body, what is looked at
+
+
 def needs_javascript(parsed: Parsed, body: bytes) -> bool:
-    """A page whose links only JavaScript would make: none in the HTML, and scripts that
-    stand in for them (or a ``<noscript>`` that says so)."""
-    if parsed.hrefs:
+    """A page whose links or content only its scripts make, which ``--render auto`` renders:
+    one with scripts and no links in its HTML, or a ``<noscript>`` (the page says it needs
+    them), or an inline script that builds links or loads content, or an empty element a
+    single-page application mounts into, or almost no text to read."""
+    head = body[:_SCAN].lower()
+    if b"<script" not in head and b"<noscript" not in head:
         return False
-    head = body[: 64 << 10].lower()
-    return b"<noscript" in head or b"<script" in head
+    if not parsed.hrefs or b"<noscript" in head or _MOUNT.search(head):
+        return True
+    if any(_BUILDS.search(code) for code in _INLINE_SCRIPT.findall(head)):
+        return True
+    return len(_SPACES.sub(" ", _TAGS.sub(b" ", head).decode("utf-8", "replace")).strip()) < 200
 
 
 def looks_binary(body: bytes) -> bool:

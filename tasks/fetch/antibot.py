@@ -1,11 +1,11 @@
-"""The anti-bot policy of one URL: is the answer a ban, whose it is (the identity's, which
-rests while the URL keeps its attempt, or the page's own), what the host's ladder makes of
-it, and what a URL needs before and instead of a plain fetch (its identity's proxy and
-cookies, a session's warm-up page, a render worker).
+"""The anti-bot policy of one URL: is the answer a ban, and what a URL needs before and
+instead of a plain fetch (its identity's proxy and cookies, a session's warm-up page, a render
+worker).
 
-Reads ``LADDER_BACKOFF_DELAY_S``, ``BAN_GIVE_UP_S`` and, for the warm-up page, the fetch settings
-(``tasks/fetch/fetching.py``). Ban detection is ``tasks/fetch/bans.py``, the ladder's levels
-``tasks/fetch/ladder.py``, identities ``tasks/fetch/identity.py``.
+Reads ``RENDER_WORKERS`` and, for the warm-up page, the fetch settings
+(``tasks/fetch/fetching.py``). Ban detection is ``tasks/fetch/bans.py``, whose refusal a ban
+is ``tasks/fetch/refusals.py``, the ladder's levels ``tasks/fetch/ladder.py``, identities
+``tasks/fetch/identity.py``.
 """
 
 from __future__ import annotations
@@ -47,9 +47,15 @@ from web.models import CrawlJob, FrontierURL, URLState
 log = logging.getLogger(__name__)
 
 
+def may_render(job: CrawlJob) -> bool:
+    """May the job's pages go to a render worker: it renders, and render workers serve the
+    platform (``RENDER_WORKERS``)?"""
+    return job.render != "never" and setting("RENDER_WORKERS")
+
+
 def wants_render(job: CrawlJob, level: int, rendering: bool) -> bool:
     """Should this URL go to a render worker instead of a plain fetch?"""
-    if rendering or job.render == "never":
+    if rendering or not may_render(job):
         return False
     return job.render == "always" or level >= ladder.RENDER
 

@@ -321,6 +321,18 @@ class Command(PlatformCommand):
         self.say(f"job {job.pk} started: {what}", crawl_job=job.pk)
         return job
 
+    def _can_render(self, job: CrawlJob) -> bool:
+        """Whether a render worker can start beside the crawl's workers for a job that renders;
+        where Chromium cannot run, a warning, and no page is handed to one (``RENDER_WORKERS``
+        off for this command and the workers it forks: call before they are)."""
+        from tasks.fetch import render
+
+        if why := render.unavailable():
+            os.environ["CRAWL_RENDER_WORKERS"] = "false"
+            self.say(f"warning: --render {job.render}: no page is rendered: {why}")
+            return False
+        return True
+
     def _run(self, job: CrawlJob, opts: dict, output: tuple[str, str] | None) -> int:
         concurrency = opts["concurrency"]
         processes = opts["workers"]
@@ -329,6 +341,7 @@ class Command(PlatformCommand):
         pool = None
         pools: list[WorkerPool] = []
         if processes > 0:
+            rendering = job.render != "never" and self._can_render(job)
             pool = WorkerPool(
                 processes,
                 math.ceil(concurrency / processes),
@@ -343,7 +356,7 @@ class Command(PlatformCommand):
             how = ", forked" if pool.forks else ""
             self.say(f"{processes} worker(s) x {pool.concurrency} ({opts['pool']}{how}); logs in "
                      f"{pool.log_dir}", workers=processes, logs=str(pool.log_dir))  # fmt: skip
-            if job.render != "never":
+            if rendering:
                 renderers = WorkerPool(
                     1, setting("RENDER_CONCURRENCY", job), pool="prefork",
                     env=pool.env, log_dir=pool.log_dir, queue=settings.RENDER_QUEUE,
