@@ -40,7 +40,7 @@ def crawl(site: DefendedSite, proxies: list[str], agents: list[str], work: Path,
     out = work / "out.jsonl"
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
     env["CRAWL_DATA_DIR"] = str(work / "data")
-    if os.geteuid() == 0:  # Chromium's sandbox does not run as root (as the tests, tests/budgets.py)
+    if os.geteuid() == 0:  # Chromium's sandbox does not run as root (tests/budgets.py)
         env.setdefault("CRAWL_RENDER_NO_SANDBOX", "true")
     args = [sys.executable, "manage.py", "crawl", site.url("/"), "--render", "auto",
             "--allow-network", "127.0.0.0/8", "--max-depth", "4", "--output", str(out), *extra]

@@ -18,12 +18,13 @@ a plain 503 may be one too), the refusal is one of two things:
   the URLs wait in the frontier, no worker sleeps), the wait is logged once and shown by
   ``job status`` and the dashboard (``identity.lapses``).
 
-How they are told apart: a refusal that matches the challenge the URL's last attempt met is
-the page's; a 429, or a 503 that says when to come back, is the identity's; so is any refusal
-of an identity already parked (a request of it in flight when it was banned). Otherwise the
-identity asks at once for the page of the host nearest to the URL that was let in before (its
-neighbour in the frontier's order: the same section, where a site bans by section): let in,
-the refusal was the page's; refused too, the identity's. A connection reset, or a 502 or 503
+How they are told apart: a refusal that matches the challenge the URL's last attempt met,
+when that was found to be the page's, is the page's again; a 429, or a 503 that says when to
+come back, is the identity's; so is any refusal of an identity already parked (a request of
+it in flight when it was banned). Otherwise the identity asks at once for the page of the
+host nearest to the URL that was let in before (its neighbour in the frontier's order: the
+same section, where a site bans by section): let in, the refusal was the page's; refused
+too, the identity's. A connection reset, or a 502 or 503
 without ``Retry-After`` (what a proxy answers when the site reset it; a site that says it is
 busy), is the URL's own error unless that same question is refused (or the identity is
 parked).
@@ -57,7 +58,7 @@ from tasks.fetch import (
 )
 from tasks.frontier import review
 from tasks.frontier.claims import Claim
-from tasks.frontier.transitions import IDENTITY_BANNED, park, retry_banned
+from tasks.frontier.transitions import park, retry_banned
 from web.models import FrontierURL, URLState
 
 log = logging.getLogger(__name__)
@@ -117,11 +118,12 @@ def suspected(
 
 def same_challenge(claimed: Claim, banned: outcomes.Banned) -> bool:
     """Did this URL's last attempt end on the same challenge (a CAPTCHA marker, a challenge
-    redirect)? A bare 403 says nothing of the page: identity bans look like that too."""
+    redirect), found then to be the page's own? Then it is again, without asking. A challenge
+    an identity met is not (sites challenge whoever made a burst), nor is a bare 403."""
     evidence = str(banned)
     return (
         evidence.startswith(("challenge", "redirected to a challenge"))
-        and claimed.previous_reason in (outcomes.Banned.reason, IDENTITY_BANNED)
+        and claimed.previous_reason == outcomes.Banned.reason
         and claimed.previous_message == evidence
     )
 
