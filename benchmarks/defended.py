@@ -114,8 +114,9 @@ def main() -> int:
                 verdict = judge(site, rows)
             (work / "plain.log").write_text(log)
             show("plain", site, verdict, took)
-    print(f"data and logs in {work}" if opts.keep else "", end="")
-    if not opts.keep:
+    if opts.keep:
+        print(f"data and logs in {work}")
+    else:
         subprocess.run(["rm", "-rf", str(work)], check=False)
     return 1 if failed else 0
 

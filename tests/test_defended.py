@@ -7,11 +7,16 @@ proxies and two user agents. Every real page, nothing else stored, the CAPTCHA i
 
 from __future__ import annotations
 
+import io
 import json
+import re
+from types import SimpleNamespace
 
 import pytest
+from django.core.management import call_command
 
-from tasks.fetch import render
+from tasks.fetch import identity, render
+from tasks.frontier import jobs
 from tests.antibot import ForwardProxy
 from tests.conftest import crawl_to_end
 from tests.defended import DefendedSite
@@ -140,3 +145,16 @@ def test_a_host_that_refuses_every_identity_past_the_patience_ends_banned_at_onc
     assert (ended - let_in).total_seconds() < 4.0 + 4.0, (let_in, ended)
     job.refresh_from_db()
     assert (job.finished_at - ended).total_seconds() < 8.0, (ended, job.finished_at, took)
+
+
+def test_a_wait_for_a_ban_to_lapse_is_shown_by_job_status_and_the_dashboard(redis, admin_client):
+    job = jobs.create_job(["http://shop.test/"])
+    assert identity.wait_for_lapse(SimpleNamespace(pk=job.pk), "shop.test", 42.0)  # news
+    assert not identity.wait_for_lapse(SimpleNamespace(pk=job.pk), "shop.test", 41.0)  # logged
+    out = io.StringIO()
+    call_command("job", "status", str(job.pk), stdout=out)
+    assert re.search(r"\n  waiting for a ban to lapse on shop\.test, (41|40) s\n", out.getvalue())
+    problems = admin_client.get(f"/dashboard/jobs/{job.pk}/data").json()["problems"]
+    assert len(problems) == 1 and re.fullmatch(
+        r"waiting for a ban to lapse on shop\.test, (41|40|39) s", problems[0]
+    ), problems

@@ -193,7 +193,7 @@ def identity_refused(
             politeness.slow_down(job.pk, host, setting("LADDER_BACKOFF_DELAY_S", job), job)
         politeness.hold(job.pk, host, wait)
         if identity.wait_for_lapse(job, host, wait):
-            log.warning("job=%s: every identity is banned on %s: waiting %.0f s for a ban to "
+            log.warning("job=%s: every identity is banned on %s: waiting %.1f s for a ban to "
                         "lapse", job.pk, host, wait)  # fmt: skip
     since = claimed.banned_since
     if since is not None and (timezone.now() - since).total_seconds() >= patience:

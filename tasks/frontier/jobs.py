@@ -10,6 +10,7 @@ message naming the field, never discovered by a worker later.
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 from urllib.parse import urljoin
 
@@ -208,7 +209,7 @@ def ban_waits(job_id: int) -> list[str]:
         waits = identity.lapses(job_id)
     except RedisError:
         return []
-    return [f"waiting for a ban to lapse on {host}, {left:.0f} s"
+    return [f"waiting for a ban to lapse on {host}, {math.ceil(left)} s"
             for host, left in sorted(waits.items())]  # fmt: skip
 
 
