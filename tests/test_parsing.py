@@ -98,6 +98,8 @@ TEXT = "<p>" + "A paragraph people read, with words enough to be an article. " *
         (NAV + TEXT + "<script>fetch('/api/items').then(show)</script>", "it loads content"),
         (NAV + TEXT + '<div id="root"></div><script src="/app.js"></script>', "an app's mount"),
         (NAV + "<p>Loading...</p><script src=/app.js></script>", "almost no text"),
+        (NAV + TEXT + '<ul id="items"></ul><script src="/items.js"></script>', "an empty list"),
+        (NAV + TEXT + "<div>Loading\u2026</div><script src=/items.js></script>", "a placeholder"),
     ],
 )
 def test_pages_whose_scripts_make_their_links_or_content_need_rendering(body, why):

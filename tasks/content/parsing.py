@@ -54,8 +54,12 @@ _BUILDS = re.compile(
     rb"createelement\(\s*[\"']a[\"']|\.href\s*=[^=]|setattribute\(\s*[\"']href"
     rb"|[\"'`]\s*<a[\s>]|\bfetch\(|xmlhttprequest|\$\.(?:get|ajax|getjson)\("
 )
-# an empty element a single-page application mounts itself into
-_MOUNT = re.compile(rb"<div[^>]+id=[\"']?(?:root|app|__next|__nuxt|main)[\"']?[^>]*>\s*</div>")
+# an empty element a single-page application mounts itself into, a list or table left empty
+# for a script to fill, or a placeholder that says it is loading
+_MOUNT = re.compile(
+    rb"<div[^>]+id=[\"']?(?:root|app|__next|__nuxt|main)[\"']?[^>]*>\s*</div>"
+    rb"|<(ul|ol|dl|tbody|table)\b[^>]*>\s*</\1\s*>|>\s*loading\s*(?:\.\.\.|\xe2\x80\xa6)?\s*<"
+)
 _TAGS = re.compile(rb"<script\b.*?</script\s*>|<style\b.*?</style\s*>|<[^>]*>", re.S)
 _SCAN = 256 << 10  # of a body, what is looked at
 
@@ -64,7 +68,8 @@ def needs_javascript(parsed: Parsed, body: bytes) -> bool:
     """A page whose links or content only its scripts make, which ``--render auto`` renders:
     one with scripts and no links in its HTML, or a ``<noscript>`` (the page says it needs
     them), or an inline script that builds links or loads content, or an empty element a
-    single-page application mounts into, or almost no text to read."""
+    single-page application mounts into, an empty list or table, a "Loading..." placeholder,
+    or almost no text to read."""
     head = body[:_SCAN].lower()
     if b"<script" not in head and b"<noscript" not in head:
         return False
