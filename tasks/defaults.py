@@ -101,8 +101,8 @@ BAN_WORDS = (  # phrases of a tiny block page (comma-separated, any case)
     "automated requests,automated access,unusual activity"
 )
 BAN_TINY_MAX_BYTES = 16 << 10  # a 2xx page below this size that speaks of a block (BAN_WORDS) ...
-BAN_TEXT_MAX_CHARS = 500  # ... is a block page if its visible text is this short, or its title
-BAN_TINY_RATIO = 0.1  # says so, or it is below this share of the host's usual page size
+BAN_TEXT_MAX_CHARS = 500  # ... is a block page if its visible text is this short, its title or
+BAN_TINY_RATIO = 0.1  # h1 says so, or it is below this share of the host's usual page size
 BAN_SCAN_BYTES = 256 << 10  # ban markers are looked for in this many first bytes of a body
 LADDER_CLIMB_BANS = 3  # identity bans in a row, no page let in between, that climb a level
 LADDER_DESCEND_SUCCESSES = 20  # successes in a row, after LADDER_QUIET_S, for one level down

@@ -88,6 +88,7 @@ TEMPLATE = (b"<html><head><title>%s</title></head><body><nav>" + b"<a href='/x'>
         (HOST, DENIED),
         ("new.test", b"<html><body><h2>Sorry</h2><p>Request blocked.</p></body></html>"),
         ("new.test", TEMPLATE % (b"Access denied | Shop", b"<p>Too many requests.</p>")),
+        ("new.test", TEMPLATE % (b"Shop", b"<h1>Request blocked</h1><p>Try later.</p>")),
     ],
 )
 def test_a_soft_block_is_told_from_content_whatever_this_process_has_learnt(host, body):

@@ -14,7 +14,8 @@ A site that refuses a crawler rarely says so with a clean status code. Signs, in
   trouble: ``tasks/fetch/refusals.py`` asks the host another page before it decides);
 * a *soft block*: a 2xx page under ``BAN_TINY_MAX_BYTES`` that speaks of being blocked
   (``BAN_WORDS``) and is nothing else: its visible text is under ``BAN_TEXT_MAX_CHARS``, or
-  its title says it, or it is under ``BAN_TINY_RATIO`` of the host's usual page size.
+  its title or a main heading (``h1``) says it, or it is under ``BAN_TINY_RATIO`` of the
+  host's usual page size.
 
 The decision depends on the answer and the job's settings alone, but for the last sign, whose
 usual size is learnt from the pages stored (each worker process keeps its own and shares it
@@ -47,7 +48,7 @@ _ASK_AGAIN_S = 5.0  # a host whose usual size Redis did not know is asked again 
 _SCRIPT_OR_STYLE = re.compile(rb"<(script|style)\b.*?</\1\s*>", re.S | re.I)
 _TAG = re.compile(rb"<[^>]*>")
 _SPACE = re.compile(rb"\s+")
-_TITLE = re.compile(rb"<title[^>]*>(.*?)</title", re.S | re.I)
+_HEADINGS = re.compile(rb"<title[^>]*>(.*?)</title|<h1[^>]*>(.*?)</h1", re.S | re.I)
 
 
 @lru_cache(maxsize=32)
@@ -146,9 +147,9 @@ def soft_block(job, host: str, status: int, body: bytes) -> str:
     why = f"block page ({word.decode()!r} in {len(body)} bytes)"
     if len(visible_text(body)) <= setting("BAN_TEXT_MAX_CHARS", job):
         return why
-    title = _TITLE.search(body)
-    if title and _first_term(words, title.group(1).lower()):
-        return why
+    for heading in _HEADINGS.finditer(body):  # the title, or a page's heading, says it
+        if _first_term(words, (heading.group(1) or heading.group(2)).lower()):
+            return why
     usual = usual_size(job.pk, host)
     if usual is not None and len(body) < setting("BAN_TINY_RATIO", job) * usual:
         return why
