@@ -3,7 +3,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("web", "0018_crawljob_spider_state"),
+        ("web", "0020_frontierurl_banned_since_patience"),
     ]
 
     operations = [
