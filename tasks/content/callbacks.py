@@ -21,20 +21,17 @@ import inspect
 import logging
 import os
 import queue
-import re
 import threading
 import time
 import traceback
 from collections.abc import Callable, Collection, Iterable
 from typing import Any, NamedTuple
-from urllib.parse import urldefrag, urlsplit
+from urllib.parse import urldefrag
 
-from w3lib.html import get_meta_refresh
-
-from crawlplatform.spiders import CloseSpider, Failure, HtmlResponse, Request, Response, Spider
+from crawlplatform.spiders import CloseSpider, Failure, Request, Response, Spider
 from crawlplatform.spiders.responsetypes import class_for
 from tasks.content import items as itempipes
-from tasks.content import pages, pipelines, rows, spiders
+from tasks.content import pages, pipelines, refresh, rows, spiders
 from tasks.content.links import JobCache, in_scope
 from tasks.defaults import setting
 from tasks.fetch import fetching, outcomes, robots
@@ -278,7 +275,7 @@ def _store(claimed: Claim, cache: JobCache, resp: fetching.Response, spider: Spi
         return duplicate_redirect(claimed, redirect.target, resp.status)  # no callback to run
     response = response_of(resp, request, claimed.url.depth)
     try:
-        refreshed = meta_refresh(response, request, setting("FETCH_MAX_REDIRECTS", job))
+        refreshed = refresh.meta_refresh(response, request, setting("FETCH_MAX_REDIRECTS", job))
         if refreshed is not None:  # as a redirect: no callback on this page
             yielded = Yielded([], [refreshed])
         else:
@@ -297,38 +294,6 @@ def _store(claimed: Claim, cache: JobCache, resp: fetching.Response, spider: Spi
     for request in new:  # in the frontier now: this process sends them no more
         cache.committed.put(request.key)
     return state
-
-
-def meta_refresh(response: Response, request: Request, max_redirects: int) -> Request | None:
-    """The request a page's ``<meta http-equiv="refresh">`` sends it on to, as Scrapy's
-    ``MetaRefreshMiddleware`` makes it: an HTML answer to a request that is no HEAD and not
-    ``dont_redirect``, refreshing within 100 s to an http(s) URL (in the first 4096
-    characters, outside ``<noscript>``); a GET of the same callback, ``redirect_urls`` and
-    ``redirect_times`` in its ``meta``, at most ``max_redirects`` in a row. None: the page
-    is the callback's."""
-    if (request.method == "HEAD" or request.meta.get("dont_redirect")
-            or not isinstance(response, HtmlResponse)
-            or _REFRESH.search(response.body, 0, _REFRESH_WITHIN) is None):  # fmt: skip
-        return None
-    interval, url = get_meta_refresh(response.text[:4096], response.base, response.encoding,
-                                     ignore_tags=("noscript",))  # fmt: skip
-    if not url or urlsplit(url).scheme not in ("http", "https") or interval >= 100:
-        return None
-    times = request.meta.get("redirect_times", 0) + 1
-    if times > max_redirects:
-        return None  # the page is the callback's, as Scrapy's is once it gives up
-    redirected = request.replace(url=url, method="GET", body=b"", cookies=None)
-    for name in ("Content-Type", "Content-Length", "Content-Encoding", "Content-Language",
-                 "Content-Location"):  # fmt: skip
-        redirected.headers.pop(name, None)
-    redirected.meta.update(redirect_times=times, redirect_urls=[
-        *request.meta.get("redirect_urls", []), request.url], redirect_reasons=[
-        *request.meta.get("redirect_reasons", []), "meta refresh"])  # fmt: skip
-    return redirected
-
-
-_REFRESH = re.compile(rb"(?i)refresh")  # cheap: most pages have no such word
-_REFRESH_WITHIN = 4096 * 4  # bytes that hold the first 4096 characters in any encoding
 
 
 def _redirect(claimed: Claim, cache: JobCache, resp: fetching.Response,

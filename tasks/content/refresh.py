@@ -1,0 +1,45 @@
+"""A page's ``<meta http-equiv="refresh">``, followed as Scrapy's ``MetaRefreshMiddleware``
+follows it: the request it sends the page on to, instead of the page's callback.
+
+Reads no setting (the caller gives the redirect cap, ``FETCH_MAX_REDIRECTS``).
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import urlsplit
+
+from w3lib.html import get_meta_refresh
+
+from crawlplatform.spiders import HtmlResponse, Request, Response
+
+_REFRESH = re.compile(rb"(?i)refresh")  # cheap: most pages have no such word
+_REFRESH_WITHIN = 4096 * 4  # bytes that hold the first 4096 characters in any encoding
+
+
+def meta_refresh(response: Response, request: Request, max_redirects: int) -> Request | None:
+    """The request a page's ``<meta http-equiv="refresh">`` sends it on to, as Scrapy's
+    ``MetaRefreshMiddleware`` makes it: an HTML answer to a request that is no HEAD and not
+    ``dont_redirect``, refreshing within 100 s to an http(s) URL (in the first 4096
+    characters, outside ``<noscript>``); a GET of the same callback, ``redirect_urls`` and
+    ``redirect_times`` in its ``meta``, at most ``max_redirects`` in a row. None: the page
+    is the callback's."""
+    if (request.method == "HEAD" or request.meta.get("dont_redirect")
+            or not isinstance(response, HtmlResponse)
+            or _REFRESH.search(response.body, 0, _REFRESH_WITHIN) is None):  # fmt: skip
+        return None
+    interval, url = get_meta_refresh(response.text[:4096], response.base, response.encoding,
+                                     ignore_tags=("noscript",))  # fmt: skip
+    if not url or urlsplit(url).scheme not in ("http", "https") or interval >= 100:
+        return None
+    times = request.meta.get("redirect_times", 0) + 1
+    if times > max_redirects:
+        return None  # the page is the callback's, as Scrapy's is once it gives up
+    redirected = request.replace(url=url, method="GET", body=b"", cookies=None)
+    for name in ("Content-Type", "Content-Length", "Content-Encoding", "Content-Language",
+                 "Content-Location"):  # fmt: skip
+        redirected.headers.pop(name, None)
+    redirected.meta.update(redirect_times=times, redirect_urls=[
+        *request.meta.get("redirect_urls", []), request.url], redirect_reasons=[
+        *request.meta.get("redirect_reasons", []), "meta refresh"])  # fmt: skip
+    return redirected
