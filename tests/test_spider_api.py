@@ -786,10 +786,10 @@ class FromCrawler:
         return {**item, "timeout": self.timeout, "spider": self.spider_name}
 
 
-class WantsStats:
+class WantsEngine:
     @classmethod
     def from_crawler(cls, crawler):
-        return cls(crawler.stats)
+        return cls(crawler.engine)
 
 
 def test_pipelines_with_from_crawler_get_the_jobs_settings_and_spider():
@@ -803,12 +803,13 @@ def test_pipelines_with_from_crawler_get_the_jobs_settings_and_spider():
     assert items.Pipelines(Timed()).process({"a": 1}) == ({"a": 1, "timeout": 5.0,
                                                            "spider": "timed"}, "")  # fmt: skip
 
-    class Stats(Spider):
-        name = "stats"
-        custom_settings = {"ITEM_PIPELINES": ["tests.test_spider_api.WantsStats"]}
+    class Engine(Spider):
+        name = "engine"
+        custom_settings = {"ITEM_PIPELINES": ["tests.test_spider_api.WantsEngine"]}
 
-    with pytest.raises(PipelineProblem, match="has settings and spider, not stats"):
-        items.Pipelines(Stats())
+    with pytest.raises(PipelineProblem, match="has settings, spider, stats and signals, not "
+                                              "engine"):  # fmt: skip
+        items.Pipelines(Engine())
     from tasks.content import spiders  # a spider's own setting is no job setting
 
     assert spiders.custom_settings(Timed) == (

@@ -1,6 +1,7 @@
 """The spider API: what users program a crawl against (everything else is internal).
 
     from crawlplatform.spiders import Spider, Request, FormRequest, JsonRequest, DropItem
+    from crawlplatform.spiders import signals  # Scrapy's signal objects, for crawler.signals
 
 ``SitemapSpider``, ``XMLFeedSpider`` and ``CSVFeedSpider`` are Scrapy's, with the utilities
 they read by (``Sitemap``, ``sitemap_urls_from_robots``, ``xmliter_lxml``, ``csviter``,
@@ -18,6 +19,7 @@ Names and behaviour follow Scrapy's, so that a Scrapy spider ports by changing i
 
 from parsel import Selector, SelectorList
 
+from crawlplatform.spiders import signals
 from crawlplatform.spiders.errors import (
     CannotResolveHostError,
     CloseSpider,
@@ -30,6 +32,7 @@ from crawlplatform.spiders.errors import (
     DownloadTimeoutError,
     HttpError,
     IgnoreRequest,
+    NotConfigured,
     NotSupported,
     ResponseDataLossError,
     ResponseNeverReceived,
@@ -48,8 +51,10 @@ from crawlplatform.spiders.response import (
     TextResponse,
     XmlResponse,
 )
+from crawlplatform.spiders.signalmanager import SignalManager
 from crawlplatform.spiders.sitemap import SitemapSpider
 from crawlplatform.spiders.spider import DropItem, Spider
+from crawlplatform.spiders.stats import StatsCollector
 from crawlplatform.spiders.utils import (
     Sitemap,
     csviter,
@@ -81,6 +86,7 @@ __all__ = [
     "Item",
     "JsonRequest",
     "JsonResponse",
+    "NotConfigured",
     "NotSupported",
     "Request",
     "Response",
@@ -88,9 +94,11 @@ __all__ = [
     "ResponseNeverReceived",
     "Selector",
     "SelectorList",
+    "SignalManager",
     "Sitemap",
     "SitemapSpider",
     "Spider",
+    "StatsCollector",
     "TCPTimedOutError",
     "TextResponse",
     "TimeoutError",
@@ -99,6 +107,7 @@ __all__ = [
     "csviter",
     "gunzip",
     "gzip_magic_number",
+    "signals",
     "sitemap_urls_from_robots",
     "xmliter_lxml",
 ]

@@ -23,12 +23,19 @@ class CloseSpider(Exception):
         self.reason = reason
 
 
-class IgnoreRequest(Exception):
-    """A request dropped before an answer: robots.txt, the job's scope, the address guard."""
+class NotConfigured(Exception):
+    """Raised by an extension's or a pipeline's ``from_crawler`` (or its ``__init__``) to stay
+    off, as in Scrapy: the job runs without it (the message, if any, is logged)."""
 
 
 class NotSupported(Exception):
-    """A feature asked for that is not there (an ``XMLFeedSpider.iterator`` it does not know)."""
+    """A feature asked for that is not there, as Scrapy's: an ``XMLFeedSpider.iterator`` it
+    does not know, or what the platform cannot do where Scrapy could (connecting to a signal
+    it never sends; the message says why)."""
+
+
+class IgnoreRequest(Exception):
+    """A request dropped before an answer: robots.txt, the job's scope, the address guard."""
 
 
 class HttpError(IgnoreRequest):

@@ -1,9 +1,11 @@
-"""What a ported pipeline's ``from_crawler(crawler)`` and a spider's ``self.settings`` read, as
-Scrapy's: a ``Crawler`` with ``settings`` and ``spider``, and read-only ``Settings`` with
-Scrapy's getters. The settings are the job's (its own and the spider's ``custom_settings``, by
-the names they were given); a name the job has not is its default, as in Scrapy. A worker has
-no stats collector, signals or engine to give: a pipeline that asks for one fails its job at
-start with the reason.
+"""What a ported pipeline's or extension's ``from_crawler(crawler)`` and a spider's
+``self.settings`` read, as Scrapy's: a ``Crawler`` with ``settings``, ``spider``, ``stats`` and
+``signals``, and read-only ``Settings`` with Scrapy's getters. The settings are the job's (its
+own and the spider's ``custom_settings``, by the names they were given); a name the job has not
+is its default, as in Scrapy. A job's crawler has the job's stats and the signals its worker
+process sends (given by the platform); one made alone has stats in a dict and signals no one
+sends. A worker has no engine to give: a component that asks for it fails its job at start
+with the reason.
 """
 
 from __future__ import annotations
@@ -11,6 +13,9 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping
 from typing import Any
+
+from crawlplatform.spiders.signalmanager import SignalManager
+from crawlplatform.spiders.stats import StatsCollector
 
 
 class Settings(Mapping):
@@ -64,12 +69,16 @@ class Settings(Mapping):
 
 
 class Crawler:
-    """What ``from_crawler`` is given: the job's ``settings`` and its ``spider``."""
+    """What ``from_crawler`` is given: the job's ``settings``, its ``spider``, ``stats`` and
+    ``signals``."""
 
-    def __init__(self, settings: Settings, spider: Any) -> None:
+    def __init__(self, settings: Settings, spider: Any, stats: StatsCollector | None = None,
+                 signals: SignalManager | None = None) -> None:  # fmt: skip
         self.settings = settings
         self.spider = spider
+        self.stats = StatsCollector(self) if stats is None else stats
+        self.signals = SignalManager(self) if signals is None else signals
 
     def __getattr__(self, name: str) -> Any:
-        raise AttributeError(f"a worker's crawler has settings and spider, not {name} "
-                             "(docs/spiders.md, Porting)")  # fmt: skip
+        raise AttributeError(f"a worker's crawler has settings, spider, stats and signals, not "
+                             f"{name} (docs/spiders.md, Porting)")  # fmt: skip

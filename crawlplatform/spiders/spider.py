@@ -2,8 +2,9 @@
 
 A spider names itself (``name``), says where it starts (``start_urls``, ``async def start()``
 or the older ``start_requests()``) and handles responses in its methods (``parse`` by
-default). Arguments given with ``-a key=value`` or a job's ``spider_args`` are set as
-attributes before the start requests are asked for. ``custom_settings`` are the job's settings
+default). It is made by ``from_crawler(crawler, **arguments)``, as in Scrapy: arguments given
+with ``-a key=value`` or a job's ``spider_args`` are set as attributes before the start
+requests are asked for. ``custom_settings`` are the job's settings
 (validated as a job's own) plus ``ITEM_PIPELINES``; ``item_schema`` is a JSON Schema every
 item must satisfy (items that do not are dropped as ``schema``).
 """
@@ -16,6 +17,7 @@ from typing import Any, ClassVar
 
 from crawlplatform.spiders.http import Request
 from crawlplatform.spiders.response import Response
+from crawlplatform.spiders.settings import Crawler
 
 
 class DropItem(Exception):
@@ -40,6 +42,18 @@ class Spider:
         self.__dict__.update(kwargs)
         if not hasattr(self, "start_urls"):
             self.start_urls = []
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler, *args: Any, **kwargs: Any) -> Spider:
+        """The spider, made with its arguments and given the job's ``crawler``, as Scrapy
+        makes it: a spider may override this to connect its methods to ``crawler.signals``."""
+        spider = cls(*args, **kwargs)
+        spider._set_crawler(crawler)
+        return spider
+
+    def _set_crawler(self, crawler: Crawler) -> None:
+        self.crawler = crawler
+        self.settings = crawler.settings
 
     @property
     def logger(self) -> logging.LoggerAdapter:
