@@ -1,7 +1,7 @@
 """Writing a fetched page: on PostgreSQL, the one statement that commits the URL's DONE state,
 its page and its new links (the lease check a CTE the inserts are joined to, so that a lost
-lease writes nothing), and for a spider's page its items and requests too; elsewhere, and for
-redirects, the page's own insert or update.
+lease writes nothing), and for a spider's page its items, stat rows and requests too;
+elsewhere, and for redirects, the page's own insert or update.
 
 Reads no setting of its own (its cursor, ``db.prepared_cursor``, reads ``DB_PREPARE``). A
 page the job's previous run stored is replaced: it keeps the run that found it, and the run
@@ -11,6 +11,7 @@ that last changed it unless its content hash is the same.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import datetime
 
 from django.db import connection
@@ -18,6 +19,7 @@ from django.db.models import JSONField
 from django.utils import timezone
 
 from tasks.fetch import outcomes
+from tasks.frontier import stats
 from tasks.frontier.claims import Claim, LeaseLost
 from tasks.frontier.db import prepared_cursor
 from tasks.rules.urls import host_of
@@ -67,9 +69,10 @@ _NEW_LINKS = """
 _COUNTS = """
 SELECT (SELECT count(*) FROM fin), (SELECT count(*) FROM links WHERE state = %s)"""
 _RECORD_SQL = _FINISH_AND_PAGE + ", links AS (" + _NEW_LINKS + "\n)" + _COUNTS
-# A spider's page: the same, its items replacing those of the URL's previous run (the DELETE
-# sees the statement's snapshot, so not the rows it inserts), and the requests' stored form
-# (one JSON array, an element per line of the links' text; null for a plain GET).
+# A spider's page: the same, its items and its stat rows (``stats.py``) replacing those of the
+# URL's previous run (a DELETE sees the statement's snapshot, so not the rows it inserts), and
+# the requests' stored form (one JSON array, an element per line of the links' text; null for
+# a plain GET).
 _SPIDER_SQL = _FINISH_AND_PAGE + """, gone AS (
     DELETE FROM {item} WHERE url_id IN (SELECT id FROM fin)
 ), items AS (
@@ -77,7 +80,7 @@ _SPIDER_SQL = _FINISH_AND_PAGE + """, gone AS (
     SELECT %s, fin.id, %s, e.value -> 0, e.value ->> 1, NULLIF(e.value -> 2, 'null'), %s, %s
     FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS e(value, n) CROSS JOIN fin
     ORDER BY e.n
-), links AS (""" + _NEW_LINKS + "\n)" + _COUNTS  # noqa: S608 (the names below, no values)
+""" + stats.SPIDER_CTES + "), links AS (" + _NEW_LINKS + "\n)" + _COUNTS  # noqa: S608 (names)
 _NAMES = {
     "frontier": FrontierURL._meta.db_table,
     "page": Page._meta.db_table,
@@ -133,16 +136,19 @@ def record_spider_statement(
     items: list[tuple[dict, str, list | None]],
     spider: str,
     skip: outcomes.Skip,
+    changed: Sequence[stats.StatRow] = (),
 ) -> None:
     """``_SPIDER_SQL``: as ``record_page_statement``, with the page's items (data, the reason
-    a pipeline dropped it, its field names) and its requests as (frontier key, stored request
-    or None, priority), those robots.txt forbids entering skipped with ``skip``; a body cut at
-    ``FETCH_MAX_BYTES`` noted ``truncated`` on the URL, as a crawl's page is."""
+    a pipeline dropped it, its field names), the stats it ``changed``, and its requests as
+    (frontier key, stored request or None, priority), those robots.txt forbids entering
+    skipped with ``skip``; a body cut at ``FETCH_MAX_BYTES`` noted ``truncated`` on the URL,
+    as a crawl's page is."""
     now = timezone.now()
     every = [*requests, *forbidden]
     note = TRUNCATED if page.truncated else ""
     _record(_SPIDER_SQL, claim, page, note, [k for k, _, _ in every], len(requests), skip, now,
-            items=[claim.job.pk, spider, claim.run, now, json.dumps(items)],
+            items=[claim.job.pk, spider, claim.run, now, json.dumps(items),
+                   *stats.statement_params(claim.job.pk, changed)],
             stored=[json.dumps([r for _, r, _ in every])],
             ranks="\n".join(str(p) for _, _, p in every))  # fmt: skip
 

@@ -1,12 +1,13 @@
-"""Committing what a spider's callback yielded: the URL's DONE state, its page, its items and
-the new requests, in one transaction (or, for an errback, the URL's failure and what the
-errback yielded), so that a worker killed at any moment leaves each item
-stored once (or not yet, and the URL's lease sweep runs the callback again).
+"""Committing what a spider's callback yielded: the URL's DONE state, its page, its items, the
+stats it changed (``stats.py``) and the new requests, in one transaction (or, for an errback,
+the URL's failure and what the errback yielded), so that a worker killed at any moment leaves
+each item and stat stored once (or not yet, and the URL's lease sweep runs the callback
+again).
 
 Reads no setting. The new requests enter the frontier with ``ON CONFLICT DO NOTHING`` on the
 unique (job, url) index, whose key is the request's fingerprint (``tasks/content/rows.py``):
-a request already there is not added twice. A recrawl replaces the items the URL's page
-yielded in the run before.
+a request already there is not added twice. A recrawl replaces the items (and stat rows) the
+URL's page yielded in the run before.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from tasks.fetch import outcomes
-from tasks.frontier import requeue
+from tasks.frontier import requeue, stats
 from tasks.frontier.claims import Claim, LeaseLost
 from tasks.frontier.pages import TRUNCATED, record_spider_statement, save_page
 from tasks.frontier.transitions import (
@@ -73,8 +74,9 @@ def insert_requests(job_id: int, requests: Sequence[NewRequest], depth: int,
 
 
 def _add(claim: Claim, requests: Sequence[NewRequest], items: Sequence[NewItem], spider: str,
-         now) -> None:  # fmt: skip
+         now, changed: Sequence[stats.StatRow]) -> None:  # fmt: skip
     Item.objects.filter(url_id=claim.url.pk).delete()  # a recrawl's run replaces them
+    stats.replace(claim.job.pk, claim.url.pk, changed)
     Item.objects.bulk_create(
         [Item(job_id=claim.job.pk, url_id=claim.url.pk, spider=spider, data=i.data,
               fields=i.fields, dropped=i.dropped[:200], run=claim.run, created=now)
@@ -99,12 +101,13 @@ def record_spider_failure(
     items: Sequence[NewItem],
     spider: str,
     closing: str | None = None,
+    changed: Sequence[stats.StatRow] = (),
 ) -> str:
-    """One transaction: the URL ended with ``outcome`` and what its errback yielded (and,
-    if it raised CloseSpider, the crawl's end: ``close``)."""
+    """One transaction: the URL ended with ``outcome``, what its errback yielded and the
+    stats it ``changed`` (and, if it raised CloseSpider, the crawl's end: ``close``)."""
     with transaction.atomic():
         state = record_failure(claim, outcome)
-        _add(claim, requests, items, spider, timezone.now())
+        _add(claim, requests, items, spider, timezone.now(), changed)
         if closing is not None:
             close(claim, closing)
     _added(claim, requests)
@@ -119,9 +122,11 @@ def record_spider_page(
     spider: str,
     redirect: Redirect | None = None,
     closing: str | None = None,
+    changed: Sequence[stats.StatRow] = (),
 ) -> str:
-    """One transaction: the URL done, its page, its items and its new requests; a lost lease
-    writes nothing (LeaseLost). On PostgreSQL one statement (``pages.py``), elsewhere (and for
+    """One transaction: the URL done, its page, its items, the stats its callback, pipelines
+    and signal handlers ``changed``, and its new requests; a lost lease writes nothing
+    (LeaseLost). On PostgreSQL one statement (``pages.py``), elsewhere (and for
     a page reached through a redirect) the ORM.
 
     A page reached through ``redirect`` is stored once, as a crawl's (``record_page``): if
@@ -135,6 +140,7 @@ def record_spider_page(
             claim, page, [(r.key, r.request, r.priority) for r in ordered if r.skip is None],
             [(r.key, r.request, r.priority) for r in ordered if r.skip is not None],
             [(i.data, i.dropped[:200], i.fields) for i in items], spider, ROBOTS_FORBIDDEN,
+            changed,
         )  # fmt: skip
         claim.new_links = any(r.skip is None for r in requests)
         return URLState.DONE
@@ -151,7 +157,7 @@ def record_spider_page(
         if not won:
             raise LeaseLost(f"lease on URL {claim.url.pk} (attempt {claim.attempt}) ended")
         save_page(page)
-        _add(claim, requests, items, spider, now)
+        _add(claim, requests, items, spider, now, changed)
         if closing is not None:
             close(claim, closing)
     _added(claim, requests)

@@ -13,6 +13,8 @@ from web.models.frontier import (
     Item,
     Page,
     Review,
+    Stat,
+    StatKind,
     URLState,
 )
 from web.models.jobs import TERMINAL_STATES, CrawlJob, JobState
@@ -42,5 +44,7 @@ __all__ = [
     "Review",
     "SchedulerFence",
     "SettingChange",
+    "Stat",
+    "StatKind",
     "URLState",
 ]

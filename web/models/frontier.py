@@ -251,3 +251,44 @@ class Item(models.Model):
 
     def __str__(self) -> str:
         return f"item {self.pk} of job {self.job_id}"
+
+
+class StatKind(models.TextChoices):
+    """How a stat row changes its stat, as Scrapy's collector's methods do."""
+
+    INC = "inc", "inc_value: added"
+    START = "start", "inc_value's start: the stat's value before the first inc"
+    MAX = "max", "max_value: the highest"
+    MIN = "min", "min_value: the lowest"
+    SET = "set", "set_value: replaces what came before"
+    CLEAR = "clear", "clear_stats: every stat starts again"
+
+
+class Stat(models.Model):
+    """A change a spider made to its job's ``crawler.stats``: written with the page whose
+    callback, pipelines or signal handlers made it (and replaced with the page's items when
+    the URL is crawled again), or on its own outside a page (its ``url`` empty). A job's stats
+    are its rows aggregated on read (``tasks/frontier/stats.py``)."""
+
+    job = models.ForeignKey(CrawlJob, on_delete=models.CASCADE, related_name="stat_rows",
+                            db_index=False)  # fmt: skip
+    url = models.ForeignKey(
+        FrontierURL,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="stat_rows",
+        help_text="The URL whose page made the change; empty: made outside a page (the job's "
+        "start, a worker opening or closing the job's pipelines and extensions).",
+    )
+    name = models.CharField(max_length=200)
+    kind = models.CharField(max_length=5, choices=StatKind.choices)
+    value = models.JSONField(
+        null=True, help_text="The change's value: a count, a value to keep or to compare."
+    )
+
+    class Meta:
+        indexes = [models.Index(fields=["job", "name"], name="stat_job_name")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.name} of job {self.job_id}"
