@@ -196,6 +196,7 @@ LIVE_FIRST_LOAD_WAIT_S = 5.0  # a process starting waits this long at most for t
 # Metrics (web/metrics.py)
 METRICS_THROTTLE_HOSTS_MAX = 1000  # hosts whose adaptive delay is reported at most
 METRICS_DUE_COUNT_MAX = 10_000  # due URLs counted per job at most: plenty to size any worker fleet
+METRICS_STATS_PER_JOB = 50  # crawler.stats names exported per running or paused job (by name)
 
 # Canary analysis (tasks/frontier/canary.py): a channel with part of the weight against the
 # channel with the most, over a sliding window
@@ -211,9 +212,10 @@ CANARY_SLOT_S = 10  # outcome counts are kept per channel in slots this long, se
 CANARY_FLUSH_S = 1.0  # a worker process adds its counts to Redis at most this often, seconds
 CANARY_ANALYSE_EVERY_S = 2.0  # the scheduler judges canaries this often, seconds
 
-# Spiders (tasks/content/spiders.py, callbacks.py, rows.py, items.py; docs/spiders.md)
+# Spiders (tasks/content/spiders.py, callbacks.py, rows.py, items.py, stats.py; docs/spiders.md)
 SPIDER_MODULES = ""  # modules scanned for Spider subclasses, comma-separated (CRAWL_SPIDER_MODULES)
 ITEM_PIPELINES = ""  # the operator's item pipelines: dotted class paths, comma-separated, in order
+EXTENSIONS = ""  # the operator's extensions (Scrapy's EXTENSIONS): as ITEM_PIPELINES, every spider
 SPIDER_CALLBACK_TIMEOUT_S = 20.0  # one callback's run, all it yields included, seconds
 SPIDER_MAX_YIELDS = 50_000  # items and requests one callback may yield; more fail the URL
 SPIDER_REQUEST_MAX_BYTES = 64 << 10  # a stored request's headers, cb_kwargs and meta as JSON
@@ -221,6 +223,8 @@ SPIDER_BODY_MAX_BYTES = 1 << 20  # a request's body, bytes
 ITEM_MAX_BYTES = 1 << 20  # one item as JSON, bytes; a bigger one is dropped as too_large
 SPIDER_TRACEBACK_LINES = 12  # last lines of a callback's traceback kept on its URL
 PIPELINES_CHECK_S = 5.0  # a worker closes the pipelines of jobs that ended this often, seconds
+STATS_CACHE_S = 2.0  # a page's read of its job's crawler.stats is at most this old, seconds
+STATS_PAGE_MAX_NAMES = 1000  # stats one page (or one open, close, start) may change; more raise
 
 # Feeds of spider jobs, Scrapy's settings of these names (tasks/content/feeds.py, docs/spiders.md):
 # a spider's custom_settings of the same name win, as in Scrapy; a job cannot set them

@@ -1,6 +1,8 @@
 """A spider's side of one fetched page: the callback run on the response, bounded in time and
 in what it yields; the items through the pipelines; the requests turned into frontier rows;
-and the page committed with them (``tasks/frontier/yields.py``).
+and the page committed with them (``tasks/frontier/yields.py``), with what they changed in the
+job's stats (``stats.py``). The page's signals are sent here (``response_received`` before
+the callback, ``request_scheduled``) and in ``items.py`` (the item signals).
 
 Reads ``SPIDER_CALLBACK_TIMEOUT_S``, ``SPIDER_MAX_YIELDS``, ``SPIDER_TRACEBACK_LINES`` and
 the job's depth limit.
@@ -31,7 +33,7 @@ from urllib.parse import urldefrag
 from crawlplatform.spiders import CloseSpider, Failure, Request, Response, Spider
 from crawlplatform.spiders.responsetypes import class_for
 from tasks.content import items as itempipes
-from tasks.content import pages, pipelines, refresh, rows, spiders
+from tasks.content import pages, pipelines, refresh, rows, spiders, stats
 from tasks.content.links import JobCache, in_scope
 from tasks.defaults import setting
 from tasks.fetch import fetching, outcomes, robots
@@ -112,7 +114,8 @@ def spider_error(exc: BaseException, lines: int) -> outcomes.SpiderError:
 
 class _Runner:
     """The thread that runs the callbacks of one worker thread, one at a time: a callback
-    runs apart, so that it can be bounded in time, without a thread started for each page."""
+    runs apart, so that it can be bounded in time, without a thread started for each page;
+    in the calling thread's context (the page's stats, ``stats.bound``)."""
 
     def __init__(self) -> None:
         self._calls: queue.SimpleQueue = queue.SimpleQueue()
@@ -120,14 +123,14 @@ class _Runner:
 
     def _serve(self) -> None:
         while True:
-            within, run, done = self._calls.get()
-            within(run)
+            context, run, done = self._calls.get()
+            context.run(run)
             done.set()
 
     def run(self, call: Any, timeout: float) -> bool:
         """Run ``call`` on this runner's thread; whether it ended within ``timeout``."""
         done = threading.Event()
-        self._calls.put((contextvars.copy_context().run, call, done))  # the page's log fields
+        self._calls.put((contextvars.copy_context(), call, done))  # the page's log fields, stats
         return done.wait(timeout)
 
 
@@ -209,12 +212,14 @@ def response_of(resp: fetching.Response, request: Request, depth: int = 0) -> Re
                protocol=resp.http.get("protocol"))
 
 
-def new_requests(claimed: Claim, cache: JobCache, spider: Spider,
-                 requests: list[Request]) -> list[NewRequest]:  # fmt: skip
+def new_requests(claimed: Claim, cache: JobCache, spider: Spider, requests: list[Request],
+                 scheduled: Callable[[Request], bool]) -> list[NewRequest]:  # fmt: skip
     """The frontier rows of what a callback yielded: in the job's scope and depth, each once,
     those robots.txt forbids entering skipped (unless they have an errback: their claim's
     robots.txt gate ends them, and the errback sees it, as Scrapy's ``IgnoreRequest``). A
-    request that cannot be kept fails the URL."""
+    request that cannot be kept fails the URL. ``scheduled`` sends ``request_scheduled`` for
+    each request in scope, before duplicates are dropped, as Scrapy's engine sends it before
+    its scheduler's filter; False leaves the request out."""
     job = claimed.job
     if claimed.url.depth >= job.max_depth:
         return []
@@ -223,6 +228,8 @@ def new_requests(claimed: Claim, cache: JobCache, spider: Spider,
         canonical = in_scope(cache, request.url)
         if not canonical:
             continue  # off the job's domains or patterns, as Scrapy's offsite filter drops it
+        if not scheduled(request):
+            continue  # a request_scheduled handler raised IgnoreRequest
         if rows.plain_get(request) and (canonical in out or canonical in cache.committed):
             continue  # yielded before on this page, or already in the frontier
         try:
@@ -274,23 +281,27 @@ def _store(claimed: Claim, cache: JobCache, resp: fetching.Response, spider: Spi
     if redirect and not redirect_target_free(claimed, redirect.target, redirect.take_queued):
         return duplicate_redirect(claimed, redirect.target, resp.status)  # no callback to run
     response = response_of(resp, request, claimed.url.depth)
-    try:
-        refreshed = refresh.meta_refresh(response, request, setting("FETCH_MAX_REDIRECTS", job))
-        if refreshed is not None:  # as a redirect: no callback on this page
-            yielded = Yielded([], [refreshed])
-        else:
-            yielded = call(spider, request.callback_name or DEFAULT_CALLBACK, response,
-                           request.cb_kwargs, job)  # fmt: skip
-        new = new_requests(claimed, cache, spider, yielded.requests)
-    except (outcomes.SpiderError, outcomes.SpiderTimeout) as failure:
-        if request.meta.get(RETRY_ON_ERROR):
-            failure.retryable = True  # the spider asks: fetched and called again, to the cap
-        return record_failure(claimed, failure)
-    kept = [NewItem(*pipes.keep(item)) for item in yielded.items]
+    with stats.bound(stats.Pending(job.pk)) as changed:  # committed with the page, or never
+        try:
+            refreshed = refresh.meta_refresh(response, request,
+                                             setting("FETCH_MAX_REDIRECTS", job))  # fmt: skip
+            if refreshed is not None:  # as a redirect: no callback on this page
+                yielded = Yielded([], [refreshed])
+            else:
+                pipes.received(response)
+                yielded = call(spider, request.callback_name or DEFAULT_CALLBACK, response,
+                               request.cb_kwargs, job)  # fmt: skip
+            new = new_requests(claimed, cache, spider, yielded.requests, pipes.scheduled)
+        except (outcomes.SpiderError, outcomes.SpiderTimeout) as failure:
+            if request.meta.get(RETRY_ON_ERROR):
+                failure.retryable = True  # the spider asks: fetched and called again, to the cap
+            return record_failure(claimed, failure)
+        kept = [NewItem(*pipes.keep(item, response)) for item in yielded.items]
     title = page_title(response)[: setting("TITLE_MAX_CHARS", job)]
     page = pages.page_row(claimed, resp, title, {})
     state = with_retries(lambda: record_spider_page(claimed, page, new, kept, spider.name,
-                                                    redirect, yielded.closing))  # fmt: skip
+                                                    redirect, yielded.closing,
+                                                    changed.rows()))  # fmt: skip
     for request in new:  # in the frontier now: this process sends them no more
         cache.committed.put(request.key)
     return state
@@ -435,12 +446,15 @@ def _errback(claimed: Claim, cache: JobCache, outcome: outcomes.CrawlOutcome, sp
     answer = None
     if outcome.status is not None:  # an HTTP error: failure.value.response
         answer = response_of(_answer(claimed, outcome), request, claimed.url.depth)
-    try:
-        yielded = call(spider, kept["errback"], Failure(outcome, request, answer), {}, job)
-        new = new_requests(claimed, cache, spider, yielded.requests)
-    except (outcomes.SpiderError, outcomes.SpiderTimeout) as exc:
-        log.warning("job=%s url=%s: errback failed: %s", job.pk, claimed.url.url, exc)
-        return record_failure(claimed, outcome)
-    items = [NewItem(*pipes.keep(item)) for item in yielded.items]
+    with stats.bound(stats.Pending(job.pk)) as changed:  # committed with the URL's end
+        try:
+            if answer is not None:
+                pipes.received(answer)
+            yielded = call(spider, kept["errback"], Failure(outcome, request, answer), {}, job)
+            new = new_requests(claimed, cache, spider, yielded.requests, pipes.scheduled)
+        except (outcomes.SpiderError, outcomes.SpiderTimeout) as exc:
+            log.warning("job=%s url=%s: errback failed: %s", job.pk, claimed.url.url, exc)
+            return record_failure(claimed, outcome)
+        items = [NewItem(*pipes.keep(item, answer)) for item in yielded.items]
     return with_retries(lambda: record_spider_failure(claimed, outcome, new, items, spider.name,
-                                                      yielded.closing))  # fmt: skip
+                                                      yielded.closing, changed.rows()))  # fmt: skip

@@ -1,24 +1,30 @@
-"""Items: what a spider yields, made JSON, passed through the item pipelines, and fed out.
+"""Items: what a spider yields, made JSON, passed through the item pipelines, and fed out; and
+the extensions, made with the pipelines.
 
-Reads ``ITEM_PIPELINES`` (the operator's pipelines: dotted class paths, comma-separated, each
-with an optional ``:ORDER``; 1000 when not given), ``ITEM_MAX_BYTES`` and the spider's
-``custom_settings["ITEM_PIPELINES"]`` (Scrapy's ``{path: order}``, ``None`` as an order
-turns one off; or a list, in order). Pipelines run by ascending order, the operator's and the
-spider's together, then the built-in schema check (order ``SCHEMA_ORDER``) when the spider
-has an ``item_schema``.
+Reads ``ITEM_PIPELINES`` and ``EXTENSIONS`` (the operator's pipelines and extensions: dotted
+class paths, comma-separated, each with an optional ``:ORDER``; 1000 when not given),
+``ITEM_MAX_BYTES`` and the spider's ``custom_settings["ITEM_PIPELINES"]`` and
+``["EXTENSIONS"]`` (Scrapy's ``{path: order}``, ``None`` as an order turns one off; or a
+list, in order). Pipelines run by ascending order, the operator's and the spider's together,
+then the built-in schema check (order ``SCHEMA_ORDER``) when the spider has an
+``item_schema``. Extensions are made first, in their order, as Scrapy makes them before the
+pipelines; either may raise ``NotConfigured`` to stay off.
 
 A pipeline's ``process_item(item, spider)`` takes the item as the callback yielded it (a dict,
 a dataclass, an ``Item``, ...) or as the pipeline before returned it, and returns the item
 (changed or not) or raises ``DropItem(reason)``; any other exception drops the item as
 ``pipeline_error`` with its traceback in the log; an item that is not JSON after the last
-pipeline is dropped as ``not_serialisable``. ``open_spider(spider)`` is called when a worker
-process first uses the job's pipelines, ``close_spider(spider)`` when the process lets them go
-(the job's run ended, or the process leaves), after the last page using them, in the reverse
-order. As in Scrapy 2.14 and later, the spider is passed only to a method that requires it, so
-``process_item(item)``, ``open_spider()`` and ``close_spider()`` work too. A dropped item is
-stored with its reason, so drops are counted exactly once. The pipelines of a process see one
-item at a time (a lock), as in Scrapy's single thread, so a pipeline may keep state (a set of
-seen keys) without locks of its own.
+pipeline is dropped as ``not_serialisable``. Then ``item_scraped``, ``item_dropped`` or
+(``pipeline_error``) ``item_error`` is sent, with Scrapy's arguments. ``open_spider(spider)``
+is called when a worker process first uses the job's pipelines (then ``spider_opened`` is
+sent), ``close_spider(spider)`` when the process lets them go (the job's run ended, or the
+process leaves), after the last page using them, in the reverse order (then the spider's
+``closed(reason)`` and ``spider_closed``, when the run ended). As in Scrapy 2.14 and later,
+the spider is passed only to a method that requires it, so ``process_item(item)``,
+``open_spider()`` and ``close_spider()`` work too. A dropped item is stored with its reason,
+so drops are counted exactly once. The pipelines of a process see one item at a time (a
+lock), as in Scrapy's single thread, so a pipeline may keep state (a set of seen keys) without
+locks of its own; the signal handlers run under the same lock.
 """
 
 from __future__ import annotations
@@ -33,15 +39,17 @@ import json
 import logging
 import threading
 import types
+from contextlib import nullcontext
 from functools import cache
 from typing import Any
 
-from crawlplatform.spiders import DropItem, Item, Spider
+from crawlplatform.spiders import DropItem, Failure, IgnoreRequest, Item, NotConfigured, Spider
+from crawlplatform.spiders import signals as sent
 from crawlplatform.spiders.settings import Crawler, Settings
 from tasks.defaults import setting
 
 log = logging.getLogger(__name__)
-OPERATOR_ORDER = 1000  # an operator's pipeline given without an order runs here
+OPERATOR_ORDER = 1000  # an operator's pipeline or extension given without an order runs here
 SCHEMA_ORDER = 900  # the schema check: after the spider's cleaning, before the operator's
 PIPELINE_ERROR = "pipeline_error"
 SCHEMA = "schema"
@@ -50,7 +58,8 @@ NOT_JSON = "not_serialisable"
 
 
 class PipelineProblem(Exception):
-    """A pipeline that cannot be loaded (a wrong path, an import error)."""
+    """A pipeline or extension that cannot be loaded (a wrong path, an import error, its
+    ``from_crawler`` failed)."""
 
 
 @cache
@@ -127,12 +136,14 @@ def as_json(item: Any) -> dict:
     return json.loads(json.dumps(fields, default=_plain))
 
 
-def _ordered(spider: Spider) -> list[tuple[float, str]]:
+def _ordered(spider: Spider, name: str) -> list[tuple[float, str]]:
+    """The components of setting ``name`` (``ITEM_PIPELINES``, ``EXTENSIONS``), the operator's
+    and the spider's, by order."""
     chosen: dict[str, float | None] = {}
-    for entry in filter(None, (e.strip() for e in setting("ITEM_PIPELINES").split(","))):
+    for entry in filter(None, (e.strip() for e in setting(name).split(","))):
         path, _, order = entry.partition(":")
         chosen[path] = float(order) if order else OPERATOR_ORDER
-    own = (getattr(spider, "custom_settings", None) or {}).get("ITEM_PIPELINES") or {}
+    own = (getattr(spider, "custom_settings", None) or {}).get(name) or {}
     if isinstance(own, dict):
         chosen.update(own)
     else:
@@ -140,27 +151,37 @@ def _ordered(spider: Spider) -> list[tuple[float, str]]:
     return sorted((order, path) for path, order in chosen.items() if order is not None)
 
 
-def _load(path: str, spider: Spider) -> Any:
-    """The pipeline at ``path``: made by its ``from_crawler(crawler)`` (or the older
-    ``from_settings(settings)``) if it has one, as Scrapy makes it, else by its class."""
+def _made(crawler: Crawler, name: str, kind: str) -> list[tuple[float, Any]]:
+    """The components of setting ``name``, made, by order (those ``NotConfigured`` left out)."""
+    made = [(order, _load(path, crawler, kind)) for order, path in _ordered(crawler.spider, name)]
+    return [(order, component) for order, component in made if component is not None]
+
+
+def _load(path: str, crawler: Crawler, kind: str) -> Any:
+    """The component at ``path``: made by its ``from_crawler(crawler)`` (or the older
+    ``from_settings(settings)``) if it has one, as Scrapy makes it, else by its class; None
+    if it raised ``NotConfigured`` (it stays off)."""
     module, _, name = path.rpartition(".")
     try:
         cls = getattr(importlib.import_module(module), name)
     except Exception as exc:
-        raise PipelineProblem(f"item pipeline {path!r} cannot be loaded: "
+        raise PipelineProblem(f"{kind} {path!r} cannot be loaded: "
                               f"{type(exc).__name__}: {exc}") from exc  # fmt: skip
     if not inspect.isclass(cls):
         return cls
-    crawler = getattr(spider, "crawler", None) or Crawler(Settings(spider.custom_settings), spider)
     try:
         if hasattr(cls, "from_crawler"):
             return cls.from_crawler(crawler)
         if hasattr(cls, "from_settings"):
             return cls.from_settings(crawler.settings)
+        return cls()
+    except NotConfigured as exc:
+        if exc.args:
+            log.warning("spider=%s: %s %s is off: %s", crawler.spider.name, kind, path, exc)
+        return None
     except Exception as exc:
-        raise PipelineProblem(f"item pipeline {path!r}: from_crawler failed: "
+        raise PipelineProblem(f"{kind} {path!r}: from_crawler failed: "
                               f"{type(exc).__name__}: {exc}") from exc  # fmt: skip
-    return cls()
 
 
 class _Schema:
@@ -186,31 +207,45 @@ class _Schema:
 
 
 class Pipelines:
-    """One spider's pipelines in one worker process, opened on creation."""
+    """One spider's extensions and pipelines in one worker process, opened on creation, and
+    the signals they hear (``crawler.signals``)."""
 
     def __init__(self, spider: Spider) -> None:
         self.spider = spider
-        stages = [(order, _load(path, spider)) for order, path in _ordered(spider)]
-        if getattr(spider, "item_schema", None):
-            stages.append((SCHEMA_ORDER, _Schema(spider.item_schema)))
-        self.stages = [stage for _, stage in sorted(stages, key=lambda s: s[0])]
+        self.crawler = getattr(spider, "crawler", None) or Crawler(
+            Settings(spider.custom_settings), spider)  # fmt: skip
+        self.signals = self.crawler.signals
         self.lock = threading.Lock()
-        self.processors = [(stage, _takes_spider(stage.process_item, 1)) for stage in self.stages]
-        for stage in self.stages:
-            if hasattr(stage, "open_spider"):
-                _settle(self._call(stage.open_spider))
+        before = {signal: self.signals.receivers(signal) for signal in sent.SENT}
+        with self._outside():
+            self.extensions = [ext for _, ext in _made(self.crawler, "EXTENSIONS", "extension")]
+            stages = _made(self.crawler, "ITEM_PIPELINES", "item pipeline")
+            if getattr(spider, "item_schema", None):
+                stages.append((SCHEMA_ORDER, _Schema(spider.item_schema)))
+            self.stages = [stage for _, stage in sorted(stages, key=lambda s: s[0])]
+            self.processors = [(stage, _takes_spider(stage.process_item, 1))
+                               for stage in self.stages]  # fmt: skip
+            for stage in self.stages:
+                if hasattr(stage, "open_spider"):
+                    _settle(self._call(stage.open_spider))
+            self._send(sent.spider_opened, spider=spider)
+        self.connected = [(signal, receiver) for signal in sent.SENT
+                          for receiver in self.signals.receivers(signal)
+                          if receiver not in before[signal]]  # fmt: skip
 
-    def process(self, item: Any) -> tuple[dict, str]:
-        """The item as the pipelines leave it, and the reason it was dropped ("" if kept)."""
-        return self.keep(item)[:2]
+    def process(self, item: Any, response: Any = None) -> tuple[dict, str]:
+        """The item as the pipelines leave it, and the reason it was dropped ("" if kept);
+        ``response``: the one whose callback yielded it, as its signal is told."""
+        return self.keep(item, response)[:2]
 
-    def keep(self, item: Any) -> tuple[dict, str, list | None]:
+    def keep(self, item: Any, response: Any = None) -> tuple[dict, str, list | None]:
         """What ``process`` gives, and the kept item's fields in the order feeds write them
         (``field_names``; None for a dropped one)."""
         with self.lock:
-            return self._process(item)
+            return self._process(item, response)
 
-    def _process(self, item: Any) -> tuple[dict, str, list | None]:
+    def _process(self, item: Any, response: Any) -> tuple[dict, str, list | None]:
+        yielded = item
         for stage, takes_spider in self.processors:
             try:
                 if takes_spider:
@@ -218,23 +253,50 @@ class Pipelines:
                 else:
                     item = _settle(stage.process_item(item))
             except DropItem as exc:
-                return _kept(item), _drop_reason(exc), None
-            except Exception:
+                return self._dropped(yielded, item, response, exc)
+            except Exception as exc:
                 log.exception("spider=%s: pipeline %s failed on an item", self.spider.name,
                               type(stage).__name__)  # fmt: skip
+                request = getattr(response, "request", None)
+                self._send(sent.item_error, item=yielded, response=response,
+                           spider=self.spider, failure=Failure(exc, request, response))  # fmt: skip
                 return _kept(item), PIPELINE_ERROR, None
         try:
             data = as_json(item)
         except (TypeError, ValueError) as exc:
-            return _kept(item), f"{NOT_JSON}: {exc}"[:200], None
+            return self._dropped(yielded, item, response, DropItem(f"{NOT_JSON}: {exc}"[:200]))
         if len(json.dumps(data)) > setting("ITEM_MAX_BYTES"):
+            self._send(sent.item_dropped, item=yielded, response=response,
+                       exception=DropItem(TOO_LARGE), spider=self.spider)  # fmt: skip
             return {"size": len(json.dumps(data))}, TOO_LARGE, None
+        self._send(sent.item_scraped, item=item, response=response, spider=self.spider)
         return data, "", field_names(item, data)
+
+    def _dropped(self, yielded: Any, item: Any, response: Any,
+                 exc: DropItem) -> tuple[dict, str, None]:  # fmt: skip
+        self._send(sent.item_dropped, item=yielded, response=response, exception=exc,
+                   spider=self.spider)  # fmt: skip
+        return _kept(item), _drop_reason(exc), None
+
+    def received(self, response: Any) -> None:
+        """``response_received``: the answer that goes to a callback or errback now."""
+        with self.lock:
+            self._send(sent.response_received, response=response, request=response.request,
+                       spider=self.spider)  # fmt: skip
+
+    def scheduled(self, request: Any) -> bool:
+        """``request_scheduled`` for a request a callback yielded; False if a handler raised
+        ``IgnoreRequest`` (the request is left out, as in Scrapy)."""
+        with self.lock:
+            results = self._send(sent.request_scheduled, request=request, spider=self.spider,
+                                 dont_log=IgnoreRequest)  # fmt: skip
+        return not any(isinstance(result, IgnoreRequest) for _, result in results)
 
     def close(self, reason: str | None = None) -> None:
         """Every pipeline's ``close_spider``; then, when the run ended for ``reason``
-        (``finished``, ``cancelled``, ``failed``, ``shutdown``), the spider's ``closed``."""
-        with self.lock:  # after the item in progress
+        (``finished``, ``cancelled``, ``failed``, ``shutdown``), the spider's ``closed`` and
+        ``spider_closed``; then what the extensions and pipelines connected is let go."""
+        with self.lock, self._outside():  # after the item in progress
             for stage in (s for s in reversed(self.stages) if hasattr(s, "close_spider")):
                 try:
                     _settle(self._call(stage.close_spider))
@@ -247,7 +309,18 @@ class Pipelines:
                     _settle(closed(reason))
                 except Exception:
                     log.exception("spider=%s: closed(%r) failed", self.spider.name, reason)
+            if reason is not None:
+                self._send(sent.spider_closed, spider=self.spider, reason=reason)
+        for signal, receiver in self.connected:
+            self.signals.disconnect(receiver, signal)
 
+    def _send(self, signal: Any, **kwargs: Any) -> list[tuple[Any, Any]]:
+        return self.signals.send_catch_log(signal, **kwargs)
+
+    def _outside(self) -> Any:
+        """A step outside a page: the job's stats it changes commit when it ends."""
+        outside = getattr(self.crawler.stats, "outside", None)
+        return outside() if outside is not None else nullcontext()
 
     def _call(self, method: Any) -> Any:
         """``open_spider`` or ``close_spider``, given the spider if it takes one."""

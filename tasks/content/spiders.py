@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 from crawlplatform.spiders import Spider
 from crawlplatform.spiders.settings import Crawler, Settings
 from tasks import defaults
-from tasks.content import feeds
+from tasks.content import feeds, stats
 from tasks.defaults import setting
 from web.models import CrawlJob
 
@@ -128,17 +128,21 @@ def load(name: str) -> type[Spider]:
 
 
 def create(job: CrawlJob) -> Spider:
-    """A new spider object for ``job``: its arguments set as attributes, as Scrapy does, then
-    the attributes its ``start()`` set when the job started (``spider_state``), and its
-    ``settings`` and ``crawler`` (``crawlplatform/spiders/settings.py``; ``DOWNLOAD_MAXSIZE``
-    is the job's ``FETCH_MAX_BYTES``, the cap a ``SitemapSpider`` gunzips within)."""
+    """A new spider object for ``job``, made as Scrapy makes one: by its ``from_crawler``,
+    given the job's ``crawler`` (``crawlplatform/spiders/settings.py``: the job's settings, its
+    stats, the signals this process sends) and its arguments, set as attributes; then the
+    attributes its ``start()`` set when the job started (``spider_state``). ``DOWNLOAD_MAXSIZE``
+    in its settings is the job's ``FETCH_MAX_BYTES``, the cap a ``SitemapSpider`` gunzips
+    within."""
     cls = load(job.spider)
-    spider = cls(**dict(job.spider_args or {}))
+    settings = Settings({**(cls.custom_settings or {}), **(job.settings or {}),
+                         "DOWNLOAD_MAXSIZE": setting("FETCH_MAX_BYTES", job)})
+    crawler = Crawler(settings, None, stats=stats.JobStats(job.pk))
+    spider = cls.from_crawler(crawler, **dict(job.spider_args or {}))
+    crawler.spider = spider
+    spider.crawler, spider.settings = crawler, settings  # a from_crawler of its own may not
     spider.__dict__.update(job.spider_state or {})  # what its start() set, in the job's start
     spider.job_id = job.pk
-    spider.settings = Settings({**(cls.custom_settings or {}), **(job.settings or {}),
-                                "DOWNLOAD_MAXSIZE": setting("FETCH_MAX_BYTES", job)})
-    spider.crawler = Crawler(spider.settings, spider)
     return spider
 
 
@@ -184,10 +188,11 @@ SCRAPY_SETTINGS: dict[str, tuple[str, Any]] = {
     "DOWNLOAD_MAXSIZE": ("FETCH_MAX_BYTES", int),
     "REDIRECT_MAX_TIMES": ("FETCH_MAX_REDIRECTS", int),
 }
-# Settings the spider's code reads (its pipelines, the error answers its callbacks take), and
-# those its feeds are written by (checked where the job starts: tasks/content/feeds.py).
-READ_BY_THE_SPIDER = frozenset({"ITEM_PIPELINES", "HTTPERROR_ALLOWED_CODES", "HTTPERROR_ALLOW_ALL",
-                                *feeds.SETTINGS})  # fmt: skip
+# Settings the spider's code reads (its pipelines and extensions, the error answers its
+# callbacks take), and those its feeds are written by (checked where the job starts:
+# tasks/content/feeds.py).
+READ_BY_THE_SPIDER = frozenset({"ITEM_PIPELINES", "EXTENSIONS", "HTTPERROR_ALLOWED_CODES",
+                                "HTTPERROR_ALLOW_ALL", *feeds.SETTINGS})  # fmt: skip
 # Scrapy settings about its own process, which a worker has no use for: left out, logged.
 SCRAPY_IGNORED = frozenset({
     "LOG_LEVEL", "LOG_ENABLED", "LOG_FILE", "LOG_FORMAT", "TELNETCONSOLE_ENABLED",
@@ -195,7 +200,7 @@ SCRAPY_IGNORED = frozenset({
     "REQUEST_FINGERPRINTER_IMPLEMENTATION", "TWISTED_REACTOR", "CONCURRENT_REQUESTS",
     "CONCURRENT_ITEMS", "HTTPCACHE_ENABLED", "AUTOTHROTTLE_ENABLED", "AUTOTHROTTLE_START_DELAY",
     "AUTOTHROTTLE_MAX_DELAY", "AUTOTHROTTLE_TARGET_CONCURRENCY", "RETRY_ENABLED",
-    "REDIRECT_ENABLED", "DOWNLOADER_MIDDLEWARES", "SPIDER_MIDDLEWARES", "EXTENSIONS",
+    "REDIRECT_ENABLED", "DOWNLOADER_MIDDLEWARES", "SPIDER_MIDDLEWARES",
     "RANDOMIZE_DOWNLOAD_DELAY", "STATS_DUMP", "MEMUSAGE_ENABLED", "BOT_NAME",
     "DEPTH_PRIORITY", "SCHEDULER_DISK_QUEUE", "SCHEDULER_MEMORY_QUEUE", "DUPEFILTER_CLASS",
     "DUPEFILTER_DEBUG", "LOG_STDOUT", "LOGSTATS_INTERVAL", "DNSCACHE_ENABLED", "DOWNLOAD_HANDLERS",

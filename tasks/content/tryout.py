@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from crawlplatform.spiders import Request
+from crawlplatform.spiders import Request, StatsCollector
 from tasks.content import callbacks, items, spiders
 from tasks.content.links import cache_for, in_scope
 from tasks.fetch import fetching, identity, outcomes, robots
@@ -32,6 +32,7 @@ def parse_url(job: CrawlJob, url: str, callback: str = "", cb_kwargs: dict | Non
     """Fetch ``url`` and run the spider's ``callback`` (default: the request's, ``parse``) on
     it; raises a CrawlOutcome if the fetch or the callback fails."""
     spider = spiders.create(job)
+    spider.crawler.stats = StatsCollector(spider.crawler)  # in this process only: nothing stored
     agent = identity.pools(job)[0][0]
     if job.obey_robots:
         decision = robots.check(job, url, agent)
@@ -46,11 +47,12 @@ def parse_url(job: CrawlJob, url: str, callback: str = "", cb_kwargs: dict | Non
         visitor=fetching.Visitor(headers=dict(job.headers or {})),
     )  # fmt: skip
     request = Request(url, callback=callback or None, cb_kwargs=cb_kwargs, meta=meta)
-    yielded = callbacks.call(spider, callback or callbacks.DEFAULT_CALLBACK,
-                             callbacks.response_of(resp, request), request.cb_kwargs, job)
+    response = callbacks.response_of(resp, request)
+    yielded = callbacks.call(spider, callback or callbacks.DEFAULT_CALLBACK, response,
+                             request.cb_kwargs, job)  # fmt: skip
     pipes = items.Pipelines(spider)
     try:
-        kept = [pipes.process(item) for item in yielded.items]
+        kept = [pipes.process(item, response) for item in yielded.items]
     finally:
         pipes.close()
     return Tried(resp.status, resp.final_url, kept, yielded.requests)

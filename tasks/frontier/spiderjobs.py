@@ -21,12 +21,14 @@ from django.core.files.base import ContentFile
 
 from crawlplatform.spiders import Request, Spider
 from tasks import defaults
-from tasks.content import bodies, callbacks, feeds, rows, spiders
+from tasks.content import bodies, callbacks, feeds, rows, spiders, stats
 from tasks.content import items as itempipes
 from tasks.content.exporters import Stored
 from tasks.content.links import JobCache
 from tasks.defaults import setting
 from tasks.fetch import outcomes
+from tasks.frontier import stats as stat_rows
+from tasks.frontier.stats import StatRow
 from tasks.frontier.yields import NewRequest, insert_requests
 from tasks.rules.urls import Scope, canonicalize
 from web.models import CrawlJob, Item
@@ -46,6 +48,7 @@ class Start(NamedTuple):
     domains: list[str]  # the job's allowed domains once started
     fields: dict  # job fields the spider's Scrapy settings set (delay, obey_robots, ...)
     state: dict  # attributes start() set, which every worker's spider is given
+    stats: list[StatRow]  # what the start changed in the job's stats (crawler.stats)
 
 
 def _gather(spider: Spider, job: CrawlJob) -> list:
@@ -124,20 +127,29 @@ def plan(job: CrawlJob) -> Start:
               if field == "headers" or getattr(job, field) == _default(field)}  # fmt: skip
     for field, value in fields.items():
         setattr(job, field, value)
-    try:
-        spider = spiders.create(job)
-        before = _as_json(vars(spider))
-        yielded = _gather(spider, job)
-        state = _state(spider, before)
-        pipes = itempipes.Pipelines(spider)  # one that cannot be loaded or opened fails the job
-        if unwritable := feeds.problems(spider):
-            raise SpiderProblem(f"spider {job.spider!r} feeds: " + "; ".join(unwritable))
-    except SpiderProblem:
-        raise
-    except Exception as exc:  # user code: its error is the job's
-        raise SpiderProblem(
-            str(callbacks.spider_error(exc, setting("SPIDER_TRACEBACK_LINES")))
-        ) from exc
+    with stats.bound(stats.Pending(job.pk, page=False)) as changed:  # written with the start
+        try:
+            spider = spiders.create(job)
+            pipes = itempipes.Pipelines(spider)  # one that cannot be made fails the job
+            before = _as_json(vars(spider))
+            yielded = _gather(spider, job)
+            state = _state(spider, before)
+            if unwritable := feeds.problems(spider):
+                raise SpiderProblem(f"spider {job.spider!r} feeds: " + "; ".join(unwritable))
+        except SpiderProblem:
+            raise
+        except Exception as exc:  # user code: its error is the job's
+            raise SpiderProblem(
+                str(callbacks.spider_error(exc, setting("SPIDER_TRACEBACK_LINES")))
+            ) from exc
+        start = _started(job, spider, pipes, yielded, settings, fields, state)
+    return start._replace(stats=changed.rows())
+
+
+def _started(job: CrawlJob, spider: Spider, pipes: itempipes.Pipelines, yielded: list,
+             settings: dict, fields: dict, state: dict) -> Start:  # fmt: skip
+    """The start's requests in the job's scope (each sent as ``request_scheduled``) and its
+    items through the pipelines, which are then closed."""
     requests = [r for r in yielded if isinstance(r, Request)]
     domains = list(job.allowed_domains or getattr(spider, "allowed_domains", None) or
                    sorted({urlsplit(r.url).hostname or "" for r in requests} - {""}))  # fmt: skip
@@ -153,16 +165,19 @@ def plan(job: CrawlJob) -> Start:
         if canonical is None or not cache.scope.allows(canonical):
             log.warning("job=%s: start request %s is outside the job's scope", job.pk, request)
             continue
+        if not pipes.scheduled(request):
+            continue  # a request_scheduled handler raised IgnoreRequest
         row_key = rows.key(canonical, kept, f"start.{n}" if request.dont_filter else "")
         queued.setdefault(row_key, NewRequest(row_key, rows.stored(kept, row_key), None,
                                              rows.rank(request)))  # fmt: skip
     items = [pipes.keep(i) for i in yielded if not isinstance(i, Request)]
     pipes.close()
-    return Start(list(queued.values()), items, settings, domains, fields, state)
+    return Start(list(queued.values()), items, settings, domains, fields, state, [])
 
 
 def begin(job: CrawlJob, start: Start) -> None:
-    """Inside the job's start transaction: its settings, scope, start requests and items."""
+    """Inside the job's start transaction: its settings, scope, start requests, items and
+    stats."""
     CrawlJob.objects.filter(pk=job.pk).update(settings=start.settings,
                                               allowed_domains=start.domains,
                                               spider_state=start.state,
@@ -171,6 +186,7 @@ def begin(job: CrawlJob, start: Start) -> None:
     Item.objects.bulk_create([Item(job_id=job.pk, spider=job.spider, data=data, dropped=dropped,
                                    fields=names, run=job.run)
                               for data, dropped, names in start.items])  # fmt: skip
+    stat_rows.add(job.pk, start.stats)
 
 
 FEED_NAME = "{job}/items/run-{run}.jsonl"

@@ -1,0 +1,229 @@
+"""A spider job's ``crawler.stats`` in a worker process: Scrapy's collector API over the job's
+stat rows (``tasks/frontier/stats.py``), counted exactly once however often a page is run.
+
+Reads ``STATS_CACHE_S`` and ``STATS_PAGE_MAX_NAMES``.
+
+What a page's callback, pipelines and signal handlers change is kept for the page
+(``Pending``, bound to the page's work with ``bound``: the worker thread's context, which the
+callback's thread runs in too) and committed in the page's own transaction; a page whose
+commit is lost (its worker killed, its callback failed) leaves no trace, and its next run
+counts again. What changes outside a page (a worker process opening or closing the job's
+pipelines and extensions, their signal handlers) commits on its own when that step ends
+(``outside``); the job's start commits its changes with the start.
+
+A read in a page (``get_value``, ``get_stats``) is the job's aggregate as this process last
+read it, at most ``STATS_CACHE_S`` old (the pages other workers, and this one, committed since
+are not in it), with the page's own changes on top; a read outside a page reads the database.
+Scrapy's built-in stats (``item_scraped_count``, ``finish_reason``, ...) are computed from the
+job's tables when asked for, never written. Values are kept as JSON: a date comes back as its
+ISO text, a set as a list.
+"""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import json
+import logging
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any
+
+from crawlplatform.spiders import StatsCollector
+from tasks.defaults import setting
+from tasks.frontier import stats as rows
+from tasks.frontier.db import with_retries
+from tasks.frontier.stats import MISSING, Groups, StatRow
+from web.models import CrawlJob, StatKind
+
+log = logging.getLogger(__name__)
+NAME_MAX = 200  # characters of a stat's name (the rows' column)
+
+
+class Pending:
+    """What one page (or one start, open or close of a job's pipelines) changed in its job's
+    stats, until it commits."""
+
+    def __init__(self, job_id: int | None, page: bool = True) -> None:
+        self.job_id = job_id
+        self.page = page  # a page's reads may be cached; the others' read the database
+        self.changes: Groups = {}
+        self.cleared = False  # clear_stats: the job's rows before these count no more
+
+    def change(self, name: str, kind: str, value: Any) -> None:
+        if kind == StatKind.CLEAR:
+            self.changes.clear()
+            self.cleared = True
+            return
+        if name not in self.changes and len(self.changes) >= setting("STATS_PAGE_MAX_NAMES"):
+            raise ValueError(f"stat {name!r}: a page may change STATS_PAGE_MAX_NAMES "
+                             f"({setting('STATS_PAGE_MAX_NAMES')}) stats at most")  # fmt: skip
+        rows.merge(self.changes.setdefault(name, {}), kind, value)
+
+    def rows(self) -> list[StatRow]:
+        """The rows to write, in the order they count (a clear first)."""
+        out = [StatRow("", StatKind.CLEAR, None)] if self.cleared else []
+        for name, changes in self.changes.items():
+            out.extend(StatRow(name, kind, value) for kind, value in changes.items())
+        return out
+
+
+_pending: ContextVar[Pending | None] = ContextVar("crawler_stats_pending", default=None)
+
+
+@contextmanager
+def bound(pending: Pending) -> Iterator[Pending]:
+    """Within this block (and the callbacks it runs), the job's stats change ``pending``."""
+    token = _pending.set(pending)
+    try:
+        yield pending
+    finally:
+        _pending.reset(token)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, datetime.datetime | datetime.date | datetime.time):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return float(value)
+    if isinstance(value, set | frozenset | tuple):
+        return list(value)
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+def _as_json(name: str, value: Any) -> Any:
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    try:
+        return json.loads(json.dumps(value, default=_plain))
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"stat {name!r}: {exc} (stats are kept as JSON)") from None
+
+
+def _number(name: str, value: Any) -> int | float:
+    if isinstance(value, bool) or not isinstance(value, int | float | decimal.Decimal):
+        raise TypeError(f"stat {name!r}: inc_value takes a number, not {type(value).__name__}")
+    return float(value) if isinstance(value, decimal.Decimal) else value
+
+
+class JobStats(StatsCollector):
+    """One job's stats, as this process's spider of it sees them (``crawler.stats``)."""
+
+    def __init__(self, job_id: int | None) -> None:
+        super().__init__()
+        self.job_id = job_id
+        self._read: dict[str, tuple[float, Any]] = {}  # "rows"/"builtin": (when, what)
+
+    # Reads -----------------------------------------------------------------------------
+
+    def get_value(self, key: str, default: Any = None, spider: Any = None) -> Any:
+        pending = self._bound()
+        base = self._builtin(pending).get(key, MISSING) if rows.is_builtin(key) else MISSING
+        if pending is None or not pending.cleared:
+            base = rows.fold(self._rows(pending).get(key), base)
+        if pending is not None:
+            base = rows.fold(pending.changes.get(key), base)
+        return default if base is MISSING else base
+
+    def get_stats(self, spider: Any = None) -> dict[str, Any]:
+        """Every stat (a new dict: changing it changes no stat)."""
+        pending = self._bound()
+        found = dict(self._builtin(pending))
+        layers = [] if pending is not None and pending.cleared else [self._rows(pending)]
+        for groups in [*layers, pending.changes if pending is not None else {}]:
+            for name, changes in groups.items():
+                value = rows.fold(changes, found.get(name, MISSING))
+                if value is not MISSING:
+                    found[name] = value
+        return dict(sorted(found.items()))
+
+    def _rows(self, pending: Pending | None) -> Groups:
+        return self._cached("rows", pending, lambda: rows.aggregate(self.job_id))
+
+    def _builtin(self, pending: Pending | None) -> dict[str, Any]:
+        def compute() -> dict[str, Any]:
+            job = CrawlJob.objects.filter(pk=self.job_id).first()
+            return {} if job is None else rows.builtin(job)
+
+        return self._cached("builtin", pending, compute)
+
+    def _cached(self, what: str, pending: Pending | None, compute: Any) -> Any:
+        """``compute()``, kept ``STATS_CACHE_S`` for the reads of pages (others read anew)."""
+        if self.job_id is None:
+            return {}
+        now = time.monotonic()
+        kept = self._read.get(what)
+        if pending is None or not pending.page or kept is None or now > kept[0]:
+            kept = self._read[what] = (now + setting("STATS_CACHE_S"), compute())
+        return kept[1]
+
+    # Changes ---------------------------------------------------------------------------
+
+    def set_value(self, key: str, value: Any, spider: Any = None) -> None:
+        self._change(key, StatKind.SET, _as_json(key, value))
+
+    def set_stats(self, stats: dict[str, Any], spider: Any = None) -> None:
+        """Scrapy's: the stats become ``stats`` (the built-in ones stay: they are computed)."""
+        self.clear_stats()
+        for key, value in stats.items():
+            self.set_value(key, value)
+
+    def inc_value(self, key: str, count: int = 1, start: int = 0, spider: Any = None) -> None:
+        count = _number(key, count)
+        if start and self.get_value(key, MISSING) is MISSING:
+            self._change(key, StatKind.START, _number(key, start))
+        self._change(key, StatKind.INC, count)
+
+    def max_value(self, key: str, value: Any, spider: Any = None) -> None:
+        self._change(key, StatKind.MAX, _as_json(key, value))
+
+    def min_value(self, key: str, value: Any, spider: Any = None) -> None:
+        self._change(key, StatKind.MIN, _as_json(key, value))
+
+    def clear_stats(self, spider: Any = None) -> None:
+        """Scrapy's: every stat the spider set starts again (from this page's commit on, for
+        every worker); the built-in ones stay, computed from the job's tables."""
+        self._change("", StatKind.CLEAR, None)
+
+    def _change(self, name: str, kind: str, value: Any) -> None:
+        if not isinstance(name, str) or len(name) > NAME_MAX:
+            raise ValueError(f"a stat's name is a text of {NAME_MAX} characters at most, not "
+                             f"{name!r:.300}")  # fmt: skip
+        pending = self._bound()
+        if pending is not None:
+            pending.change(name, kind, value)
+            return
+        alone = Pending(self.job_id, page=False)  # a thread of the spider's own: at once
+        alone.change(name, kind, value)
+        self.commit(alone)
+
+    # Outside a page --------------------------------------------------------------------
+
+    @contextmanager
+    def outside(self) -> Iterator[None]:
+        """A step outside a page (opening or closing the pipelines): what it changes commits
+        when it ends, unless it runs within a page or a start that commits it."""
+        if self._bound() is not None:
+            yield
+            return
+        with bound(Pending(self.job_id, page=False)) as pending:
+            yield
+        self.commit(pending)
+
+    def commit(self, pending: Pending) -> None:
+        """Write what ``pending`` changed, on its own (a change lost to a database that stays
+        away is logged)."""
+        changed = pending.rows()
+        if not changed or self.job_id is None:
+            return
+        try:
+            with_retries(lambda: rows.add(self.job_id, changed))
+        except Exception:
+            log.exception("job=%s: %d stat changes not written", self.job_id, len(changed))
+        self._read.clear()  # this process reads them at once
+
+    def _bound(self) -> Pending | None:
+        pending = _pending.get()
+        return pending if pending is not None and pending.job_id == self.job_id else None
