@@ -27,7 +27,17 @@ from tasks.defaults import setting
 from tasks.fetch import identity, sessions
 from tasks.frontier import channels, requeue, schedules, spiderjobs, transitions, wakeup, webhooks
 from tasks.rules.urls import canonicalize
-from web.models import Checkpoint, CrawlJob, FrontierURL, JobState, Page, Review, URLState
+from web.models import (
+    Checkpoint,
+    CrawlJob,
+    FrontierURL,
+    Item,
+    JobState,
+    Page,
+    Review,
+    Stat,
+    URLState,
+)
 from web.models.jobs import MAX_DEPTH_LIMIT
 
 log = logging.getLogger(__name__)
@@ -282,7 +292,8 @@ def finished(job: CrawlJob) -> None:
 
 
 def delete(job_id: int) -> int:
-    """Delete a job, its URLs, pages, reviews and checkpoints, and its stored bodies.
+    """Delete a job, its URLs, pages, items, stat rows, reviews and checkpoints, and its stored
+    bodies.
 
     Rows go in batches by id (a few thousand a statement, each its own transaction), so a
     job of millions of URLs never has its rows loaded into Python nor one transaction that
@@ -295,7 +306,7 @@ def delete(job_id: int) -> int:
     if job.state not in RECRAWLABLE:
         cancel(job)
     schedules.forget(job_id)
-    for model in (Page, Review, Checkpoint):
+    for model in (Page, Item, Stat, Review, Checkpoint):  # what refers to the URLs goes first
         _batched(_DELETE.format(table=model._meta.db_table), job_id)
     _batched(_UNLINK, job_id)  # links between the job's URLs go before the URLs do
     _batched(_DELETE.format(table=FrontierURL._meta.db_table), job_id)
