@@ -38,6 +38,7 @@ from rest_framework.routers import SimpleRouter
 from rest_framework.views import APIView
 
 from tasks.frontier import jobs, spiderjobs
+from tasks.frontier.stats import stats_of
 from web import access
 from web.export import Export, count_items
 from web.models import CrawlJob, FrontierURL, Item, Page
@@ -213,6 +214,7 @@ class JobViewSet(viewsets.ModelViewSet):
             "stats": job.stats,
             "items": count_items(job.pk),
             "drops": spiderjobs.drops(job.pk),
+            "spider_stats": stats_of(job) if job.spider else {},
         })  # fmt: skip
 
 

@@ -13,9 +13,9 @@ person's job is a 404.
 Queries stay bounded on jobs of millions of URLs: counts by state use the frontier's
 ``(job, state, ...)`` index; pages per minute use ``(job, fetched_at)``, and minutes that can
 no longer change are counted once per process (Django's cache); breakdowns (outcomes,
-statuses, hosts, recent errors) are kept for ``1 / BREAKDOWN_SHARE`` times what they took to
-compute (a small job's at every refresh, a huge job's every few seconds), and an ended job's
-counts and breakdowns for ``ENDED_TTL_S``; every list has a limit.
+statuses, hosts, recent errors, a spider job's stats) are kept for ``1 / BREAKDOWN_SHARE``
+times what they took to compute (a small job's at every refresh, a huge job's every few
+seconds), and an ended job's counts and breakdowns for ``ENDED_TTL_S``; every list has a limit.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from django.utils import timezone
 from redis.exceptions import RedisError
 
 from tasks.frontier import channels, jobs, spiderjobs
+from tasks.frontier.stats import stats_of
 from tasks.worker import registry
 from web import access, metrics
 from web.export import count_items
@@ -60,6 +61,7 @@ THROTTLED_MIN_S = 0.05  # a host whose adaptive delay decayed below this is no l
 RATE_JOBS_MAX = 200  # jobs summed into the fleet's pages/s at most
 JOBS_LISTED = 20  # jobs on the fleet view (running and paused first)
 ROWS_LISTED = 20  # rows of every other list
+STATS_LISTED = 200  # a spider job's stats shown (by name; the API gives them all)
 LIVE = (JobState.RUNNING, JobState.PAUSED)
 # Segments of a progress bar, left to right: what ended, then what is still owed.
 BAR_ORDER = ("done", "failed", "skipped", "needs_review", "leased", "scheduled", "queued")
@@ -280,7 +282,7 @@ def fleet_payload(user: Any) -> dict:
 
 
 def _breakdowns(job: CrawlJob) -> dict[str, list]:
-    """Outcomes, HTTP statuses, top hosts and recent errors of one job."""
+    """Outcomes, HTTP statuses, top hosts, recent errors and (a spider's) stats of one job."""
     urls = FrontierURL.objects.filter(job_id=job.pk)
     outcomes = (
         urls.exclude(error_reason="")
@@ -303,8 +305,10 @@ def _breakdowns(job: CrawlJob) -> dict[str, list]:
     errors = urls.filter(state=URLState.FAILED).order_by("-updated_at")[:ROWS_LISTED]
     drops = spiderjobs.drops(job.pk) if job.spider else {}
     drops = sorted(drops.items(), key=lambda d: (-d[1], d[0]))
+    stats = list((stats_of(job) if job.spider else {}).items())[:STATS_LISTED]
     return {
         "drops": [[cell(reason), cell(f"{n:,}")] for reason, n in drops[:ROWS_LISTED]],
+        "stats": [[cell(name), cell(_stat(value))] for name, value in stats],
         "outcomes": [[cell(reason), cell(state), cell(f"{n:,}")] for state, reason, n in outcomes],
         "statuses": [[cell(status), cell(f"{n:,}")] for status, n in statuses],
         "hosts": [[cell(host), cell(f"{n:,}")] for host, n in hosts],
@@ -319,6 +323,14 @@ def _breakdowns(job: CrawlJob) -> dict[str, list]:
             for u in errors
         ],  # fmt: skip
     }
+
+
+def _stat(value: Any) -> str:
+    if isinstance(value, datetime):
+        return _when(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return f"{value:,.3f}" if isinstance(value, float) else str(value)
 
 
 def job_payload(job: CrawlJob) -> dict:

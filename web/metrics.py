@@ -4,7 +4,9 @@ Frontier URLs by job and state (running and paused jobs), the due backlog (work 
 workers could start now: the scheduler keeps the broker short, so this is where a backlog
 waits), broker messages (ready over every priority list, and unacked: in flight), checkpoint
 age per running job, jobs by state, per-host adaptive throttle delays and open circuit
-breakers, online workers by channel and version, and the scheduler's leadership and passes.
+breakers, running and paused spider jobs' ``crawler.stats`` (``METRICS_STATS_PER_JOB`` names
+each at most), online workers by channel and version, and the scheduler's leadership and
+passes.
 Every web process computes the same values from the database and Redis, so gunicorn's
 several processes need no shared registry: a query for the backlog takes ``max`` over pods.
 Workers serve their own counters (``tasks/worker/metrics.py``).
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from datetime import datetime
 
 from django.db.models import Count, Max
 from django.utils import timezone
@@ -24,6 +27,7 @@ from tasks import broker
 from tasks.defaults import setting
 from tasks.fetch.politeness import decayed_delay
 from tasks.frontier import channels, leadership
+from tasks.frontier.stats import stats_of
 from tasks.worker import registry
 from web.models import ChannelEvent, CrawlJob, FrontierURL, JobState, Review, URLState
 
@@ -196,6 +200,7 @@ class PlatformCollector:
         for job_id, n in parked:
             review.add_metric([str(job_id)], n)
         yield review
+        yield from _spider_stats(live)
         yield from _channels()
 
         heartbeat = GaugeMetricFamily(
@@ -217,6 +222,42 @@ class PlatformCollector:
         yield heartbeat
         yield last_task
         yield from _fleet(now_s)
+
+
+def _spider_stats(live: list[str]):
+    """Each running or paused spider job's ``crawler.stats`` that are numbers (dates as Unix
+    time), the first ``METRICS_STATS_PER_JOB`` by name: a spider may make stat names without
+    end, and each is a time series; how many were left out is a gauge of its own."""
+    values = GaugeMetricFamily(
+        "crawlplatform_spider_stat",
+        "A running or paused spider job's crawler.stats value by name (numbers; dates as Unix "
+        "time): Scrapy's built-in stats and the spider's own, over every worker",
+        labels=["crawl_job", "stat"],
+    )
+    omitted = GaugeMetricFamily(
+        "crawlplatform_spider_stats_omitted",
+        "Stat names of a running or paused spider job past METRICS_STATS_PER_JOB, not exported",
+        labels=["crawl_job"],
+    )
+    cap = setting("METRICS_STATS_PER_JOB")
+    spiders = CrawlJob.objects.filter(state__in=live).exclude(spider="").only(
+        "id", "state", "started_at", "finished_at", "close_reason")  # fmt: skip
+    for job in spiders:
+        numbers = [(name, number) for name, value in stats_of(job).items()
+                   if (number := _number(value)) is not None]  # fmt: skip
+        for name, number in numbers[:cap]:
+            values.add_metric([str(job.pk), name], number)
+        omitted.add_metric([str(job.pk)], max(0, len(numbers) - cap))
+    yield values
+    yield omitted
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, datetime):
+        return value.timestamp()
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return None
 
 
 def _fleet(now_s: float):

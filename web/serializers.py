@@ -178,6 +178,12 @@ class StatsSerializer(serializers.Serializer):
     drops = serializers.DictField(
         child=serializers.IntegerField(), help_text="Items dropped, by reason."
     )
+    spider_stats = serializers.DictField(
+        help_text="A spider job's crawler.stats as get_stats() gives them, by name: Scrapy's "
+        "built-in stats (item_scraped_count, finish_reason, ...: computed from the job's "
+        "tables) and those the spider's code set, summed over every worker and counted once "
+        "per page; dates as ISO 8601 text. Empty for a job without a spider."
+    )
 
 
 class DetailSerializer(serializers.Serializer):

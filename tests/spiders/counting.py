@@ -124,3 +124,23 @@ class Idle:
     @staticmethod
     def idle(spider):
         pass
+
+
+class Flaky(Spider):
+    """Each page's callback counts, then raises the first time this process runs it: its
+    request asks to be retried (``retry_on_error``), and the retry counts again."""
+
+    name = "flaky"
+    seed = ""  # -a seed=URL
+    failed: ClassVar[set[str]] = set()  # the URLs whose callback raised in this process
+
+    def start_requests(self):
+        yield Request(self.seed, meta={"retry_on_error": True})
+
+    def parse(self, response):
+        self.crawler.stats.inc_value("flaky/calls")
+        if response.url not in self.failed:
+            self.failed.add(response.url)
+            raise RuntimeError("not this time")
+        yield {"url": response.url}
+        yield from response.follow_all(css="a[href^='/p/']", meta={"retry_on_error": True})

@@ -2,6 +2,8 @@
 from the shell (``JOB``: its name or id).
 
 Each action is safe to repeat and safe while workers come and go; it says what it did.
+``status`` shows a spider job's stats too (its ``crawler.stats``: Scrapy's built-in stats and
+those its code set, over every worker), in text or as JSON (``-o json``).
 ``delete`` removes the job, its rows (in batches) and its stored bodies, once confirmed (or
 with ``--yes``).
 """
@@ -9,10 +11,13 @@ with ``--yes``).
 from __future__ import annotations
 
 import json
+from datetime import datetime
+from typing import Any
 
 from django.core.management.base import CommandParser
 
 from tasks.frontier import jobs
+from tasks.frontier.stats import stats_of
 from web.management import crawling
 from web.management.base import PlatformCommand
 
@@ -48,6 +53,7 @@ class Command(PlatformCommand):
                 self.stdout.write(f"job {job.pk} is {job.state}: nothing to {action}")
         counts = jobs.counts(job.pk)
         latest = job.checkpoints.order_by("-version").first()
+        stats = stats_of(job) if job.spider else {}
         if opts["output"] == "json":
             self.stdout.write(json.dumps({
                 "id": job.pk, "name": job.name, "state": job.state, "urls": counts,
@@ -56,7 +62,8 @@ class Command(PlatformCommand):
                     "version": latest.version, "reason": latest.reason,
                     "created": latest.created_at.isoformat(), "frontier": latest.frontier,
                 },
-            }, indent=2))  # fmt: skip
+                "stats": stats,
+            }, indent=2, default=_iso))  # fmt: skip
             return
         self.stdout.write(f"job {job.pk} ({job.name}): {job.state}")
         self.stdout.write("  urls: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
@@ -68,3 +75,12 @@ class Command(PlatformCommand):
                 f"  checkpoint v{latest.version} ({latest.reason}, {when}): "
                 f"{json.dumps(latest.frontier)}"
             )
+        if stats:
+            self.stdout.write("  stats:")
+            for name, value in stats.items():
+                self.stdout.write(f"    {name}: {_iso(value)}")
+
+
+def _iso(value: Any) -> Any:
+    """A stat's value as JSON and text show it: a date as its ISO text."""
+    return value.isoformat() if isinstance(value, datetime) else value
