@@ -1,6 +1,7 @@
-"""A spider job survives SIGKILL of a worker mid-crawl with every item stored exactly once:
-a callback's items commit with its page, so a page whose worker died before the commit is
-run again (by redelivery or the lease sweep) and adds its items then, never twice."""
+"""A spider job survives SIGKILL of a worker mid-crawl with every item stored exactly once, and
+every stat its code counts counted exactly once: a callback's items and stat changes commit
+with its page, so a page whose worker died before the commit is run again (by redelivery or
+the lease sweep) and adds its items and counts then, never twice."""
 
 from __future__ import annotations
 
@@ -77,3 +78,44 @@ def test_sigkill_after_a_callback_yielded_its_item_stores_that_item_once(
     urls = list(Item.objects.filter(job=job).values_list("data__url", flat=True))
     assert sorted(urls) == sorted({u for u in urls}) and site.url("/p/5") in urls
     assert len(urls) == FrontierURL.objects.filter(job=job, state=URLState.DONE).count()
+
+
+def test_sigkill_of_a_worker_mid_crawl_leaves_every_stat_counted_once(
+    worker_env, workers, scheduler, monkeypatch
+):
+    """The counting spider counts its pages in its callback (then waits, so that the kill
+    finds pages that counted and did not commit), its items in a pipeline, and every signal
+    in an extension; each count ends equal to what the tables hold, not more, not fewer."""
+    from tasks.frontier import jobs
+    from tasks.frontier.stats import stats_of
+    from tests.site import Site
+
+    monkeypatch.setenv("CRAWL_SPIDER_MODULES", "tests.spiders")
+    worker_env["CRAWL_SPIDER_MODULES"] = "tests.spiders"
+    pool = workers(processes=2, concurrency=4)
+    with Site(pages=150) as site:
+        job = jobs.create_job([], spider="counting", spider_args={
+            "seed": site.url("/p/0"), "pause": "0.3"})  # fmt: skip
+        jobs.start(job)
+
+        def in_flight() -> bool:
+            leased = FrontierURL.objects.filter(job=job, state=URLState.LEASED).count()
+            return Item.objects.filter(job=job).count() >= 30 and leased >= 3
+
+        wait_for(in_flight, 90, "pages stored and pages in flight")
+        victim = next(iter(pool.procs))
+        os.killpg(pool.procs[victim].pid, signal.SIGKILL)
+        pool.procs.pop(victim).wait()
+        pool.spawn()
+        wait_for(lambda: finished(job), 180, "the crawl to finish after the kill")
+    stats = stats_of(job)
+    done = FrontierURL.objects.filter(job=job, state=URLState.DONE).count()
+    assert done == len(site.expected_done())
+    assert max(n for url, n in site.hits.items() if "/p/" in url) > 1  # pages run again
+    assert stats["counting/pages"] == stats["heard/response_received"] == done
+    assert stats["response_received_count"] == done
+    assert stats["counting/items"] == Item.objects.filter(job=job).count() == done
+    kept = Item.objects.filter(job=job, dropped="").count()
+    assert stats["item_scraped_count"] == stats["heard/item_scraped"] == kept == done - 1
+    assert stats["item_dropped_count"] == stats["heard/item_dropped"] == 1
+    assert stats["heard/request_scheduled"] == stats["counting/requests"] + 1

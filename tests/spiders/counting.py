@@ -6,6 +6,7 @@ signals tests (``tests/test_spider_stats.py``) and the exactly-once test under S
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import ClassVar
 
@@ -96,10 +97,13 @@ class Counting(Spider):
     def start_requests(self):
         yield Request(self.seed)
 
+    pause = "0"  # -a pause=SECONDS: the callback waits this long after counting
+
     def parse(self, response):
         self.crawler.stats.inc_value("counting/pages")
         links = response.css("a[href^='/p/']")
         self.crawler.stats.inc_value("counting/requests", len(links))
+        time.sleep(float(self.pause))  # a worker killed now has counted and not committed
         yield {"url": response.url, "depth": response.meta["depth"],
                "break": bool(getattr(self, "break_pipeline", ""))}  # fmt: skip
         yield from response.follow_all(css="a[href^='/p/']")
