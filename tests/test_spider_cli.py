@@ -103,9 +103,12 @@ def test_spiders_lists_what_is_installed_and_what_cannot_be_loaded(worker_env):
     done = manage(worker_env, "spiders")
     assert done.stdout.splitlines() == [
         "consent\ttests.spiders.cookies.Consent",
+        "counting\ttests.spiders.counting.Counting",
+        "deaf\ttests.spiders.counting.Deaf",
         "enough\ttests.spiders.pages.Enough",
         "enough_on_error\ttests.spiders.pages.EnoughOnError",
         "errbacks\ttests.spiders.shop.ErrbackSpider",
+        "flaky\ttests.spiders.counting.Flaky",
         "journaled\ttests.spiders.pages.Journaled",
         "odd_settings\ttests.spiders.shop.OddSettingsSpider",
         "pages\ttests.spiders.pages.Pages",
