@@ -223,7 +223,8 @@ SPIDER_BODY_MAX_BYTES = 1 << 20  # a request's body, bytes
 ITEM_MAX_BYTES = 1 << 20  # one item as JSON, bytes; a bigger one is dropped as too_large
 SPIDER_TRACEBACK_LINES = 12  # last lines of a callback's traceback kept on its URL
 PIPELINES_CHECK_S = 5.0  # a worker closes the pipelines of jobs that ended this often, seconds
-STATS_CACHE_S = 2.0  # a page's read of its job's crawler.stats is at most this old, seconds
+STATS_CACHE_S = 2.0  # a page's read of its job's crawler.stats is kept this long, seconds ...
+STATS_READ_SHARE = 0.05  # ... or longer: a read is kept its cost / this (a pass over the rows)
 STATS_PAGE_MAX_NAMES = 1000  # stats one page (or one open, close, start) may change; more raise
 
 # Feeds of spider jobs, Scrapy's settings of these names (tasks/content/feeds.py, docs/spiders.md):

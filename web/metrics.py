@@ -5,8 +5,8 @@ workers could start now: the scheduler keeps the broker short, so this is where 
 waits), broker messages (ready over every priority list, and unacked: in flight), checkpoint
 age per running job, jobs by state, per-host adaptive throttle delays and open circuit
 breakers, running and paused spider jobs' ``crawler.stats`` (``METRICS_STATS_PER_JOB`` names
-each at most), online workers by channel and version, and the scheduler's leadership and
-passes.
+each at most, kept in proportion to what they took to read: ``STATS_READ_SHARE``), online
+workers by channel and version, and the scheduler's leadership and passes.
 Every web process computes the same values from the database and Redis, so gunicorn's
 several processes need no shared registry: a query for the backlog takes ``max`` over pods.
 Workers serve their own counters (``tasks/worker/metrics.py``).
@@ -18,6 +18,7 @@ import time
 from collections import Counter
 from datetime import datetime
 
+from django.core.cache import cache
 from django.db.models import Count, Max
 from django.utils import timezone
 from prometheus_client import CollectorRegistry, generate_latest
@@ -243,13 +244,26 @@ def _spider_stats(live: list[str]):
     spiders = CrawlJob.objects.filter(state__in=live).exclude(spider="").only(
         "id", "state", "started_at", "finished_at", "close_reason")  # fmt: skip
     for job in spiders:
-        numbers = [(name, number) for name, value in stats_of(job).items()
+        numbers = [(name, number) for name, value in _stats(job).items()
                    if (number := _number(value)) is not None]  # fmt: skip
         for name, number in numbers[:cap]:
             values.add_metric([str(job.pk), name], number)
         omitted.add_metric([str(job.pk)], max(0, len(numbers) - cap))
     yield values
     yield omitted
+
+
+def _stats(job: CrawlJob) -> dict:
+    """The job's stats, kept (Django's cache) in proportion to what they took to read
+    (``STATS_READ_SHARE``): a read is a pass over the job's stat rows, items and URLs."""
+    started = job.started_at.timestamp() if job.started_at else 0  # ids come back after a reset
+    key = f"metrics:spider_stats:{job.pk}:{started:.6f}:{job.run}"
+    found = cache.get(key)
+    if found is None:
+        began = time.monotonic()
+        found = stats_of(job)
+        cache.set(key, found, (time.monotonic() - began) / setting("STATS_READ_SHARE"))
+    return found
 
 
 def _number(value: object) -> float | None:

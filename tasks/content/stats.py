@@ -1,7 +1,7 @@
 """A spider job's ``crawler.stats`` in a worker process: Scrapy's collector API over the job's
 stat rows (``tasks/frontier/stats.py``), counted exactly once however often a page is run.
 
-Reads ``STATS_CACHE_S`` and ``STATS_PAGE_MAX_NAMES``.
+Reads ``STATS_CACHE_S``, ``STATS_READ_SHARE`` and ``STATS_PAGE_MAX_NAMES``.
 
 What a page's callback, pipelines and signal handlers change is kept for the page
 (``Pending``, bound to the page's work with ``bound``: the worker thread's context, which the
@@ -12,8 +12,10 @@ pipelines and extensions, their signal handlers) commits on its own when that st
 (``outside``); the job's start commits its changes with the start.
 
 A read in a page (``get_value``, ``get_stats``) is the job's aggregate as this process last
-read it, at most ``STATS_CACHE_S`` old (the pages other workers, and this one, committed since
-are not in it), with the page's own changes on top; a read outside a page reads the database.
+read it, at most ``STATS_CACHE_S`` old, or 1 / ``STATS_READ_SHARE`` times what that read took
+when that is longer (a read is a pass over the job's rows) — the pages other workers, and this
+one, committed since are not in it — with the page's own changes on top; a read outside a
+page reads the database.
 Scrapy's built-in stats (``item_scraped_count``, ``finish_reason``, ...) are computed from the
 job's tables when asked for, never written. Values are kept as JSON: a date comes back as its
 ISO text, a set as a list.
@@ -150,13 +152,17 @@ class JobStats(StatsCollector):
         return self._cached("builtin", pending, compute)
 
     def _cached(self, what: str, pending: Pending | None, compute: Any) -> Any:
-        """``compute()``, kept ``STATS_CACHE_S`` for the reads of pages (others read anew)."""
+        """``compute()``, kept for the reads of pages (others read anew): ``STATS_CACHE_S``,
+        or its cost divided by ``STATS_READ_SHARE`` if that is longer (a job of many rows)."""
         if self.job_id is None:
             return {}
         now = time.monotonic()
         kept = self._read.get(what)
         if pending is None or not pending.page or kept is None or now > kept[0]:
-            kept = self._read[what] = (now + setting("STATS_CACHE_S"), compute())
+            found = compute()
+            took = time.monotonic() - now
+            ttl = max(setting("STATS_CACHE_S"), took / setting("STATS_READ_SHARE"))
+            kept = self._read[what] = (now + ttl, found)
         return kept[1]
 
     # Changes ---------------------------------------------------------------------------

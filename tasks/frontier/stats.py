@@ -83,15 +83,15 @@ def add(job_id: int, rows: Sequence[StatRow], url_id: int | None = None) -> None
 
 
 # Each stat and kind once, over the rows since the job's latest clear and the stat's latest
-# set: the inc rows summed, max and min over numbers and over text apart, the first start
-# and the (one) set kept.
+# set (both found through the (job, kind, name) index: they are few): the inc rows summed,
+# max and min over numbers and over text apart, in one pass over the job's rows; then the
+# (one) latest set and the first start of each stat. A read costs a pass over the job's
+# rows: the callers keep what it gives in proportion to what it took.
 _AGGREGATE = f"""
-WITH r AS (
-    SELECT id, name, kind, value FROM {_TABLE} WHERE job_id = %s
-), since AS (
-    SELECT name, max(id) AS id FROM r WHERE kind = 'set' GROUP BY name
+WITH since AS (
+    SELECT name, max(id) AS id FROM {_TABLE} WHERE job_id = %s AND kind = 'set' GROUP BY name
 ), cleared AS (
-    SELECT coalesce(max(id), 0) AS id FROM r WHERE kind = 'clear'
+    SELECT coalesce(max(id), 0) AS id FROM {_TABLE} WHERE job_id = %s AND kind = 'clear'
 )
 SELECT r.name, r.kind,
        sum((r.value)::numeric) FILTER (WHERE r.kind = 'inc'),
@@ -101,10 +101,19 @@ SELECT r.name, r.kind,
        min((r.value)::numeric) FILTER (WHERE r.kind = 'min' AND jsonb_typeof(r.value) = 'number'),
        min((r.value #>> '{{}}') COLLATE "C")
            FILTER (WHERE r.kind = 'min' AND jsonb_typeof(r.value) <> 'number'),
-       (array_agg(r.value ORDER BY r.id) FILTER (WHERE r.kind IN ('set', 'start')))[1]
-FROM r CROSS JOIN cleared LEFT JOIN since ON since.name = r.name
-WHERE r.id > cleared.id AND r.id >= coalesce(since.id, 0) AND r.kind <> 'clear'
-GROUP BY r.name, r.kind"""  # noqa: S608 (the table's name, no values)
+       NULL::jsonb
+FROM {_TABLE} r CROSS JOIN cleared LEFT JOIN since ON since.name = r.name
+WHERE r.job_id = %s AND r.kind IN ('inc', 'max', 'min') AND r.id > greatest(cleared.id, since.id)
+GROUP BY r.name, r.kind
+UNION ALL
+SELECT * FROM (
+    SELECT DISTINCT ON (r.name, r.kind) r.name, r.kind, NULL::numeric, NULL::numeric, NULL,
+           NULL::numeric, NULL, r.value
+    FROM {_TABLE} r CROSS JOIN cleared LEFT JOIN since ON since.name = r.name
+    WHERE r.job_id = %s AND r.kind IN ('set', 'start') AND r.id > cleared.id
+          AND r.id >= coalesce(since.id, 0)
+    ORDER BY r.name, r.kind, CASE WHEN r.kind = 'set' THEN -r.id ELSE r.id END
+) AS kept"""  # noqa: S608 (the table's name, no values)
 
 
 def aggregate(job_id: int) -> Groups:
@@ -113,7 +122,7 @@ def aggregate(job_id: int) -> Groups:
         rows = Stat.objects.filter(job_id=job_id).order_by("id")
         return _grouped(rows.values_list("id", "name", "kind", "value"))
     with connection.cursor() as cursor:
-        cursor.execute(_AGGREGATE, [job_id])
+        cursor.execute(_AGGREGATE, [job_id] * 4)
         found = cursor.fetchall()
     out: Groups = {}
     for name, kind, total, top, top_text, low, low_text, kept in found:

@@ -288,7 +288,7 @@ class Stat(models.Model):
     )
 
     class Meta:
-        indexes = [models.Index(fields=["job", "name"], name="stat_job_name")]
+        indexes = [models.Index(fields=["job", "kind", "name"], name="stat_job_kind_name")]
 
     def __str__(self) -> str:
         return f"{self.kind} {self.name} of job {self.job_id}"
