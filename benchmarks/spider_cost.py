@@ -14,8 +14,10 @@ politeness and the commit are the same for the three and left out):
   (``{"url", "title": response.css("h1::text").get()}``) and follows every link
   (``response.follow_all(css="a")``) run through ``callbacks.call``; the item through the
   pipelines (none but the JSON check); the requests made frontier rows as the engine makes
-  them (``callbacks.new_requests``: the scope, what this process saw committed, ``record``, the
-  fingerprint key). Both kinds of pages remember what they add, as a page's commit does.
+  them (``callbacks.new_requests``: the scope, ``request_scheduled``, what this process saw
+  committed, ``record``, the fingerprint key); the page's signals sent (none heard) and its
+  stats kept (none changed) as a worker does. Both kinds of pages remember what they add, as
+  a page's commit does.
 
 Printed: CPU ms per page of each (best of ``--rounds``), and the ratios the spider API is held
 to (a spider within 10% of rules, rules within 15% of plain).
@@ -65,7 +67,7 @@ def main() -> None:
         sys.exit(f"{args.docs} not found: apt-get install python3.11-doc")
     django.setup()
     from crawlplatform.spiders import Spider
-    from tasks.content import callbacks, extraction, items, parsing, rows
+    from tasks.content import callbacks, extraction, items, parsing, rows, stats
     from tasks.content.links import JobCache, new_links
     from tasks.fetch import fetching
     from tasks.frontier.claims import Claim
@@ -114,11 +116,16 @@ def main() -> None:
                                  content_type_header=header, body=body, truncated=False,
                                  elapsed=0.0, headers={"Content-Type": header})  # fmt: skip
         request = rows.request_of(url, None)
-        found = callbacks.call(spider, "parse", callbacks.response_of(resp, request), {}, job)
-        for item in found.items:
-            pipes.process(item)
-        claimed = Claim(url=FrontierURL(pk=1, url=url, depth=0), job=job, attempt=1)
-        for new in callbacks.new_requests(claimed, state["cache"], spider, found.requests):
+        response = callbacks.response_of(resp, request)
+        with stats.bound(stats.Pending(job.pk)):  # as a worker's page: its stats, its signals
+            pipes.received(response)
+            found = callbacks.call(spider, "parse", response, {}, job)
+            claimed = Claim(url=FrontierURL(pk=1, url=url, depth=0), job=job, attempt=1)
+            made = callbacks.new_requests(claimed, state["cache"], spider, found.requests,
+                                          pipes.scheduled)  # fmt: skip
+            for item in found.items:
+                pipes.process(item, response)
+        for new in made:
             state["cache"].committed.put(new.key)  # as the page's commit does
 
     steps = {"plain": plain, "rules": with_rules, "spider": with_spider}
