@@ -69,6 +69,11 @@ class SignalManager:
         with self._lock:
             self._receivers.pop(signal, None)
 
+    def heard(self, signal: Any) -> bool:
+        """Whether a receiver is connected to ``signal`` (a dict's read, no lock: what a
+        sender asks first, for every request and item)."""
+        return bool(self._receivers.get(signal))
+
     def receivers(self, signal: Any) -> list[Callable]:
         """The receivers connected to ``signal``, in the order they are called."""
         with self._lock:
@@ -78,6 +83,8 @@ class SignalManager:
         """Send ``signal`` with ``kwargs`` to each receiver in the order they connected: (the
         receiver, what it returned or the exception it raised) for each. ``dont_log``: an
         exception class (or a sequence of them) raised by a receiver and not logged."""
+        if not self.heard(signal):
+            return []  # the usual case, sent for every request and item: at once
         dont_log, named = self._prepared(signal, kwargs)
         out = []
         for receiver, takes in self._connected(signal):

@@ -280,13 +280,16 @@ class Pipelines:
 
     def received(self, response: Any) -> None:
         """``response_received``: the answer that goes to a callback or errback now."""
-        with self.lock:
-            self._send(sent.response_received, response=response, request=response.request,
-                       spider=self.spider)  # fmt: skip
+        if self.signals.heard(sent.response_received):
+            with self.lock:
+                self._send(sent.response_received, response=response,
+                           request=response.request, spider=self.spider)  # fmt: skip
 
     def scheduled(self, request: Any) -> bool:
         """``request_scheduled`` for a request a callback yielded; False if a handler raised
         ``IgnoreRequest`` (the request is left out, as in Scrapy)."""
+        if not self.signals.heard(sent.request_scheduled):
+            return True  # the usual case, for every request a page yields: at once
         with self.lock:
             results = self._send(sent.request_scheduled, request=request, spider=self.spider,
                                  dont_log=IgnoreRequest)  # fmt: skip
