@@ -4,7 +4,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ("web", "0018_crawljob_spider_state"),
+        ("web", "0019_spider_stats"),
     ]
 
     operations = [
