@@ -139,12 +139,13 @@ def test_a_host_that_refuses_every_identity_past_the_patience_ends_banned_at_onc
     assert all("past BAN_PATIENCE_S" in m for m in parked.values_list("error_message", flat=True))
     assert set(parked.values_list("attempts", flat=True)) <= {0, 1}  # no attempt spent on bans
     assert Review.objects.filter(job=job).count() == parked.count()
-    # quickly: from the page let in, the patience and one park; then the scheduler's next pass
+    # at once: the patience and the parks, then the scheduler's next pass, nowhere near the
+    # ban's hour (the bounds leave room for a loaded machine)
     let_in = Page.objects.get(url__job=job, url__url=site.url("/busy/")).fetched_at
     ended = max(Review.objects.filter(job=job).values_list("parked_at", flat=True))
-    assert (ended - let_in).total_seconds() < 4.0 + 4.0, (let_in, ended)
+    assert (ended - let_in).total_seconds() < 4.0 + 30.0, (let_in, ended)
     job.refresh_from_db()
-    assert (job.finished_at - ended).total_seconds() < 8.0, (ended, job.finished_at, took)
+    assert (job.finished_at - ended).total_seconds() < 30.0, (ended, job.finished_at, took)
 
 
 def test_a_wait_for_a_ban_to_lapse_is_shown_by_job_status_and_the_dashboard(redis, admin_client):
