@@ -1,4 +1,4 @@
-"""Time from ``manage.py crawl``'s start to its first request, and to its exit.
+"""Time from ``manage.py crawl``'s start to its first request, its first page stored, and its exit.
 
     .venv/bin/python benchmarks/first_request.py [--rounds 5] [--modes fresh,migrated,postgres] \
         [--tree OTHER_CHECKOUT] [--postgres URL] [--database NAME] [--redis URL]
@@ -12,31 +12,41 @@ the same crawls from another checkout (``git worktree add /tmp/before COMMIT``),
 first, so that both see the same load on a shared machine.
 
 Per mode and tree it prints the median and minimum of: wall seconds from the command's start
-to the site's first request and to the command's exit; CPU seconds of the command process
-up to the first request, and of everything it started (workers, private redis-server) up to
-the first request and up to its exit. The command logs its start-up steps at DEBUG
-(``crawl start-up: <step> at <epoch>, <CPU> s CPU``): one extra run per mode with
-``LOG_LEVEL=DEBUG`` prints when each step ended, after the timed rounds (which run at the
-default level). The load average before and after is printed too: figures from a loaded
-machine compare only with each other.
+to the site's first request (robots.txt), to the first page stored (the page row's
+``fetched_at``, made just before the transaction that commits it) and to the command's exit;
+CPU seconds of the command process up to the first request, and of everything it started
+(workers, private redis-server) up to the first request and up to its exit. The command logs
+its start-up steps at DEBUG (``crawl start-up: <step> at <epoch>, <CPU> s CPU``): one extra
+run per mode with ``LOG_LEVEL=DEBUG`` prints when each step ended, then, from the workers' and
+redis-server's logs and the site, when redis-server was ready, the first worker ready, the
+first message received, the first request, the first page stored and its task acknowledged.
+The timed rounds run at the default level. Last, one run of the first mode under
+``python -X importtime`` splits the command's imports by step and by top-level package
+(importtime's own overhead included), and ``python -c pass`` times the bare interpreter. The
+load average before and after is printed too: figures from a loaded machine compare only with
+each other.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import os
 import re
 import shutil
+import sqlite3
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import psutil
+import psycopg
 import redis
 from common import POSTGRES, ROOT, compile_tree, fresh_database, machine_speed
 
@@ -46,6 +56,12 @@ PAGES = {
     "/b": b"<html><title>b</title></html>",
 }
 STEP = re.compile(r"crawl start-up: (.+?) at (\d+\.\d+)(?:, (\d+\.\d+) s CPU)?")
+IMPORT = re.compile(r"import time:\s+(\d+) \|\s+(\d+) \| ( *)(\S+)")
+# A worker's log line: its local time, then what happened (Celery's own INFO lines).
+WORKER_EVENTS = {"worker ready": " ready.", "first message received": "] received",
+                 "first task acknowledged": "] succeeded"}  # fmt: skip
+LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) ")
+REDIS_READY = re.compile(r" (\d\d \w{3} \d{4} \d\d:\d\d:\d\d\.\d{3}) \* .*ready to accept")
 
 
 class Site(ThreadingHTTPServer):
@@ -59,23 +75,27 @@ class Site(ThreadingHTTPServer):
         self.lock = threading.Lock()
         self.watched: psutil.Process | None = None
         self.first: tuple[float, float, float] | None = None
+        self.page: float | None = None  # the first request of a page (not robots.txt)
 
     def expect(self, process: psutil.Process) -> None:
         with self.lock:
-            self.watched, self.first = process, None
+            self.watched, self.first, self.page = process, None, None
 
-    def arrived(self) -> None:
+    def arrived(self, path: str) -> None:
         now = time.time()
         with self.lock:
-            if self.first is not None or self.watched is None:
+            if self.watched is None:
                 return
-            own, tree = cpu_of(self.watched)
-            self.first = (now, own, tree)
+            if self.page is None and path != "/robots.txt":
+                self.page = now
+            if self.first is None:
+                own, tree = cpu_of(self.watched)
+                self.first = (now, own, tree)
 
 
 class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-        self.server.arrived()
+        self.server.arrived(self.path)
         body = PAGES.get(self.path)
         self.send_response(200 if body is not None else 404)
         self.send_header("Content-Type", "text/html" if body is not None else "text/plain")
@@ -104,12 +124,47 @@ def cpu_of(process: psutil.Process) -> tuple[float, float]:
         return float("nan"), float("nan")
 
 
-def run_once(tree: Path, env: dict, site: Site, debug: bool = False) -> dict:
+def first_page_stored(env: dict) -> float:
+    """Epoch of the first page row of the latest job in the database of the crawl's ``env``."""
+    query = ("SELECT min(fetched_at) FROM web_page"
+             " WHERE job_id = (SELECT max(id) FROM web_crawljob)")  # fmt: skip
+    if env.get("DATABASE_URL"):
+        with psycopg.connect(env["DATABASE_URL"]) as conn:
+            return conn.execute(query).fetchone()[0].timestamp()
+    with sqlite3.connect(Path(env["CRAWL_DATA_DIR"]) / "crawl.sqlite3") as conn:
+        (stamp,) = conn.execute(query).fetchone()  # Django's naive UTC
+    return datetime.fromisoformat(stamp).replace(tzinfo=UTC).timestamp()
+
+
+def service_events(data_dir: Path) -> list[tuple[str, float]]:
+    """When the private redis-server was last ready, and the earliest of each of the workers'
+    ``WORKER_EVENTS``, from their logs in ``data_dir`` (the latest job's)."""
+    events: list[tuple[str, float]] = []
+    redis_log = data_dir / "redis.log"
+    if redis_log.exists() and (ready := REDIS_READY.findall(redis_log.read_text())):
+        at = datetime.strptime(ready[-1], "%d %b %Y %H:%M:%S.%f").timestamp()
+        events.append(("redis-server ready", at))
+    logs = max((data_dir / "logs").glob("job*"), key=lambda d: d.stat().st_mtime, default=None)
+    for name, marker in WORKER_EVENTS.items():
+        times = [
+            time.mktime(time.strptime(m[1], "%Y-%m-%d %H:%M:%S")) + int(m[2]) / 1000
+            for log in (logs.glob("worker*.log") if logs else ())
+            for line in log.read_text(errors="replace").splitlines()
+            if marker in line and (m := LOG_TIME.match(line))
+        ]
+        if times:
+            events.append((name, min(times)))
+    return events
+
+
+def run_once(tree: Path, env: dict, site: Site, debug: bool = False,
+             importtime: bool = False) -> dict:  # fmt: skip
     """One crawl; its figures (seconds from its start) and, with ``debug``, its steps."""
     if debug:
         env = {**env, "LOG_LEVEL": "DEBUG"}
     url = f"http://127.0.0.1:{site.server_address[1]}/"
-    argv = [sys.executable, "manage.py", "crawl", url, "--max-pages", "2"]
+    python = [sys.executable, *(["-X", "importtime"] if importtime else [])]
+    argv = [*python, "manage.py", "crawl", url, "--max-pages", "2"]
     started = time.time()
     proc = subprocess.Popen(argv, cwd=tree, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)  # fmt: skip
@@ -124,11 +179,21 @@ def run_once(tree: Path, env: dict, site: Site, debug: bool = False) -> dict:
     if proc.returncode != 0:
         sys.exit(f"the crawl in {tree} failed ({proc.returncode}):\n{''.join(stderr_lines)}")
     first = site.first or (float("nan"),) * 3
+    stored = first_page_stored(env) - started
     steps = [(m[1], float(m[2]) - started, m[3]) for line in stderr_lines
              if (m := STEP.search(line))]  # fmt: skip
+    if debug:
+        events = [(name, at - started, None) for name, at in service_events(
+            Path(env["CRAWL_DATA_DIR"]))]  # fmt: skip
+        events += [("first request (robots.txt)", first[0] - started, None),
+                   ("first page requested", (site.page or float("nan")) - started, None),
+                   ("first page stored", stored, None)]  # fmt: skip
+        steps = sorted(steps + events, key=lambda s: s[1])
     return {
         "first": first[0] - started,
+        "stored": stored,
         "exit": ended - started,
+        "stderr": stderr_lines,
         "cpu_first": first[1],
         "tree_first": first[2],
         "tree_exit": usage.ru_utime + usage.ru_stime,
@@ -156,6 +221,40 @@ def environments(args: argparse.Namespace, scratch: Path) -> dict[str, callable]
     }
 
 
+def imports_by_step(stderr_lines: list[str]) -> None:
+    """Print the seconds ``-X importtime`` gave the imports of each start-up step (those logged
+    before the step's line), and the top-level packages of the imports before the command
+    ran."""
+    seconds: dict[str, float] = {}
+    own: collections.Counter = collections.Counter()
+    pending, packages = 0.0, collections.Counter()
+    for line in stderr_lines:
+        if m := STEP.search(line):
+            seconds[m[1]] = pending
+            if not own:
+                own = collections.Counter(packages)
+            pending = 0.0
+        elif m := IMPORT.match(line):
+            if not m[3]:  # a top-level import: its cumulative time counts every nested one
+                pending += int(m[2]) / 1e6
+            packages[m[4].split(".")[0]] += int(m[1]) / 1e6
+    for name, total in seconds.items():
+        if total:
+            print(f"  imports up to {name}: {total:.3f} s")
+    top = ", ".join(f"{name} {secs:.3f}" for name, secs in own.most_common(12))
+    print(f"  imports before the command ran, by package (own time, s): {top}")
+
+
+def interpreter_start(rounds: int = 5) -> float:
+    """Median wall seconds of ``python -c pass`` with this virtualenv's site."""
+    times = []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "pass"], check=True)
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
 def load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
@@ -165,8 +264,10 @@ def report(label: str, runs: list[dict]) -> None:
         values = [r[key] for r in runs]
         return f"{statistics.median(values):6.3f} / {min(values):6.3f}"
 
-    print(f"{label:<28}{fig('first'):>18}{fig('exit'):>18}{fig('cpu_first'):>18}"
-          f"{fig('tree_first'):>18}{fig('tree_exit'):>18}")  # fmt: skip
+    stored = [r["stored"] for r in runs]
+    print(f"{label:<22}{fig('first'):>18}{fig('stored'):>18}{fig('exit'):>18}"
+          f"{fig('cpu_first'):>18}{fig('tree_first'):>18}{fig('tree_exit'):>18}"
+          f"  (first page stored: {min(stored):.3f}-{max(stored):.3f})")  # fmt: skip
 
 
 def main() -> None:
@@ -205,8 +306,8 @@ def main() -> None:
                     results.setdefault((mode, tree), []).append(run_once(tree, envs[mode](), site))
         print(f"load average after: {load()}")
         print(f"\n{args.rounds} rounds; seconds, median / min")
-        print(f"{'mode':<28}{'first request':>18}{'exit':>18}{'CPU command':>18}"
-              f"{'CPU all, first':>18}{'CPU all, exit':>18}")  # fmt: skip
+        print(f"{'mode':<22}{'first request':>18}{'first page stored':>18}{'exit':>18}"
+              f"{'CPU command':>18}{'CPU all, first':>18}{'CPU all, exit':>18}")  # fmt: skip
         for (mode, tree), runs in results.items():
             report(f"{mode} {'' if tree == ROOT else '(' + tree.name + ')'}", runs)
         for mode in modes:
@@ -218,6 +319,11 @@ def main() -> None:
                           f"first request at {steps['first']:.3f} s):")  # fmt: skip
                     for name, at, cpu in steps["steps"]:
                         print(f"  {at:6.3f} s  {name}" + (f" (command CPU {cpu} s)" if cpu else ""))
+        traced = run_once(ROOT, envs[modes[0]](), site, debug=True, importtime=True)
+        print(f"\n{modes[0]}, one run under -X importtime (first page stored at "
+              f"{traced['stored']:.3f} s):")  # fmt: skip
+        imports_by_step(traced["stderr"])
+        print(f"  python -c pass: {interpreter_start():.3f} s (median of 5)")
     finally:
         site.shutdown()
         shutil.rmtree(scratch, ignore_errors=True)
