@@ -3,6 +3,9 @@
     from crawlplatform.spiders import Spider, Request, FormRequest, JsonRequest, DropItem
     from crawlplatform.spiders import signals  # Scrapy's signal objects, for crawler.signals
 
+``LinkExtractor`` (``LxmlLinkExtractor``) finds a page's links as Scrapy's does, as ``Link``
+objects (``IGNORED_EXTENSIONS``: the extensions it skips unless told otherwise).
+
 ``SitemapSpider``, ``XMLFeedSpider`` and ``CSVFeedSpider`` are Scrapy's, with the utilities
 they read by (``Sitemap``, ``sitemap_urls_from_robots``, ``xmliter_lxml``, ``csviter``,
 ``gunzip``, ``gzip_magic_number``).
@@ -43,6 +46,12 @@ from crawlplatform.spiders.feed import CSVFeedSpider, XMLFeedSpider
 from crawlplatform.spiders.headers import Headers
 from crawlplatform.spiders.http import FormRequest, JsonRequest, Request
 from crawlplatform.spiders.items import Field, Item
+from crawlplatform.spiders.link import Link
+from crawlplatform.spiders.linkextractors import (
+    IGNORED_EXTENSIONS,
+    LinkExtractor,
+    LxmlLinkExtractor,
+)
 from crawlplatform.spiders.response import (
     Failure,
     HtmlResponse,
@@ -82,10 +91,14 @@ __all__ = [
     "Headers",
     "HtmlResponse",
     "HttpError",
+    "IGNORED_EXTENSIONS",
     "IgnoreRequest",
     "Item",
     "JsonRequest",
     "JsonResponse",
+    "Link",
+    "LinkExtractor",
+    "LxmlLinkExtractor",
     "NotConfigured",
     "NotSupported",
     "Request",
