@@ -28,6 +28,7 @@ from w3lib.html import get_base_url
 from crawlplatform.spiders.errors import kinds_of
 from crawlplatform.spiders.headers import Headers
 from crawlplatform.spiders.http import Callback, Request, safe_url
+from crawlplatform.spiders.link import Link
 
 
 class Response:
@@ -210,11 +211,14 @@ class Response:
         return f"{joined}#{fragment}" if fragment else joined
 
     def follow(
-        self, url: str | parsel.Selector, callback: Callback = None, **kwargs: Any
+        self, url: str | Link | parsel.Selector, callback: Callback = None, **kwargs: Any
     ) -> Request:
-        """A request for ``url`` (relative, an ``<a>``/``<link>`` selector or an attribute
-        selector), with the arguments of ``Request``."""
-        if isinstance(url, parsel.Selector):
+        """A request for ``url`` (relative, a ``Link`` a link extractor found, an
+        ``<a>``/``<link>`` selector or an attribute selector), with the arguments of
+        ``Request``."""
+        if isinstance(url, Link):
+            url = url.url
+        elif isinstance(url, parsel.Selector):
             url = _url_from_selector(url)
         elif isinstance(url, parsel.SelectorList):
             raise ValueError("SelectorList is not supported: follow one selector, or follow_all")
@@ -236,7 +240,7 @@ class Response:
 
     def follow_all(
         self,
-        urls: Iterable[str | parsel.Selector] | parsel.SelectorList | None = None,
+        urls: Iterable[str | Link | parsel.Selector] | parsel.SelectorList | None = None,
         callback: Callback = None,
         css: str | None = None,
         xpath: str | None = None,
