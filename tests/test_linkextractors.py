@@ -143,6 +143,11 @@ NO_LINKS = b"<html><head><title>Nothing</title></head><body><p>No links here.</p
 XHTML = b"""<?xml version="1.0"?><html xmlns="http://www.w3.org/1999/xhtml"><body>
 <a href="/x">X</a><a href="y" rel="nofollow">Y</a><area href="/z"/></body></html>"""
 
+XML_TEXT = b"""<?xml version="1.0"?><!DOCTYPE root [<!ENTITY e "Entity">]><root>
+<a href="/cdata">x<![CDATA[y]]>z</a><a href="/entity">&amp;x &e; y</a><a href="/only">&e;</a>
+<a href="/comment">a<!--c-->b</a><a href="/pi">a<?pi x?>b</a><a href="/child">a<b>b</b>c</a>
+</root>"""
+
 PLAIN_XML = b"""<?xml version="1.0"?><root xmlns:h="http://www.w3.org/1999/xhtml">
 <a href="/plain">Plain</a><h:a href="/prefixed">Prefixed</h:a>
 <item><link>http://shop.test/feed-item</link></item></root>"""
@@ -311,6 +316,8 @@ def test_links_are_escaped_in_the_pages_encoding_as_scrapys(body, headers, count
         ("xml", XHTML, {}, 3),
         ("xml", PLAIN_XML, {}, 2),
         ("xml", PLAIN_XML, {"tags": "link", "attrs": "*"}, 0),
+        ("xml", XML_TEXT, {}, 6),
+        ("html", XML_TEXT, {}, 6),
         ("xml", XHTML, {"restrict_xpaths": "//*[local-name()='body']"}, 3),
         ("text", PLAIN, {}, 13),
         ("html", XHTML, {}, 3),
@@ -390,6 +397,16 @@ def test_the_extractors_settings_are_scrapys_attributes():
     assert LxmlLinkExtractor is LinkExtractor
     assert IGNORED_EXTENSIONS == SCRAPYS_IGNORED
     assert LinkExtractor().deny_extensions == ScrapyLinkExtractor().deny_extensions
+
+
+def test_a_response_follows_links_as_scrapys_follows_them():
+    url, body = "http://shop.test/d/p", CANONICAL + PLAIN
+    ours, theirs = HtmlResponse(url, body=body), ScrapyHtmlResponse(url, body=body)
+    found = LinkExtractor().extract_links(ours)
+    scrapys = ScrapyLinkExtractor().extract_links(theirs)
+    assert [r.url for r in ours.follow_all(found)] == [r.url for r in theirs.follow_all(scrapys)]
+    assert ours.follow(found[3]).url == theirs.follow(scrapys[3]).url == found[3].url
+    assert len(found) == 20
 
 
 def test_a_link_compares_hashes_and_prints_as_scrapys():

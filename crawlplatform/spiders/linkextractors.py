@@ -25,7 +25,14 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from functools import lru_cache
 from typing import Any
-from urllib.parse import urljoin, urlparse, urlunparse, uses_netloc, uses_relative
+from urllib.parse import (
+    ParseResult,
+    urljoin,
+    urlparse,
+    urlunparse,
+    uses_netloc,
+    uses_relative,
+)
 
 from lxml import etree
 from parsel.csstranslator import HTMLTranslator
@@ -169,7 +176,7 @@ class LinkExtractor:
                 found.add(url)
             text = None
             if self.restrict_text:
-                text = _string(element) or ""
+                text = _text(element)
                 if not any(r.search(text) for r in self.restrict_text):
                     continue
             if not self._allowed(url):
@@ -182,7 +189,7 @@ class LinkExtractor:
                 seen.add(url)
             rel = element.get("rel")
             nofollow = rel is not None and "nofollow" in rel.lower().replace(",", " ").split()
-            yield Link(url, _string(element) or "" if text is None else text, nofollow=nofollow)
+            yield Link(url, _text(element) if text is None else text, nofollow=nofollow)
 
     def _candidates(self, root: Any, html: bool) -> Iterator[tuple[Any, str]]:
         """Each (element, attribute value) of ``tags`` and ``attrs`` under ``root``, in
@@ -235,6 +242,14 @@ class LinkExtractor:
 LxmlLinkExtractor = LinkExtractor
 
 
+def _text(element: Any) -> str:
+    """An element's text, all of it (XPath's ``string()``, as Scrapy reads a link's text);
+    read directly where it has no children (comments and entities count as children)."""
+    if len(element):
+        return _string(element) or ""
+    return element.text or ""
+
+
 def _name_matches(allowed: set[str], denied: set[str], name: str) -> bool:
     """Whether a tag or attribute counts: allowed (by name or ``*``) and not denied."""
     return name not in denied and ("*" in allowed or name in allowed)
@@ -277,9 +292,8 @@ class _Page:
             url = process(url)
             if url is None:
                 return None
-        try:
-            safe, joined = _made_safe(url, self.encoding, self.scheme)
-        except ValueError:
+        safe, joined = _made_safe(url, self.encoding, self.scheme)
+        if safe is None:
             logger.debug("Skipping extraction of link with bad URL %r", url)
             return None
         return urljoin(self.url, safe) if joined is None else joined
@@ -292,31 +306,38 @@ def _by_directory(directory: str, scheme: str, href: str) -> str | None:
     ``href`` has neither a path nor parameters (``""``, ``?q``, ``#f``, ``//``), which need
     the whole base (None). A site's pages of one directory share their links' joins."""
     parsed = urlparse(href, scheme)
-    if parsed.scheme != scheme or parsed.scheme not in uses_relative:
-        return href
-    if parsed.path or parsed.params or (parsed.scheme in uses_netloc and parsed.netloc):
+    alone = _joined_alone(href, parsed, scheme)
+    if alone is None and (parsed.path or parsed.params):
         return urljoin(directory, href)
-    return None
+    return alone
 
 
 _joined = lru_cache(maxsize=4096)(urljoin)  # the joins that need the whole base (``#top``)
 
 
 @lru_cache(maxsize=65536)
-def _made_safe(url: str, encoding: str, scheme: str) -> tuple[str, str | None]:
-    """``url`` escaped in ``encoding`` (w3lib's ``safe_url_string``), and what joining it
-    with any page of ``scheme`` gives where that does not depend on the rest of the page's
-    URL (else None): the first branches of urllib's ``urljoin``, so a site's links are
-    escaped and joined once per process, not once per page."""
-    safe = safe_url_string(url, encoding=encoding)
-    if not safe:
-        return safe, None
-    parsed = urlparse(safe, scheme)
+def _made_safe(url: str, encoding: str, scheme: str) -> tuple[str | None, str | None]:
+    """``url`` escaped in ``encoding`` as w3lib's ``safe_url_string`` escapes it (None where
+    it cannot), and what joining that with any page of ``scheme`` gives where it depends on
+    nothing else of the page's URL (else None), so that a site's links are escaped and joined
+    once per process, not once per page."""
+    try:
+        safe = safe_url_string(url, encoding=encoding)
+    except ValueError:
+        return None, None
+    return safe, (_joined_alone(safe, urlparse(safe, scheme), scheme) if safe else None)
+
+
+def _joined_alone(url: str, parsed: ParseResult, scheme: str) -> str | None:
+    """The first branches of urllib's ``urljoin(base, url)`` for a base of ``scheme``
+    (``parsed``: ``urlparse(url, scheme)``): ``url`` itself for another scheme or one that
+    does not resolve, ``url`` unparsed again where it names its host; else None (the rest of
+    the base counts)."""
     if parsed.scheme != scheme or parsed.scheme not in uses_relative:
-        return safe, safe
+        return url
     if parsed.scheme in uses_netloc and parsed.netloc:
-        return safe, urlunparse(parsed)
-    return safe, None
+        return urlunparse(parsed)
+    return None
 
 
 _canonical = lru_cache(maxsize=65536)(canonicalize_url)
