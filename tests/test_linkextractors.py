@@ -218,6 +218,8 @@ CASES = [  # (id, body, extractor arguments, Scrapy's count)
     ("no-tags", MEDIA, {"tags": None}, 0),
     ("no-attrs", MEDIA, {"attrs": ()}, 0),
     ("form-action", MEDIA, {"tags": "form", "attrs": "action"}, 1),
+    ("tag-of-any-namespace", PLAIN, {"tags": ["{*}a", "{}a"]}, 0),  # names, not lxml's patterns
+    ("upper-case-tag", PLAIN, {"tags": "A"}, 0),
     ("restrict-css", REGIONS, {"restrict_css": ".content"}, 3),
     ("restrict-css-several", REGIONS, {"restrict_css": ["#nav", ".list li"]}, 4),
     ("restrict-css-no-unique", REGIONS, {"restrict_css": ".content", "unique": False}, 4),
@@ -361,6 +363,25 @@ def test_one_extractor_gives_scrapys_links_on_pages_of_different_sites_and_direc
                 "http://shop.test/a"]:  # fmt: skip
         assert _links(ours.extract_links(HtmlResponse(url, body=body))) == _links(
             scrapys.extract_links(ScrapyHtmlResponse(url, body=body))), url  # fmt: skip
+
+
+def test_filters_changed_after_construction_apply_from_the_next_page_as_in_scrapy():
+    """Scrapy reads its filters on every page: an extractor changed between pages (a pattern
+    added, a domain dropped, an extension allowed) gives the links Scrapy's then gives."""
+    url, body = "http://shop.test/d/p", PATTERNS + EXTENSIONS + DOMAINS
+    ours, theirs = LinkExtractor(deny_domains="other.test"), ScrapyLinkExtractor(
+        deny_domains="other.test")  # fmt: skip
+    changes = [lambda x: None, lambda x: x.deny_res.append(re.compile("item")),
+               lambda x: x.deny_domains.clear(), lambda x: x.deny_extensions.discard(".pdf"),
+               lambda x: x.allow_domains.add("example.com")]  # fmt: skip
+    counts = []
+    for change in changes:
+        change(ours)
+        change(theirs)
+        found = _links(ours.extract_links(HtmlResponse(url, body=body)))
+        assert found == _links(theirs.extract_links(ScrapyHtmlResponse(url, body=body)))
+        counts.append(len(found))
+    assert counts == [21, 17, 19, 23, 4]
 
 
 MATCH_URLS = ["http://example.com/item/1", "http://www.example.com/login",

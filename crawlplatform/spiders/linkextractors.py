@@ -14,8 +14,8 @@ canonical URLs; ``unique`` drops repeats as Scrapy does (by URL, the first kept)
 Extraction runs on every page of a crawl, so it works on the tree the response has already
 parsed and does each piece of work once: the elements are found by lxml (not a Python loop
 over every element), joins, escapes and canonical forms are cached across pages, and a
-URL's verdict by the filters is kept for the extractor's life. ``tests/test_linkextractors.py``
-holds the results to Scrapy's own on the same bodies.
+URL's verdict by the filters is kept while the filters stay as they are.
+``tests/test_linkextractors.py`` holds the results to Scrapy's own on the same bodies.
 """
 
 from __future__ import annotations
@@ -136,6 +136,7 @@ class LinkExtractor:
         self.deny_extensions: set[str] = {"." + e for e in _as_iter(deny_extensions)}
         self.restrict_text = _compiled(restrict_text)
         self._verdicts: dict[str, bool] = {}  # URL -> whether the filters but the text's pass
+        self._verdicts_by: tuple = ()  # the filters those verdicts were given by
 
     def matches(self, url: str) -> bool:
         """Whether ``url`` passes the domain and pattern filters (not the others), as
@@ -154,6 +155,11 @@ class LinkExtractor:
             roots = [sel.root for xpath in self.restrict_xpaths for sel in response.xpath(xpath)]
         else:
             roots = [response.selector.root]
+        filters = (tuple(self.allow_res), tuple(self.deny_res), frozenset(self.allow_domains),
+                   frozenset(self.deny_domains), tuple(self.deny_extensions))  # fmt: skip
+        if filters != self._verdicts_by:  # changed since (Scrapy's are read on every page)
+            self._verdicts.clear()
+            self._verdicts_by = filters
         page = _Page(response, response.selector.type == "html")
         seen: set[str] | None = set() if self.unique else None
         links: list[Link] = []
@@ -195,7 +201,7 @@ class LinkExtractor:
         """Each (element, attribute value) of ``tags`` and ``attrs`` under ``root``, in
         document order (an element's attributes in their order)."""
         tags, attrs = self.tags - self.deny_tags, self.attrs - self.deny_attrs
-        if html and "*" not in self.tags:  # lxml finds the elements by name
+        if html and "*" not in self.tags and all(map(_plain_name, tags)):  # lxml finds them
             elements = root.iter(*tags) if tags else ()
         else:
             elements = (
@@ -236,7 +242,7 @@ class LinkExtractor:
             return False
         if self.deny_domains and _from_any(parsed.netloc, self.deny_domains):
             return False
-        return not parsed.path.lower().endswith(tuple(self.deny_extensions))
+        return not parsed.path.lower().endswith(self._verdicts_by[-1])
 
 
 LxmlLinkExtractor = LinkExtractor
@@ -248,6 +254,12 @@ def _text(element: Any) -> str:
     if len(element):
         return _string(element) or ""
     return element.text or ""
+
+
+def _plain_name(tag: Any) -> bool:
+    """Whether lxml's ``iter(tag)`` finds exactly the elements of that name (a ``{`` would
+    make it a namespace, or any namespace)."""
+    return isinstance(tag, str) and tag != "" and "{" not in tag and "}" not in tag
 
 
 def _name_matches(allowed: set[str], denied: set[str], name: str) -> bool:
