@@ -68,9 +68,12 @@ _SCHEMES = frozenset(("http", "https", "file", "ftp"))  # the links Scrapy keeps
 _XHTML = "{http://www.w3.org/1999/xhtml"  # an XML tag in this namespace counts by local name
 _HTML5_SPACE = " \t\n\r\x0c"  # what w3lib's strip_html5_whitespace strips
 _string = etree.XPath("string()", smart_strings=False)  # an element's text, as Scrapy's
-_VERDICTS_MAX = 1 << 16  # URLs whose verdict an extractor keeps; all forgotten when full
+# Entries of each cache (a few hundred bytes each): enough for the links a site repeats from
+# page to page (navigation, categories, pagination), which is where caching pays; links seen
+# once pass through. An extractor's verdicts are all forgotten when it holds this many.
+_CACHED = 1 << 14
 
-Regex = str | re.Pattern[str]
+_Regex = str | re.Pattern[str]
 
 
 def _as_iter(value: Any) -> Iterable[Any]:
@@ -82,7 +85,7 @@ def _as_iter(value: Any) -> Iterable[Any]:
     return [value]
 
 
-def _compiled(value: Regex | Iterable[Regex] | None) -> list[re.Pattern[str]]:
+def _compiled(value: _Regex | Iterable[_Regex] | None) -> list[re.Pattern[str]]:
     return [x if isinstance(x, re.Pattern) else re.compile(x) for x in _as_iter(value)]
 
 
@@ -101,8 +104,8 @@ class LinkExtractor:
 
     def __init__(
         self,
-        allow: Regex | Iterable[Regex] = (),
-        deny: Regex | Iterable[Regex] = (),
+        allow: _Regex | Iterable[_Regex] = (),
+        deny: _Regex | Iterable[_Regex] = (),
         allow_domains: str | Iterable[str] = (),
         deny_domains: str | Iterable[str] = (),
         restrict_xpaths: str | Iterable[str] = (),
@@ -114,7 +117,7 @@ class LinkExtractor:
         deny_extensions: str | Iterable[str] | None = None,
         restrict_css: str | Iterable[str] = (),
         strip: bool = True,
-        restrict_text: Regex | Iterable[Regex] | None = None,
+        restrict_text: _Regex | Iterable[_Regex] | None = None,
         deny_tags: str | Iterable[str] = (),
         deny_attrs: str | Iterable[str] = (),
     ) -> None:
@@ -225,7 +228,7 @@ class LinkExtractor:
         """Whether ``url`` passes every filter but ``restrict_text`` (kept for next time)."""
         verdict = self._verdicts.get(url)
         if verdict is None:
-            if len(self._verdicts) >= _VERDICTS_MAX:
+            if len(self._verdicts) >= _CACHED:
                 self._verdicts.clear()
             verdict = self._verdicts[url] = self._judged(url)
         return verdict
@@ -311,7 +314,7 @@ class _Page:
         return urljoin(self.url, safe) if joined is None else joined
 
 
-@lru_cache(maxsize=65536)
+@lru_cache(maxsize=_CACHED)
 def _by_directory(directory: str, scheme: str, href: str) -> str | None:
     """What urllib's ``urljoin`` gives for ``href`` on any base of ``directory`` (whose
     scheme is ``scheme``), where it depends on no more of the base: everywhere but where
@@ -327,7 +330,7 @@ def _by_directory(directory: str, scheme: str, href: str) -> str | None:
 _joined = lru_cache(maxsize=4096)(urljoin)  # the joins that need the whole base (``#top``)
 
 
-@lru_cache(maxsize=65536)
+@lru_cache(maxsize=_CACHED)
 def _made_safe(url: str, encoding: str, scheme: str) -> tuple[str | None, str | None]:
     """``url`` escaped in ``encoding`` as w3lib's ``safe_url_string`` escapes it (None where
     it cannot), and what joining that with any page of ``scheme`` gives where it depends on
@@ -352,4 +355,4 @@ def _joined_alone(url: str, parsed: ParseResult, scheme: str) -> str | None:
     return None
 
 
-_canonical = lru_cache(maxsize=65536)(canonicalize_url)
+_canonical = lru_cache(maxsize=_CACHED)(canonicalize_url)
