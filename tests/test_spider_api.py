@@ -365,7 +365,9 @@ def test_urljoin_is_scrapys_for_every_kind_of_href():
     hrefs = ["", "#", "#x", "?y", "?", ";p", "d", "./d", "../d", "../../../d", "/d", "//h/d",
              "http://h/d", "http:d", "https:d", "d?e#f", "mailto:x", ".", "..", "d;e",
              "d/../e", "d#", "d#f#g", "?#", "?y#f", ";p#f", "../d#f", "//h/d#f", "#?y",
-             "d#f"]  # fmt: skip
+             "d#f", "//", "//?q#f", "http:", "http:?q", "HTTP:#f", "https:", "\x01?q", " ?q#f",
+             "\t", "#a\tb", "d\n#f", "?q#\r", "mailto:x#", "https://h/d#", "http://h/d;#f",
+             "d?#f", "///d", "http:///d"]  # fmt: skip
     for base in bases:
         for response in (Response(base), Response("http://other/x/y")):  # the cache is shared
             for href in hrefs:

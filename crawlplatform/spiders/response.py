@@ -11,7 +11,7 @@ import traceback
 from collections.abc import Iterable, Iterator, Mapping
 from functools import lru_cache
 from typing import Any
-from urllib.parse import urljoin
+from urllib.parse import ParseResult, urljoin, urlparse, urlunparse, uses_netloc, uses_relative
 
 import parsel
 from lxml import etree
@@ -196,18 +196,20 @@ class Response:
         return self._base
 
     def urljoin(self, url: str) -> str:
-        """``url`` made absolute against the page's base (its ``<base href>`` if it has one).
+        """``url`` made absolute against the page's base (its ``<base href>`` if it has one),
+        as urllib's ``urljoin`` makes it (Scrapy's ``response.urljoin``).
 
-        A fragment is kept as it is and plays no part in the join, so joins are cached
-        without it: a page's many ``page.html#section`` links are one entry."""
-        bare, hash_, fragment = url.partition("#")
-        first = bare[:1]
-        if first in _WHOLE_BASE:  # "", "?q", ";p" resolve against the whole base
-            joined = _joined(self.base, bare if bare or not hash_ else "#")
-        else:
-            if self._directory is None:
-                self._directory = url_directory(self.base)
-            joined = _joined(self._directory, bare)
+        Joins are cached by the base's directory where they depend on no more of the base
+        (``join_in_directory``), and without the fragment where urllib keeps it as it is: a
+        page's many ``page.html#section`` links are one entry."""
+        bare, _, fragment = url.partition("#")
+        if not fragment or "\t" in url or "\n" in url or "\r" in url:  # urllib drops these
+            bare, fragment = url, ""
+        if self._directory is None:
+            self._directory = url_directory(self.base)
+        joined = join_in_directory(self._directory, bare)
+        if joined is None:
+            joined = _joined(self.base, bare or ("#" if fragment else ""))
         return f"{joined}#{fragment}" if fragment else joined
 
     def follow(
@@ -295,8 +297,33 @@ _BASE_WITHIN = 4096  # characters of the text where Scrapy looks for <base href>
 _BASE_TAG = re.compile(r"<base\s", re.IGNORECASE)
 
 
-_WHOLE_BASE = ("", "?", ";")
-_joined = lru_cache(maxsize=65536)(urljoin)
+@lru_cache(maxsize=65536)
+def join_in_directory(directory: str, href: str) -> str | None:
+    """What urllib's ``urljoin`` gives for ``href`` on any base of ``directory``
+    (``url_directory``), where it depends on no more of the base: everywhere but where
+    ``href`` has neither a path nor parameters (``""``, ``?q``, ``#f``, ``//``, ``http:``),
+    which need the whole base (None). Pages of one directory share their links' joins."""
+    scheme = urlparse(directory).scheme
+    parsed = urlparse(href, scheme)
+    alone = join_alone(href, parsed, scheme)
+    if alone is None and (parsed.path or parsed.params):
+        return urljoin(directory, href)
+    return alone
+
+
+def join_alone(url: str, parsed: ParseResult, scheme: str) -> str | None:
+    """The first branches of urllib's ``urljoin(base, url)`` for a base of ``scheme``
+    (``parsed``: ``urlparse(url, scheme)``), which read nothing else of the base: ``url``
+    itself for another scheme or one that does not resolve, ``url`` unparsed again where it
+    names its host; else None."""
+    if parsed.scheme != scheme or parsed.scheme not in uses_relative:
+        return url
+    if parsed.scheme in uses_netloc and parsed.netloc:
+        return urlunparse(parsed)
+    return None
+
+
+_joined = lru_cache(maxsize=4096)(urljoin)  # the joins that need the whole base
 
 
 def _kind_of(content_type: str) -> str:
