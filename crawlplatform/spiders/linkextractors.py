@@ -25,21 +25,14 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from functools import lru_cache
 from typing import Any
-from urllib.parse import (
-    ParseResult,
-    urljoin,
-    urlparse,
-    urlunparse,
-    uses_netloc,
-    uses_relative,
-)
+from urllib.parse import urljoin, urlparse
 
 from lxml import etree
 from parsel.csstranslator import HTMLTranslator
 from w3lib.url import canonicalize_url, safe_url_string
 
 from crawlplatform.spiders.link import Link
-from crawlplatform.spiders.response import Response, url_directory
+from crawlplatform.spiders.response import Response, join_alone
 
 logger = logging.getLogger(__name__)
 
@@ -278,15 +271,14 @@ def _from_any(netloc: str, domains: Iterable[str]) -> bool:
 
 
 class _Page:
-    """What a page's links are resolved with: its base, URL, scheme and encoding."""
+    """What a page's links are resolved with: its base (the response's), URL, scheme and
+    encoding."""
 
-    __slots__ = ("base", "base_scheme", "directory", "encoding", "html", "scheme", "url")
+    __slots__ = ("encoding", "html", "response", "scheme", "url")
 
     def __init__(self, response: Response, html: bool) -> None:
         self.html = html
-        self.base = response.base  # Scrapy's get_base_url: the <base href>, else the URL
-        self.base_scheme = urlparse(self.base).scheme
-        self.directory = url_directory(self.base)
+        self.response = response  # its urljoin is Scrapy's, with its <base href>
         self.url = response.url
         self.scheme = urlparse(response.url).scheme
         self.encoding = response.encoding
@@ -298,9 +290,7 @@ class _Page:
         if strip:
             value = value.strip(_HTML5_SPACE)
         try:
-            url = _by_directory(self.directory, self.base_scheme, value)
-            if url is None:
-                url = _joined(self.base, value)
+            url = self.response.urljoin(value)  # cached by the base's directory
         except ValueError:
             return None  # no URL at all (``http://[x``)
         if process is not None:
@@ -315,22 +305,6 @@ class _Page:
 
 
 @lru_cache(maxsize=_CACHED)
-def _by_directory(directory: str, scheme: str, href: str) -> str | None:
-    """What urllib's ``urljoin`` gives for ``href`` on any base of ``directory`` (whose
-    scheme is ``scheme``), where it depends on no more of the base: everywhere but where
-    ``href`` has neither a path nor parameters (``""``, ``?q``, ``#f``, ``//``), which need
-    the whole base (None). A site's pages of one directory share their links' joins."""
-    parsed = urlparse(href, scheme)
-    alone = _joined_alone(href, parsed, scheme)
-    if alone is None and (parsed.path or parsed.params):
-        return urljoin(directory, href)
-    return alone
-
-
-_joined = lru_cache(maxsize=4096)(urljoin)  # the joins that need the whole base (``#top``)
-
-
-@lru_cache(maxsize=_CACHED)
 def _made_safe(url: str, encoding: str, scheme: str) -> tuple[str | None, str | None]:
     """``url`` escaped in ``encoding`` as w3lib's ``safe_url_string`` escapes it (None where
     it cannot), and what joining that with any page of ``scheme`` gives where it depends on
@@ -340,19 +314,7 @@ def _made_safe(url: str, encoding: str, scheme: str) -> tuple[str | None, str | 
         safe = safe_url_string(url, encoding=encoding)
     except ValueError:
         return None, None
-    return safe, (_joined_alone(safe, urlparse(safe, scheme), scheme) if safe else None)
-
-
-def _joined_alone(url: str, parsed: ParseResult, scheme: str) -> str | None:
-    """The first branches of urllib's ``urljoin(base, url)`` for a base of ``scheme``
-    (``parsed``: ``urlparse(url, scheme)``): ``url`` itself for another scheme or one that
-    does not resolve, ``url`` unparsed again where it names its host; else None (the rest of
-    the base counts)."""
-    if parsed.scheme != scheme or parsed.scheme not in uses_relative:
-        return url
-    if parsed.scheme in uses_netloc and parsed.netloc:
-        return urlunparse(parsed)
-    return None
+    return safe, (join_alone(safe, urlparse(safe, scheme), scheme) if safe else None)
 
 
 _canonical = lru_cache(maxsize=_CACHED)(canonicalize_url)
