@@ -24,6 +24,8 @@ from crawlplatform.spiders import (
     TextResponse,
     XmlResponse,
 )
+from tests import twins
+from tests.site import Site
 
 URL = "http://shop.test/dir/page.html?x=1"
 RESPONSES = {  # ours, Scrapy's
@@ -440,3 +442,36 @@ def test_a_link_compares_hashes_and_prints_as_scrapys():
     assert ours != theirs  # a Link of another library is no Link of ours
     with pytest.raises(TypeError, match="Link urls must be str objects, got bytes"):
         Link(b"http://x/")
+
+
+LINKS_SPIDER = """
+import scrapy
+from scrapy.linkextractors import LinkExtractor
+
+
+class LinksSpider(scrapy.Spider):
+    name = "twin_links"
+    pages = LinkExtractor(allow=r"/p/\\d+$", deny_domains="external.invalid")
+    every_link = LinkExtractor(unique=False, deny_extensions=[])
+
+    async def start(self):
+        yield scrapy.Request(self.seed)
+
+    def parse(self, response):
+        found = self.every_link.extract_links(response)
+        yield {"url": response.url, "links": [[x.url, x.text, x.nofollow] for x in found]}
+        for link in self.pages.extract_links(response):
+            yield response.follow(link, callback=self.parse)
+"""
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_spider_following_its_link_extractors_gives_scrapys_items(worker_env, tmp_path):
+    """A spider as Scrapy's docs write one, its imports changed, crawls the same pages and
+    finds the same links on the platform (real workers) as under Scrapy."""
+    with Site(pages=30) as site:
+        args = {"seed": site.url("/p/0")}
+        scrapy = twins.under_scrapy(LINKS_SPIDER, tmp_path, args)
+        ours = twins.on_platform(LINKS_SPIDER, "twin_links", worker_env, tmp_path, args)
+    assert len(scrapy.items) == 30
+    assert twins.same(ours.items) == twins.same(scrapy.items)
