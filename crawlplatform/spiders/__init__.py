@@ -3,9 +3,6 @@
     from crawlplatform.spiders import Spider, Request, FormRequest, JsonRequest, DropItem
     from crawlplatform.spiders import signals  # Scrapy's signal objects, for crawler.signals
 
-``LinkExtractor`` (``LxmlLinkExtractor``) finds a page's links as Scrapy's does, as ``Link``
-objects (``IGNORED_EXTENSIONS``: the extensions it skips unless told otherwise).
-
 ``SitemapSpider``, ``XMLFeedSpider`` and ``CSVFeedSpider`` are Scrapy's, with the utilities
 they read by (``Sitemap``, ``sitemap_urls_from_robots``, ``xmliter_lxml``, ``csviter``,
 ``gunzip``, ``gzip_magic_number``).
@@ -14,6 +11,9 @@ An errback's ``failure.check()`` takes Scrapy's and Twisted's exceptions, export
 their names (``HttpError``, ``DNSLookupError``, ``TimeoutError``, ...). ``Selector`` and
 ``SelectorList`` are parsel's (Scrapy's ``Selector(text=...)``), for parsing
 a fragment a response carries (HTML inside JSON, say).
+
+``LinkExtractor`` (``LxmlLinkExtractor``) finds a page's links as Scrapy's does, as ``Link``
+objects (``IGNORED_EXTENSIONS``: the extensions it skips unless told otherwise).
 
 Names and behaviour follow Scrapy's, so that a Scrapy spider ports by changing its imports
 (``docs/spiders.md``). Spiders are installed by operators (``CRAWL_SPIDER_MODULES`` or the
