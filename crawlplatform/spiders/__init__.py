@@ -9,20 +9,22 @@ they read by (``Sitemap``, ``sitemap_urls_from_robots``, ``xmliter_lxml``, ``csv
 
 An errback's ``failure.check()`` takes Scrapy's and Twisted's exceptions, exported here by
 their names (``HttpError``, ``DNSLookupError``, ``TimeoutError``, ...). ``Selector`` and
-``SelectorList`` are parsel's (Scrapy's ``Selector(text=...)``), for parsing
-a fragment a response carries (HTML inside JSON, say).
+``SelectorList`` are Scrapy's (``Selector(response)``, ``Selector(text=...)``).
 
 ``LinkExtractor`` (``LxmlLinkExtractor``) finds a page's links as Scrapy's does, as ``Link``
 objects (``IGNORED_EXTENSIONS``: the extensions it skips unless told otherwise).
 
-Names and behaviour follow Scrapy's, so that a Scrapy spider ports by changing its imports
-(``docs/spiders.md``). Spiders are installed by operators (``CRAWL_SPIDER_MODULES`` or the
-``crawlplatform.spiders`` entry-point group) and chosen by name in a job.
+Names and behaviour follow Scrapy 2.19's, so that a Scrapy spider ports by changing its imports
+(``docs/spiders.md``, Porting a Scrapy spider): a name the platform refuses fails its import
+with the reason (``porting.py``), and a signal's name is the signal
+(``from scrapy.signals import item_scraped``). Spiders are installed by operators
+(``CRAWL_SPIDER_MODULES`` or the ``crawlplatform.spiders`` entry-point group) and chosen by name
+in a job.
 """
 
-from parsel import Selector, SelectorList
+from typing import Any
 
-from crawlplatform.spiders import signals
+from crawlplatform.spiders import porting, signals
 from crawlplatform.spiders.errors import (
     CannotResolveHostError,
     CloseSpider,
@@ -30,6 +32,7 @@ from crawlplatform.spiders.errors import (
     ConnectionLost,
     ConnectionRefusedError,
     DNSLookupError,
+    DownloadCancelledError,
     DownloadConnectionRefusedError,
     DownloadFailedError,
     DownloadTimeoutError,
@@ -41,6 +44,7 @@ from crawlplatform.spiders.errors import (
     ResponseNeverReceived,
     TCPTimedOutError,
     TimeoutError,
+    UnsupportedURLSchemeError,
 )
 from crawlplatform.spiders.feed import CSVFeedSpider, XMLFeedSpider
 from crawlplatform.spiders.headers import Headers
@@ -60,27 +64,38 @@ from crawlplatform.spiders.response import (
     TextResponse,
     XmlResponse,
 )
+from crawlplatform.spiders.selector import Selector, SelectorList
+from crawlplatform.spiders.settings import BaseSettings, Crawler, Settings
 from crawlplatform.spiders.signalmanager import SignalManager
 from crawlplatform.spiders.sitemap import SitemapSpider
 from crawlplatform.spiders.spider import DropItem, Spider
 from crawlplatform.spiders.stats import StatsCollector
 from crawlplatform.spiders.utils import (
     Sitemap,
+    arg_to_iter,
     csviter,
     gunzip,
     gzip_magic_number,
     sitemap_urls_from_robots,
+    to_bytes,
+    to_unicode,
     xmliter_lxml,
 )
 
+__version__ = "2.19.0"  # the Scrapy release whose names and behaviour the API follows
+version_info = (2, 19, 0)
+
 __all__ = [
+    "BaseSettings",
     "CSVFeedSpider",
     "CannotResolveHostError",
     "CloseSpider",
     "ConnectError",
     "ConnectionLost",
     "ConnectionRefusedError",
+    "Crawler",
     "DNSLookupError",
+    "DownloadCancelledError",
     "DownloadConnectionRefusedError",
     "DownloadFailedError",
     "DownloadTimeoutError",
@@ -107,6 +122,7 @@ __all__ = [
     "ResponseNeverReceived",
     "Selector",
     "SelectorList",
+    "Settings",
     "SignalManager",
     "Sitemap",
     "SitemapSpider",
@@ -115,12 +131,29 @@ __all__ = [
     "TCPTimedOutError",
     "TextResponse",
     "TimeoutError",
+    "UnsupportedURLSchemeError",
     "XMLFeedSpider",
     "XmlResponse",
+    "arg_to_iter",
     "csviter",
     "gunzip",
     "gzip_magic_number",
     "signals",
     "sitemap_urls_from_robots",
+    "to_bytes",
+    "to_unicode",
     "xmliter_lxml",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """A name the package lacks: a signal's (``from scrapy.signals import spider_closed``
+    ports to an import from here), else a Scrapy name the platform refuses, whose import fails
+    with the reason, so that the job of a spider that imports it fails at start, saying why."""
+    signal = getattr(signals, name, None)
+    if isinstance(signal, signals.Signal):
+        return signal
+    reason = porting.refusal(name)
+    if reason is not None:
+        raise ImportError(reason, name=name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

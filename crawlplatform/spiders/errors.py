@@ -90,6 +90,16 @@ class ResponseDataLossError(Exception):
     """Scrapy 2.19's name for a response cut short."""
 
 
+class DownloadCancelledError(Exception):
+    """Scrapy 2.19's name for a download cancelled midway: no outcome here is one (no fetch is
+    cancelled), so an errback's check for it imports and never matches."""
+
+
+class UnsupportedURLSchemeError(Exception):
+    """Scrapy 2.19's name for a request of a scheme no handler fetches: no outcome here is one
+    (a request that is not http(s) is left out as off the job's scope)."""
+
+
 # An outcome stands for the exception Scrapy 2.19 raises and for the one older Scrapy raised,
 # so that an errback written for either takes its branch.
 _BY_REASON: dict[str, tuple[type[Exception], ...]] = {

@@ -68,6 +68,9 @@ class Settings(Mapping):
         return dict(self._values)
 
 
+BaseSettings = Settings  # Scrapy's base class of its settings: one class here
+
+
 class Crawler:
     """What ``from_crawler`` is given: the job's ``settings``, its ``spider``, ``stats`` and
     ``signals``."""

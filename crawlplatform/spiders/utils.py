@@ -2,8 +2,9 @@
 results (``scrapy.utils.sitemap``, ``.iterators`` and ``.gz``): ``Sitemap`` and
 ``sitemap_urls_from_robots``; ``xmliter_lxml``, which gives an ``XMLFeedSpider`` its nodes
 one at a time; ``csviter``, which gives a ``CSVFeedSpider`` its rows; ``gunzip`` within a
-size cap and ``gzip_magic_number``. ``tests/test_feed_utils.py`` holds them to Scrapy's own
-on the same bytes.
+size cap and ``gzip_magic_number``; and the small ones a spider imports (``arg_to_iter``,
+``to_unicode``, ``to_bytes``). ``tests/test_feed_utils.py`` and ``tests/test_porting.py`` hold
+them to Scrapy's own on the same bytes.
 
 XML is read without entity expansion or network access (libxml2's ``resolve_entities`` off,
 ``no_network`` on), so a billion-laughs or external-entity body yields nothing harmful; a
@@ -262,3 +263,23 @@ def arg_to_iter(result: Any) -> Iterable[Any]:
     if not isinstance(result, dict | str | bytes) and hasattr(result, "__iter__"):
         return result
     return [result]
+
+
+def to_unicode(text: str | bytes, encoding: str | None = None, errors: str = "strict") -> str:
+    """``text`` as a str: bytes decoded (UTF-8 unless ``encoding`` says), a str as it is; as
+    Scrapy's."""
+    if isinstance(text, str):
+        return text
+    if not isinstance(text, bytes):
+        raise TypeError(f"to_unicode must receive a bytes or str object, got {type(text).__name__}")
+    return text.decode(encoding or "utf-8", errors)
+
+
+def to_bytes(text: str | bytes, encoding: str | None = None, errors: str = "strict") -> bytes:
+    """``text`` as bytes: a str encoded (UTF-8 unless ``encoding`` says), bytes as they are; as
+    Scrapy's."""
+    if isinstance(text, bytes):
+        return text
+    if not isinstance(text, str):
+        raise TypeError(f"to_bytes must receive a str or bytes object, got {type(text).__name__}")
+    return text.encode(encoding or "utf-8", errors)
