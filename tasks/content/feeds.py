@@ -39,7 +39,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from crawlplatform.spiders import Spider
+from crawlplatform.spiders import Spider, scrapysettings
 from tasks.content import exporters, feedstorage
 from tasks.defaults import setting
 from web.models import CrawlJob, Item
@@ -58,12 +58,8 @@ SETTINGS = frozenset({
 _OPERATORS = ("FEEDS", "FEED_EXPORT_ENCODING", "FEED_EXPORT_FIELDS", "FEED_EXPORT_INDENT",
               "FEED_STORE_EMPTY", "FEED_EXPORT_BATCH_ITEM_COUNT")  # fmt: skip
 _CODE = "code the platform does not run: only operators install code, as spiders"
-_REFUSED_SETTINGS = {
-    "FEED_URI_PARAMS": f"a function of URI parameters is {_CODE}",
-    "FEED_EXPORTERS": f"an exporter of the spider's own is {_CODE} (formats: jsonlines, json, "
-                      "csv, xml)",
-    "FEED_STORAGES": f"a storage of the spider's own is {_CODE} (file paths and s3:// URIs)",
-}  # fmt: skip
+# Feed settings that fail a job when set (why: crawlplatform/spiders/scrapysettings.py)
+_REFUSED_SETTINGS = ("FEED_URI_PARAMS", "FEED_EXPORTERS", "FEED_STORAGES")
 _REFUSED_OPTIONS = {
     "item_filter": "items are written from the item table, where their classes are not kept",
     "item_classes": "items are written from the item table, where their classes are not kept",
@@ -143,8 +139,8 @@ def configured(spider: Spider) -> list[Feed]:
     """The feeds of ``spider``'s jobs, each checked; FeedProblem says what cannot be written,
     every problem at once."""
     settings = settings_of(spider)
-    found: list[str] = [f"{name}: {why}" for name, why in _REFUSED_SETTINGS.items()
-                        if settings.get(name)]  # fmt: skip
+    found: list[str] = [f"{name}: {why}" for name in _REFUSED_SETTINGS
+                        if (why := scrapysettings.refusal(name, settings.get(name)))]  # fmt: skip
     feeds: dict[str, dict] = {}
     if settings.get("FEED_URI"):  # Scrapy's older way, under FEEDS
         uri = str(settings["FEED_URI"])

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any, NamedTuple
 
-from crawlplatform.spiders import Spider
+from crawlplatform.spiders import Spider, scrapysettings
+from crawlplatform.spiders.porting import MAPPED, REFUSED
 from crawlplatform.spiders.settings import Crawler, Settings
 from tasks import defaults
 from tasks.content import feeds, stats
@@ -189,85 +190,17 @@ SCRAPY_SETTINGS: dict[str, tuple[str, Any]] = {
     "REDIRECT_MAX_TIMES": ("FETCH_MAX_REDIRECTS", int),
 }
 # Settings the spider's code reads (its pipelines and extensions, the error answers its
-# callbacks take), and those its feeds are written by (checked where the job starts:
-# tasks/content/feeds.py).
+# callbacks take, a SitemapSpider's warning size), and those its feeds are written by (checked
+# where the job starts: tasks/content/feeds.py).
 READ_BY_THE_SPIDER = frozenset({"ITEM_PIPELINES", "EXTENSIONS", "HTTPERROR_ALLOWED_CODES",
-                                "HTTPERROR_ALLOW_ALL", *feeds.SETTINGS})  # fmt: skip
-# Scrapy settings about its own process, which a worker has no use for: left out, logged.
-SCRAPY_IGNORED = frozenset({
-    "LOG_LEVEL", "LOG_ENABLED", "LOG_FILE", "LOG_FORMAT", "TELNETCONSOLE_ENABLED",
-    "COOKIES_ENABLED", "COOKIES_DEBUG",
-    "REQUEST_FINGERPRINTER_IMPLEMENTATION", "TWISTED_REACTOR", "CONCURRENT_REQUESTS",
-    "CONCURRENT_ITEMS", "HTTPCACHE_ENABLED", "AUTOTHROTTLE_ENABLED", "AUTOTHROTTLE_START_DELAY",
-    "AUTOTHROTTLE_MAX_DELAY", "AUTOTHROTTLE_TARGET_CONCURRENCY", "RETRY_ENABLED",
-    "REDIRECT_ENABLED", "DOWNLOADER_MIDDLEWARES", "SPIDER_MIDDLEWARES",
-    "RANDOMIZE_DOWNLOAD_DELAY", "STATS_DUMP", "MEMUSAGE_ENABLED", "BOT_NAME",
-    "DEPTH_PRIORITY", "SCHEDULER_DISK_QUEUE", "SCHEDULER_MEMORY_QUEUE", "DUPEFILTER_CLASS",
-    "DUPEFILTER_DEBUG", "LOG_STDOUT", "LOGSTATS_INTERVAL", "DNSCACHE_ENABLED", "DOWNLOAD_HANDLERS",
-    "HTTPCACHE_DIR", "HTTPCACHE_EXPIRATION_SECS", "HTTPCACHE_IGNORE_HTTP_CODES",
-    "HTTPCACHE_STORAGE", "HTTPCACHE_POLICY", "CONCURRENT_REQUESTS_PER_IP",
-    "REACTOR_THREADPOOL_MAXSIZE", "ROBOTSTXT_PARSER", "DOWNLOAD_WARNSIZE", "SPIDER_MODULES",
-    "NEWSPIDER_MODULE", "ADDONS", "DEPTH_STATS_VERBOSE", "COMPRESSION_ENABLED", "URLLENGTH_LIMIT",
-})  # fmt: skip
+                                "HTTPERROR_ALLOW_ALL", "DOWNLOAD_WARNSIZE",
+                                *feeds.SETTINGS})  # fmt: skip
 
 
 def _own(name: str, known: list[str]) -> bool:
     """A name of the spider's own (``MONGO_URI``, read by its pipelines' ``from_crawler``):
     close enough to none of the platform's ``known`` names to be a typo of it."""
     return not difflib.get_close_matches(name, known, n=1, cutoff=0.8)
-
-
-# Scrapy 2.19's own settings (its default_settings): one the platform has no equivalent of
-# fails the job, where Scrapy would have applied it.
-SCRAPY_NAMES = frozenset("""
-ADDONS ASYNCIO_EVENT_LOOP AUTOTHROTTLE_DEBUG AUTOTHROTTLE_ENABLED AUTOTHROTTLE_MAX_DELAY
-AUTOTHROTTLE_START_DELAY AUTOTHROTTLE_TARGET_CONCURRENCY AWS_ACCESS_KEY_ID AWS_ENDPOINT_URL
-AWS_MAX_POOL_CONNECTIONS AWS_REGION_NAME AWS_SECRET_ACCESS_KEY AWS_SESSION_TOKEN AWS_USE_SSL
-AWS_VERIFY BOT_NAME CLOSESPIDER_ERRORCOUNT CLOSESPIDER_ITEMCOUNT CLOSESPIDER_PAGECOUNT
-CLOSESPIDER_PAGECOUNT_NO_ITEM CLOSESPIDER_TIMEOUT CLOSESPIDER_TIMEOUT_NO_ITEM COMMANDS_MODULE
-COMPRESSION_ENABLED CONCURRENT_ITEMS CONCURRENT_REQUESTS CONCURRENT_REQUESTS_PER_DOMAIN
-COOKIES_DEBUG COOKIES_ENABLED CRAWLSPIDER_FOLLOW_LINKS DEFAULT_DROPITEM_LOG_LEVEL
-DEFAULT_ITEM_CLASS DEFAULT_REQUEST_HEADERS DEPTH_LIMIT DEPTH_PRIORITY DEPTH_STATS_VERBOSE
-DNSCACHE_ENABLED DNSCACHE_SIZE DNS_RESOLVER DNS_TIMEOUT DOWNLOADER
-DOWNLOADER_CLIENTCONTEXTFACTORY DOWNLOADER_CLIENT_TLS_CIPHERS DOWNLOADER_CLIENT_TLS_METHOD
-DOWNLOADER_CLIENT_TLS_VERBOSE_LOGGING DOWNLOADER_MIDDLEWARES DOWNLOADER_MIDDLEWARES_BASE
-DOWNLOADER_STATS DOWNLOAD_BIND_ADDRESS DOWNLOAD_DELAY DOWNLOAD_DELAY_JITTER
-DOWNLOAD_FAIL_ON_DATALOSS DOWNLOAD_HANDLERS DOWNLOAD_HANDLERS_BASE DOWNLOAD_MAXSIZE
-DOWNLOAD_SLOTS DOWNLOAD_TIMEOUT DOWNLOAD_TLS_MAX_VERSION DOWNLOAD_TLS_MIN_VERSION
-DOWNLOAD_VERIFY_CERTIFICATES DOWNLOAD_WARNSIZE DUPEFILTER_CLASS DUPEFILTER_DEBUG EDITOR
-EXTENSIONS EXTENSIONS_BASE FEEDS FEED_EXPORTERS FEED_EXPORTERS_BASE
-FEED_EXPORT_BATCH_ITEM_COUNT FEED_EXPORT_ENCODING FEED_EXPORT_FIELDS FEED_EXPORT_INDENT
-FEED_FORMAT FEED_STORAGES FEED_STORAGES_BASE FEED_STORAGE_FTP_ACTIVE FEED_STORAGE_GCS_ACL
-FEED_STORAGE_S3_ACL FEED_STORE_EMPTY FEED_TEMPDIR FEED_URI FEED_URI_PARAMS FILES_STORE
-FILES_STORE_GCS_ACL FILES_STORE_S3_ACL FORCE_CRAWLER_PROCESS FTP_PASSIVE_MODE FTP_PASSWORD
-FTP_USER GCS_PROJECT_ID HTTP2_MAX_FRAME_SIZE HTTPAUTH_DOMAIN HTTPAUTH_PASS HTTPAUTH_USER
-HTTPCACHE_ALWAYS_STORE HTTPCACHE_DBM_MODULE HTTPCACHE_DIR HTTPCACHE_ENABLED
-HTTPCACHE_EXPIRATION_SECS HTTPCACHE_GZIP HTTPCACHE_IGNORE_HTTP_CODES HTTPCACHE_IGNORE_MISSING
-HTTPCACHE_IGNORE_RESPONSE_CACHE_CONTROLS HTTPCACHE_IGNORE_SCHEMES HTTPCACHE_POLICY
-HTTPCACHE_STORAGE HTTPERROR_ALLOWED_CODES HTTPERROR_ALLOW_ALL HTTPPROXY_AUTH_ENCODING
-HTTPPROXY_ENABLED HTTPX_HTTP2_ENABLED IMAGES_STORE IMAGES_STORE_GCS_ACL IMAGES_STORE_S3_ACL
-ITEM_PIPELINES ITEM_PIPELINES_BASE ITEM_PROCESSOR JOBDIR LOGSTATS_INTERVAL LOG_COLOR
-LOG_DATEFORMAT LOG_ENABLED LOG_ENCODING LOG_FILE LOG_FILE_APPEND LOG_FORMAT LOG_FORMATTER
-LOG_INSTALL_ROOT_HANDLER LOG_LEVEL LOG_SHORT_NAMES LOG_STDOUT LOG_VERSIONS MAIL_FROM MAIL_HOST
-MAIL_PASS MAIL_PORT MAIL_SSL MAIL_TLS MAIL_USER MEMDEBUG_ENABLED
-MEMUSAGE_CHECK_INTERVAL_SECONDS MEMUSAGE_ENABLED MEMUSAGE_LIMIT_MB MEMUSAGE_NOTIFY_MAIL
-MEMUSAGE_WARNING_MB METAREFRESH_ENABLED METAREFRESH_IGNORE_TAGS METAREFRESH_MAXDELAY
-NEWSPIDER_MODULE PERIODIC_LOG_DELTA PERIODIC_LOG_STATS PERIODIC_LOG_TIMING_ENABLED
-RANDOMIZE_DOWNLOAD_DELAY REACTOR_THREADPOOL_MAXSIZE REDIRECT_ENABLED REDIRECT_MAX_TIMES
-REDIRECT_PRIORITY_ADJUST REFERER_ENABLED REFERRER_POLICIES REFERRER_POLICY
-REMOTE_CONTROL_ENABLED REMOTE_CONTROL_JOBS_DIR REMOTE_CONTROL_OUTPUT_MAX_BYTES
-REMOTE_CONTROL_TIMEOUT_DEFAULT REMOTE_CONTROL_TIMEOUT_MAX REMOTE_CONTROL_TRACEBACK_MAX_BYTES
-REQUEST_FINGERPRINTER_CLASS RETRY_ENABLED RETRY_EXCEPTIONS RETRY_GIVE_UP_LOG_LEVEL
-RETRY_HTTP_CODES RETRY_PRIORITY_ADJUST RETRY_TIMES ROBOTSTXT_OBEY ROBOTSTXT_PARSER
-ROBOTSTXT_USER_AGENT SCHEDULER SCHEDULER_DEBUG SCHEDULER_DISK_QUEUE SCHEDULER_MEMORY_QUEUE
-SCHEDULER_PRIORITY_QUEUE SCHEDULER_START_DISK_QUEUE SCHEDULER_START_MEMORY_QUEUE
-SCRAPER_SLOT_MAX_ACTIVE_SIZE SPIDER_CONTRACTS SPIDER_CONTRACTS_BASE SPIDER_LOADER_CLASS
-SPIDER_LOADER_WARN_ONLY SPIDER_MIDDLEWARES SPIDER_MIDDLEWARES_BASE SPIDER_MODULES
-STATSMAILER_RCPTS STATS_CLASS STATS_DUMP TELNETCONSOLE_ENABLED TELNETCONSOLE_HOST
-TELNETCONSOLE_PASSWORD TELNETCONSOLE_PORT TELNETCONSOLE_USERNAME TEMPLATES_DIR
-TWISTED_DNS_RESOLVER TWISTED_REACTOR TWISTED_REACTOR_ENABLED URLLENGTH_LIMIT USER_AGENT
-WARN_ON_GENERATOR_RETURN_VALUE
-""".split())
 
 
 class Custom(NamedTuple):
@@ -280,25 +213,30 @@ class Custom(NamedTuple):
 
 def custom_settings(spider_cls: type[Spider]) -> Custom:
     """A spider's ``custom_settings`` that the job takes (``READ_BY_THE_SPIDER`` are read where
-    they are used): the platform's settings by their names, Scrapy's own translated where the
-    platform has the same knob, Scrapy's process settings left out."""
+    they are used): the platform's settings by their names, Scrapy's as
+    ``crawlplatform/spiders/scrapysettings.py`` says (translated where the platform has the
+    same knob, left out where it does the same its own way, a problem where it refuses)."""
     settings: dict[str, Any] = {}
     fields: dict[str, Any] = {}
     problems: list[str] = []
     known = defaults.names()
     for name, value in (spider_cls.custom_settings or {}).items():
+        if name in feeds.SETTINGS:
+            continue  # checked with the feeds themselves, where the job starts (feeds.problems)
+        row = scrapysettings.verdict(name, value)
+        if row is not None and row.verdict == REFUSED:
+            problems.append(f"{name}: {row.why}")
+            continue
         if name in READ_BY_THE_SPIDER:
             continue
-        if name in SCRAPY_IGNORED:
-            log.info("spider %s: custom setting %s has no use here; left out", spider_cls.name,
-                     name)  # fmt: skip
-            continue
         target = SCRAPY_FIELDS.get(name) or SCRAPY_SETTINGS.get(name)
+        platforms_way = name in scrapysettings.NAMES and (row is None or row.verdict == MAPPED)
+        if target is None and platforms_way:
+            log.info("spider %s: custom setting %s is Scrapy's, which the platform does its own "
+                     "way: left out (docs/spiders.md, Porting)", spider_cls.name, name)  # fmt: skip
+            continue
         if target is None and name in known:
             settings[name] = value  # the platform's: validated with the job's settings
-            continue
-        if target is None and name in SCRAPY_NAMES:
-            problems.append(f"{name}: a Scrapy setting the platform has no equivalent of")
             continue
         if target is None and _own(name, known):
             log.info("spider %s: custom setting %s is the spider's own: its pipelines read it "

@@ -115,7 +115,7 @@ def plan(job: CrawlJob) -> Start:
     problems = custom.problems + defaults.job_problems(custom.settings, job.may)
     if problems:
         hint = ""
-        if any(p.endswith((": no such setting", "has no equivalent of")) for p in problems):
+        if custom.problems or any(p.endswith(": no such setting") for p in problems):
             hint = (" (custom_settings take the platform's job settings and the Scrapy settings "
                     "it has an equivalent of: docs/spiders.md, Porting)")  # fmt: skip
         raise SpiderProblem(f"spider {job.spider!r} custom_settings: " + "; ".join(problems)
