@@ -32,19 +32,25 @@ def _name(paths: str, verdict: str, why: str, to: str = "") -> Name:
     return Name(tuple(paths.split()), verdict, to, why)
 
 
-_FILES = ("a pipeline cannot fetch here, as every request goes through the frontier and the "
-          "transport: yield requests for the files from the callback, and store_bodies keeps "
-          "their bodies")  # fmt: skip
-_STATS = ("Scrapy's built-in stats are computed from the job's tables, and its progress is in "
-          "manage.py job status, the API, the dashboard and the metrics")  # fmt: skip
+FETCHING_PIPELINES = (
+    "a pipeline cannot fetch here, as every request goes through the frontier and the "
+    "transport: yield requests for the files from the callback, and store_bodies keeps "
+    "their bodies"
+)
+BUILT_IN_STATS = (
+    "Scrapy's built-in stats are computed from the job's tables, and its progress is in "
+    "manage.py job status, the API, the dashboard and the metrics"
+)
 _MEMORY = ("worker memory is the operator's to watch (WORKER_MAX_RSS_MB, the probes, the "
            "metrics)")  # fmt: skip
 _CONSOLE = ("a worker runs pages of every job and has no console of one crawl: operators watch "
             "workers through the metrics, the probes and Flower")  # fmt: skip
 _NO_TERMINAL = ("a worker has no terminal or browser to open: manage.py parse runs a callback on "
                 "one URL and prints what it yields")  # fmt: skip
-_NO_MAIL = ("a worker sends no mail: a job's end is announced by its webhook (webhook_url), and "
-            "its stats are in manage.py job status and the API")  # fmt: skip
+NO_MAIL = (
+    "a worker sends no mail: a job's end is announced by its webhook (webhook_url), and "
+    "its stats are in manage.py job status and the API"
+)
 
 NAMES: tuple[Name, ...] = (
     _name("scrapy.spiders.Spider scrapy.spiders.CrawlSpider scrapy.spiders.Rule "
@@ -197,11 +203,12 @@ NAMES: tuple[Name, ...] = (
           "scrapy.pipelines.files.FTPFilesStore scrapy.pipelines.files.FilesStoreProtocol "
           "scrapy.pipelines.files.StatInfo scrapy.pipelines.images.ImagesPipeline "
           "scrapy.pipelines.images.ImageException scrapy.pipelines.media.MediaPipeline "
-          "scrapy.pipelines.media.FileException scrapy.pipelines.media.FileInfo", REFUSED, _FILES),
+          "scrapy.pipelines.media.FileException scrapy.pipelines.media.FileInfo",
+          REFUSED, FETCHING_PIPELINES),
     _name("scrapy.pipelines.ItemPipelineManager scrapy.pipelines.ItemProcessorProtocol", REFUSED,
           "the platform runs the pipelines of ITEM_PIPELINES itself, in every worker that runs "
           "the spider's callbacks"),
-    _name("scrapy.mail.MailSender scrapy.extensions.statsmailer.StatsMailer", REFUSED, _NO_MAIL),
+    _name("scrapy.mail.MailSender scrapy.extensions.statsmailer.StatsMailer", REFUSED, NO_MAIL),
     _name("scrapy.shell.inspect_response scrapy.shell.Shell "
           "scrapy.utils.response.open_in_browser", REFUSED, _NO_TERMINAL),
     _name("scrapy.utils.response.get_base_url", REFUSED,
@@ -308,7 +315,7 @@ NAMES: tuple[Name, ...] = (
           "scrapy.downloadermiddlewares.stats.get_status_size "
           "scrapy.extensions.corestats.CoreStats scrapy.extensions.logstats.LogStats "
           "scrapy.extensions.logcount.LogCount scrapy.extensions.periodic_log.PeriodicLog",
-          REFUSED, _STATS),
+          REFUSED, BUILT_IN_STATS),
     _name("scrapy.extensions.memusage.MemoryUsage scrapy.extensions.memdebug.MemoryDebugger",
           REFUSED, _MEMORY),
     _name("scrapy.extensions.throttle.AutoThrottle", REFUSED,

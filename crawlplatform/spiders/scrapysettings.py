@@ -17,7 +17,14 @@ import inspect
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
-from crawlplatform.spiders.porting import CARRIED, MAPPED, REFUSED
+from crawlplatform.spiders.porting import (
+    BUILT_IN_STATS,
+    CARRIED,
+    FETCHING_PIPELINES,
+    MAPPED,
+    NO_MAIL,
+    REFUSED,
+)
 
 
 class Setting(NamedTuple):
@@ -89,13 +96,6 @@ _TRANSPORT = ("the platform's transport fetches for every worker: it resolves na
               "through the job's proxies only")  # fmt: skip
 _FRONTIER = ("the frontier schedules and deduplicates every job's requests across workers, by "
              "Scrapy's fingerprint in its unique index, with dont_filter as in Scrapy")  # fmt: skip
-_STATS = ("Scrapy's built-in stats are computed from the job's tables, and its progress is in "
-          "manage.py job status, the API, the dashboard and the metrics")  # fmt: skip
-_FILES = ("a pipeline cannot fetch here, as every request goes through the frontier and the "
-          "transport: yield requests for the files from the callback, and store_bodies keeps "
-          "their bodies")  # fmt: skip
-_NO_MAIL = ("a worker sends no mail: a job's end is announced by its webhook (webhook_url), and "
-            "its stats are in manage.py job status and the API")  # fmt: skip
 _NO_EQUIVALENT = "a Scrapy setting the platform has no equivalent of: "
 _UNLESS_GIVEN = ", unless the job was given its own"
 
@@ -250,7 +250,7 @@ SETTINGS: tuple[Setting, ...] = (
          "token the job's settings set"),
     _row("STATS_CLASS", ANY, REFUSED, "a job's stats are one collector kept in the database "
          "over every worker (crawler.stats), with no class of the spider's own"),
-    _row("DOWNLOADER_STATS STATS_DUMP DEPTH_STATS_VERBOSE", ANY, MAPPED, _STATS,
+    _row("DOWNLOADER_STATS STATS_DUMP DEPTH_STATS_VERBOSE", ANY, MAPPED, BUILT_IN_STATS,
          "the job's built-in stats"),
     _row("LOG_ENABLED LOG_FILE LOG_FILE_APPEND LOG_FORMAT LOG_DATEFORMAT LOG_LEVEL LOG_STDOUT "
          "LOG_SHORT_NAMES LOG_ENCODING LOG_COLOR LOG_FORMATTER LOG_INSTALL_ROOT_HANDLER "
@@ -305,7 +305,7 @@ SETTINGS: tuple[Setting, ...] = (
     _row("URLLENGTH_LIMIT", ANY, MAPPED, "the platform leaves longer URLs out of the frontier by "
          "MAX_URL_LENGTH, which a job may lower in its settings", "`MAX_URL_LENGTH`"),
     _row("FILES_STORE FILES_STORE_S3_ACL FILES_STORE_GCS_ACL IMAGES_STORE IMAGES_STORE_S3_ACL "
-         "IMAGES_STORE_GCS_ACL", SET, REFUSED, _FILES),
+         "IMAGES_STORE_GCS_ACL", SET, REFUSED, FETCHING_PIPELINES),
     _row("FTP_USER FTP_PASSWORD FTP_PASSIVE_MODE GCS_PROJECT_ID", ANY, MAPPED,
          "the platform fetches http(s) only and writes no ftp:// or gs:// feed, so nothing "
          "here reads them", "nothing"),
@@ -313,8 +313,8 @@ SETTINGS: tuple[Setting, ...] = (
          "the feeds' S3 client takes AWS_ENDPOINT_URL, AWS_REGION_NAME and the credentials, "
          "and keeps its own pool and TLS checks"),
     _row("MAIL_FROM MAIL_HOST MAIL_PORT MAIL_USER MAIL_PASS MAIL_SSL MAIL_TLS", ANY, MAPPED,
-         _NO_MAIL, "the job's webhook"),
-    _row("STATSMAILER_RCPTS", SET, REFUSED, _NO_MAIL),
+         NO_MAIL, "the job's webhook"),
+    _row("STATSMAILER_RCPTS", SET, REFUSED, NO_MAIL),
     _row("DOWNLOADER_MIDDLEWARES_BASE SPIDER_MIDDLEWARES_BASE EXTENSIONS_BASE "
          "ITEM_PIPELINES_BASE DOWNLOAD_HANDLERS_BASE FEED_EXPORTERS_BASE FEED_STORAGES_BASE "
          "SPIDER_CONTRACTS_BASE", ANY, REFUSED,
