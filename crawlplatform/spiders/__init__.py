@@ -3,9 +3,12 @@
     from crawlplatform.spiders import Spider, Request, FormRequest, JsonRequest, DropItem
     from crawlplatform.spiders import signals  # Scrapy's signal objects, for crawler.signals
 
-``SitemapSpider``, ``XMLFeedSpider`` and ``CSVFeedSpider`` are Scrapy's, with the utilities
-they read by (``Sitemap``, ``sitemap_urls_from_robots``, ``xmliter_lxml``, ``csviter``,
-``gunzip``, ``gzip_magic_number``).
+``CrawlSpider`` (with its ``Rule``), ``SitemapSpider``, ``XMLFeedSpider`` and
+``CSVFeedSpider`` are Scrapy's, with the utilities they read by (``Sitemap``,
+``sitemap_urls_from_robots``, ``xmliter_lxml``, ``csviter``, ``gunzip``,
+``gzip_magic_number``). ``ItemLoader`` is Scrapy's: itemloaders' loader made from a
+response (its processors are ``itemloaders.processors``), imported on first use (itemloaders
+imports itemadapter, which imports every item library installed: a third of a second).
 
 An errback's ``failure.check()`` takes Scrapy's and Twisted's exceptions, exported here by
 their names (``HttpError``, ``DNSLookupError``, ``TimeoutError``, ...). ``Selector`` and
@@ -25,6 +28,7 @@ in a job.
 from typing import Any
 
 from crawlplatform.spiders import porting, signals
+from crawlplatform.spiders.crawl import CrawlSpider, Rule
 from crawlplatform.spiders.errors import (
     CannotResolveHostError,
     CloseSpider,
@@ -93,6 +97,7 @@ __all__ = [
     "ConnectError",
     "ConnectionLost",
     "ConnectionRefusedError",
+    "CrawlSpider",
     "Crawler",
     "DNSLookupError",
     "DownloadCancelledError",
@@ -109,6 +114,7 @@ __all__ = [
     "IGNORED_EXTENSIONS",
     "IgnoreRequest",
     "Item",
+    "ItemLoader",
     "JsonRequest",
     "JsonResponse",
     "Link",
@@ -120,6 +126,7 @@ __all__ = [
     "Response",
     "ResponseDataLossError",
     "ResponseNeverReceived",
+    "Rule",
     "Selector",
     "SelectorList",
     "Settings",
@@ -149,7 +156,12 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     """A name the package lacks: a signal's (``from scrapy.signals import spider_closed``
     ports to an import from here), else a Scrapy name the platform refuses, whose import fails
-    with the reason, so that the job of a spider that imports it fails at start, saying why."""
+    with the reason, so that the job of a spider that imports it fails at start, saying why.
+    ``ItemLoader`` is imported when first asked for (see above)."""
+    if name == "ItemLoader":
+        from crawlplatform.spiders.loader import ItemLoader
+
+        return ItemLoader
     signal = getattr(signals, name, None)
     if isinstance(signal, signals.Signal):
         return signal
