@@ -104,6 +104,7 @@ def test_spiders_lists_what_is_installed_and_what_cannot_be_loaded(worker_env):
     assert done.stdout.splitlines() == [
         "consent\ttests.spiders.cookies.Consent",
         "counting\ttests.spiders.counting.Counting",
+        "crawl_rules\ttests.spiders.rules.CrawlRules",
         "deaf\ttests.spiders.counting.Deaf",
         "enough\ttests.spiders.pages.Enough",
         "enough_on_error\ttests.spiders.pages.EnoughOnError",

@@ -1,7 +1,8 @@
 """A spider job survives SIGKILL of a worker mid-crawl with every item stored exactly once, and
 every stat its code counts counted exactly once: a callback's items and stat changes commit
 with its page, so a page whose worker died before the commit is run again (by redelivery or
-the lease sweep) and adds its items and counts then, never twice."""
+the lease sweep) and adds its items and counts then, never twice; a CrawlSpider's page finds
+its rule again then."""
 
 from __future__ import annotations
 
@@ -119,3 +120,51 @@ def test_sigkill_of_a_worker_mid_crawl_leaves_every_stat_counted_once(
     assert stats["item_scraped_count"] == stats["heard/item_scraped"] == kept == done - 1
     assert stats["item_dropped_count"] == stats["heard/item_dropped"] == 1
     assert stats["heard/request_scheduled"] == stats["counting/requests"] + 1
+
+
+def test_sigkill_of_a_worker_mid_crawlspider_job_leaves_every_item_and_stat_once(
+    worker_env, workers, scheduler, monkeypatch
+):
+    """A CrawlSpider's rules' requests are stored with their frontier rows (the rule by its
+    index in ``meta``): a page run again after the kill, by another process, finds its rule,
+    and its items, its callback's and errback's counts and the signals heard count once."""
+    from tasks.frontier import jobs
+    from tasks.frontier.stats import stats_of
+    from tests.site import Site
+
+    monkeypatch.setenv("CRAWL_SPIDER_MODULES", "tests.spiders")
+    worker_env["CRAWL_SPIDER_MODULES"] = "tests.spiders"
+    pool = workers(processes=2, concurrency=4)
+    with Site(pages=150) as site:
+        job = jobs.create_job([], spider="crawl_rules", spider_args={
+            "seed": site.url("/p/0"), "pause": "0.3"})  # fmt: skip
+        jobs.start(job)
+
+        def in_flight() -> bool:
+            leased = FrontierURL.objects.filter(job=job, state=URLState.LEASED).count()
+            return Item.objects.filter(job=job).count() >= 30 and leased >= 3
+
+        wait_for(in_flight, 90, "pages stored and pages in flight")
+        victim = next(iter(pool.procs))
+        os.killpg(pool.procs[victim].pid, signal.SIGKILL)
+        pool.procs.pop(victim).wait()
+        pool.spawn()
+        wait_for(lambda: finished(job), 180, "the crawl to finish after the kill")
+    stats = stats_of(job)
+    done = FrontierURL.objects.filter(job=job, state=URLState.DONE).count()
+    queries = len(range(0, site.pages, 40))
+    missing = len(range(0, site.pages, 25))
+    assert done == len(site.expected_done()) == site.pages + queries
+    assert max(n for url, n in site.hits.items() if "/p/" in url) > 1  # pages run again
+    items = list(Item.objects.filter(job=job).values_list("data__url", "data__kind"))
+    assert len(items) == len(set(items)) == done + missing  # each once
+    assert sorted(kind for _, kind in items) == sorted(
+        ["start"] + ["page"] * (site.pages - 1) + ["query"] * queries + ["missing"] * missing
+    )
+    assert (stats["rules/start"], stats["rules/page"], stats["rules/query"],
+            stats["rules/missing"]) == (1, site.pages - 1, queries, missing)  # fmt: skip
+    assert stats["counting/items"] == len(items)
+    kept = Item.objects.filter(job=job, dropped="").count()
+    assert stats["item_scraped_count"] == stats["heard/item_scraped"] == kept == len(items) - 1
+    assert stats["item_dropped_count"] == stats["heard/item_dropped"] == 1
+    assert stats["response_received_count"] == stats["heard/response_received"] == done + missing
