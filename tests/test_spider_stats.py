@@ -15,6 +15,7 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 from prometheus_client.parser import text_string_to_metric_families
+from psycopg import _queries as psycopg_queries  # its limits of the parse it keeps
 
 from crawlplatform.spiders import (
     DropItem,
@@ -29,6 +30,7 @@ from crawlplatform.spiders import (
 from tasks.content import pipelines
 from tasks.content import stats as job_stats
 from tasks.frontier import jobs
+from tasks.frontier import pages as page_statements
 from tasks.frontier import stats as stat_rows
 from tasks.frontier.scheduler import finish_if_done
 from tests.site import Site
@@ -430,3 +432,11 @@ def test_a_stats_collector_is_scrapys(db):
         _apply(theirs, changes)
         _apply(ours, changes)
     assert ours.get_stats() == theirs.get_stats()
+
+
+def test_a_pages_statement_has_no_more_parameters_than_psycopg_keeps_the_parse_of():
+    """Above psycopg's limits a statement's text is parsed again at every run: for a spider's
+    page (its items' and stats' CTEs on top of a crawl's page), 0.11 ms of a worker's CPU."""
+    for statement in (page_statements._SPIDER_SQL, page_statements._RECORD_SQL):
+        assert statement.count("%s") <= psycopg_queries.MAX_CACHED_STATEMENT_PARAMS
+        assert len(statement.encode()) <= psycopg_queries.MAX_CACHED_STATEMENT_LENGTH

@@ -58,15 +58,16 @@ SPIDER_CTES = f"""), gone_stats AS (
     DELETE FROM {_TABLE} WHERE url_id IN (SELECT id FROM fin)
 ), stats AS (
     INSERT INTO {_TABLE} (job_id, url_id, name, kind, value)
-    SELECT %s, fin.id, e.value ->> 0, e.value ->> 1, e.value -> 2
+    SELECT fin.job_id, fin.id, e.value ->> 0, e.value ->> 1, e.value -> 2
     FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS e(value, n) CROSS JOIN fin
     ORDER BY e.n
 """  # noqa: S608 (the table's name, no values)
 
 
-def statement_params(job_id: int, rows: Sequence[StatRow]) -> list:
-    """``SPIDER_CTES``'s parameters: "[]" when the page changed no stat."""
-    return [job_id, json.dumps([list(r) for r in rows]) if rows else "[]"]
+def statement_params(rows: Sequence[StatRow]) -> list:
+    """``SPIDER_CTES``'s parameter: the rows, "[]" when the page changed no stat (the job is
+    the URL's, from ``fin``)."""
+    return [json.dumps([list(r) for r in rows]) if rows else "[]"]
 
 
 def replace(job_id: int, url_id: int, rows: Sequence[StatRow]) -> None:
