@@ -107,7 +107,8 @@ class Sampler(threading.Thread):
                 with p.oneshot():
                     rss = p.memory_info().rss
                     t = p.cpu_times()
-                    role = "worker" if is_worker(p) else "command"
+                    role = ("worker" if is_worker(p) else
+                            "redis" if p.name() == "redis-server" else "command")  # fmt: skip
             except psutil.Error:
                 continue
             total += rss

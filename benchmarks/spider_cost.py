@@ -3,9 +3,11 @@ rules, on real pages, in one process (no services):
 
     apt-get install python3.11-doc
     .venv/bin/python benchmarks/spider_cost.py [--docs /usr/share/doc/python3.11/html]
+    .venv/bin/python benchmarks/spider_cost.py --light 1000   # gensite.py's light pages instead
 
-For every HTML page of the Python 3.11 docs, the content step of a page (the fetch, the
-politeness and the commit are the same for the three and left out):
+For every HTML page of the Python 3.11 docs (or of ``--light`` pages of ``gensite.py``'s light
+site, about 10 KB and 24 links each, as ``spider_vs_scrapy.py`` crawls), the content step of a
+page (the fetch, the politeness and the commit are the same for the three and left out):
 
 - plain: the hot path's parse (links, title, robots directives) and the links scoped and
   canonicalized (``new_links``), as a crawl without rules does;
@@ -62,8 +64,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--only", choices=["plain", "rules", "spider"], help="this step only")
     parser.add_argument("--pages", type=int, help="this many pages, spread over the site")
+    parser.add_argument("--light", type=int, metavar="N", help="N pages of gensite.py's light site")
     args = parser.parse_args()
-    if not (args.docs / "index.html").exists():
+    if not args.light and not (args.docs / "index.html").exists():
         sys.exit(f"{args.docs} not found: apt-get install python3.11-doc")
     django.setup()
     from crawlplatform.spiders import Spider
@@ -75,11 +78,18 @@ def main() -> None:
     from tasks.rules.urls import Scope
     from web.models import CrawlJob, FrontierURL
 
-    base = "http://docs.local/3/"
-    files = sorted(args.docs.rglob("*.html"))
+    if args.light:
+        from gensite import page
+
+        base, site = "http://site.local/p/0", "gensite.py's light site"
+        pages = [(f"http://site.local/p/{i}", page(i, args.light, 10_000, 20))
+                 for i in range(args.light)]  # fmt: skip
+    else:
+        base, site = "http://docs.local/3/", "the Python 3.11 docs"
+        files = sorted(args.docs.rglob("*.html"))
+        pages = [(base + p.relative_to(args.docs).as_posix(), p.read_bytes()) for p in files]
     if args.pages:
-        files = files[:: max(1, len(files) // args.pages)][: args.pages]
-    pages = [(base + p.relative_to(args.docs).as_posix(), p.read_bytes()) for p in files]
+        pages = pages[:: max(1, len(pages) // args.pages)][: args.pages]
     header = "text/html; charset=utf-8"
     job = CrawlJob(pk=1, seeds=[base], max_depth=100, spider="docs")
     rules = selectors.rules_of([selectors.parse_rule("title=h1")])
@@ -133,14 +143,15 @@ def main() -> None:
     for name in [args.only] if args.only else steps:
         state["cache"] = cache()
         results[name] = best_ms(steps[name], pages, args.rounds)
-    print(f"{len(pages)} pages of the Python 3.11 docs, CPU ms per page (best of {args.rounds})")
+    print(f"{len(pages)} pages of {site}, CPU ms per page (best of {args.rounds})")
     labels = {"plain": "plain  (parse, links)", "rules": "rules  (parse, links, title=h1)",
               "spider": "spider (callback: 1 item, follow_all)"}  # fmt: skip
     for name, ms in results.items():
-        print(f"{labels[name]:38s} {ms:6.2f}")
+        print(f"{labels[name]:38s} {ms:6.3f}")
     if len(results) == len(steps):
         print(f"spider / rules {results['spider'] / results['rules']:.2f}; "
               f"rules / plain {results['rules'] / results['plain']:.2f}")  # fmt: skip
+
 
 if __name__ == "__main__":
     main()
