@@ -464,8 +464,9 @@ def test_claims_and_pages_are_prepared_and_read_their_own_rows_on_a_generic_plan
             cursor.execute("RESET plan_cache_mode")
     assert len(claims) == 5 and prepared == (4 if prepare else 0)
     # the counted and claimed rows and each link's probe, old and new index entries, and the
-    # query of the counts
-    assert read <= 5 + 2 * 5 + 2 * (1 + len(links)) + 10, read
+    # query of the counts (about a hundred), with room for what another backend of the test
+    # database reads meanwhile; a plan that scans the job's rows reads thousands
+    assert read <= 5 + 2 * 5 + 2 * (1 + len(links)) + 100 < len(known) // 10, read
 
 
 def test_a_spider_page_commits_its_items_and_requests_and_a_recrawl_replaces_its_items(job):
