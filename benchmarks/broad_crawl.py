@@ -15,6 +15,7 @@ for the platform, PostgreSQL and Redis.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import subprocess
 import sys
@@ -22,8 +23,8 @@ import tempfile
 from pathlib import Path
 
 import redis
-from common import ROOT, free_port, fresh_database, machine_speed, migrate
-from crawl_vs_scrapy import Result, measure
+from common import ROOT, free_port, fresh_database, machine_speed, migrate, private_servers
+from crawl_vs_scrapy import Result, measure, servers
 
 
 def main() -> None:
@@ -34,9 +35,23 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--postgres", default="postgres://postgres@127.0.0.1:5432/postgres")
+    parser.add_argument("--database", default="crawlbench", help="created afresh each run")
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/14")
     parser.add_argument("--skip-scrapy", action="store_true")
+    parser.add_argument(
+        "--private",
+        action="store_true",
+        help="a PostgreSQL and a Redis of the run's own, not --postgres and --redis",
+    )
     args = parser.parse_args()
+    with private_servers() if args.private else contextlib.nullcontext() as found:
+        if found:
+            args.postgres, args.redis = found
+        run(args)
+
+
+def run(args: argparse.Namespace) -> None:
+    """Scrapy, then the platform, on the generated hosts; the table and the ratios."""
     print(machine_speed(), flush=True)
 
     port = free_port()
@@ -56,9 +71,9 @@ def main() -> None:
                 "scrapy",
                 [sys.executable, "benchmarks/scrapy_spider.py", f"@{seeds}",
                  str(args.concurrency), "--delay", str(args.delay), "--robots", "--per-host", "1"],
-                dict(os.environ), stats_url, (), None,
+                dict(os.environ), stats_url, {}, None,
             ))  # fmt: skip
-        database_url = fresh_database(args.postgres, "crawlbench")
+        database_url = fresh_database(args.postgres, args.database)
         redis.Redis.from_url(args.redis).flushdb()
         store = tempfile.mkdtemp(prefix="bench-bodies-")
         env = {**os.environ, "DATABASE_URL": database_url, "REDIS_URL": args.redis,
@@ -70,7 +85,7 @@ def main() -> None:
              "--concurrency", str(args.concurrency), "--workers", str(args.workers),
              "--delay", str(args.delay), "--host-concurrency", "1",
              "--allow-network", "127.0.0.0/8"],
-            env, stats_url, ("postgres", "redis-server"), None,
+            env, stats_url, servers(args.postgres, args.redis), None,
         ))  # fmt: skip
     finally:
         server.terminate()
@@ -89,7 +104,10 @@ def main() -> None:
         )
     if len(results) == 2:
         scrapy, ours = results
-        print(f"throughput ratio (crawlplatform / scrapy): {ours.rate / scrapy.rate:.2f}x")
+        print(
+            f"throughput ratio (crawlplatform / scrapy): {ours.rate / scrapy.rate:.2f}x, "
+            f"CPU per request ratio {ours.cpu / scrapy.cpu:.2f}"
+        )
 
 
 if __name__ == "__main__":

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import compileall
+import contextlib
 import os
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
+import time
 import timeit
+import urllib.parse
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -31,6 +36,48 @@ def compile_tree(root: Path) -> None:
 
 
 compile_tree(ROOT)
+
+
+PG_BIN = Path("/usr/lib/postgresql/15/bin")
+
+
+@contextlib.contextmanager
+def private_servers() -> Iterator[tuple[str, str]]:
+    """A PostgreSQL cluster and a redis-server of the run's own, on free ports, configured as
+    the machine's (no tuning, ``synchronous_commit=on``; Redis without persistence): on a
+    shared machine, the crawl's PostgreSQL and Redis CPU is then theirs alone, without other
+    people's databases on the same server. Yields (the cluster's admin URL, the Redis URL)."""
+    workdir = Path(tempfile.mkdtemp(prefix="bench-servers-"))
+    workdir.chmod(0o777)
+    data, pg_port, redis_port = workdir / "pgdata", free_port(), free_port()
+    prefix = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+
+    def as_postgres(*cmd: str) -> None:
+        subprocess.run([*prefix, *cmd], check=True, capture_output=True)
+
+    as_postgres(str(PG_BIN / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres")
+    options = f"-p {pg_port} -k /tmp -c listen_addresses=127.0.0.1"
+    as_postgres(str(PG_BIN / "pg_ctl"), "-D", str(data), "-l", str(workdir / "postgres.log"),
+                "-o", options, "-w", "start")  # fmt: skip
+    redis = subprocess.Popen(
+        ["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "",
+         "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        for _ in range(100):
+            with contextlib.suppress(OSError):
+                socket.create_connection(("127.0.0.1", redis_port), timeout=1).close()
+                break
+            time.sleep(0.05)
+        yield (f"postgres://postgres@127.0.0.1:{pg_port}/postgres",
+               f"redis://127.0.0.1:{redis_port}/0")  # fmt: skip
+    finally:
+        redis.terminate()
+        redis.wait()
+        with contextlib.suppress(subprocess.CalledProcessError):
+            as_postgres(str(PG_BIN / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop")
+        subprocess.run(["rm", "-rf", str(workdir)], check=False)
 
 
 def is_worker(process: psutil.Process) -> bool:
@@ -64,12 +111,26 @@ def migrate(env: dict) -> None:
     subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
 
 
-def service_cpu(names: tuple[str, ...]) -> float:
-    """CPU seconds of the named servers, exited children (PostgreSQL backends) included."""
+def listener(url: str) -> int | None:
+    """The process that listens on the port of ``url`` (a PostgreSQL or Redis URL), or None
+    when none is found (the port's owner cannot be read)."""
+    port = urllib.parse.urlsplit(url).port
+    try:
+        conns = psutil.net_connections(kind="tcp")
+    except psutil.Error:
+        return None
+    return next((c.pid for c in conns if c.status == psutil.CONN_LISTEN and c.laddr.port == port
+                 and c.pid), None)  # fmt: skip
+
+
+def service_cpu(names: tuple[str, ...], pids: tuple[int, ...] = ()) -> float:
+    """CPU seconds of the named servers, exited children (PostgreSQL backends) included;
+    with ``pids``, only the servers of those processes (on a shared machine, other people's
+    servers of the same name, and their work, are not the crawl's)."""
     total = 0.0
     for proc in psutil.process_iter(["name", "ppid"]):
         try:
-            if proc.info["name"] not in names:
+            if proc.info["name"] not in names or (pids and proc.pid not in pids):
                 continue
             parent = psutil.Process(proc.info["ppid"]).name() if proc.info["ppid"] else ""
             if parent in names:

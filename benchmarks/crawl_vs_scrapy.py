@@ -27,6 +27,7 @@ Redis), peak RSS of the crawler's process tree; then the ratios, per site.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import resource
@@ -46,8 +47,10 @@ from common import (
     django_shell,
     free_port,
     fresh_database,
+    listener,
     machine_speed,
     migrate,
+    private_servers,
     service_cpu,
 )
 
@@ -82,13 +85,19 @@ def children_cpu() -> float:
 
 
 def measure(
-    name: str, cmd: list[str], env: dict, stats_url: str, services: tuple[str, ...], pages_from
+    name: str,
+    cmd: list[str],
+    env: dict,
+    stats_url: str,
+    services: dict[str, tuple[int, ...]],
+    pages_from,
 ) -> Result:
-    """Run ``cmd`` and measure it; ``pages_from(stdout)`` counts its pages (None: the pages
-    the server served)."""
+    """Run ``cmd`` and measure it, with the CPU of ``services`` (a server's process name ->
+    the servers of that name the crawl uses, by pid: ``servers``); ``pages_from(stdout)``
+    counts its pages (None: the pages the server served)."""
     urllib.request.urlopen(stats_url).read()  # reset the server's counters
-    svc0_each = {s: service_cpu((s,)) for s in services}
-    cpu0, svc0, t0 = children_cpu(), service_cpu(services), time.monotonic()
+    svc0_each = {s: service_cpu((s,), pids) for s, pids in services.items()}
+    cpu0, t0 = children_cpu(), time.monotonic()
     proc = subprocess.Popen(
         cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
@@ -98,9 +107,9 @@ def measure(
     ended = time.time()  # the server's clock (docserver.py, gensite.py)
     sampler.done.set()
     wall = time.monotonic() - t0
-    services_cpu = service_cpu(services) - svc0
-    cpu = children_cpu() - cpu0 + services_cpu
-    parts = {**sampler.by_role(), **{s: service_cpu((s,)) - svc0_each[s] for s in services}}
+    services_cpu = {s: service_cpu((s,), pids) - svc0_each[s] for s, pids in services.items()}
+    cpu = children_cpu() - cpu0 + sum(services_cpu.values())
+    parts = {**sampler.by_role(), **services_cpu}
     if proc.returncode != 0:
         sys.exit(f"{name} failed ({proc.returncode}):\n{out}\n{err[-3000:]}")
     counts = urllib.request.urlopen(stats_url).read().decode().splitlines()
@@ -158,6 +167,14 @@ def serve(site: str, docs: Path) -> tuple[subprocess.Popen, str, str]:
     return server, f"http://127.0.0.1:{port}", start
 
 
+def servers(postgres: str, redis_url: str) -> dict[str, tuple[int, ...]]:
+    """The PostgreSQL and Redis servers the crawl uses, by the pid listening on each URL's
+    port: on a shared machine, other servers' CPU is not the crawl's (a server whose pid
+    cannot be read counts every server of its name)."""
+    found = {"postgres": listener(postgres), "redis-server": listener(redis_url)}
+    return {name: (pid,) if pid else () for name, pid in found.items()}
+
+
 SHAPES = {"light": (10_000, 20), "heavy": (150_000, 300)}  # bytes and links per page
 
 
@@ -171,7 +188,7 @@ def compare(site: str, args: argparse.Namespace) -> list[Result]:
             results.append(measure(
                 "scrapy",
                 [sys.executable, "benchmarks/scrapy_spider.py", start_url, str(args.concurrency)],
-                dict(os.environ), stats_url, (),
+                dict(os.environ), stats_url, {},
                 lambda out: int(re.search(r"scrapy pages=(\d+)", out).group(1)),
             ))  # fmt: skip
         database_url = fresh_database(args.postgres, args.database)
@@ -190,7 +207,7 @@ def compare(site: str, args: argparse.Namespace) -> list[Result]:
              "--concurrency", str(args.concurrency), "--workers", str(args.workers),
              "--pool", args.pool, *(f"--extract={rule}" for rule in args.extract),
              *(["--spider", args.spider] if args.spider else [])],
-            env, stats_url, ("postgres", "redis-server"),
+            env, stats_url, servers(args.postgres, args.redis),
             lambda out: int(re.search(r"finished: (\d+) pages", out).group(1)),
         ))  # fmt: skip
         stored_bytes(env, Path(store))
@@ -237,6 +254,11 @@ def main() -> None:
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/14")
     parser.add_argument("--skip-scrapy", action="store_true")
     parser.add_argument(
+        "--private",
+        action="store_true",
+        help="a PostgreSQL and a Redis of the run's own, not --postgres and --redis",
+    )
+    parser.add_argument(
         "--extract",
         action="append",
         default=[],
@@ -250,7 +272,10 @@ def main() -> None:
     sites = args.sites.split(",")
     if {"docs", "docs-dead"} & set(sites) and not (args.docs / "index.html").exists():
         sys.exit(f"{args.docs} not found: apt-get install python3.11-doc")
-    done = {site: compare(site, args) for site in sites}
+    with private_servers() if args.private else contextlib.nullcontext() as found:
+        if found:
+            args.postgres, args.redis = found
+        done = {site: compare(site, args) for site in sites}
     for site, results in done.items():
         report(site, results, args)
 
