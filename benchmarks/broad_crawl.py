@@ -2,7 +2,7 @@
 hosts on distinct loopback addresses, a few pages each, robots.txt per host, a per-host delay.
 
     .venv/bin/python benchmarks/broad_crawl.py [--hosts 1000] [--pages 5] [--delay 0.2]
-                                               [--concurrency 32]
+                                               [--concurrency 32] [--private]
 
 Both crawlers start from every host's home page, obey robots.txt (each host forbids
 ``/private/``, which every page links to), keep ``--delay`` seconds between two requests to

@@ -5,6 +5,7 @@
     .venv/bin/python benchmarks/crawl_vs_scrapy.py [--sites docs,light,heavy] [--concurrency 16]
         [--extract 'title=h1' --extract 'links=a[]@href']  # the platform also extracts these
         [--spider titles]  # the platform crawls with that spider of bench_spiders.py instead
+        [--private]  # on a PostgreSQL and a Redis of the run's own (a shared machine)
 
 Sites: ``docs``, the Python 3.11 HTML docs (527 pages, link-heavy, 93 KiB on average);
 ``docs-dead``, the same pages, each also linking to two URLs on a port of 127.0.0.1 where
