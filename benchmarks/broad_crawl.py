@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -65,6 +66,7 @@ def run(args: argparse.Namespace) -> None:
     stats_url = f"http://127.1.0.1:{port}/__stats__"
     urls = seeds.read_text().split()
     results: list[Result] = []
+    store = tempfile.mkdtemp(prefix="bench-bodies-")
     try:
         if not args.skip_scrapy:
             results.append(measure(
@@ -75,7 +77,6 @@ def run(args: argparse.Namespace) -> None:
             ))  # fmt: skip
         database_url = fresh_database(args.postgres, args.database)
         redis.Redis.from_url(args.redis).flushdb()
-        store = tempfile.mkdtemp(prefix="bench-bodies-")
         env = {**os.environ, "DATABASE_URL": database_url, "REDIS_URL": args.redis,
                "LOG_LEVEL": "WARNING", "BODY_STORE": store}  # fmt: skip
         migrate(env)
@@ -90,6 +91,7 @@ def run(args: argparse.Namespace) -> None:
     finally:
         server.terminate()
         seeds.unlink()
+        shutil.rmtree(store, ignore_errors=True)  # the crawl's bodies: a file each
 
     requests = args.hosts * (args.pages + 1)  # pages and robots.txt
     print(
