@@ -254,6 +254,18 @@ def test_crawl_delay_from_robots_spaces_requests(redis, tmp_path):
 
 
 @pytest.mark.django_db(transaction=True)
+def test_the_jobs_delay_also_spaces_robots_txt_from_the_first_page(redis, tmp_path):
+    alone = b"<!doctype html><title>alone</title><p>no links</p>"
+    overrides = {"/": lambda n: (200, {"Content-Type": "text/html"}, alone)}
+    with HostileSite(robots="User-agent: *\nDisallow: /private/\n", overrides=overrides) as site:
+        run_crawl(site.url("/"), tmp_path, processes=1, concurrency=2, delay=0.6)
+        robots_at, page_at = site.requests["/robots.txt"], site.requests["/"]
+    assert len(robots_at) == 1 and len(page_at) == 1, site.requests
+    # robots.txt is a request to the host like any other: the page waits the job's delay
+    assert page_at[0] - robots_at[0] >= 0.6 - 0.05, (robots_at, page_at)
+
+
+@pytest.mark.django_db(transaction=True)
 def test_robots_5xx_disallows_until_robots_answers_on_the_retry_schedule(redis, tmp_path):
     overrides = {"/robots.txt": lambda n: (503, {}, b"") if n == 1 else (404, {}, b"")}
     with HostileSite(overrides=overrides) as site:

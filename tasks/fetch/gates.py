@@ -34,13 +34,15 @@ def robots_txt(claimed: Claim, cache: JobCache, fail: Failer = record_failure) -
     ``fail`` records an outcome that ends it (a spider's errback may see it)."""
     job = claimed.job
     decision = robots.check(job, claimed.url.url, setting("USER_AGENT", job))
+    host = host_of(claimed.url.url)
+    if decision.fetched and job.delay:  # robots.txt was a request to the host: pace the next
+        politeness.hold(job.pk, host, job.delay)
     if decision.failure is not None:  # robots.txt unavailable, or its host unreachable
         return fail(claimed, decision.failure)
     if decision.retry_in is not None:
         return defer(claimed, decision.retry_in, decision.reason)
     if not decision.allowed:
         return fail(claimed, ROBOTS_FORBIDDEN)
-    host = host_of(claimed.url.url)
     if host not in cache.robots_seen:
         cache.robots_seen.put(host)
         politeness.set_floor(job.pk, host, decision.crawl_delay)

@@ -50,6 +50,7 @@ class Decision:
     sitemaps: list[str] = field(default_factory=list)
     reason: str = ""
     failure: outcomes.CrawlOutcome | None = None  # robots.txt could not be had: the URL's outcome
+    fetched: bool = False  # this call requested robots.txt from the host (the job's delay applies)
 
 
 def robots_url(url: str) -> str:
@@ -121,23 +122,24 @@ def _fetch_through_circuit(url: str, user_agent: str, job) -> dict | None:
     return entry
 
 
-def _entry(key: str, url: str, user_agent: str, job) -> dict | None:
-    """The cached robots.txt record, fetching it if this worker wins the lock; None: wait."""
+def _entry(key: str, url: str, user_agent: str, job) -> tuple[dict | None, bool]:
+    """The cached robots.txt record, fetching it if this worker wins the lock (None: wait),
+    and whether a request went to the host for it."""
     redis = client()
     raw = redis.get(key)
     if raw is not None:
-        return json.loads(raw)
+        return json.loads(raw), False
     if not redis.set(key + ":lock", "1", nx=True, ex=60):
-        return None
+        return None, False
     try:
         entry = _fetch_through_circuit(url, user_agent, job)
         if entry is None:
-            return None
+            return None, False
         ok = 0 < entry["status"] < 500
         ttl = setting("ROBOTS_TTL_S", job) if ok else setting("ROBOTS_ERROR_TTL_S", job)
         entry["until"] = time.time() + ttl
         redis.set(key, json.dumps(entry), px=max(1, int(ttl * 1000)))
-        return entry
+        return entry, not entry.get("open")  # an open circuit: nothing was sent
     finally:
         redis.delete(key + ":lock")
 
@@ -199,9 +201,10 @@ def check(job, url: str, user_agent: str) -> Decision:
     rurl = robots_url(url)
     key = _key(job, rurl)
     hit = _held(key)
+    fetched = False
     if hit is None:
         now = time.monotonic()
-        entry = _entry(key, rurl, user_agent, job)
+        entry, fetched = _entry(key, rurl, user_agent, job)
         if entry is None:
             return Decision(allowed=False, retry_in=1.0, reason="robots_pending")
         ok = 200 <= entry["status"] < 300
@@ -213,15 +216,16 @@ def check(job, url: str, user_agent: str) -> Decision:
     status = entry["status"]
     if status >= 500 or status == 0:
         failure = _failure(entry)
-        return Decision(allowed=False, reason=failure.reason, failure=failure)
+        return Decision(allowed=False, reason=failure.reason, failure=failure, fetched=fetched)
     if parser is None:  # 3xx left over after redirects, 4xx: no restrictions
-        return Decision()
+        return Decision(fetched=fetched)
     token = setting("ROBOTS_AGENT", job)
     return Decision(
         allowed=parser.can_fetch(url, token),
         crawl_delay=parser.crawl_delay(token),
         sitemaps=list(parser.sitemaps),
         reason="robots",
+        fetched=fetched,
     )
 
 
