@@ -109,6 +109,16 @@ def test_the_usual_size_one_process_learnt_is_known_to_the_others(redis):
     assert bans.detect(JOB, "other.test", 200, "http://other.test/p/1", late).startswith("block")
 
 
+def test_a_process_keeps_sizes_and_misses_of_a_bounded_number_of_hosts(redis, monkeypatch):
+    monkeypatch.setattr(bans, "_HOSTS_MAX", 50)
+    for i in range(200):  # hosts never stored (a broad crawl's dead ones), then stored ones
+        bans.usual_size(JOB.pk, f"gone{i}.test")
+        bans.learn_size(JOB.pk, f"live{i}.test", 1000 + i)
+        assert len(bans._asked) <= 50 and len(bans._sizes) <= 50 and len(bans._learnt) <= 50
+    bans._sizes.clear()  # forgotten here: the size shared through Redis is still known
+    assert bans.usual_size(JOB.pk, "live3.test") == pytest.approx(1003)
+
+
 def test_a_jobs_own_markers_extend_the_list():
     job = SimpleNamespace(pk=11, settings={"BAN_MARKERS": "please enable cookies,distil_r"})
     assert bans.detect(job, HOST, 200, f"http://{HOST}/", b"<b>Please enable cookies</b>") == (

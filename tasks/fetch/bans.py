@@ -45,6 +45,7 @@ _learnt: dict[tuple[int, str], int] = {}  # (job, host) -> pages learnt here sin
 _asked: dict[tuple[int, str], float] = {}  # (job, host) -> when Redis was last asked (a miss)
 _SHARE_EVERY = 16  # pages a process learns before it shares its usual size again
 _ASK_AGAIN_S = 5.0  # a host whose usual size Redis did not know is asked again after this
+_HOSTS_MAX = 10_000  # hosts a process keeps sizes or misses of (Redis keeps every host's)
 _SCRIPT_OR_STYLE = re.compile(rb"<(script|style)\b.*?</\1\s*>", re.S | re.I)
 _TAG = re.compile(rb"<[^>]*>")
 _SPACE = re.compile(rb"\s+")
@@ -74,6 +75,15 @@ def _size_key(job_id: int, host: str) -> str:
     return f"crawl:size:{job_id}:{host}"
 
 
+def _bound() -> None:
+    """Forget every host once any map holds ``_HOSTS_MAX``: a broad crawl passes through
+    more hosts than a process should remember, and Redis has the shared sizes."""
+    if max(len(_sizes), len(_learnt), len(_asked)) >= _HOSTS_MAX:
+        _sizes.clear()
+        _learnt.clear()
+        _asked.clear()
+
+
 def usual_size(job_id: int, host: str) -> float | None:
     """The host's usual page size in bytes (None until a page of it was stored): this
     process's, else the one another process shared."""
@@ -81,6 +91,7 @@ def usual_size(job_id: int, host: str) -> float | None:
     if log_size is None and time.monotonic() - _asked.get((job_id, host), -_ASK_AGAIN_S) >= (
         _ASK_AGAIN_S
     ):
+        _bound()
         _asked[(job_id, host)] = time.monotonic()
         shared = client().get(_size_key(job_id, host))
         if shared is not None:
@@ -92,10 +103,7 @@ def learn_size(job_id: int, host: str, size: int) -> None:
     """A stored page of ``host``: its size moves the host's usual size (a moving average of
     the logarithm: one huge page among small ones does not make them all look tiny), shared
     with the other processes now and then."""
-    if len(_sizes) > 50_000:
-        _sizes.clear()
-        _learnt.clear()
-        _asked.clear()
+    _bound()
     key = (job_id, host)
     log_size = math.log(max(size, 1))
     old = _sizes.get(key)
