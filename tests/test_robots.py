@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -59,6 +60,19 @@ def test_a_pages_links_are_judged_only_by_the_robots_this_process_holds(monkeypa
     with HostileSite(overrides=overrides) as site:
         robots.check(job(), site.url("/"), UA)  # unavailable: nothing is forbidden for good
         assert not robots.forbids(job(), site.url("/private/x"))
+
+
+def test_a_process_holds_the_robots_of_recent_hosts_only(monkeypatch):
+    monkeypatch.setenv("CRAWL_ROBOTS_LOCAL_S", "0.3")
+    with HostileSite(robots=ROBOTS) as first, HostileSite(robots=ROBOTS) as second:
+        robots.check(job(), first.url("/public"), UA)
+        assert len(robots._parsed) == 1
+        time.sleep(0.4)  # the first host's copy is stale now: the next one drops it
+        robots.check(job(), second.url("/public"), UA)
+        assert list(robots._parsed) == [robots._key(job(), second.url("/robots.txt"))]
+        monkeypatch.setenv("CRAWL_ROBOTS_LOCAL_S", "60")
+        assert not robots.check(job(), first.url("/private/x"), UA).allowed  # from Redis again
+        assert len(robots._parsed) == 2 and first.hits("/robots.txt") == 1
 
 
 def test_missing_robots_allows_everything():

@@ -195,6 +195,20 @@ def forbids(job, url: str) -> bool:
     return not hit[2].can_fetch(url, setting("ROBOTS_AGENT", job))
 
 
+def _keep(key: str, hit: tuple[float, dict, Protego | None]) -> tuple[float, dict, Protego | None]:
+    """Hold a parsed copy, after dropping the copies older than ``ROBOTS_LOCAL_S`` (the oldest
+    come first: a key is put back at the end), so that a broad crawl holds the hosts of the
+    last minute, not every host it passed through; at most ``ROBOTS_LOCAL_MAX`` all the same."""
+    _parsed.pop(key, None)
+    oldest = hit[0] - setting("ROBOTS_LOCAL_S")
+    while _parsed and next(iter(_parsed.values()))[0] < oldest:
+        del _parsed[next(iter(_parsed))]
+    if len(_parsed) >= setting("ROBOTS_LOCAL_MAX"):
+        _parsed.clear()
+    _parsed[key] = hit
+    return hit
+
+
 def check(job, url: str, user_agent: str) -> Decision:
     """May ``url`` be fetched under its host's robots.txt? (fetched as ``user_agent``, matched
     for the job's product token ``ROBOTS_AGENT``)"""
@@ -209,9 +223,7 @@ def check(job, url: str, user_agent: str) -> Decision:
             return Decision(allowed=False, retry_in=1.0, reason="robots_pending")
         ok = 200 <= entry["status"] < 300
         parser = _parse(entry["body"], rurl) if ok else None
-        if len(_parsed) >= setting("ROBOTS_LOCAL_MAX"):
-            _parsed.clear()
-        hit = _parsed[key] = (now, entry, parser)
+        hit = _keep(key, (now, entry, parser))
     _, entry, parser = hit
     status = entry["status"]
     if status >= 500 or status == 0:
