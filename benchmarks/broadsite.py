@@ -8,20 +8,23 @@ Every host serves ``/robots.txt`` (``Disallow: /private/``), a home page ``/`` a
 ``/private/`` page that robots.txt forbids. ``/__stats__`` (on any host) returns and resets
 ``count first last`` over page requests (robots.txt and forbidden pages apart, which it
 counts as ``robots=N private=N`` on a second line). The first line printed names the port;
-``--list FILE`` writes the hosts' home URLs, one per line.
+``--list FILE`` writes the hosts' home URLs, one per line; ``--log FILE`` appends a line
+``TIME ADDRESS PATH`` for every request as it arrives (politeness and robots.txt checks).
 """
 
 from __future__ import annotations
 
 import argparse
+import resource
+import time
 from pathlib import Path
 
 from gensite import Stats, respond, serve
 
 
 def addresses(hosts: int) -> list[str]:
-    """Distinct loopback addresses, none of them 127.0.0.1."""
-    return [f"127.1.{i // 250}.{i % 250 + 1}" for i in range(hosts)]
+    """Distinct loopback addresses, none of them 127.0.0.1 (62,500 per second octet)."""
+    return [f"127.{1 + i // 62_500}.{i // 250 % 250}.{i % 250 + 1}" for i in range(hosts)]
 
 
 def page(host: str, path: str, pages: int, size: int) -> bytes:
@@ -42,7 +45,12 @@ def main() -> None:
     parser.add_argument("--pages", type=int, default=5)
     parser.add_argument("--size", type=int, default=4000)
     parser.add_argument("--list", type=Path)
+    parser.add_argument("--log", type=Path)
+    parser.add_argument("--idle", type=float, default=None, help="keep-alive timeout, s")
     args = parser.parse_args()
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)  # a listening socket per host
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    log = args.log.open("a", buffering=1) if args.log else None
     stats, extra = Stats(), {"robots": 0, "private": 0}
     names = addresses(args.hosts)
     if args.list:
@@ -50,6 +58,8 @@ def main() -> None:
     pages = {"/", *(f"/p/{j}" for j in range(1, args.pages))}
 
     async def answer(path: str, host: str) -> bytes:
+        if log:
+            log.write(f"{time.time():.6f} {host} {path}\n")
         if path == "/__stats__":
             counted = f"robots={extra['robots']} private={extra['private']}"
             line = stats.reset() + "\n" + counted
@@ -69,7 +79,7 @@ def main() -> None:
         return respond("404 Not Found", "text/plain", b"not found")
 
     banner = f"serving {args.hosts} hosts x {args.pages} pages on port {args.port}"
-    serve(answer, names, args.port, banner)
+    serve(answer, names, args.port, banner, args.idle)
 
 
 if __name__ == "__main__":

@@ -58,18 +58,20 @@ def respond(status: str, kind: str, body: bytes) -> bytes:
     return head.encode() + body
 
 
-def handler(answer):
+def handler(answer, idle: float | None = None):
     """An asyncio connection handler serving keep-alive requests with ``answer(path, host)``
-    (a coroutine returning the whole response; ``host`` is the address the client reached)."""
+    (a coroutine returning the whole response; ``host`` is the address the client reached).
+    ``idle``: seconds a kept-alive connection may wait for its next request before the server
+    closes it (as web servers do; None: never)."""
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         host = writer.get_extra_info("sockname")[0]
         try:
             while True:
-                request = await reader.readuntil(b"\r\n\r\n")
+                request = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), idle)
                 writer.write(await answer(request.split(b" ", 2)[1].decode(), host))
                 await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError, IndexError):
+        except (asyncio.IncompleteReadError, ConnectionError, IndexError, TimeoutError):
             pass
         finally:
             writer.close()
@@ -77,12 +79,12 @@ def handler(answer):
     return handle
 
 
-def serve(answer, names, port: int, banner: str) -> None:
+def serve(answer, names, port: int, banner: str, idle: float | None = None) -> None:
     """Serve ``answer`` (see :func:`handler`) on ``names`` (one address or several) until
     killed; ``banner`` is printed once listening (callers wait for that line)."""
 
     async def forever() -> None:
-        server = await asyncio.start_server(handler(answer), names, port, backlog=1024)
+        server = await asyncio.start_server(handler(answer, idle), names, port, backlog=1024)
         print(banner, flush=True)
         async with server:
             await server.serve_forever()
