@@ -55,6 +55,24 @@ def test_carried_over_and_mapped_names_import():
         from crawlplatform.spiders import Nonesuch  # noqa: F401
 
 
+def test_a_spider_reaches_scrapys_modules_through_import_scrapy_too():
+    """``import scrapy`` ported is ``import crawlplatform.spiders as scrapy``: what a spider
+    writes as ``scrapy.exceptions.CloseSpider`` is found, and a refused name so reached fails
+    with its reason as its import would."""
+    import crawlplatform.spiders as scrapy
+
+    assert scrapy.exceptions.CloseSpider is api.CloseSpider
+    assert scrapy.spiders.CrawlSpider is api.CrawlSpider
+    assert scrapy.linkextractors.LinkExtractor is api.LinkExtractor
+    assert scrapy.loader.ItemLoader is api.ItemLoader
+    assert scrapy.item.Field is api.Field and scrapy.selector.Selector is api.Selector
+    assert scrapy.signals.spider_closed is api.signals.spider_closed
+    with pytest.raises(ImportError, match="DontCloseSpider is not carried over"):
+        scrapy.exceptions.DontCloseSpider  # noqa: B018
+    with pytest.raises(AttributeError):
+        scrapy.nonesuch  # noqa: B018
+
+
 def test_each_name_has_one_verdict_and_a_refused_one_is_reachable():
     verdicts: dict[str, str] = {}
     for row in porting.NAMES:

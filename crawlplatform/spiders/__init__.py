@@ -25,6 +25,7 @@ with the reason (``porting.py``), and a signal's name is the signal
 in a job.
 """
 
+import sys
 from typing import Any
 
 from crawlplatform.spiders import porting, signals
@@ -153,8 +154,16 @@ __all__ = [
 ]
 
 
+# Scrapy's modules whose names all stand here, so that a spider written against ``import
+# scrapy`` (ported: ``import crawlplatform.spiders as scrapy``) reaches them through the module
+# too: ``scrapy.exceptions.CloseSpider``, ``scrapy.spiders.CrawlSpider``.
+_SCRAPY_MODULES = frozenset({"exceptions", "item", "link", "linkextractors", "loader", "selector",
+                             "spiders"})  # fmt: skip
+
+
 def __getattr__(name: str) -> Any:
-    """A name the package lacks: a signal's (``from scrapy.signals import spider_closed``
+    """A name the package lacks: one of Scrapy's modules (``_SCRAPY_MODULES``: this package),
+    a signal's (``from scrapy.signals import spider_closed``
     ports to an import from here), else a Scrapy name the platform refuses, whose import fails
     with the reason, so that the job of a spider that imports it fails at start, saying why.
     ``ItemLoader`` is imported when first asked for (see above)."""
@@ -162,6 +171,8 @@ def __getattr__(name: str) -> Any:
         from crawlplatform.spiders.loader import ItemLoader
 
         return ItemLoader
+    if name in _SCRAPY_MODULES:
+        return sys.modules[__name__]
     signal = getattr(signals, name, None)
     if isinstance(signal, signals.Signal):
         return signal
