@@ -13,9 +13,8 @@ rule's ``cb_kwargs``; the page's links are followed if the rule says ``follow`` 
 when it has no callback). ``parse`` is not the default callback here, as in Scrapy: a spider
 may define it and name it in a rule.
 
-Reads the spider's ``settings``: ``CRAWLSPIDER_FOLLOW_LINKS`` (Scrapy's, deprecated there;
-True unless said otherwise: False follows no rule's links, which a job refuses in
-``custom_settings``, ``scrapysettings.py``, where ``follow=False`` says it per rule).
+Reads the spider's ``settings``: ``CRAWLSPIDER_FOLLOW_LINKS`` (Scrapy's, deprecated there for
+``follow=False`` on the rules; True unless said otherwise: False follows no rule's links).
 """
 
 from __future__ import annotations

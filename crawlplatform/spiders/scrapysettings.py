@@ -182,8 +182,9 @@ SETTINGS: tuple[Setting, ...] = (
          "the transport always decodes compressed bodies, so no callback gets one as it came"),
     _row("CRAWLSPIDER_FOLLOW_LINKS", "on", MAPPED,
          "a CrawlSpider follows its rules' links, as by Scrapy's default", "CrawlSpider's rules"),
-    _row("CRAWLSPIDER_FOLLOW_LINKS", "off", REFUSED,
-         "give the rules follow=False instead, which a CrawlSpider takes as Scrapy's does"),
+    _row("CRAWLSPIDER_FOLLOW_LINKS", "off", CARRIED,
+         "a CrawlSpider follows no rule's links, as Scrapy's (which deprecates it for "
+         "follow=False on the rules)"),
     _row("TWISTED_REACTOR", "asyncio's, or none", MAPPED,
          "an async def callback runs on asyncio, as under Scrapy's asyncio reactor", "asyncio"),
     _row("TWISTED_REACTOR", "another reactor", REFUSED,

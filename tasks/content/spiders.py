@@ -190,11 +190,11 @@ SCRAPY_SETTINGS: dict[str, tuple[str, Any]] = {
     "REDIRECT_MAX_TIMES": ("FETCH_MAX_REDIRECTS", int),
 }
 # Settings the spider's code reads (its pipelines and extensions, the error answers its
-# callbacks take, a SitemapSpider's warning size), and those its feeds are written by (checked
-# where the job starts: tasks/content/feeds.py).
+# callbacks take, a SitemapSpider's warning size, whether a CrawlSpider follows links), and
+# those its feeds are written by (checked where the job starts: tasks/content/feeds.py).
 READ_BY_THE_SPIDER = frozenset({"ITEM_PIPELINES", "EXTENSIONS", "HTTPERROR_ALLOWED_CODES",
                                 "HTTPERROR_ALLOW_ALL", "DOWNLOAD_WARNSIZE",
-                                *feeds.SETTINGS})  # fmt: skip
+                                "CRAWLSPIDER_FOLLOW_LINKS", *feeds.SETTINGS})  # fmt: skip
 
 
 def _own(name: str, known: list[str]) -> bool:
