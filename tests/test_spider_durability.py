@@ -87,29 +87,9 @@ def test_sigkill_of_a_worker_mid_crawl_leaves_every_stat_counted_once(
     """The counting spider counts its pages in its callback (then waits, so that the kill
     finds pages that counted and did not commit), its items in a pipeline, and every signal
     in an extension; each count ends equal to what the tables hold, not more, not fewer."""
-    from tasks.frontier import jobs
     from tasks.frontier.stats import stats_of
-    from tests.site import Site
 
-    monkeypatch.setenv("CRAWL_SPIDER_MODULES", "tests.spiders")
-    worker_env["CRAWL_SPIDER_MODULES"] = "tests.spiders"
-    pool = workers(processes=2, concurrency=4)
-    with Site(pages=150) as site:
-        job = jobs.create_job([], spider="counting", spider_args={
-            "seed": site.url("/p/0"), "pause": "0.3"})  # fmt: skip
-        jobs.start(job)
-
-        def in_flight() -> bool:
-            leased = FrontierURL.objects.filter(job=job, state=URLState.LEASED).count()
-            return Item.objects.filter(job=job).count() >= 30 and leased >= 3
-
-        wait_for(in_flight, 90, "pages stored and pages in flight")
-        for name in list(pool.procs):  # whichever holds the pages in flight: kill both
-            os.killpg(pool.procs[name].pid, signal.SIGKILL)
-            pool.procs.pop(name).wait()
-        pool.spawn()
-        pool.spawn()
-        wait_for(lambda: finished(job), 180, "the crawl to finish after the kill")
+    site, job = _crawl_killed_mid_page(worker_env, workers, monkeypatch, "counting")
     stats = stats_of(job)
     done = FrontierURL.objects.filter(job=job, state=URLState.DONE).count()
     assert done == len(site.expected_done())
@@ -129,29 +109,9 @@ def test_sigkill_of_a_worker_mid_crawlspider_job_leaves_every_item_and_stat_once
     """A CrawlSpider's rules' requests are stored with their frontier rows (the rule by its
     index in ``meta``): a page run again after the kill, by another process, finds its rule,
     and its items, its callback's and errback's counts and the signals heard count once."""
-    from tasks.frontier import jobs
     from tasks.frontier.stats import stats_of
-    from tests.site import Site
 
-    monkeypatch.setenv("CRAWL_SPIDER_MODULES", "tests.spiders")
-    worker_env["CRAWL_SPIDER_MODULES"] = "tests.spiders"
-    pool = workers(processes=2, concurrency=4)
-    with Site(pages=150) as site:
-        job = jobs.create_job([], spider="crawl_rules", spider_args={
-            "seed": site.url("/p/0"), "pause": "0.3"})  # fmt: skip
-        jobs.start(job)
-
-        def in_flight() -> bool:
-            leased = FrontierURL.objects.filter(job=job, state=URLState.LEASED).count()
-            return Item.objects.filter(job=job).count() >= 30 and leased >= 3
-
-        wait_for(in_flight, 90, "pages stored and pages in flight")
-        for name in list(pool.procs):  # whichever holds the pages in flight: kill both
-            os.killpg(pool.procs[name].pid, signal.SIGKILL)
-            pool.procs.pop(name).wait()
-        pool.spawn()
-        pool.spawn()
-        wait_for(lambda: finished(job), 180, "the crawl to finish after the kill")
+    site, job = _crawl_killed_mid_page(worker_env, workers, monkeypatch, "crawl_rules")
     stats = stats_of(job)
     done = FrontierURL.objects.filter(job=job, state=URLState.DONE).count()
     queries = len(range(0, site.pages, 40))
@@ -170,3 +130,32 @@ def test_sigkill_of_a_worker_mid_crawlspider_job_leaves_every_item_and_stat_once
     assert stats["item_scraped_count"] == stats["heard/item_scraped"] == kept == len(items) - 1
     assert stats["item_dropped_count"] == stats["heard/item_dropped"] == 1
     assert stats["response_received_count"] == stats["heard/response_received"] == done + missing
+
+
+def _crawl_killed_mid_page(worker_env, workers, monkeypatch, spider: str):
+    """``spider``'s job over a 150-page site (its callbacks pausing 0.3 s), every worker
+    process SIGKILLed once 30 items are stored and 3 pages are in flight (whichever process
+    holds them), as many started again, and the crawl run to its end: the site and the job."""
+    from tasks.frontier import jobs
+    from tests.site import Site
+
+    monkeypatch.setenv("CRAWL_SPIDER_MODULES", "tests.spiders")
+    worker_env["CRAWL_SPIDER_MODULES"] = "tests.spiders"
+    pool = workers(processes=2, concurrency=4)
+    with Site(pages=150) as site:
+        job = jobs.create_job([], spider=spider, spider_args={
+            "seed": site.url("/p/0"), "pause": "0.3"})  # fmt: skip
+        jobs.start(job)
+
+        def in_flight() -> bool:
+            leased = FrontierURL.objects.filter(job=job, state=URLState.LEASED).count()
+            return Item.objects.filter(job=job).count() >= 30 and leased >= 3
+
+        wait_for(in_flight, 90, "pages stored and pages in flight")
+        for name in list(pool.procs):
+            os.killpg(pool.procs[name].pid, signal.SIGKILL)
+            pool.procs.pop(name).wait()
+        pool.spawn()
+        pool.spawn()
+        wait_for(lambda: finished(job), 180, "the crawl to finish after the kill")
+    return site, job
