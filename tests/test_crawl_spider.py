@@ -239,6 +239,17 @@ def test_a_rule_callback_gets_the_page_with_its_cb_kwargs_and_follows_only_if_to
     assert len(on_both("Docs", "_callback", meta={"rule": 4})) == len(on_both("Docs", "_parse"))
 
 
+def test_parse_with_rules_takes_the_first_rule_whose_extractor_takes_the_url():
+    from tasks.content.tryout import rule_for
+
+    spider = OURS.spider("Docs")
+    assert rule_for(spider, "http://docs.test/topics/x.html") == 0
+    assert rule_for(spider, "http://docs.test/api/spider.html") == 1  # before the third
+    assert rule_for(spider, "http://docs.test/faq.html") == 3  # a function's rule too
+    with pytest.raises(ValueError, match="no rule of spider 'docs' takes"):
+        rule_for(spider, "http://docs.test/v1/topics/x.html")
+
+
 def test_follow_defaults_to_true_only_for_a_rule_without_a_callback_as_scrapys():
     from scrapy.spiders import Rule as ScrapyRule
 

@@ -152,6 +152,25 @@ def test_parse_prints_what_a_callback_yields_for_one_url_and_stores_nothing(work
     assert wrong.returncode != 0 and "--meta: a JSON object, not '[1]'" in wrong.stderr
 
 
+def test_parse_with_rules_calls_back_by_the_crawlspiders_rule_that_takes_the_url(worker_env):
+    """``--rules``, as Scrapy's ``parse --rules``: the first rule whose link extractor takes
+    the URL names the callback, called with the rule's ``cb_kwargs``."""
+    env = {**worker_env, "CRAWL_SPIDER_MODULES": "tests.spiders"}
+    with Site(pages=30) as site:
+        page = manage(env, "parse", site.url("/p/4"), "--spider", "crawl_rules", "--rules")
+        query = manage(env, "parse", site.url("/p/0?a=1&b=2"), "--spider", "crawl_rules", "-r")
+        both = manage(env, "parse", site.url("/p/3"), "--spider", "crawl_rules", "--rules",
+                      "--callback", "parse_page")  # fmt: skip
+        plain = manage(env, "parse", site.url("/p/3"), "--spider", "pages", "--rules")
+    assert page.returncode == 0, page.stderr
+    lines = page.stdout.splitlines()
+    assert json.loads(lines[2]) == {"url": site.url("/p/4"), "depth": 0, "kind": "page"}
+    assert query.returncode == 0, query.stderr
+    assert json.loads(query.stdout.splitlines()[2])["kind"] == "query"  # the second rule's
+    assert both.returncode != 0 and "give --callback or --rules" in both.stderr
+    assert plain.returncode != 0 and "has no CrawlSpider rules" in plain.stderr
+
+
 def test_parse_runs_on_the_embedded_defaults_with_no_crawl_running(worker_env, tmp_path):
     """No database or Redis configured and no crawl running: the command starts its own
     private redis-server for robots.txt and identities, and stops it; a redirect within the

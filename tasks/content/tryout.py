@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from crawlplatform.spiders import Request, StatsCollector
+from crawlplatform.spiders import Request, Spider, StatsCollector
 from tasks.content import callbacks, items, spiders
 from tasks.content.links import cache_for, in_scope
 from tasks.fetch import fetching, identity, outcomes, robots
@@ -28,10 +28,16 @@ class Tried(NamedTuple):
 
 
 def parse_url(job: CrawlJob, url: str, callback: str = "", cb_kwargs: dict | None = None,
-              meta: dict | None = None) -> Tried:  # fmt: skip
-    """Fetch ``url`` and run the spider's ``callback`` (default: the request's, ``parse``) on
-    it; raises a CrawlOutcome if the fetch or the callback fails."""
+              meta: dict | None = None, rules: bool = False) -> Tried:  # fmt: skip
+    """Fetch ``url`` and run the spider's ``callback`` (default: the request's, ``parse``;
+    with ``rules``, the CrawlSpider's rule that takes the page's URL, as its requests are
+    called back in a crawl: its callback with its ``cb_kwargs``, then its links if it follows)
+    on it; raises a CrawlOutcome if the fetch or the callback fails, ValueError if no rule
+    takes it."""
     spider = spiders.create(job)
+    if rules and not getattr(spider, "rules", None):
+        raise ValueError(f"spider {spider.name!r} has no CrawlSpider rules: name the callback "
+                         "to use (--callback)")  # fmt: skip
     spider.crawler.stats = StatsCollector(spider.crawler)  # in this process only: nothing stored
     agent = identity.pools(job)[0][0]
     if job.obey_robots:
@@ -46,6 +52,8 @@ def parse_url(job: CrawlJob, url: str, callback: str = "", cb_kwargs: dict | Non
         in_scope=lambda u: bool(in_scope(cache, u)),
         visitor=fetching.Visitor(headers=dict(job.headers or {})),
     )  # fmt: skip
+    if rules:  # called back as a crawl calls back the rule's requests: through _callback
+        callback, meta = "_callback", {**(meta or {}), "rule": rule_for(spider, resp.final_url)}
     request = Request(url, callback=callback or None, cb_kwargs=cb_kwargs, meta=meta)
     response = callbacks.response_of(resp, request)
     yielded = callbacks.call(spider, callback or callbacks.DEFAULT_CALLBACK, response,
@@ -56,3 +64,12 @@ def parse_url(job: CrawlJob, url: str, callback: str = "", cb_kwargs: dict | Non
     finally:
         pipes.close()
     return Tried(resp.status, resp.final_url, kept, yielded.requests)
+
+
+def rule_for(spider: Spider, url: str) -> int:
+    """The index of the first of ``spider``'s rules whose link extractor takes ``url``, as
+    ``scrapy parse --rules`` picks the rule."""
+    for index, rule in enumerate(spider.rules):
+        if rule.link_extractor.matches(url):
+            return index
+    raise ValueError(f"no rule of spider {spider.name!r} takes {url}")

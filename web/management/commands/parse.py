@@ -1,6 +1,7 @@
-"""``python manage.py parse URL --spider NAME [--callback NAME] [-a key=value ...]``: fetch one
-URL as a job would (address guard, robots.txt, identity) and print the items and requests the
-spider's callback yields, as Scrapy's ``parse`` does. Nothing is stored."""
+"""``python manage.py parse URL --spider NAME [--callback NAME | --rules] [-a key=value ...]``:
+fetch one URL as a job would (address guard, robots.txt, identity) and print the items and
+requests the spider's callback yields, as Scrapy's ``parse`` does (``--rules``: the callback of
+the CrawlSpider's rule that takes the URL). Nothing is stored."""
 
 from __future__ import annotations
 
@@ -31,6 +32,9 @@ class Command(PlatformCommand):
         parser.add_argument("-a", dest="spider_args", action="append", default=[],
                             metavar="NAME=VALUE",
                             help="a spider argument (repeatable)")  # fmt: skip
+        parser.add_argument("--rules", "-r", action="store_true",
+                            help="call back by the CrawlSpider's rule that takes the URL "
+                            "(Scrapy's parse --rules), as a crawl does: its links too")  # fmt: skip
         parser.add_argument("--cbkwargs", default="{}", metavar="JSON",
                             help="the callback's keyword arguments, a JSON object")  # fmt: skip
         parser.add_argument("--meta", "-m", default="{}", metavar="JSON",
@@ -46,6 +50,8 @@ class Command(PlatformCommand):
             cls = spiders.load(opts["spider"])
             cb_kwargs = _object(opts["cbkwargs"], "--cbkwargs")
             meta = _object(opts["meta"], "--meta")
+            if opts["rules"] and opts["callback"]:
+                raise ValueError("--rules picks the callback: give --callback or --rules")
         except spiders.SpiderUnavailable as exc:
             raise CommandError(str(exc)) from None
         except ValueError as exc:
@@ -64,9 +70,12 @@ class Command(PlatformCommand):
         if embedded is not None:
             embedded.start()
         try:
-            tried = tryout.parse_url(job, opts["url"], opts["callback"], cb_kwargs, meta)
+            tried = tryout.parse_url(job, opts["url"], opts["callback"], cb_kwargs, meta,
+                                     rules=opts["rules"])  # fmt: skip
         except outcomes.CrawlOutcome as exc:
             raise CommandError(f"{exc.reason}: {exc}") from None
+        except ValueError as exc:  # no rule takes the URL
+            raise CommandError(str(exc)) from None
         finally:
             if embedded is not None:
                 embedded.stop()
