@@ -89,8 +89,12 @@ def test_sitemap_index_and_gzip_sitemap_bring_unlinked_pages(crawl):
 
 
 def test_flaky_503_recovers_on_retry(crawl):
+    # Two 503s, then the page. A 503 met while the host's identity is parked (a 429 elsewhere
+    # on the host, in flight at the same time) is the identity's refusal and gives its attempt
+    # back; one met otherwise spends one.
     row = crawl.row("/flaky")
-    assert (row["state"], row["attempts"], row["page"]["status"]) == ("done", 3, 200)
+    assert (row["state"], row["page"]["status"], crawl.site.hits("/flaky")) == ("done", 200, 3)
+    assert 1 <= row["attempts"] <= 3
 
 
 def test_a_few_failing_urls_do_not_slow_the_host(crawl):
