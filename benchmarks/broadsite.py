@@ -1,5 +1,7 @@
 """A broad site for benchmarks: HOSTS web hosts, each on its own loopback address
-(127.1.x.y), one asyncio server listening on all of them.
+(127.1.x.y), one asyncio server listening on all of them: a socket per address, or, when that
+many would not fit in the process's file descriptors, one socket on every address of the
+machine (``0.0.0.0``) answering only connections that reached one of the hosts' addresses.
 
     python benchmarks/broadsite.py PORT --hosts 1000 [--pages 5] [--size 4000]
 
@@ -21,10 +23,22 @@ from pathlib import Path
 
 from gensite import Stats, respond, serve
 
+_CONNECTIONS = 4096  # descriptors kept for the crawlers' connections
+
 
 def addresses(hosts: int) -> list[str]:
     """Distinct loopback addresses, none of them 127.0.0.1 (62,500 per second octet)."""
     return [f"127.{1 + i // 62_500}.{i // 250 % 250}.{i % 250 + 1}" for i in range(hosts)]
+
+
+def _is_host(address: str, hosts: int) -> bool:
+    """Is ``address`` one of the first ``hosts`` of :func:`addresses`?"""
+    parts = address.split(".")
+    if len(parts) != 4 or parts[0] != "127" or not all(p.isdigit() for p in parts):
+        return False
+    second, third, fourth = (int(p) for p in parts[1:])
+    index = (second - 1) * 62_500 + third * 250 + fourth - 1
+    return 1 <= fourth <= 250 and third < 250 and 0 <= index < hosts
 
 
 def page(host: str, path: str, pages: int, size: int) -> bytes:
@@ -50,6 +64,7 @@ def main() -> None:
     args = parser.parse_args()
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)  # a listening socket per host
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    one_socket = args.hosts + _CONNECTIONS > hard
     log = args.log.open("a", buffering=1) if args.log else None
     stats, extra = Stats(), {"robots": 0, "private": 0}
     names = addresses(args.hosts)
@@ -58,6 +73,8 @@ def main() -> None:
     pages = {"/", *(f"/p/{j}" for j in range(1, args.pages))}
 
     async def answer(path: str, host: str) -> bytes:
+        if one_socket and not _is_host(host, args.hosts):
+            return respond("403 Forbidden", "text/plain", b"not a host of this site")
         if log:
             log.write(f"{time.time():.6f} {host} {path}\n")
         if path == "/__stats__":
@@ -79,7 +96,9 @@ def main() -> None:
         return respond("404 Not Found", "text/plain", b"not found")
 
     banner = f"serving {args.hosts} hosts x {args.pages} pages on port {args.port}"
-    serve(answer, names, args.port, banner, args.idle)
+    # one socket on every address answers only the hosts' loopback ones (``answer``)
+    listen = ["0.0.0.0"] if one_socket else names  # noqa: S104
+    serve(answer, listen, args.port, banner, args.idle)
 
 
 if __name__ == "__main__":

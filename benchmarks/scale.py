@@ -63,7 +63,6 @@ class Site:
             stdout=subprocess.PIPE, text=True,
         )  # fmt: skip
         print(self.proc.stdout.readline().strip(), flush=True)
-        self.urls = self.seeds.read_text().split()
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -268,8 +267,7 @@ def run(name: str, cmd: list[str], env: dict, args, out: Path, redis_url: str | 
     log = out / f"{name}.log"
     log.touch()
     site = Site(args.hosts, args.pages, log)
-    cmd = [a for part in cmd for a in (site.urls if part == "{urls}" else [part])]
-    cmd = [f"@{site.seeds}" if part == "@{seeds}" else part for part in cmd]
+    cmd = [part.replace("{seeds}", str(site.seeds)) for part in cmd]
     baseline = None
     if own_redis:
         baseline = redis.Redis.from_url(redis_url).info("memory")["used_memory"]
@@ -328,7 +326,7 @@ def run(name: str, cmd: list[str], env: dict, args, out: Path, redis_url: str | 
 
 
 def platform_cmd(args) -> list[str]:
-    return [sys.executable, "manage.py", "crawl", "{urls}", "--max-depth", "10",
+    return [sys.executable, "manage.py", "crawl", "--seeds", "{seeds}", "--max-depth", "10",
             "--concurrency", str(args.concurrency), "--workers", str(args.workers),
             "--delay", str(args.delay), "--host-concurrency", "1",
             "--allow-network", "127.0.0.0/8"]  # fmt: skip

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import signal
@@ -341,6 +342,26 @@ def test_results_go_to_standard_output_in_the_format_named(worker_env, output):
     rows = [json.loads(line) for line in stdout.splitlines()]  # nothing else on stdout
     assert {r["url"] for r in rows} == site.expected_done() | site.expected_failed()
     assert "wrote" in stderr and "standard output" in stderr
+
+
+def test_seeds_come_from_a_file_too_and_the_start_line_names_a_few(worker_env, tmp_path):
+    listed = tmp_path / "seeds.txt.gz"
+    with Site(pages=8) as site:
+        lines = ["# the site's leaves", *(site.url(f"/p/{i}") for i in (2, 4, 6)), "", " "]
+        listed.write_bytes(gzip.compress("\n".join(lines).encode()))
+        proc = crawl(worker_env, site.url("/p/7"), "--seeds", str(listed), "--max-depth", "0",
+                     "--concurrency", "2", "--output", "-", "--format", "jsonl")  # fmt: skip
+        stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr
+    crawled = {json.loads(line)["url"] for line in stdout.splitlines()}
+    assert crawled == {site.url(f"/p/{i}") for i in (7, 2, 4, 6)}
+    assert f"{site.url('/p/4')} and 1 more" in stderr  # the first three seeds, then a count
+
+
+def test_a_seed_file_that_cannot_be_read_is_named_at_once(worker_env, tmp_path):
+    done = _run(worker_env, "crawl", "--seeds", str(tmp_path / "none.txt"))
+    assert done.returncode != 0 and "none.txt" in done.stderr and "No such file" in done.stderr
+    assert not CrawlJob.objects.exists()
 
 
 def test_an_output_to_standard_output_without_a_format_is_refused_at_once(worker_env):

@@ -79,7 +79,8 @@ def _canonicalize_chunk(lines: list[str]) -> tuple[_Chunk, dict[str, int]]:
     return out, rejected
 
 
-def _lines(stream: IO[str]) -> Iterator[str]:
+def seed_lines(stream: IO[str]) -> Iterator[str]:
+    """The URLs of a seed file: its lines, stripped, but blank ones and # comments."""
     for raw in stream:
         line = raw.strip()
         if line and not line.startswith("#"):
@@ -149,7 +150,7 @@ def seed(
     # two chunks, and the database, not canonicalizing, bounds the rate beyond that.
     processes = processes or min(8, len(os.sched_getaffinity(0)))
     report = SeedReport()
-    chunks = _chunks(_lines(stream), size)
+    chunks = _chunks(seed_lines(stream), size)
     connection.close()  # the forked canonicalizers must not share this process's connection
     with multiprocessing.get_context("fork").Pool(processes, _init_worker, init_args) as pool:
         pending: deque = deque()

@@ -33,7 +33,7 @@ from django.db.migrations.recorder import MigrationRecorder
 
 from tasks.content import feeds
 from tasks.defaults import setting
-from tasks.frontier import jobs
+from tasks.frontier import jobs, seeding
 from tasks.outage import Outage
 from tasks.rules import selectors
 from tasks.worker.supervisor import WorkerPool
@@ -65,6 +65,21 @@ OPTION_OF = {
     "render": "--render",
     "extract": "--extract",
 }
+
+
+def seeds_from(path: str) -> list[str]:
+    """The start URLs in the file ``--seeds`` names (see :func:`seeding.open_seed_file`)."""
+    try:
+        with seeding.open_seed_file(path) as stream:
+            return list(seeding.seed_lines(stream))
+    except OSError as exc:
+        raise CommandError(f"--seeds {path}: {exc.strerror or exc}") from None
+
+
+def seed_list(seeds: list[str], shown: int = 3) -> str:
+    """The seeds, for a line of the command's output: the first few, and how many more."""
+    more = len(seeds) - shown
+    return ", ".join(seeds[:shown]) + (f" and {more:,} more" if more > 0 else "")
 
 
 def parse_headers(given: list[str]) -> dict[str, str]:

@@ -56,6 +56,9 @@ class Command(PlatformCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("seeds", nargs="*", metavar="SEED", help="start URL(s)")
+        parser.add_argument("--seeds", dest="seeds_file", default=None, metavar="FILE",
+                            help="start URLs from FILE too, one per line ('-': standard "
+                            "input; .gz is decompressed; # starts a comment)")  # fmt: skip
         parser.add_argument(
             "--allow-domain",
             action="append",
@@ -219,6 +222,8 @@ class Command(PlatformCommand):
         )
 
     def handle(self, *args, **opts) -> None:
+        if opts["seeds_file"]:
+            opts["seeds"] = [*opts["seeds"], *crawling.seeds_from(opts["seeds_file"])]
         if (not opts["seeds"] and not opts["spider"] and opts["resume"] is None
                 and opts["recrawl"] is None):  # fmt: skip
             raise CommandError("give at least one SEED URL, --spider NAME, --resume JOB or "
@@ -317,7 +322,7 @@ class Command(PlatformCommand):
         jobs.start(job)
         if job.state == JobState.FAILED:
             raise CommandError(f"job {job.pk} failed at start: {job.error}")
-        what = f"spider {job.spider}" if job.spider else ", ".join(job.seeds)
+        what = f"spider {job.spider}" if job.spider else crawling.seed_list(job.seeds)
         self.say(f"job {job.pk} started: {what}", crawl_job=job.pk)
         return job
 
