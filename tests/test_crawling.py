@@ -299,6 +299,19 @@ def test_per_host_rate_holds_across_three_worker_processes(redis, tmp_path):
 
 
 @pytest.mark.django_db(transaction=True)
+def test_with_one_request_in_flight_the_delay_runs_from_the_answers_end(redis, tmp_path):
+    """Each answer takes 0.2 s: every request arrives at least the delay after the one before
+    it ended, never the delay after it started, so a request that left late for its slot
+    cannot bring the next one closer to it than the delay."""
+    with Site(pages=12, delay=0.2) as site:
+        run_crawl(site.url("/p/0"), tmp_path, processes=2, max_depth=1000, host_concurrency=1,
+                  delay=0.3)  # fmt: skip
+        times = sorted(site.times)
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    assert len(times) >= 12 and min(gaps) >= 0.2 + 0.3 - 0.01, gaps
+
+
+@pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("gap", [0.0, 0.1])
 def test_per_host_concurrency_holds_across_worker_processes(redis, tmp_path, gap):
     """With a gap between requests too: slots are then reserved ahead of their time."""

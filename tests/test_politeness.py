@@ -43,6 +43,24 @@ def test_in_flight_cap_per_host(redis):
     assert politeness.acquire(1, "h", 0, 2).granted
 
 
+def test_with_an_in_flight_cap_the_next_request_waits_a_pace_past_the_last_ones_end(redis):
+    first = politeness.acquire(1, "h", 0.5, 1)
+    time.sleep(0.3)  # the request left late for its slot, or its answer took that long
+    politeness.finish(1, "h", first, signal=OK, pace=0.5)
+    second = politeness.acquire(1, "h", 0.5, 1)
+    assert second.granted and 0.45 <= second.wait <= 0.5  # not 0.2: half a second from the end
+    politeness.set_floor(1, "h", 1.0)  # robots.txt's Crawl-delay is a pace too
+    politeness.finish(1, "h", second, signal=OK, pace=0.5)
+    assert 0.95 <= politeness.acquire(1, "h", 0.5, 1).wait <= 1.0
+
+
+def test_without_a_cap_the_pace_spaces_the_starts_alone(redis):
+    first = politeness.acquire(1, "h", 0.5, 0)
+    time.sleep(0.3)
+    politeness.finish(1, "h", first, signal=OVERLOAD)  # reported, but no pace from its end
+    assert 0.1 <= politeness.acquire(1, "h", 0.5, 0).wait <= 0.2
+
+
 def test_a_few_broken_urls_among_good_ones_never_slow_the_host(redis):
     report(OK, 20)
     report(OVERLOAD, 4)  # four 503s or timeouts among twenty good answers

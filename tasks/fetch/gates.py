@@ -151,7 +151,8 @@ def report(
     job = claimed.job
     if signal == politeness.OVERLOAD or retry_after or job.host_concurrency:
         politeness.finish(job.pk, host, slot, signal=signal, retry_after=retry_after,
-                          latency=latency, job=job)  # fmt: skip
+                          latency=latency, pace=job.delay if job.host_concurrency else None,
+                          job=job)  # fmt: skip
 
 
 def throttle_signal(outcome: outcomes.CrawlOutcome | None, elapsed: float, job: CrawlJob) -> int:

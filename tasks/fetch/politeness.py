@@ -35,7 +35,15 @@ Host-level failures (refused, DNS, TLS) are neither: the circuit breaker handles
   wait when that is longer than ``HOST_MAX_WAIT_S``: the URL then goes back to the frontier
   with a ``not_before`` instead of a worker sleeping on it.
 * :func:`finish` frees the in-flight place and reports an overload signal or a Retry-After;
-  an ordinary answer needs no call (requests are counted by :func:`acquire`).
+  an ordinary answer needs no call (requests are counted by :func:`acquire`), but in a job
+  with an in-flight cap (``host_concurrency``), whose every request calls it.
+
+The pace spaces the starts of requests, each slot one pace after the one before. A job with an
+in-flight cap also spaces each request from the end of the one before, as Nutch and Heritrix
+do: :func:`finish` holds the next slot at least a pace past the answer's arrival. A request
+that left late for its slot (a busy worker, a slow thread) then still arrives at least a pace
+after the one before it ended, so the site never sees two requests closer than the pace,
+however loaded the crawler or the site is.
 """
 
 from __future__ import annotations
@@ -133,10 +141,15 @@ if adaptive < 10 then
 else
   redis.call('SET', KEYS[3], math.floor(adaptive) .. ' ' .. now, 'PX', math.floor(half * 12))
 end
-if retry_after > 0 then
+local hold = retry_after
+local pace = tonumber(ARGV[12])
+if pace >= 0 then
+  hold = math.max(hold, pace, adaptive, tonumber(redis.call('GET', KEYS[4]) or '0'))
+end
+if hold > 0 then
   local nxt = tonumber(redis.call('GET', KEYS[1]) or '0')
-  if now + retry_after > nxt then
-    redis.call('SET', KEYS[1], now + retry_after, 'PX', retry_after + 60000)
+  if now + hold > nxt then
+    redis.call('SET', KEYS[1], math.floor(now + hold), 'PX', math.floor(hold + 60000))
   end
 end
 return math.floor(adaptive)
@@ -212,9 +225,12 @@ def finish(
     signal: int,
     retry_after: float | None = None,
     latency: float = 0.0,
+    pace: float | None = None,
     job=None,
 ) -> float:
-    """Free the slot's in-flight place and report the outcome; returns the adaptive delay."""
+    """Free the slot's in-flight place and report the outcome; returns the adaptive delay.
+    ``pace``: the job's delay, to space the host's next request from this one's end (a job
+    with an in-flight cap; see the module's docstring), None not to."""
     hold = min(retry_after or 0.0, setting("RETRY_BACKOFF_MAX_S", job))
     adaptive_ms = script(_FINISH)(
         keys=keys(job_id, host),
@@ -230,6 +246,7 @@ def finish(
             int(setting("THROTTLE_START_DELAY_S", job) * 1000),
             int(setting("THROTTLE_MAX_DELAY_S", job) * 1000),
             setting("THROTTLE_LATENCY_FACTOR", job),
+            -1 if pace is None else int(pace * 1000),
         ],
     )
     return int(adaptive_ms) / 1000.0

@@ -84,8 +84,9 @@ class Command(PlatformCommand):
             type=float,
             default=0.0,
             metavar="SECONDS",
-            help="minimum gap between two requests to one host, in seconds (default: 0, "
-            "robots.txt's Crawl-delay and the host's own pace still apply)",
+            help="minimum gap between two requests to one host, in seconds, from the end "
+            "of the one before too under --host-concurrency (default: 0, robots.txt's "
+            "Crawl-delay and the host's own pace still apply)",
         )
         parser.add_argument(
             "--host-concurrency",
