@@ -14,6 +14,10 @@ from tasks import live
 from tasks.defaults import setting
 from web.models import CrawlJob
 
+# Fields a worker seldom reads, left out of its copy and loaded on first use: a broad crawl's
+# seeds are megabytes of JSON, which every reload by each worker thread would decode again.
+HEAVY_FIELDS = ("seeds", "allowed_domains", "stats")
+
 
 class _Cached(NamedTuple):
     read_at: float  # time.monotonic() when it was read
@@ -28,7 +32,7 @@ def job_config(job_id: int) -> CrawlJob | None:
     now = time.monotonic()
     hit = _jobs.get(job_id)
     if hit is None or now - hit.read_at > setting("JOB_CACHE_S"):
-        job = CrawlJob.objects.filter(pk=job_id).first()
+        job = CrawlJob.objects.filter(pk=job_id).defer(*HEAVY_FIELDS).first()
         if job is None:
             return None
         hit = _jobs[job_id] = _Cached(now, job)

@@ -38,6 +38,7 @@ from crawlplatform import logs
 from tasks import live
 from tasks.defaults import setting
 from tasks.frontier import canary, jobs, leadership, wakeup
+from tasks.frontier.jobconfig import HEAVY_FIELDS
 from tasks.frontier.leadership import NotLeader
 from tasks.frontier.pacing import Pacing
 from tasks.frontier.reconcile import sweep
@@ -57,9 +58,6 @@ def finish_if_done(job: CrawlJob) -> bool:
         jobs.finished(job)
         log.info("job=%s finished", job.pk)
     return True
-
-
-HEAVY_FIELDS = ("seeds", "allowed_domains", "stats")  # loaded on first use, if ever
 
 
 class Scheduler:
