@@ -127,7 +127,8 @@ SETTINGS: tuple[Setting, ...] = (
     _row("DOWNLOAD_WARNSIZE", ANY, CARRIED,
          "read by SitemapSpider as Scrapy's reads it: a larger gunzipped sitemap is logged"),
     _row("DOWNLOAD_DELAY", ANY, MAPPED, "the gap between two requests to one host, kept across "
-         f"every worker{_UNLESS_GIVEN}", "the job's `delay`"),
+         "every worker (with CONCURRENT_REQUESTS_PER_DOMAIN, from the end of the one before "
+         f"too: never closer at the site){_UNLESS_GIVEN}", "the job's `delay`"),
     _row("ROBOTSTXT_OBEY", ANY, MAPPED, f"whether robots.txt is obeyed{_UNLESS_GIVEN}",
          "the job's `obey_robots`"),
     _row("CONCURRENT_REQUESTS_PER_DOMAIN", ANY, MAPPED,
