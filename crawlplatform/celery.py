@@ -6,7 +6,7 @@ from celery import Celery, signals
 
 from crawlplatform import celerylog
 from tasks.defaults import setting
-from tasks.worker import loop
+from tasks.worker import heap, loop
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "crawlplatform.settings")
 # Celery's Django fix-up runs Django's system checks in every worker at start: a third of a
@@ -92,3 +92,4 @@ def _tick_threaded_event_loop(sender=None, **kwargs) -> None:
     pool = getattr(sender, "pool", None)
     if sender is not None and type(pool).__module__ == "celery.concurrency.thread":
         loop.install(sender, setting("WORKER_LOOP_TICK_S"))
+        heap.install(sender, setting("WORKER_HEAP_TRIM_S"))

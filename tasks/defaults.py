@@ -173,6 +173,7 @@ WORKER_MEMORY_GROWTH_MB_PER_MIN = 100.0  # /livez fails (and the worker exits wa
 WORKER_BACKLOG_MAX = 100_000  # /readyz fails above this many messages (ready + in flight) queued
 DB_RETRY_S = 5  # a task that cannot reach the database is retried after this (a countdown)
 WORKER_LOOP_TICK_S = 0.01  # longest gap of a busy threads-pool worker's loop between turns, s
+WORKER_HEAP_TRIM_S = 30.0  # a threads-pool worker gives its free heap back this often (0: never), s
 WORKER_STARTUP_GRACE_S = 15.0  # a crawl command's worker that exits sooner has "died at start", s
 WORKER_QUICK_DEATHS = 3  # workers dead at start in a row before the crawl command gives up
 # The statements every page and release runs are prepared once per PostgreSQL connection;
@@ -262,7 +263,7 @@ RESTART_ONLY = frozenset({
     "UNACKED_RESTORE_INTERVAL_S", "HEARTBEAT_INTERVAL_S", "HEARTBEAT_FILE", "READY_FILE",
     "SCHEDULER_HEARTBEAT_FILE", "WORKER_METRICS_PORT", "WORKER_PROBE_PORT",
     "RENDER_CONCURRENCY", "LINK_CACHE_SIZE", "WORKER_LOOP_TICK_S", "POOL_HOSTS", "POOL_PER_HOST",
-    "RENDER_NO_SANDBOX",
+    "RENDER_NO_SANDBOX", "WORKER_HEAP_TRIM_S",
 })  # fmt: skip
 _SETTING_TYPES = bool | int | float | str
 live: dict[str, Any] = {}  # live values in force in this process (tasks/live.py keeps them)
