@@ -416,6 +416,9 @@ def test_requests_keep_scrapys_defaults_and_accept_assignment():
         ('http://s.test/a"b<c>', "http://s.test/a%22b%3Cc%3E"),
         ("http://[::1]:8080/x", "http://[::1]:8080/x"),
         ("http://s.test/p?q=%20&r=a+b#f", "http://s.test/p?q=%20&r=a+b#f"),
+        ("http://s.test/a##b", "http://s.test/a#%23b"),
+        ("http://s.test/a#b#c?d", "http://s.test/a#b%23c?d"),
+        ("http://s.test:65535/x", "http://s.test:65535/x"),
     ],
 )
 def test_a_requests_url_is_escaped_as_scrapys(given, url):
@@ -426,6 +429,12 @@ def test_a_requests_url_is_escaped_as_scrapys(given, url):
     assert Request(given, meta={"verbatim_url": True}).url == given
     page = HtmlResponse("http://s.test/d/p", body=b"<a href='../a b'>x</a>")
     assert [r.url for r in page.follow_all(css="a")] == ["http://s.test/a%20b"]
+
+
+def test_a_port_out_of_range_is_refused_as_scrapys():
+    for url in ("http://s.test:65536/x", "http://s.test:99999", "http://[::1]:123456/"):
+        with pytest.raises(ValueError, match="Port out of range"):
+            Request(url)
 
 
 def test_what_a_request_leaves_empty_is_its_own_once_used():

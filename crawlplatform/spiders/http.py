@@ -56,10 +56,18 @@ def safe_url(url: str) -> str:
     """``url`` as w3lib's ``safe_url_string`` makes it (as Scrapy's Request does every URL:
     spaces and non-ASCII escaped, the host in IDNA), cached (a site's pages link to the same
     URLs) and skipped where it would change nothing (it takes 3.5 µs)."""
-    if (_ESCAPE.search(url) is None and _PLAIN_HEAD.match(url) and url[-1] not in "?#"
-            and "?#" not in url):  # an empty query, or fragment at the end, is dropped
+    head = _PLAIN_HEAD.match(url)
+    if (head is not None and _ESCAPE.search(url) is None and url[-1] not in "?#"
+            and "?#" not in url  # an empty query, or fragment at the end, is dropped
+            and url.count("#") < 2  # a "#" in the fragment is escaped
+            and not _port_out_of_range(head.group())):  # fmt: skip
         return url
-    return safe_url_string(url)
+    return safe_url_string(url)  # (a port out of range raises ValueError, as Scrapy's does)
+
+
+def _port_out_of_range(head: str) -> bool:
+    port = _PORT.search(head)
+    return port is not None and int(port.group(1)) > 65535
 
 
 @lru_cache(maxsize=64)
@@ -74,6 +82,7 @@ def _ascii_compatible(encoding: str) -> bool:
 
 
 _ESCAPE = re.compile(r"[^A-Za-z0-9\-._~:/?#@!$&'()*+,;=%]")  # what safe_url_string escapes
+_PORT = re.compile(r":(\d+)/?$")  # the port, at the end of a URL's scheme and authority
 _PLAIN_HEAD = re.compile(r"[a-z][a-z0-9+.-]*://[^A-Z/?#]*(?:/|$)")  # a path; no capital to lower
 
 
