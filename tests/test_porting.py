@@ -67,8 +67,12 @@ def test_a_spider_reaches_scrapys_modules_through_import_scrapy_too():
     assert scrapy.loader.ItemLoader is api.ItemLoader
     assert scrapy.item.Field is api.Field and scrapy.selector.Selector is api.Selector
     assert scrapy.signals.spider_closed is api.signals.spider_closed
+    assert scrapy.http.HtmlResponse is api.HtmlResponse and scrapy.http.Request is api.Request
+    assert scrapy.http.JsonResponse is api.JsonResponse
     with pytest.raises(ImportError, match="DontCloseSpider is not carried over"):
         scrapy.exceptions.DontCloseSpider  # noqa: B018
+    with pytest.raises(ImportError, match="XmlRpcRequest is not carried over"):
+        scrapy.http.XmlRpcRequest  # noqa: B018
     with pytest.raises(AttributeError):
         scrapy.nonesuch  # noqa: B018
 

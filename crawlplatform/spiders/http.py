@@ -427,3 +427,22 @@ def _literal(value: str) -> str:
     if '"' not in value:
         return f'"{value}"'
     return "concat(" + ", \"'\", ".join(f"'{part}'" for part in value.split("'")) + ")"
+
+
+_RESPONSES = frozenset({"Response", "TextResponse", "HtmlResponse", "XmlResponse", "JsonResponse"})
+
+
+def __getattr__(name: str) -> Any:
+    """Scrapy's ``scrapy.http`` holds the responses too (``scrapy.http.HtmlResponse`` through
+    ``import crawlplatform.spiders as scrapy``): from ``response.py``, which builds on this
+    module; a refused name of it (``XmlRpcRequest``) fails with its reason."""
+    if name in _RESPONSES:
+        from crawlplatform.spiders import response
+
+        return getattr(response, name)
+    from crawlplatform.spiders import porting
+
+    reason = porting.refusal(name)
+    if reason is not None:
+        raise ImportError(reason, name=name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
