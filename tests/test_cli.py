@@ -361,6 +361,13 @@ def test_seeds_come_from_a_file_too_and_the_start_line_names_a_few(worker_env, t
 def test_a_seed_file_that_cannot_be_read_is_named_at_once(worker_env, tmp_path):
     done = _run(worker_env, "crawl", "--seeds", str(tmp_path / "none.txt"))
     assert done.returncode != 0 and "none.txt" in done.stderr and "No such file" in done.stderr
+    cut = tmp_path / "cut.txt.gz"
+    cut.write_bytes(gzip.compress(b"http://127.0.0.1:9/a\n" * 1000)[:-20])
+    done = _run(worker_env, "crawl", "--seeds", str(cut))
+    assert done.returncode != 0 and "cut.txt.gz: not a whole gzip file" in done.stderr
+    assert "Traceback" not in done.stderr
+    done = _run(worker_env, "crawl", "--seeds", str(cut), "--resume", "1")
+    assert done.returncode != 0 and "not with --resume" in done.stderr
     assert not CrawlJob.objects.exists()
 
 

@@ -419,6 +419,10 @@ def test_requests_keep_scrapys_defaults_and_accept_assignment():
         ("http://s.test/a##b", "http://s.test/a#%23b"),
         ("http://s.test/a#b#c?d", "http://s.test/a#b%23c?d"),
         ("http://s.test:65535/x", "http://s.test:65535/x"),
+        ("http://s.test:080/x", "http://s.test:80/x"),
+        ("http://s.test:/x", "http://s.test/x"),
+        ("http://u:p@x@s.test/", "http://u:p%40x@s.test/"),
+        ("http://s.test/q?a='1'", "http://s.test/q?a=%271%27"),
     ],
 )
 def test_a_requests_url_is_escaped_as_scrapys(given, url):
@@ -434,6 +438,9 @@ def test_a_requests_url_is_escaped_as_scrapys(given, url):
 def test_a_port_out_of_range_is_refused_as_scrapys():
     for url in ("http://s.test:65536/x", "http://s.test:99999", "http://[::1]:123456/"):
         with pytest.raises(ValueError, match="Port out of range"):
+            Request(url)
+    for url in ("http://s.test:x/", "http://s.test:1:2/"):
+        with pytest.raises(ValueError, match="Port could not be cast"):
             Request(url)
 
 

@@ -60,14 +60,10 @@ def safe_url(url: str) -> str:
     if (head is not None and _ESCAPE.search(url) is None and url[-1] not in "?#"
             and "?#" not in url  # an empty query, or fragment at the end, is dropped
             and url.count("#") < 2  # a "#" in the fragment is escaped
-            and not _port_out_of_range(head.group())):  # fmt: skip
+            and "'" not in url  # escaped in a query
+            and (head.group(1) is None or int(head.group(1)) <= 65535)):  # fmt: skip
         return url
     return safe_url_string(url)  # (a port out of range raises ValueError, as Scrapy's does)
-
-
-def _port_out_of_range(head: str) -> bool:
-    port = _PORT.search(head)
-    return port is not None and int(port.group(1)) > 65535
 
 
 @lru_cache(maxsize=64)
@@ -82,8 +78,10 @@ def _ascii_compatible(encoding: str) -> bool:
 
 
 _ESCAPE = re.compile(r"[^A-Za-z0-9\-._~:/?#@!$&'()*+,;=%]")  # what safe_url_string escapes
-_PORT = re.compile(r":(\d+)/?$")  # the port, at the end of a URL's scheme and authority
-_PLAIN_HEAD = re.compile(r"[a-z][a-z0-9+.-]*://[^A-Z/?#]*(?:/|$)")  # a path; no capital to lower
+# A scheme and a plain authority: a lower-case host name or IPv6 address and a port written as
+# a number (userinfo, upper case, a port of another spelling: safe_url_string's to rewrite)
+_PLAIN_HEAD = re.compile(r"[a-z][a-z0-9+.-]*://(?:[a-z0-9.-]+|\[[0-9a-f:.]+\])"
+                         r"(?::([1-9][0-9]{0,4}))?(?:/|$)")  # fmt: skip
 
 
 class _MadeOnUse:

@@ -40,10 +40,11 @@ Host-level failures (refused, DNS, TLS) are neither: the circuit breaker handles
 
 The pace spaces the starts of requests, each slot one pace after the one before. A job with an
 in-flight cap also spaces each request from the end of the one before, as Nutch and Heritrix
-do: :func:`finish` holds the next slot at least a pace past the answer's arrival. A request
-that left late for its slot (a busy worker, a slow thread) then still arrives at least a pace
-after the one before it ended, so the site never sees two requests closer than the pace,
-however loaded the crawler or the site is.
+do: :func:`finish` holds the next slot at least a pace past the answer's arrival. With a cap of
+one, a request that left late for its slot (a busy worker, a slow thread) then still arrives
+at least a pace after the one before it ended, so the site never sees two requests closer than
+the pace, however loaded the crawler or the site is. (Under a larger cap, or none, requests
+overlap by design and only their slots are a pace apart.)
 """
 
 from __future__ import annotations

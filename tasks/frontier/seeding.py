@@ -16,7 +16,6 @@ at creation); the job's exclude patterns and the URL length limit do apply.
 from __future__ import annotations
 
 import gzip
-import io
 import itertools
 import multiprocessing
 import os
@@ -94,8 +93,8 @@ def _chunks(lines: Iterator[str], size: int) -> Iterator[list[str]]:
 
 def open_seed_file(path: str) -> IO[str]:
     """A text stream over ``path`` ('-' is standard input; ``.gz`` is decompressed)."""
-    if path == "-":
-        return io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace")
+    if path == "-":  # closing it leaves descriptor 0 open (a socket must not take it)
+        return open(sys.stdin.fileno(), encoding="utf-8", errors="replace", closefd=False)
     if path.endswith(".gz"):
         return gzip.open(path, "rt", encoding="utf-8", errors="replace")
     return Path(path).open(encoding="utf-8", errors="replace")

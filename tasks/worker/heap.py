@@ -13,26 +13,25 @@ nothing is done.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 from collections.abc import Callable
+from functools import cache
 
 
+@cache
 def _malloc_trim() -> Callable[[int], int] | None:
     try:
-        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+        return ctypes.CDLL(None).malloc_trim  # the C library the interpreter runs on
     except (OSError, AttributeError):
         return None
 
 
-_trim = _malloc_trim()
-
-
 def trim() -> bool:
     """Return the free pages of every arena to the system; False where that cannot be done."""
-    return _trim is not None and _trim(0) >= 0
+    malloc_trim = _malloc_trim()
+    return malloc_trim is not None and malloc_trim(0) >= 0
 
 
 def install(consumer, every: float) -> None:
     """Trim the heap every ``every`` seconds on ``consumer``'s loop (0: never)."""
-    if _trim is not None and every > 0:
+    if _malloc_trim() is not None and every > 0:
         consumer.timer.call_repeatedly(every, trim)

@@ -19,6 +19,7 @@ import pkgutil
 import sys
 import threading
 import time
+import zlib
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -72,8 +73,10 @@ def seeds_from(path: str) -> list[str]:
     try:
         with seeding.open_seed_file(path) as stream:
             return list(seeding.seed_lines(stream))
-    except OSError as exc:
+    except OSError as exc:  # gzip's BadGzipFile is one too
         raise CommandError(f"--seeds {path}: {exc.strerror or exc}") from None
+    except (EOFError, zlib.error) as exc:  # a .gz cut short, or corrupt inside
+        raise CommandError(f"--seeds {path}: not a whole gzip file ({exc})") from None
 
 
 def seed_list(seeds: list[str], shown: int = 3) -> str:

@@ -224,6 +224,9 @@ class Command(PlatformCommand):
 
     def handle(self, *args, **opts) -> None:
         if opts["seeds_file"]:
+            if opts["resume"] is not None or opts["recrawl"] is not None:
+                raise CommandError("--seeds starts a new job: not with --resume or --recrawl "
+                                   "(manage.py seed JOB FILE adds URLs to a job)")  # fmt: skip
             opts["seeds"] = [*opts["seeds"], *crawling.seeds_from(opts["seeds_file"])]
         if (not opts["seeds"] and not opts["spider"] and opts["resume"] is None
                 and opts["recrawl"] is None):  # fmt: skip
