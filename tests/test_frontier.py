@@ -417,6 +417,22 @@ def test_the_moves_of_a_page_read_their_own_rows_however_big_the_job(job):
     assert FrontierURL.objects.filter(job=job).count() == 3021
 
 
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's planner")
+def test_on_sqlite_the_release_reads_due_urls_in_order_from_the_pending_index(job):
+    """SQLite uses a partial index only for a query that repeats its predicate: without it, a
+    release sorted every queued row of the job on each pass (45 ms at 100,000 hosts)."""
+    from django.test.utils import CaptureQueriesContext
+
+    from tasks.frontier.release import _candidates
+
+    with CaptureQueriesContext(connection) as queries:
+        assert [c.url for c in _candidates(job, 10, ["127.0.0.2:9"])] == ["http://127.0.0.1:9/"]
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN QUERY PLAN " + queries.captured_queries[-1]["sql"])
+        plan = " ".join(row[-1] for row in cursor.fetchall())
+    assert "USING INDEX frontier_pending_rank" in plan and "TEMP B-TREE" not in plan, plan
+
+
 def frontier_entries_read() -> int:
     """Rows and index entries of the frontier table this database has read so far (the
     session's own counts flushed first)."""
