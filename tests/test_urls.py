@@ -84,3 +84,33 @@ def test_links_to_the_page_itself_resolve_to_that_page_on_every_page_of_a_direct
     assert new_links(cache, "http://s.test/d/b?p=1", ["#x", "", "a#y", "?q"]) == [
         "http://s.test/d/b?p=1", "http://s.test/d/a", "http://s.test/d/b?q="]  # fmt: skip
     assert in_scope(cache, "http://s.test/d/c#frag") == "http://s.test/d/c"
+
+
+def test_a_link_cache_shared_by_threads_forgets_its_oldest_half_without_error():
+    """A worker's threads share its link caches: two that find one full at once both forget
+    its oldest half (a KeyError there once failed a page, which was then fetched again)."""
+    import sys
+    import threading
+
+    from tasks.content.links import BoundedSet
+
+    cache, errors = BoundedSet(8), []
+
+    def put_many(n: int) -> None:
+        try:
+            for i in range(20_000):
+                cache.put((n, i))
+        except Exception as exc:  # noqa: BLE001 - the race's error is what is counted
+            errors.append(exc)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter can
+    try:
+        threads = [threading.Thread(target=put_many, args=(n,)) for n in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert errors == [] and len(cache) <= 8

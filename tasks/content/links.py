@@ -21,7 +21,8 @@ from web.models import CrawlJob
 
 class BoundedSet(dict):
     """A dict that forgets its oldest half when full: enough to skip most repeated work (a
-    set, with ``None`` values). Lookups are the dict's own: every link of a page asks."""
+    set, with ``None`` values). Lookups are the dict's own: every link of a page asks. The
+    threads of a worker share it: two that find it full at once forget the same entries."""
 
     def __init__(self, size: int) -> None:
         super().__init__()
@@ -30,7 +31,7 @@ class BoundedSet(dict):
     def put(self, key, value=None) -> None:
         if len(self) >= self.size:
             for old in list(self)[: self.size // 2]:
-                del self[old]
+                self.pop(old, None)  # another thread may have forgotten it already
         self[key] = value
 
 
