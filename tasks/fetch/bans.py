@@ -107,11 +107,12 @@ def learn_size(job_id: int, host: str, size: int) -> None:
     key = (job_id, host)
     log_size = math.log(max(size, 1))
     old = _sizes.get(key)
-    _sizes[key] = log_size if old is None else old + 0.1 * (log_size - old)
-    _learnt[key] = _learnt.get(key, 0) + 1
-    if old is None or _learnt[key] >= _SHARE_EVERY:
-        _learnt[key] = 0
-        client().set(_size_key(job_id, host), repr(_sizes[key]), ex=86400)
+    usual = _sizes[key] = log_size if old is None else old + 0.1 * (log_size - old)
+    learnt = _learnt.get(key, 0) + 1  # (locals: another thread may clear the maps meanwhile)
+    if old is None or learnt >= _SHARE_EVERY:
+        learnt = 0
+        client().set(_size_key(job_id, host), repr(usual), ex=86400)
+    _learnt[key] = learnt
 
 
 def challenge(

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
@@ -40,6 +41,7 @@ from tasks.rules.urls import host_of
 
 log = logging.getLogger(__name__)
 _parsed: dict[str, tuple[float, dict, Protego | None]] = {}  # per process, ROBOTS_LOCAL_S old
+_keeping = threading.Lock()  # held while _parsed drops its old copies and takes a new one
 
 
 @dataclass
@@ -199,13 +201,14 @@ def _keep(key: str, hit: tuple[float, dict, Protego | None]) -> tuple[float, dic
     """Hold a parsed copy, after dropping the copies older than ``ROBOTS_LOCAL_S`` (the oldest
     come first: a key is put back at the end), so that a broad crawl holds the hosts of the
     last minute, not every host it passed through; at most ``ROBOTS_LOCAL_MAX`` all the same."""
-    _parsed.pop(key, None)
     oldest = hit[0] - setting("ROBOTS_LOCAL_S")
-    while _parsed and next(iter(_parsed.values()))[0] < oldest:
-        del _parsed[next(iter(_parsed))]
-    if len(_parsed) >= setting("ROBOTS_LOCAL_MAX"):
-        _parsed.clear()
-    _parsed[key] = hit
+    with _keeping:  # a worker's threads share the copies
+        _parsed.pop(key, None)
+        while _parsed and next(iter(_parsed.values()))[0] < oldest:
+            del _parsed[next(iter(_parsed))]
+        if len(_parsed) >= setting("ROBOTS_LOCAL_MAX"):
+            _parsed.clear()
+        _parsed[key] = hit
     return hit
 
 
