@@ -28,7 +28,7 @@ in a job.
 import sys
 from typing import Any
 
-from crawlplatform.spiders import porting, signals
+from crawlplatform.spiders import http, porting, signals
 from crawlplatform.spiders.crawl import CrawlSpider, Rule
 from crawlplatform.spiders.errors import (
     CannotResolveHostError,
@@ -153,6 +153,11 @@ __all__ = [
     "xmliter_lxml",
 ]
 
+
+# Scrapy's ``scrapy.http`` holds the responses as well as the requests: ``http`` cannot import
+# them (they build on it), so the package puts them there (``scrapy.http.HtmlResponse``).
+for _response in (Response, TextResponse, HtmlResponse, XmlResponse, JsonResponse):
+    setattr(http, _response.__name__, _response)
 
 # Scrapy's modules whose names all stand here, so that a spider written against ``import
 # scrapy`` (ported: ``import crawlplatform.spiders as scrapy``) reaches them through the module

@@ -21,6 +21,7 @@ from parsel.csstranslator import HTMLTranslator
 from w3lib.html import strip_html5_whitespace
 from w3lib.url import safe_url_string
 
+from crawlplatform.spiders import porting
 from crawlplatform.spiders.headers import Headers
 
 Callback = Callable[..., Any] | str | None
@@ -427,19 +428,10 @@ def _literal(value: str) -> str:
     return "concat(" + ", \"'\", ".join(f"'{part}'" for part in value.split("'")) + ")"
 
 
-_RESPONSES = frozenset({"Response", "TextResponse", "HtmlResponse", "XmlResponse", "JsonResponse"})
-
-
 def __getattr__(name: str) -> Any:
-    """Scrapy's ``scrapy.http`` holds the responses too (``scrapy.http.HtmlResponse`` through
-    ``import crawlplatform.spiders as scrapy``): from ``response.py``, which builds on this
-    module; a refused name of it (``XmlRpcRequest``) fails with its reason."""
-    if name in _RESPONSES:
-        from crawlplatform.spiders import response
-
-        return getattr(response, name)
-    from crawlplatform.spiders import porting
-
+    """A refused name of Scrapy's ``scrapy.http`` (``XmlRpcRequest``) fails with its reason.
+    Scrapy's module holds the responses too: the package puts them here (they build on this
+    module, which therefore cannot import them)."""
     reason = porting.refusal(name)
     if reason is not None:
         raise ImportError(reason, name=name)
