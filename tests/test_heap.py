@@ -31,3 +31,19 @@ def test_trim_gives_back_what_a_threads_freed_allocations_left_in_its_arena():
     assert heap.trim()
     after = process.memory_info().rss
     assert before - after >= 40 * MB, (before / MB, after / MB)
+
+
+def test_a_threads_pool_worker_trims_on_its_loop_at_the_configured_pace():
+    class Timer:
+        def __init__(self) -> None:
+            self.calls: list[tuple[float, object]] = []
+
+        def call_repeatedly(self, every: float, fn) -> None:
+            self.calls.append((every, fn))
+
+    consumer = type("Consumer", (), {"timer": Timer()})()
+    heap.install(consumer, 0)  # 0: never
+    assert consumer.timer.calls == []
+    heap.install(consumer, 30.0)
+    expected = [(30.0, heap.trim)] if heap.trim() else []
+    assert consumer.timer.calls == expected

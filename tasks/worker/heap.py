@@ -3,8 +3,8 @@
 Each thread of a threads-pool worker allocates from a glibc arena of its own (up to eight per
 core), and a page's body, parse tree and statements leave each arena holding megabytes it no
 longer uses, which glibc keeps: at 100,000 hosts a worker held 172 MB of heap with 39 MB in
-use, 8 to 15 MB of it free in each thread's arena (``malloc_stats``), so its memory rose with
-the work done though what it kept did not. ``malloc_trim(0)`` hands every arena's free pages
+use, 8 to 15 MB of it free in each thread's arena (``malloc_stats``): resident memory that
+nothing uses. ``malloc_trim(0)`` hands every arena's free pages
 back; run every ``WORKER_HEAP_TRIM_S`` on the worker's loop (a few milliseconds each), it keeps
 the worker's memory what it uses. Where the C library has no ``malloc_trim`` (musl, macOS),
 nothing is done.
