@@ -114,3 +114,41 @@ def test_a_link_cache_shared_by_threads_forgets_its_oldest_half_without_error():
     finally:
         sys.setswitchinterval(interval)
     assert errors == [] and len(cache) <= 8
+
+
+def test_the_threads_of_a_worker_that_meet_a_job_at_once_build_its_scope_once():
+    """Each build reads the job's seeds (a broad crawl's 100,000 URLs: tens of megabytes a
+    thread, left in that thread's own arena): the threads that meet a job together wait for
+    one build and share it."""
+    import threading
+    import time
+
+    from tasks.content import links
+
+    reads = []
+
+    class SlowJob(SimpleNamespace):
+        @property
+        def seeds(self):
+            reads.append(threading.get_ident())
+            time.sleep(0.05)  # a large seeds column, read and decoded
+            return ["http://s.test/"]
+
+    slow = SlowJob(pk=-7, allowed_domains=[], include_patterns=[], exclude_patterns=[],
+                   max_depth=3, settings={})  # fmt: skip
+    together, found = threading.Barrier(8), []
+
+    def meet() -> None:
+        together.wait()
+        found.append(links.cache_for(slow))
+
+    threads = [threading.Thread(target=meet) for _ in range(8)]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert len(reads) == 1 and len({id(cache) for cache in found}) == 1
+        assert found[0].scope.allows("http://s.test/a")
+    finally:
+        links._caches.pop(-7, None)

@@ -11,6 +11,7 @@ committed.
 
 from __future__ import annotations
 
+import threading
 from urllib.parse import urljoin
 
 from crawlplatform.spiders.response import url_directory
@@ -46,15 +47,21 @@ class JobCache:
 
 
 _caches: dict[int, JobCache] = {}
+_making = threading.Lock()  # held while a job's cache is made
 
 
 def cache_for(job: CrawlJob) -> JobCache:
-    """This process's link cache of ``job``."""
+    """This process's link cache of ``job``, made by one thread: the threads that meet a new
+    job together wait for it rather than each reading the job's seeds for its scope."""
     cache = _caches.get(job.pk)
     if cache is None:
-        if len(_caches) > setting("LINK_CACHE_JOBS"):
-            _caches.clear()
-        cache = _caches[job.pk] = JobCache(Scope.for_job(job), setting("LINK_CACHE_SIZE", job))
+        with _making:
+            cache = _caches.get(job.pk)
+            if cache is None:
+                if len(_caches) > setting("LINK_CACHE_JOBS"):
+                    _caches.clear()
+                scope = Scope.for_job(job)
+                cache = _caches[job.pk] = JobCache(scope, setting("LINK_CACHE_SIZE", job))
     return cache
 
 

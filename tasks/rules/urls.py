@@ -80,7 +80,7 @@ class Scope:
     def for_job(cls, job: Any) -> Scope:
         domains = job.allowed_domains or [urlsplit(s).hostname or "" for s in job.seeds]
         return cls(
-            domains=tuple(d.lower().lstrip(".") for d in domains if d),
+            domains=tuple(dict.fromkeys(d.lower().lstrip(".") for d in domains if d)),
             subdomains=getattr(job, "include_subdomains", True),
             include=patterns.compiled(tuple(job.include_patterns)),
             exclude=patterns.compiled(tuple(job.exclude_patterns)),
