@@ -50,16 +50,17 @@ def test_the_product_tokens_group_applies_and_robots_is_fetched_once(tmp_path):
 def test_a_pages_links_are_judged_only_by_the_robots_this_process_holds(monkeypatch):
     monkeypatch.setenv("CRAWL_ROBOTS_ERROR_TTL_S", "30")
     with HostileSite(robots=ROBOTS) as site:
-        assert not robots.forbids(job(), site.url("/private/x"))  # not held yet: the fetch decides
+        private = [site.url("/private/x")]
+        assert not robots.forbidden(job(), private)  # not held yet: the fetch decides
         robots.check(job(), site.url("/"), UA)
-        assert robots.forbids(job(), site.url("/private/x"))
-        assert not robots.forbids(job(), site.url("/public"))
+        links = [site.url("/private/x"), site.url("/public"), site.url("/private/y")]
+        assert robots.forbidden(job(), links) == {links[0], links[2]}  # one lookup, three links
         robots.forget()
-        assert not robots.forbids(job(), site.url("/private/x"))
+        assert not robots.forbidden(job(), [site.url("/private/x")])
     overrides = {"/robots.txt": lambda n: (503, {}, b"")}
     with HostileSite(overrides=overrides) as site:
         robots.check(job(), site.url("/"), UA)  # unavailable: nothing is forbidden for good
-        assert not robots.forbids(job(), site.url("/private/x"))
+        assert not robots.forbidden(job(), [site.url("/private/x")])
 
 
 def test_a_process_holds_the_robots_of_recent_hosts_only(monkeypatch):

@@ -224,6 +224,7 @@ def new_requests(claimed: Claim, cache: JobCache, spider: Spider, requests: list
     if claimed.url.depth >= job.max_depth:
         return []
     out: dict[str, NewRequest] = {}
+    judged: dict[str, str] = {}  # row key -> its URL, for the robots.txt this worker holds
     for n, request in enumerate(requests):
         canonical = in_scope(cache, request.url)
         if not canonical:
@@ -240,12 +241,12 @@ def new_requests(claimed: Claim, cache: JobCache, spider: Spider, requests: list
         row_key = rows.key(canonical, kept, unique)
         if row_key in out:
             continue  # the first of the same requests is the one kept
-        forbidden = (job.obey_robots and not kept["errback"]
-                     and robots.forbids(job, canonical))  # fmt: skip
-        out[row_key] = NewRequest(row_key, rows.stored(kept, row_key),
-                                  ROBOTS_FORBIDDEN if forbidden else None,
-                                  rows.rank(request))  # fmt: skip
-    return list(out.values())
+        if job.obey_robots and not kept["errback"]:
+            judged[row_key] = canonical
+        out[row_key] = NewRequest(row_key, rows.stored(kept, row_key), None, rows.rank(request))
+    refused = robots.forbidden(job, judged.values())
+    return [r._replace(skip=ROBOTS_FORBIDDEN) if judged.get(r.key) in refused else r
+            for r in out.values()]  # fmt: skip
 
 
 def _with_spider(claimed: Claim, work: Callable[[Spider, itempipes.Pipelines], str],

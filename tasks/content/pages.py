@@ -206,11 +206,10 @@ def _robots_split(job: CrawlJob, links: list[str]) -> _Split:
     claim for them, and no turn of their host's politeness)."""
     if not job.obey_robots or not links:
         return _Split(links, [])
-    forbidden = [u for u in links if robots.forbids(job, u)]
+    forbidden = robots.forbidden(job, links)
     if not forbidden:
         return _Split(links, [])
-    refused = set(forbidden)
-    return _Split([u for u in links if u not in refused], forbidden)
+    return _Split([u for u in links if u not in forbidden], [u for u in links if u in forbidden])
 
 
 def _committed(

@@ -28,6 +28,7 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -175,26 +176,32 @@ def _failure(entry: dict) -> outcomes.CrawlOutcome:
     )
 
 
-def _held(key: str) -> tuple[float, dict, Protego | None] | None:
-    """This process's parsed copy of a robots.txt, while it is fresh."""
+def _held(key: str, fresh_s: float) -> tuple[float, dict, Protego | None] | None:
+    """This process's parsed copy of a robots.txt, while it is fresh (``ROBOTS_LOCAL_S``)."""
     hit = _parsed.get(key)
-    if (
-        hit is None
-        or time.monotonic() - hit[0] > setting("ROBOTS_LOCAL_S")
-        or time.time() > hit[1].get("until", 0)
-    ):
+    if hit is None or time.monotonic() - hit[0] > fresh_s or time.time() > hit[1].get("until", 0):
         return None
     return hit
 
 
-def forbids(job, url: str) -> bool:
-    """Does the robots.txt this process holds for the URL's host forbid it? (for the links of
-    a page, before they enter the frontier). False when it holds none, or a stale one, or one
-    that could not be had: the fetch decides then, as for any URL."""
-    hit = _held(_key(job, robots_url(url)))
-    if hit is None or hit[2] is None or not 200 <= hit[1]["status"] < 300:
-        return False
-    return not hit[2].can_fetch(url, setting("ROBOTS_AGENT", job))
+def forbidden(job, urls: Iterable[str]) -> set[str]:
+    """Those of ``urls`` that the robots.txt this process holds for their hosts forbids (a
+    page's links, before they enter the frontier). A URL whose host's copy is not held, is
+    stale or could not be had is not among them: the fetch decides then, as for any URL. Each
+    host's copy is looked up once, however many of its URLs there are."""
+    token, fresh_s = setting("ROBOTS_AGENT", job), setting("ROBOTS_LOCAL_S")
+    parsers: dict[str, Protego | None] = {}
+    found = set()
+    for url in urls:
+        rurl = robots_url(url)
+        if rurl not in parsers:
+            hit = _held(_key(job, rurl), fresh_s)
+            usable = hit is not None and hit[2] is not None and 200 <= hit[1]["status"] < 300
+            parsers[rurl] = hit[2] if usable else None
+        parser = parsers[rurl]
+        if parser is not None and not parser.can_fetch(url, token):
+            found.add(url)
+    return found
 
 
 def _keep(key: str, hit: tuple[float, dict, Protego | None]) -> tuple[float, dict, Protego | None]:
@@ -217,7 +224,7 @@ def check(job, url: str, user_agent: str) -> Decision:
     for the job's product token ``ROBOTS_AGENT``)"""
     rurl = robots_url(url)
     key = _key(job, rurl)
-    hit = _held(key)
+    hit = _held(key, setting("ROBOTS_LOCAL_S"))
     fetched = False
     if hit is None:
         now = time.monotonic()
