@@ -83,7 +83,7 @@ def main() -> None:
                 engine.process(url_id, job.pk)
                 done += 1
     cpu = time.process_time() - started
-    print(f"{done} pages, {1000 * cpu / done:.1f} ms CPU per page in this process")
+    print(f"{done} pages, {1000 * cpu / done:.2f} ms CPU per page in this process")
     for sql, n in statements.most_common(15):
         print(f"{n / done:6.2f}/page  {sql}")
     if not args.no_profile:
