@@ -55,6 +55,9 @@ def test_a_pages_links_are_judged_only_by_the_robots_this_process_holds(monkeypa
         robots.check(job(), site.url("/"), UA)
         links = [site.url("/private/x"), site.url("/public"), site.url("/private/y")]
         assert robots.forbidden(job(), links) == {links[0], links[2]}  # one lookup, three links
+        elsewhere = site.url("/private/x").replace("127.0.0.1", "localhost")  # not held there
+        assert elsewhere != links[0]
+        assert robots.forbidden(job(), [elsewhere, *links]) == {links[0], links[2]}
         robots.forget()
         assert not robots.forbidden(job(), [site.url("/private/x")])
     overrides = {"/robots.txt": lambda n: (503, {}, b"")}
