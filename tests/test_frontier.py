@@ -103,6 +103,36 @@ def test_links_robots_forbids_enter_skipped_and_counted_and_known_ones_stay(job)
     assert counted._value.get() - before == 2
 
 
+def test_a_page_reads_back_as_written_and_a_recrawl_replaces_it_keeping_its_first_run(job):
+    """Each database writes the page, its links and the URL's move with statements of its own
+    (no model instance): times and JSON read back as written and compare as times."""
+    url = FrontierURL.objects.get(job=job)
+    schedule(url)
+    claim = transitions.claim(url.pk, job.pk)
+    page = page_for(claim)
+    page.data, page.http, page.checked_at = {"t": ["é\n", 1]}, {"p": "HTTP/1.1"}, page.fetched_at
+    transitions.record_page(claim, page, ["http://127.0.0.1:9/next"])
+    stored = Page.objects.get(url=url)
+    assert (stored.fetched_at, stored.checked_at, stored.data, stored.http) == (
+        page.fetched_at, page.fetched_at, page.data, page.http)  # fmt: skip
+    assert Page.objects.filter(fetched_at__lte=page.fetched_at).count() == 1
+    row = FrontierURL.objects.get(pk=url.pk)
+    assert (row.state, row.http_status, row.lease_until) == (URLState.DONE, 200, None)
+    assert row.updated_at >= page.fetched_at
+    due = FrontierURL.objects.filter(job=job, state=URLState.QUEUED, not_before__lte=row.updated_at)
+    assert [(u.url, u.depth, u.attempts) for u in due] == [("http://127.0.0.1:9/next", 1, 0)]
+
+    for run, content_hash, modified in ((2, "0" * 64, 1), (3, "1" * 64, 3)):
+        schedule(url)  # the next run fetches it again
+        again = transitions.claim(url.pk, job.pk)
+        again.run = run
+        page = page_for(again)
+        page.run, page.first_run, page.modified_run, page.content_hash = run, run, run, content_hash
+        transitions.record_page(again, page, [])
+        stored = Page.objects.get(url=url)
+        assert (stored.run, stored.first_run, stored.modified_run) == (run, 1, modified)
+
+
 def test_a_claim_counts_the_wait_since_its_release(job):
     url = FrontierURL.objects.get(job=job)
     released = timezone.now() - timedelta(seconds=0.3)

@@ -1,6 +1,7 @@
 """The database plumbing the frontier's statements share: a cursor that prepares the hot
-statements on PostgreSQL, a condition that keeps the planner on primary keys, the retry of a
-transaction the database aborted, and the pooled connection given back while a worker waits.
+statements on PostgreSQL, a condition that keeps the planner on primary keys, rows inserted
+without model instances, the retry of a transaction the database aborted, and the pooled
+connection given back while a worker waits.
 
 Reads ``DB_PREPARE``.
 """
@@ -10,12 +11,13 @@ from __future__ import annotations
 import functools
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from datetime import datetime
 from typing import TypeVar
 
 from django.db import OperationalError, connection
-from django.db.models import BooleanField, Case, Value, When
+from django.db.models import BooleanField, Case, DateTimeField, JSONField, Model, Value, When
 
 from tasks.defaults import setting
 
@@ -104,3 +106,43 @@ def with_retries(commit: Callable[[], _T], attempts: int = 3) -> _T | None:
                 raise
             time.sleep(random.uniform(0.01, 0.1) * attempt)  # noqa: S311 (jitter)
     return None
+
+
+@functools.cache
+def _insert(model: type[Model], names: tuple[str, ...], skip_existing: bool) -> tuple[str, dict]:
+    fields = [model._meta.get_field(name) for name in names]
+    sql = "INSERT INTO {} ({}) VALUES ({}){}".format(  # noqa: S608 (the model's names)
+        model._meta.db_table, ", ".join(f.column for f in fields), ", ".join(["%s"] * len(fields)),
+        " ON CONFLICT DO NOTHING" if skip_existing else "",
+    )  # fmt: skip
+    typed = {i: f for i, f in enumerate(fields) if isinstance(f, DateTimeField | JSONField)}
+    return sql, typed
+
+
+def insert_rows(
+    model: type[Model], names: Sequence[str], rows: Sequence[Sequence], skip_existing: bool = False
+) -> int:
+    """Insert ``rows`` (values in the order of the fields ``names``) into ``model``'s table as
+    one statement text run for each row, with no model instance: times and JSON are prepared
+    as the ORM prepares them, other values go as they are (each of its column's type).
+    ``skip_existing``: a row that meets a unique key already there is left out. How many
+    rows were inserted."""
+    if not rows:
+        return 0
+    sql, typed = _insert(model, tuple(names), skip_existing)
+    times: dict = {}  # a time most rows share is prepared once
+    prepared = []
+    for row in rows:
+        values = list(row)
+        for i, field in typed.items():
+            value = values[i]
+            if isinstance(value, datetime):
+                if value not in times:
+                    times[value] = field.get_db_prep_save(value, connection)
+                values[i] = times[value]
+            else:
+                values[i] = field.get_db_prep_save(value, connection)
+        prepared.append(values)
+    with connection.cursor() as cursor:
+        cursor.executemany(sql, prepared)
+        return cursor.rowcount

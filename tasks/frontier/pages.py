@@ -14,14 +14,14 @@ import json
 from collections.abc import Sequence
 from datetime import datetime
 
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import JSONField
 from django.utils import timezone
 
 from tasks.fetch import outcomes
 from tasks.frontier import stats
 from tasks.frontier.claims import Claim, LeaseLost
-from tasks.frontier.db import prepared_cursor
+from tasks.frontier.db import insert_rows, prepared_cursor
 from tasks.rules.urls import host_of
 from tasks.worker import metrics
 from web.models import FrontierURL, Item, Page, URLState
@@ -41,18 +41,18 @@ _PAGE_JSON = frozenset(f.attname for f in _PAGE_FIELDS if isinstance(f, JSONFiel
 # link by the unique (job, url) index. OFFSET 0 keeps the known-link test a probe per link:
 # as an anti-join, the planner may read and sort every URL of the job for each page (it does
 # while its statistics are older than the job), a cost that grows with the crawl.
-_FINISH_AND_PAGE = """
-WITH fin AS (
+_DONE = """
     UPDATE {frontier} SET state = %s, lease_until = NULL, http_status = %s, error_reason = %s,
                           error_message = '', updated_at = %s, ladder_level = %s
-    WHERE id = %s AND CASE WHEN state = %s THEN attempts = %s ELSE false END
-    RETURNING id, job_id, updated_at
-), page AS (
-    INSERT INTO {page} ({page_columns}) SELECT {page_values} FROM fin
+    WHERE id = %s AND CASE WHEN state = %s THEN attempts = %s ELSE false END"""
+_PAGE_UPSERT = """
     ON CONFLICT (url_id) DO UPDATE SET {page_updates},
         modified_run = CASE WHEN {page}.content_hash = EXCLUDED.content_hash
-                            THEN {page}.modified_run ELSE EXCLUDED.modified_run END
-)"""
+                            THEN {page}.modified_run ELSE EXCLUDED.modified_run END"""
+_FINISH_AND_PAGE = (
+    "\nWITH fin AS (" + _DONE + "\n    RETURNING id, job_id, updated_at\n), page AS (\n"  # noqa: S608
+    "    INSERT INTO {page} ({page_columns}) SELECT {page_values} FROM fin" + _PAGE_UPSERT + "\n)"
+)
 _NEW_LINKS = """
     INSERT INTO {frontier} (job_id, url, host, depth, state, attempts, not_before, error_reason,
                             error_message, updated_at, discovered_from_id{request_columns})
@@ -99,6 +99,13 @@ _NAMES = {
 }
 _RECORD_SQL = _RECORD_SQL.format(**_NAMES, request_columns="", request_values="",
                                  request_arrays="", request_names="")  # fmt: skip
+# Elsewhere (SQLite) the same steps as statements of their own, in one transaction: the URL
+# done (``_DONE``), its page inserted or replaced, its links inserted (``db.insert_rows``), a
+# link the frontier holds left as it is.
+_DONE_SQL = _DONE.format(**_NAMES)
+_SAVE_PAGE_SQL = (
+    "INSERT INTO {page} ({page_columns}) VALUES ({page_values})" + _PAGE_UPSERT  # noqa: S608
+).format(**_NAMES)
 _SPIDER_SQL = _SPIDER_SQL.format(
     **_NAMES, request_columns=", request, priority",
     request_values=", NULLIF(%s::jsonb -> (t.n::int - 1), 'null'::jsonb), t.priority::smallint",
@@ -191,17 +198,58 @@ def _record(
     metrics.skipped_at_discovery(claim.job.pk, skip.reason, skipped)
 
 
+def record_page_rows(
+    claim: Claim,
+    page: Page,
+    links: list[str],
+    forbidden: list[str],
+    note: str,
+    skip: outcomes.Skip,
+) -> None:
+    """``record_page_statement`` where the database has no data-modifying CTE (SQLite): the
+    same rows, written by the statements above in one transaction."""
+    now = timezone.now()
+    with transaction.atomic():
+        finish_done(claim, page.status, note, now)
+        save_page(page)
+        _insert_links(claim, links, now)
+        skipped = _insert_links(claim, forbidden, now, skip)
+    metrics.skipped_at_discovery(claim.job.pk, skip.reason, skipped)
+
+
+_LINK_FIELDS = ("job", "url", "host", "depth", "state", "attempts", "not_before",
+                "error_reason", "error_message", "updated_at", "discovered_from")
+
+
+def _insert_links(
+    claim: Claim, urls: list[str], now: datetime, skip: outcomes.Skip | None = None
+) -> int:
+    """The page's new links, queued (or ended with ``skip``); how many were not there yet."""
+    state, reason, message = (
+        (URLState.QUEUED, "", "") if skip is None else (URLState.SKIPPED, skip.reason, str(skip))
+    )
+    job, depth, parent = claim.job.pk, claim.url.depth + 1, claim.url.pk
+    rows = [(job, u, host_of(u), depth, state, 0, now, reason, message, now, parent) for u in urls]
+    return insert_rows(FrontierURL, _LINK_FIELDS, rows, skip_existing=True)
+
+
+def finish_done(claim: Claim, status: int, note: str, now: datetime) -> None:
+    """Inside a transaction: the leased URL done with ``status`` and ``note``; LeaseLost (and
+    nothing written) if its lease ended."""
+    with connection.cursor() as cursor:
+        cursor.execute(_DONE_SQL, [
+            URLState.DONE, status, note, connection.ops.adapt_datetimefield_value(now),
+            claim.level, claim.url.pk, URLState.LEASED, claim.attempt,
+        ])  # fmt: skip
+        if cursor.rowcount != 1:
+            raise LeaseLost(f"lease on URL {claim.url.pk} (attempt {claim.attempt}) ended")
+
+
 def save_page(page: Page) -> None:
     """Insert the page, or replace the one the job's previous run stored (same rules as the
-    statement above)."""
-    before = Page.objects.filter(url_id=page.url_id).values_list(
-        "pk", "first_run", "modified_run", "content_hash", named=True
-    )
-    found = before.first()
-    if found is None:
-        page.save(force_insert=True)
-        return
-    page.pk, page.first_run = found.pk, found.first_run
-    if found.content_hash == page.content_hash:
-        page.modified_run = found.modified_run
-    page.save(force_update=True)
+    statement above): one statement."""
+    values = page.__dict__
+    with connection.cursor() as cursor:
+        cursor.execute(_SAVE_PAGE_SQL, [
+            f.get_db_prep_save(values[f.attname], connection) for f in _PAGE_FIELDS
+        ])  # fmt: skip

@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 from django.db import connection
 from django.db.models import Count, Max
 
+from tasks.frontier.db import insert_rows
 from web.models import (
     TERMINAL_STATES,
     CrawlJob,
@@ -72,15 +73,15 @@ def statement_params(rows: Sequence[StatRow]) -> list:
 
 def replace(job_id: int, url_id: int, rows: Sequence[StatRow]) -> None:
     """Inside the page's transaction, off PostgreSQL's one statement: the URL's rows."""
-    Stat.objects.filter(url_id=url_id).delete()
+    with connection.cursor() as cursor:
+        cursor.execute(f"DELETE FROM {_TABLE} WHERE url_id = %s", [url_id])  # noqa: S608 (name)
     add(job_id, rows, url_id)
 
 
 def add(job_id: int, rows: Sequence[StatRow], url_id: int | None = None) -> None:
     """Write ``rows`` (``url_id`` None: changed outside a page)."""
-    if rows:
-        Stat.objects.bulk_create([Stat(job_id=job_id, url_id=url_id, name=r.name, kind=r.kind,
-                                       value=r.value) for r in rows])  # fmt: skip
+    insert_rows(Stat, ("job", "url", "name", "kind", "value"),
+                [(job_id, url_id, r.name, r.kind, r.value) for r in rows])  # fmt: skip
 
 
 # Each stat and kind once, over the rows since the job's latest clear and the stat's latest

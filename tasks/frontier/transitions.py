@@ -38,7 +38,7 @@ from tasks.frontier import requeue
 from tasks.frontier.claims import Claim, LeaseLost
 from tasks.frontier.db import in_state, prepared_cursor
 from tasks.frontier.jobconfig import job_config
-from tasks.frontier.pages import record_page_statement, save_page
+from tasks.frontier.pages import record_page_rows, record_page_statement, save_page
 from tasks.frontier.retries import backoff_seconds, retries_left
 from tasks.rules.urls import host_of
 from tasks.worker import metrics
@@ -266,11 +266,14 @@ def record_page(
 
     On PostgreSQL all of it is one statement (one round trip, its own transaction): the lease
     check is a CTE that the page and link inserts are joined to, so a lost lease writes
-    nothing. Elsewhere, and for redirects, the same steps run through the ORM.
+    nothing. Elsewhere (SQLite) the same rows are written by a few plain statements in one
+    transaction (``pages.record_page_rows``); a redirect, and a URL done without a page, go
+    through the ORM.
     """
     redirected = bool(redirect_target) and redirect_target != claim.url.url
-    if connection.vendor == "postgresql" and not redirected and page is not None:
-        record_page_statement(claim, page, sorted(links), sorted(forbidden), note, ROBOTS_FORBIDDEN)
+    if not redirected and page is not None:
+        record = record_page_statement if connection.vendor == "postgresql" else record_page_rows
+        record(claim, page, sorted(links), sorted(forbidden), note, ROBOTS_FORBIDDEN)
         return URLState.DONE
     if links or forbidden:
         known = FrontierURL.objects.filter(job_id=claim.job.pk, url__in=[*links, *forbidden])

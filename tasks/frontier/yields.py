@@ -20,8 +20,9 @@ from django.utils import timezone
 
 from tasks.fetch import outcomes
 from tasks.frontier import requeue, stats
-from tasks.frontier.claims import Claim, LeaseLost
-from tasks.frontier.pages import TRUNCATED, record_spider_statement, save_page
+from tasks.frontier.claims import Claim
+from tasks.frontier.db import insert_rows
+from tasks.frontier.pages import TRUNCATED, finish_done, record_spider_statement, save_page
 from tasks.frontier.transitions import (
     ROBOTS_FORBIDDEN,
     duplicate_redirect,
@@ -56,35 +57,41 @@ class NewItem(NamedTuple):
     fields: list | None = None  # its fields in the order feeds write them (items.field_names)
 
 
+_REQUEST_FIELDS = ("job", "url", "host", "depth", "state", "attempts", "not_before",
+                   "error_reason", "error_message", "updated_at", "discovered_from", "request",
+                   "priority")  # fmt: skip
+_ITEM_FIELDS = ("job", "url", "spider", "data", "dropped", "fields", "run", "created")
+
+
 def insert_requests(job_id: int, requests: Sequence[NewRequest], depth: int,
                     parent_id: int | None) -> int:  # fmt: skip
     """Frontier rows for requests (sorted, as every insert of links is, so that two pages
     inserting the same keys take the index's locks in the same order); how many were new."""
     now = timezone.now()
     rows = [
-        FrontierURL(
-            job_id=job_id, url=r.key, host=host_of(r.key), depth=depth,
-            discovered_from_id=parent_id, not_before=now, request=r.request, priority=r.priority,
-            **({"state": URLState.SKIPPED, "error_reason": r.skip.reason,
-                "error_message": str(r.skip)} if r.skip is not None else {}),
-        )
+        (job_id, r.key, host_of(r.key), depth,
+         URLState.QUEUED if r.skip is None else URLState.SKIPPED, 0, now,
+         "" if r.skip is None else r.skip.reason, "" if r.skip is None else str(r.skip), now,
+         parent_id, r.request, r.priority)
         for r in sorted(requests, key=lambda r: r.key)
     ]  # fmt: skip
-    return len(FrontierURL.objects.bulk_create(rows, ignore_conflicts=True, batch_size=1000))
+    return insert_rows(FrontierURL, _REQUEST_FIELDS, rows, skip_existing=True)
 
 
 def _add(claim: Claim, requests: Sequence[NewRequest], items: Sequence[NewItem], spider: str,
          now, changed: Sequence[stats.StatRow]) -> None:  # fmt: skip
-    Item.objects.filter(url_id=claim.url.pk).delete()  # a recrawl's run replaces them
+    with connection.cursor() as cursor:  # a recrawl's run replaces them
+        cursor.execute(_DELETE_ITEMS_SQL, [claim.url.pk])
     stats.replace(claim.job.pk, claim.url.pk, changed)
-    Item.objects.bulk_create(
-        [Item(job_id=claim.job.pk, url_id=claim.url.pk, spider=spider, data=i.data,
-              fields=i.fields, dropped=i.dropped[:200], run=claim.run, created=now)
-         for i in items],
-        batch_size=1000,
-    )  # fmt: skip
+    insert_rows(Item, _ITEM_FIELDS, [
+        (claim.job.pk, claim.url.pk, spider, i.data, i.dropped[:200], i.fields, claim.run, now)
+        for i in items
+    ])  # fmt: skip
     if requests:
         insert_requests(claim.job.pk, requests, claim.url.depth + 1, claim.url.pk)
+
+
+_DELETE_ITEMS_SQL = f"DELETE FROM {Item._meta.db_table} WHERE url_id = %s"  # noqa: S608 (name)
 
 
 def _added(claim: Claim, requests: Sequence[NewRequest]) -> None:
@@ -127,7 +134,7 @@ def record_spider_page(
     """One transaction: the URL done, its page, its items, the stats its callback, pipelines
     and signal handlers ``changed``, and its new requests; a lost lease writes nothing
     (LeaseLost). On PostgreSQL one statement (``pages.py``), elsewhere (and for
-    a page reached through a redirect) the ORM.
+    a page reached through a redirect) plain statements in one transaction.
 
     A page reached through ``redirect`` is stored once, as a crawl's (``record_page``): if
     its target is fetched as its own URL, or another redirect took it, this URL is skipped as
@@ -149,13 +156,7 @@ def record_spider_page(
         if redirect is not None and not take_redirect_target(claim, redirect.target,
                                                              redirect.take_queued):  # fmt: skip
             return duplicate_redirect(claim, redirect.target, page.status)
-        won = requeue.leased(claim).update(
-            state=URLState.DONE, lease_until=None, ladder_level=claim.level,
-            http_status=page.status, error_reason=TRUNCATED if page.truncated else "",
-            error_message="",
-        )  # fmt: skip
-        if not won:
-            raise LeaseLost(f"lease on URL {claim.url.pk} (attempt {claim.attempt}) ended")
+        finish_done(claim, page.status, TRUNCATED if page.truncated else "", now)
         save_page(page)
         _add(claim, requests, items, spider, now, changed)
         if closing is not None:
