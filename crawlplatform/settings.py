@@ -59,6 +59,7 @@ import os
 from pathlib import Path
 
 import environ
+from django.core.exceptions import ImproperlyConfigured
 
 from crawlplatform import logs
 from crawlplatform.embedded import socket_path
@@ -145,6 +146,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "timeout": 30,
     }
     DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / "test.sqlite3")}
+elif not DATABASES["default"]["ENGINE"].endswith(("postgresql", "postgis")):
+    # The frontier's statements are written for these two (tasks/frontier/).
+    raise ImproperlyConfigured("DATABASE_URL must name a PostgreSQL database (unset: SQLite)")
 elif DB_POOL_MAX_SIZE := env.int("DB_POOL_MAX_SIZE", default=0):
     # A pool per process (psycopg_pool, through Django): a PostgreSQL connection costs a
     # backend process, and workers with hundreds of threads must not open hundreds of them

@@ -36,7 +36,7 @@ from tasks.defaults import setting
 from tasks.fetch import outcomes
 from tasks.frontier import requeue
 from tasks.frontier.claims import Claim, LeaseLost
-from tasks.frontier.db import in_state, prepared_cursor
+from tasks.frontier.db import prepared_cursor
 from tasks.frontier.jobconfig import job_config
 from tasks.frontier.pages import record_page_rows, record_page_statement, save_page
 from tasks.frontier.retries import backoff_seconds, retries_left
@@ -83,21 +83,28 @@ def insert_urls(
         FrontierURL.objects.bulk_create(rows, ignore_conflicts=True, batch_size=1000)
 
 
-_SCHEDULE_SQL = f"""
-UPDATE {FrontierURL._meta.db_table} SET state = %s, scheduled_at = %s, released = true
-WHERE id = ANY(%s) AND CASE WHEN state = %s THEN true ELSE false END
+# The ids go as one value whatever their number: an array on PostgreSQL, a JSON array that
+# SQLite's ``json_each`` reads on SQLite (the two databases ``settings.py`` accepts).
+_SCHEDULE = """
+UPDATE {table} SET state = %s, scheduled_at = %s, released = true
+WHERE id {ids} AND CASE WHEN state = %s THEN true ELSE false END
 """  # noqa: S608 (the model's table name; every value a bound parameter)
+_SCHEDULE_SQL = {
+    "postgresql": _SCHEDULE.format(table=FrontierURL._meta.db_table, ids="= ANY(%s)"),
+    "sqlite": _SCHEDULE.format(table=FrontierURL._meta.db_table,
+                               ids="IN (SELECT value FROM json_each(%s))"),  # fmt: skip
+}
 
 
 def schedule(ids: list[int]) -> int:
-    """Queued -> scheduled: the scheduler is about to publish their messages. On PostgreSQL
-    one prepared statement whatever the number of URLs (the ids go as one array)."""
-    if connection.vendor != "postgresql":
-        return FrontierURL.objects.filter(in_state(URLState.QUEUED), pk__in=ids).update(
-            state=URLState.SCHEDULED, scheduled_at=timezone.now(), released=True
-        )
+    """Queued -> scheduled: the scheduler is about to publish their messages. One statement
+    whatever the number of URLs (prepared, on PostgreSQL)."""
+    postgres = connection.vendor == "postgresql"
+    now = connection.ops.adapt_datetimefield_value(timezone.now())
     with prepared_cursor() as cursor:
-        cursor.execute(_SCHEDULE_SQL, [URLState.SCHEDULED, timezone.now(), ids, URLState.QUEUED])
+        cursor.execute(_SCHEDULE_SQL[connection.vendor], [
+            URLState.SCHEDULED, now, ids if postgres else json.dumps(ids), URLState.QUEUED,
+        ])  # fmt: skip
         return cursor.rowcount
 
 
