@@ -42,7 +42,16 @@ from tasks.frontier.pages import record_page_rows, record_page_statement, save_p
 from tasks.frontier.retries import backoff_seconds, retries_left
 from tasks.rules.urls import host_of
 from tasks.worker import metrics
-from web.models import NOT_MODIFIED, CrawlJob, FrontierURL, JobState, Page, Review, URLState
+from web.models import (
+    NOT_MODIFIED,
+    PENDING_STATES,
+    CrawlJob,
+    FrontierURL,
+    JobState,
+    Page,
+    Review,
+    URLState,
+)
 
 log = logging.getLogger(__name__)
 
@@ -109,18 +118,25 @@ def schedule(ids: list[int]) -> int:
 
 
 # The state is written out, not bound: a generic plan can use a partial index only when the
-# statement's own condition implies the index's (``frontier_scheduled``).
-_COUNT_SCHEDULED_SQL = f"""
+# statement's own condition implies the index's (``frontier_scheduled``). SQLite draws that
+# implication only from a condition that repeats the index's own (``frontier_pending_rank``'s,
+# for SQLite): without it, it counts through the job's every URL (0.1 s at 100,000 hosts).
+_COUNT_SCHEDULED = f"""
 SELECT count(*) FROM {FrontierURL._meta.db_table}
-WHERE job_id = %s AND state = '{URLState.SCHEDULED}'
-"""  # noqa: S608 (the model's table name and a state's name; the job a bound parameter)
+WHERE job_id = %s AND state = '{URLState.SCHEDULED}'"""  # noqa: S608 (the table's and a state's names)
+_COUNT_SCHEDULED_SQL = {
+    "postgresql": _COUNT_SCHEDULED,
+    "sqlite": _COUNT_SCHEDULED + " AND state IN ({})".format(  # noqa: S608 (states' names)
+        ", ".join(f"'{state}'" for state in PENDING_STATES)
+    ),
+}
 
 
 def count_scheduled(job_id: int) -> int:
     """How many of the job's URLs are in a message, as a prepared statement: the scheduler
     asks at every pass."""
     with prepared_cursor() as cursor:
-        cursor.execute(_COUNT_SCHEDULED_SQL, [job_id])
+        cursor.execute(_COUNT_SCHEDULED_SQL[connection.vendor], [job_id])
         return cursor.fetchone()[0]
 
 
