@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import TypeVar
 
 from django.db import OperationalError, connection
-from django.db.models import BooleanField, Case, DateTimeField, JSONField, Model, Value, When
+from django.db.models import BooleanField, Case, DateTimeField, Field, JSONField, Model, Value, When
 
 from tasks.defaults import setting
 
@@ -109,40 +109,57 @@ def with_retries(commit: Callable[[], _T], attempts: int = 3) -> _T | None:
 
 
 @functools.cache
-def _insert(model: type[Model], names: tuple[str, ...], skip_existing: bool) -> tuple[str, dict]:
-    fields = [model._meta.get_field(name) for name in names]
-    sql = "INSERT INTO {} ({}) VALUES ({}){}".format(  # noqa: S608 (the model's names)
-        model._meta.db_table, ", ".join(f.column for f in fields), ", ".join(["%s"] * len(fields)),
-        " ON CONFLICT DO NOTHING" if skip_existing else "",
-    )  # fmt: skip
-    typed = {i: f for i, f in enumerate(fields) if isinstance(f, DateTimeField | JSONField)}
-    return sql, typed
+def _typed(fields: tuple[Field, ...]) -> dict[int, Field]:
+    return {i: f for i, f in enumerate(fields) if isinstance(f, DateTimeField | JSONField)}
+
+
+def prepared(fields: Sequence[Field], row: Sequence, times: dict | None = None) -> list:
+    """``row``'s values for ``fields`` as the ORM sends them to this database: times and JSON
+    prepared, the others (each of its column's type) as they are. ``times``: the times
+    prepared so far for rows that share them (each prepared once)."""
+    values = list(row)
+    for i, field in _typed(tuple(fields)).items():
+        value = values[i]
+        if times is not None and isinstance(value, datetime):
+            if value not in times:
+                times[value] = field.get_db_prep_save(value, connection)
+            values[i] = times[value]
+        else:
+            values[i] = field.get_db_prep_save(value, connection)
+    return values
+
+
+
+# Parameters a statement may take on every SQLite build (its default limit before 3.32).
+_MAX_PARAMS = 999
+
+
+@functools.cache
+def _insert(model: type[Model], names: tuple[str, ...], skip_existing: bool) -> tuple[str, ...]:
+    fields = tuple(model._meta.get_field(name) for name in names)
+    head = "INSERT INTO {} ({}) VALUES ".format(  # noqa: S608 (the model's names)
+        model._meta.db_table, ", ".join(f.column for f in fields)
+    )
+    row = "({})".format(", ".join(["%s"] * len(fields)))
+    return head, row, " ON CONFLICT DO NOTHING" if skip_existing else "", fields
 
 
 def insert_rows(
     model: type[Model], names: Sequence[str], rows: Sequence[Sequence], skip_existing: bool = False
 ) -> int:
-    """Insert ``rows`` (values in the order of the fields ``names``) into ``model``'s table as
-    one statement text run for each row, with no model instance: times and JSON are prepared
-    as the ORM prepares them, other values go as they are (each of its column's type).
-    ``skip_existing``: a row that meets a unique key already there is left out. How many
-    rows were inserted."""
-    if not rows:
-        return 0
-    sql, typed = _insert(model, tuple(names), skip_existing)
+    """Insert ``rows`` (values in the order of the fields ``names``) into ``model``'s table with
+    no model instance, the values ``prepared``, in statements of many rows each (as the ORM's
+    ``bulk_create``: psycopg runs an ``executemany`` in pipeline mode, and a row the database
+    refuses there leaves the connection unusable). ``skip_existing``: a row that meets a
+    unique key already there is left out. How many rows were inserted."""
+    head, one, tail, fields = _insert(model, tuple(names), skip_existing)
+    per = max(1, _MAX_PARAMS // len(fields))
     times: dict = {}  # a time most rows share is prepared once
-    prepared = []
-    for row in rows:
-        values = list(row)
-        for i, field in typed.items():
-            value = values[i]
-            if isinstance(value, datetime):
-                if value not in times:
-                    times[value] = field.get_db_prep_save(value, connection)
-                values[i] = times[value]
-            else:
-                values[i] = field.get_db_prep_save(value, connection)
-        prepared.append(values)
+    inserted = 0
     with connection.cursor() as cursor:
-        cursor.executemany(sql, prepared)
-        return cursor.rowcount
+        for start in range(0, len(rows), per):
+            batch = rows[start : start + per]
+            cursor.execute(head + ", ".join([one] * len(batch)) + tail,
+                           [v for row in batch for v in prepared(fields, row, times)])  # fmt: skip
+            inserted += cursor.rowcount
+    return inserted

@@ -21,13 +21,13 @@ from django.utils import timezone
 from tasks.fetch import outcomes
 from tasks.frontier import stats
 from tasks.frontier.claims import Claim, LeaseLost
-from tasks.frontier.db import insert_rows, prepared_cursor
+from tasks.frontier.db import insert_rows, prepared, prepared_cursor
 from tasks.rules.urls import host_of
 from tasks.worker import metrics
 from web.models import FrontierURL, Item, Page, URLState
 
 TRUNCATED = "truncated"  # a done URL's note: its body was cut at FETCH_MAX_BYTES
-_PAGE_FIELDS = [f for f in Page._meta.concrete_fields if not f.primary_key]
+_PAGE_FIELDS = tuple(f for f in Page._meta.concrete_fields if not f.primary_key)
 _PAGE_JSON = frozenset(f.attname for f in _PAGE_FIELDS if isinstance(f, JSONField))
 
 
@@ -250,6 +250,5 @@ def save_page(page: Page) -> None:
     statement above): one statement."""
     values = page.__dict__
     with connection.cursor() as cursor:
-        cursor.execute(_SAVE_PAGE_SQL, [
-            f.get_db_prep_save(values[f.attname], connection) for f in _PAGE_FIELDS
-        ])  # fmt: skip
+        cursor.execute(_SAVE_PAGE_SQL,
+                       prepared(_PAGE_FIELDS, [values[f.attname] for f in _PAGE_FIELDS]))
