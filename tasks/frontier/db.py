@@ -129,7 +129,6 @@ def prepared(fields: Sequence[Field], row: Sequence, times: dict | None = None) 
     return values
 
 
-
 # Parameters a statement may take on every SQLite build (its default limit before 3.32).
 _MAX_PARAMS = 999
 

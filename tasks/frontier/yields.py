@@ -61,6 +61,7 @@ _REQUEST_FIELDS = ("job", "url", "host", "depth", "state", "attempts", "not_befo
                    "error_reason", "error_message", "updated_at", "discovered_from", "request",
                    "priority")  # fmt: skip
 _ITEM_FIELDS = ("job", "url", "spider", "data", "dropped", "fields", "run", "created")
+_DELETE_ITEMS_SQL = f"DELETE FROM {Item._meta.db_table} WHERE url_id = %s"  # noqa: S608 (name)
 
 
 def insert_requests(job_id: int, requests: Sequence[NewRequest], depth: int,
@@ -89,9 +90,6 @@ def _add(claim: Claim, requests: Sequence[NewRequest], items: Sequence[NewItem],
     ])  # fmt: skip
     if requests:
         insert_requests(claim.job.pk, requests, claim.url.depth + 1, claim.url.pk)
-
-
-_DELETE_ITEMS_SQL = f"DELETE FROM {Item._meta.db_table} WHERE url_id = %s"  # noqa: S608 (name)
 
 
 def _added(claim: Claim, requests: Sequence[NewRequest]) -> None:
