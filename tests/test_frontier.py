@@ -133,6 +133,23 @@ def test_a_page_reads_back_as_written_and_a_recrawl_replaces_it_keeping_its_firs
         assert (stored.run, stored.first_run, stored.modified_run) == (run, 1, modified)
 
 
+def test_rows_the_database_refuses_raise_and_leave_the_connection_usable(job):
+    """``db.insert_rows`` runs plain statements: a refused row raises the ORM's error, and the
+    connection takes the next statement (psycopg's pipelined ``executemany`` left it unusable)."""
+    from django.db import IntegrityError
+
+    from tasks.frontier.db import insert_rows
+    from web.models import Stat
+
+    names = ("job", "url", "name", "kind", "value")
+    gone = job.pk + 1000  # a job deleted meanwhile
+    with pytest.raises(IntegrityError):
+        insert_rows(Stat, names, [(job.pk, None, "ok", "inc", 1), (gone, None, "s", "inc", 1)])
+    assert not Stat.objects.exists()  # the statement wrote none of its rows
+    assert insert_rows(Stat, names, [(job.pk, None, f"s{i}", "inc", i) for i in range(300)]) == 300
+    assert Stat.objects.filter(job=job).count() == 300
+
+
 def test_a_claim_counts_the_wait_since_its_release(job):
     url = FrontierURL.objects.get(job=job)
     released = timezone.now() - timedelta(seconds=0.3)
