@@ -113,12 +113,17 @@ def _typed(fields: tuple[Field, ...]) -> dict[int, Field]:
     return {i: f for i, f in enumerate(fields) if isinstance(f, DateTimeField | JSONField)}
 
 
-def prepared(fields: Sequence[Field], row: Sequence, times: dict | None = None) -> list:
+def prepared(fields: Sequence[Field], row: Sequence) -> list:
     """``row``'s values for ``fields`` as the ORM sends them to this database: times and JSON
-    prepared, the others (each of its column's type) as they are. ``times``: the times
-    prepared so far for rows that share them (each prepared once)."""
+    prepared, the others (each of its column's type) as they are."""
+    return _prepare(_typed(tuple(fields)), row, None)
+
+
+def _prepare(typed: dict[int, Field], row: Sequence, times: dict | None) -> list:
+    """``prepared``, with its fields' ``_typed`` found once for many rows; ``times``: the
+    times prepared so far for rows that share them (each prepared once)."""
     values = list(row)
-    for i, field in _typed(tuple(fields)).items():
+    for i, field in typed.items():
         value = values[i]
         if times is not None and isinstance(value, datetime):
             if value not in times:
@@ -152,13 +157,13 @@ def insert_rows(
     refuses there leaves the connection unusable). ``skip_existing``: a row that meets a
     unique key already there is left out. How many rows were inserted."""
     head, one, tail, fields = _insert(model, tuple(names), skip_existing)
-    per = max(1, _MAX_PARAMS // len(fields))
+    typed, per = _typed(fields), max(1, _MAX_PARAMS // len(fields))
     times: dict = {}  # a time most rows share is prepared once
     inserted = 0
     with connection.cursor() as cursor:
         for start in range(0, len(rows), per):
             batch = rows[start : start + per]
             cursor.execute(head + ", ".join([one] * len(batch)) + tail,
-                           [v for row in batch for v in prepared(fields, row, times)])  # fmt: skip
+                           [v for row in batch for v in _prepare(typed, row, times)])  # fmt: skip
             inserted += cursor.rowcount
     return inserted

@@ -290,8 +290,8 @@ def record_page(
     On PostgreSQL all of it is one statement (one round trip, its own transaction): the lease
     check is a CTE that the page and link inserts are joined to, so a lost lease writes
     nothing. Elsewhere (SQLite) the same rows are written by a few plain statements in one
-    transaction (``pages.record_page_rows``); a redirect, and a URL done without a page, go
-    through the ORM.
+    transaction (``pages.record_page_rows``); a redirect, and a URL done without a page, take
+    the ORM's steps (the page's own upsert apart).
     """
     redirected = bool(redirect_target) and redirect_target != claim.url.url
     if not redirected and page is not None:
