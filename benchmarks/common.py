@@ -123,10 +123,11 @@ def listener(url: str) -> int | None:
                  and c.pid), None)  # fmt: skip
 
 
-def service_cpu(names: tuple[str, ...], pids: tuple[int, ...] = ()) -> float:
+def service_cpu(names: tuple[str, ...], pids: tuple[int, ...] = (), kernel: bool = False) -> float:
     """CPU seconds of the named servers, exited children (PostgreSQL backends) included;
     with ``pids``, only the servers of those processes (on a shared machine, other people's
-    servers of the same name, and their work, are not the crawl's)."""
+    servers of the same name, and their work, are not the crawl's); ``kernel``: only the time
+    spent in the kernel."""
     total = 0.0
     for proc in psutil.process_iter(["name", "ppid"]):
         try:
@@ -136,24 +137,27 @@ def service_cpu(names: tuple[str, ...], pids: tuple[int, ...] = ()) -> float:
             if parent in names:
                 continue  # a backend: counted in its postmaster's children times
             t = proc.cpu_times()
-            total += t.user + t.system + t.children_user + t.children_system
+            total += t.system + t.children_system
+            if not kernel:
+                total += t.user + t.children_user
             for child in proc.children(recursive=True):
                 ct = child.cpu_times()
-                total += ct.user + ct.system
+                total += ct.system if kernel else ct.user + ct.system
         except psutil.Error:
             continue
     return total
 
 
 class Sampler(threading.Thread):
-    """Peak RSS of a process tree, and the last CPU time seen of each of its processes."""
+    """Peak RSS of a process tree, and the last CPU time seen of each of its processes (all of
+    it, and the kernel's part)."""
 
     def __init__(self, pid: int, interval: float = 0.1) -> None:
         super().__init__(daemon=True)
         self.root = psutil.Process(pid)
         self.interval = interval
         self.peak = 0
-        self.cpu: dict[int, tuple[str, float]] = {}
+        self.cpu: dict[int, tuple[str, float, float]] = {}
         self.rss: dict[int, int] = {}  # the last RSS seen of each process
         self.done = threading.Event()
 
@@ -174,17 +178,18 @@ class Sampler(threading.Thread):
                 continue
             total += rss
             self.rss[p.pid] = rss
-            self.cpu[p.pid] = (role, t.user + t.system)
+            self.cpu[p.pid] = (role, t.user + t.system, t.system)
         self.peak = max(self.peak, total)
 
     def run(self) -> None:
         while not self.done.wait(self.interval):
             self.sample()
 
-    def by_role(self) -> dict[str, float]:
+    def by_role(self, kernel: bool = False) -> dict[str, float]:
+        """CPU seconds by role; ``kernel``: only the time spent in the kernel."""
         roles: dict[str, float] = {}
-        for role, seconds in self.cpu.values():
-            roles[role] = roles.get(role, 0.0) + seconds
+        for role, seconds, system in self.cpu.values():
+            roles[role] = roles.get(role, 0.0) + (system if kernel else seconds)
         return roles
 
 

@@ -98,6 +98,7 @@ def measure(
     counts its pages (None: the pages the server served)."""
     urllib.request.urlopen(stats_url).read()  # reset the server's counters
     svc0_each = {s: service_cpu((s,), pids) for s, pids in services.items()}
+    sys0_each = {s: service_cpu((s,), pids, kernel=True) for s, pids in services.items()}
     cpu0, t0 = children_cpu(), time.monotonic()
     proc = subprocess.Popen(
         cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -111,6 +112,9 @@ def measure(
     services_cpu = {s: service_cpu((s,), pids) - svc0_each[s] for s, pids in services.items()}
     cpu = children_cpu() - cpu0 + sum(services_cpu.values())
     parts = {**sampler.by_role(), **services_cpu}
+    kernel = {**sampler.by_role(kernel=True),
+              **{s: service_cpu((s,), pids, kernel=True) - sys0_each[s]
+                 for s, pids in services.items()}}  # fmt: skip
     if proc.returncode != 0:
         sys.exit(f"{name} failed ({proc.returncode}):\n{out}\n{err[-3000:]}")
     counts = urllib.request.urlopen(stats_url).read().decode().splitlines()
@@ -120,7 +124,9 @@ def measure(
     pages = pages_from(out) if pages_from else int(served)
     print(
         f"{name}: {pages} pages; CPU ms/page by group (sampled): "
-        + ", ".join(f"{k} {1000 * v / pages:.2f}" for k, v in parts.items()),
+        + ", ".join(f"{k} {1000 * v / pages:.2f}" for k, v in parts.items())
+        + "; of which in the kernel: "
+        + ", ".join(f"{k} {1000 * v / pages:.2f}" for k, v in kernel.items()),
         flush=True,
     )
     return Result(name, pages, float(last) - float(first), wall, ended - float(first), cpu,
