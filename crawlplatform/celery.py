@@ -6,7 +6,7 @@ from celery import Celery, signals
 
 from crawlplatform import celerylog
 from tasks.defaults import setting
-from tasks.worker import heap, loop
+from tasks.worker import heap
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "crawlplatform.settings")
 # Celery's Django fix-up runs Django's system checks in every worker at start: a third of a
@@ -88,8 +88,7 @@ _patch_redis_channel()
 
 
 @signals.worker_ready.connect
-def _tick_threaded_event_loop(sender=None, **kwargs) -> None:
+def _trim_threaded_heap(sender=None, **kwargs) -> None:
     pool = getattr(sender, "pool", None)
     if sender is not None and type(pool).__module__ == "celery.concurrency.thread":
-        loop.install(sender, setting("WORKER_LOOP_TICK_S"))
         heap.install(sender, setting("WORKER_HEAP_TRIM_S"))

@@ -172,7 +172,6 @@ WORKER_PROBE_PORT = 0  # a worker serves /livez and /readyz on this port (0: off
 WORKER_MEMORY_GROWTH_MB_PER_MIN = 100.0  # /livez fails (and the worker exits warm) above this
 WORKER_BACKLOG_MAX = 100_000  # /readyz fails above this many messages (ready + in flight) queued
 DB_RETRY_S = 5  # a task that cannot reach the database is retried after this (a countdown)
-WORKER_LOOP_TICK_S = 0.01  # longest gap of a busy threads-pool worker's loop between turns, s
 WORKER_HEAP_TRIM_S = 30.0  # a threads-pool worker gives its free heap back this often (0: never), s
 WORKER_STARTUP_GRACE_S = 15.0  # a crawl command's worker that exits sooner has "died at start", s
 WORKER_QUICK_DEATHS = 3  # workers dead at start in a row before the crawl command gives up
@@ -262,7 +261,7 @@ RESTART_ONLY = frozenset({
     "TASK_SOFT_TIME_LIMIT_S", "TASK_TIME_LIMIT_S", "VISIBILITY_TIMEOUT_S",
     "UNACKED_RESTORE_INTERVAL_S", "HEARTBEAT_INTERVAL_S", "HEARTBEAT_FILE", "READY_FILE",
     "SCHEDULER_HEARTBEAT_FILE", "WORKER_METRICS_PORT", "WORKER_PROBE_PORT",
-    "RENDER_CONCURRENCY", "LINK_CACHE_SIZE", "WORKER_LOOP_TICK_S", "POOL_HOSTS", "POOL_PER_HOST",
+    "RENDER_CONCURRENCY", "LINK_CACHE_SIZE", "POOL_HOSTS", "POOL_PER_HOST",
     "RENDER_NO_SANDBOX", "WORKER_HEAP_TRIM_S",
 })  # fmt: skip
 _SETTING_TYPES = bool | int | float | str

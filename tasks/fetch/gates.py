@@ -22,7 +22,6 @@ from tasks.frontier.claims import Claim
 from tasks.frontier.db import with_retries
 from tasks.frontier.transitions import ROBOTS_FORBIDDEN, defer, insert_urls, record_failure
 from tasks.rules.urls import host_of
-from tasks.worker import loop
 from web.models import CrawlJob
 
 log = logging.getLogger(__name__)
@@ -78,7 +77,7 @@ def wait_turn(job: CrawlJob, host: str, passage: Passage) -> Passage:
     """Wait until the slot's time; the identity the host has then."""
     slot, who = passage
     if slot.wait > 0:
-        loop.wait(slot.wait)  # for the host's slot: not work, the worker's loop may rest
+        time.sleep(slot.wait)  # for the host's slot
         now = replace(identity.current(job, host), jar=who.jar)  # another request may
         if now != who:  # have rotated it meanwhile
             who, slot.jar = now, True
