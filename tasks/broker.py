@@ -18,17 +18,20 @@ Redis keeps politeness, robots, sessions and the scheduler's lease on either bro
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import logging
 import os
+from collections.abc import Sequence
 from contextlib import contextmanager
 from functools import lru_cache
+from typing import Any
 
 import redis
 from amqp.exceptions import NotFound
 from django.conf import settings
 from kombu import Connection
-from redis.exceptions import ResponseError
+from redis.exceptions import NoScriptError, ResponseError
 
 log = logging.getLogger(__name__)
 
@@ -42,10 +45,29 @@ def client() -> redis.Redis:
     return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=10, socket_connect_timeout=5)
 
 
+class Lua:
+    """A Lua script run on the platform's Redis by its SHA-1 (``EVALSHA``), and loaded again
+    if Redis lost it (a restart, ``SCRIPT FLUSH``). redis-py's ``Script`` does the same with
+    checks a plain client never needs (pipelines, deprecated arguments): about 20 of the 75 µs
+    of CPU a call costs, and the slot's script runs once a page."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.sha = hashlib.sha1(source.encode(), usedforsecurity=False).hexdigest()
+
+    def __call__(self, keys: Sequence[str] = (), args: Sequence = ()) -> Any:
+        redis_client = client()
+        try:
+            return redis_client.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            redis_client.script_load(self.source)
+            return redis_client.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
+
+
 @lru_cache(maxsize=64)
-def script(source: str):
-    """A Lua script registered once per process (run by its SHA; reloaded if Redis lost it)."""
-    return client().register_script(source)
+def script(source: str) -> Lua:
+    """A Lua script, made once per process (run by its SHA; reloaded if Redis lost it)."""
+    return Lua(source)
 
 
 def is_amqp() -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -99,6 +100,16 @@ def test_every_view_of_the_queue_works_on_rabbitmq(rabbitmq, settings, admin_cli
     data = admin_client.get("/dashboard/data").json()
     assert data["values"]["ready"] == "0" and data["values"]["in_flight"] == "-", data
     assert "0 ready, - in flight" in admin_client.get("/admin/").content.decode()
+
+
+def test_a_lua_script_redis_does_not_know_is_loaded_then_run_by_its_sha():
+    token = uuid.uuid4().hex  # a script no Redis has seen (as after a restart or a flush)
+    lua = broker.Lua(f"return {{KEYS[1], ARGV[1], '{token}'}}")
+    assert broker.client().script_exists(lua.sha) == [False]
+    assert lua(keys=["k"], args=["v"]) == [b"k", b"v", token.encode()]
+    assert broker.client().script_exists(lua.sha) == [True]
+    assert lua(keys=["k2"], args=[2]) == [b"k2", b"2", token.encode()]
+    assert broker.script(lua.source) is broker.script(lua.source)  # made once per process
 
 
 def test_a_redis_channel_keeps_one_client_while_its_pool_lasts():
