@@ -31,7 +31,7 @@ def record(request: Request, spider: Spider) -> dict:
     if callback == "parse" and type(spider)._parse is Spider._parse:
         callback = None  # the default callback by another name: the row may be a plain one
     errback = _method_name(spider, request, request.errback, request.errback_name)
-    if len(request.body) > setting("SPIDER_BODY_MAX_BYTES"):
+    if request.body and len(request.body) > setting("SPIDER_BODY_MAX_BYTES"):  # links have none
         raise ValueError(f"{request}: body of {len(request.body)} bytes is above "
                          f"SPIDER_BODY_MAX_BYTES")  # fmt: skip
     kept = {"url": request.url, "method": request.method, "headers": request.headers.pairs(),
