@@ -1,8 +1,10 @@
 """The Celery application: configuration comes from Django settings (``CELERY_*``)."""
 
+import logging
 import os
 
 from celery import Celery, signals
+from redis.exceptions import RedisError
 
 from crawlplatform import celerylog
 from tasks.defaults import setting
@@ -13,6 +15,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "crawlplatform.settings")
 # second of CPU per process, spent loading the URL configuration and the admin, which a
 # worker never serves. `migrate`, run by every deployment, runs the checks.
 os.environ.setdefault("CELERY_SKIP_CHECKS", "true")
+log = logging.getLogger(__name__)
 
 
 app = Celery("crawlplatform")
@@ -48,9 +51,43 @@ def _close_unless_orphaned(close):
             channel.do_restore = False  # also for the restore kombu runs at exit
             channel.closed = True
             return
+        _end_poll(channel)
         close(channel)
 
     return closing
+
+
+def _end_poll(channel) -> None:
+    """Before a Redis channel closes, end the BRPOP it is waiting in: kombu's close reads that
+    poll's reply, which comes when the poll times out (a second), so a worker's warm stop
+    waited for it (0.85-0.93 s at the end of every crawl). ``CLIENT UNBLOCK`` ends it at once
+    as a timeout would: a message it had already taken still arrives, and is handled as kombu
+    handles one at close. The poll's connection is the one of this worker's connections (they
+    carry its name: ``_name_broker_connections``) that is running BRPOP; without a name, or
+    if Redis cannot be asked, the poll ends at its timeout as before."""
+    name = getattr(channel, "client_name", None)
+    if not name or not getattr(channel, "_in_poll", None):
+        return
+    try:
+        client = channel._create_client()
+        for each in client.client_list():
+            if each.get("name") == name and each.get("cmd") == "brpop":
+                client.execute_command("CLIENT UNBLOCK", each["id"])
+    except RedisError as exc:
+        log.info("the broker poll could not be ended early: %s", exc)
+
+
+@signals.worker_init.connect
+def _name_broker_connections(sender=None, **kwargs) -> None:
+    """This worker's connections to a Redis broker carry a name of its own (``CLIENT
+    SETNAME``), by which its stop finds its poll (``_end_poll``)."""
+    from tasks import broker
+
+    if sender is None or broker.is_amqp():
+        return
+    options = dict(app.conf.broker_transport_options or {})
+    options.setdefault("client_name", f"crawl-worker:{sender.hostname}:{os.getpid()}")
+    app.conf.broker_transport_options = options
 
 
 def _one_client_per_pool(create):

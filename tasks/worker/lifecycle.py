@@ -17,11 +17,13 @@ Reads ``WORKER_MAX_RSS_MB`` and ``MEMORY_CHECK_EVERY``.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import multiprocessing
 import os
 import signal
+import socket
 
 import psutil
 from celery import signals
@@ -64,6 +66,34 @@ def _fresh_stop_flag(**kwargs) -> None:
 @signals.worker_shutting_down.connect
 def _stopping(**kwargs) -> None:
     stopping.set()
+    if _waker is not None:
+        with contextlib.suppress(OSError):  # a byte already waiting wakes it as well
+            _waker[1].send(b"\0")
+
+
+_waker: tuple[socket.socket, socket.socket] | None = None  # read by the loop, written on stop
+
+
+@signals.worker_ready.connect
+def _wake_the_loop_on_stop(sender=None, **kwargs) -> None:
+    """Wake the worker's event loop as its shutdown begins. The loop notices a stop only
+    between two polls, and an idle worker's poll lasts until the broker's poll times out (a
+    second): a crawl's workers took 0.85-0.93 s to stop after its last page. A socket the loop
+    watches, written when the stop begins, ends that poll at once."""
+    global _waker
+    hub = getattr(sender, "hub", None)
+    if hub is None:  # a pool without an event loop (solo) stops between tasks
+        return
+    reader, writer = socket.socketpair()
+    reader.setblocking(False)
+    writer.setblocking(False)
+    hub.add_reader(reader.fileno(), _drain, reader)
+    _waker = (reader, writer)
+
+
+def _drain(reader: socket.socket) -> None:
+    with contextlib.suppress(BlockingIOError):
+        reader.recv(64)
 
 
 @signals.worker_ready.connect
