@@ -29,6 +29,7 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from django.db import DatabaseError, close_old_connections, connections
@@ -61,9 +62,12 @@ def finish_if_done(job: CrawlJob) -> bool:
 
 
 class Scheduler:
-    """The scheduling loop; ``run`` until ``stop`` is set (or :meth:`shutdown` is called)."""
+    """The scheduling loop; ``run`` until ``stop`` is set (or :meth:`shutdown` is called).
+    ``on_finished(job_id)``, if given, is called when a pass finds a job done (the crawl
+    command's progress wakes at its job's end instead of at its next look)."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_finished: Callable[[int], None] | None = None) -> None:
+        self.on_finished = on_finished
         self.identity = uuid.uuid4().hex
         self.stop = threading.Event()
         self.epoch: int | None = None
@@ -123,8 +127,8 @@ class Scheduler:
         except Exception:
             log.exception("job=%s: release failed; other jobs go on", job.pk)
             return 0, 1.0
-        if released == 0 and hint is None:
-            finish_if_done(job)
+        if released == 0 and hint is None and finish_if_done(job) and self.on_finished:
+            self.on_finished(job.pk)
         return released, hint
 
     def tick(self) -> tuple[int, float]:

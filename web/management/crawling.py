@@ -282,15 +282,17 @@ def show_progress(
     interrupted: threading.Event,
     started: float,
     say: Say,
+    woken: threading.Event,
 ) -> None:
-    """Show the progress line until the job ends, is paused elsewhere or is interrupted."""
+    """Show the progress line until the job ends, is paused elsewhere or is interrupted
+    (``woken``: see :func:`tick`)."""
     tty = say.live
     last_line = 0.0
     last_done, last_t = None, started
     rate = 0.0
     next_count = 0.0
     outage_since = None
-    while tick(job, interrupted):
+    while tick(job, interrupted, woken):
         for each in pools:
             each.replace_dead()
         try:
@@ -347,12 +349,13 @@ def show_progress(
             return
 
 
-def tick(job: CrawlJob, interrupted: threading.Event) -> bool:
+def tick(job: CrawlJob, interrupted: threading.Event, woken: threading.Event) -> bool:
     """Wait for the next progress tick: a second, or less once the job leaves RUNNING (a
-    read of its state every ``PROGRESS_POLL_S``), so the command ends soon after the job.
-    False when interrupted."""
+    read of its state every ``PROGRESS_POLL_S``, or at once when ``woken`` is set: by the
+    command's scheduler as it finishes the job, and by an interrupt), so the command ends
+    soon after the job. False when interrupted."""
     tick_at = time.monotonic() + 1.0
-    while not interrupted.wait(setting("PROGRESS_POLL_S")):
+    while not woken.wait(setting("PROGRESS_POLL_S")):
         if time.monotonic() >= tick_at:
             return True
         try:
@@ -360,7 +363,8 @@ def tick(job: CrawlJob, interrupted: threading.Event) -> bool:
                 return True
         except DatabaseError:  # the tick reports the outage, once a second as ever
             return not interrupted.wait(max(0.0, tick_at - time.monotonic()))
-    return False
+    woken.clear()
+    return not interrupted.is_set()
 
 
 def summary(job: CrawlJob, counts: dict, elapsed: float, say: Say) -> None:

@@ -375,7 +375,8 @@ class Command(PlatformCommand):
                 pools.append(renderers)
         else:
             self.say("waiting for external workers on queue " + settings.CRAWL_QUEUE)
-        scheduler = Scheduler()
+        woken = threading.Event()  # the progress loop looks at the job's state now
+        scheduler = Scheduler(on_finished=lambda pk: pk == job.pk and woken.set())
         thread = threading.Thread(target=scheduler.run, name="scheduler", daemon=True)
         thread.start()
         step("scheduler started")
@@ -383,6 +384,7 @@ class Command(PlatformCommand):
 
         def stop(*_) -> None:
             (hurry if interrupted.is_set() else interrupted).set()
+            woken.set()
 
         # Ctrl-C, or a TERM from a process manager: pause the job and stop the workers warm
         # (they run in their own sessions, so nothing else would stop them); a second one
@@ -390,7 +392,7 @@ class Command(PlatformCommand):
         previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
         started = time.monotonic()
         try:
-            crawling.show_progress(job, pools, interrupted, started, self.say)
+            crawling.show_progress(job, pools, interrupted, started, self.say, woken)
         except WorkerStartupError as exc:
             jobs.pause(job)
             raise CommandError(
