@@ -8,7 +8,7 @@ from redis.exceptions import RedisError
 
 from crawlplatform import celerylog
 from tasks.defaults import setting
-from tasks.worker import heap
+from tasks.worker import heap, lifecycle
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "crawlplatform.settings")
 # Celery's Django fix-up runs Django's system checks in every worker at start: a third of a
@@ -64,9 +64,10 @@ def _end_poll(channel) -> None:
     as a timeout would: a message it had already taken still arrives, and is handled as kombu
     handles one at close. The poll's connection is the one of this worker's connections (they
     carry its name: ``_name_broker_connections``) that is running BRPOP; without a name, or
-    if Redis cannot be asked, the poll ends at its timeout as before."""
+    if Redis cannot be asked, the poll ends at its timeout as before. Only for a worker that
+    is stopping: a channel closed after a lost connection is left as it was."""
     name = getattr(channel, "client_name", None)
-    if not name or not getattr(channel, "_in_poll", None):
+    if not name or not getattr(channel, "_in_poll", None) or not lifecycle.stopping.is_set():
         return
     try:
         client = channel._create_client()
