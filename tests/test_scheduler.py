@@ -227,6 +227,21 @@ def test_job_finishes_only_when_no_url_is_pending(redis):
     assert job.checkpoints.get().reason == "finish"
 
 
+def test_a_pass_that_finishes_a_job_says_so_to_whoever_asked(redis):
+    """The crawl command's progress wakes at its job's end: its scheduler calls back."""
+    job = make_job(0)
+    ended: list[int] = []
+    sched = scheduler.Scheduler(on_finished=ended.append)
+    FrontierURL.objects.filter(job=job).exclude(state=URLState.DONE).update(
+        state=URLState.DONE
+    )
+    assert sched._pass_job(job) == (0, None)
+    job.refresh_from_db()
+    assert job.state == JobState.FINISHED and ended == [job.pk]
+    other = make_job(1)
+    assert sched._pass_job(other)[0] > 0 and ended == [job.pk]  # released: not done
+
+
 def test_reconcile_republishes_what_the_broker_lost(redis, pacing):
     job = make_job(4)
     assert release.release(job, pacing)[0] == 5

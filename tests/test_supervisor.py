@@ -165,6 +165,39 @@ def test_a_warm_stop_does_not_wait_for_the_broker_poll(worker_env, tmp_path):
     assert took < 10, f"the warm stop took {took} s"
 
 
+def _one_after_another(log_dir: Path) -> str:
+    """Fork a worker of one thread, give it 20 messages that find nothing to do, and time how
+    long it takes until it has done them all: (forks, seconds)."""
+    import time
+
+    pool = WorkerPool(1, 1, queue="in-turn", prefix="in-turn", log_dir=log_dir, fork=True)
+    pool.start()
+    done = re.compile(r"tasks\.fetch_urls\[[0-9a-f-]+\] succeeded")
+    log = log_dir / "in-turn1.log"
+    try:
+        wait_until(lambda: log.exists() and "ready" in log.read_text(), 30, "the worker")
+        began = time.monotonic()
+        for _ in range(20):
+            fetch_urls.apply_async(([0], 0), queue="in-turn")  # no such URL: no work
+        wait_until(lambda: len(done.findall(log.read_text())) == 20, 60, "the 20 messages")
+        took = time.monotonic() - began
+    finally:
+        pool.stop(grace=15)
+    return repr((pool.forks, round(took, 2)))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_threads_pool_worker_takes_its_next_message_as_soon_as_it_is_free(worker_env, tmp_path):
+    """With one thread and acks-late, a worker may take a message only once the one before is
+    acknowledged, which its event loop does: the pool thread's hand-off wakes the loop
+    (kombu's hub), which then asks the broker for the next message. Were the loop left asleep
+    until its poll ends (up to a second), 20 short messages would take seconds each."""
+    printed = _in_a_fresh_interpreter("_one_after_another", tmp_path, **worker_env)
+    forks, took = ast.literal_eval(printed)
+    assert forks == 1
+    assert took < 10, f"20 messages took {took} s"
+
+
 def test_the_stop_of_a_worker_wakes_its_event_loop(monkeypatch):
     """The loop of a worker polls its sockets for up to a second when idle; the stop's
     beginning (Celery's ``worker_shutting_down``) makes a socket it watches readable, so
