@@ -198,6 +198,34 @@ def test_a_threads_pool_worker_takes_its_next_message_as_soon_as_it_is_free(work
     assert took < 10, f"20 messages took {took} s"
 
 
+def test_only_a_stopping_worker_ends_its_broker_poll_early(monkeypatch, redis):
+    """A channel closed after a lost connection (the worker is not stopping) leaves its poll
+    alone: no CLIENT LIST nor UNBLOCK is sent; a stopping worker's close sends them."""
+    from types import SimpleNamespace
+
+    from crawlplatform.celery import _end_poll
+    from tasks.worker import lifecycle
+
+    asked: list[str] = []
+
+    class Client:
+        def client_list(self):
+            asked.append("list")
+            return broker.client().client_list()
+
+        def execute_command(self, *args):
+            asked.append(args[0])
+
+    channel = SimpleNamespace(client_name="crawl-worker:none:0", _in_poll=object(),
+                              _create_client=Client)  # fmt: skip
+    monkeypatch.setattr(lifecycle, "stopping", lifecycle.Flag())
+    _end_poll(channel)
+    assert asked == []
+    lifecycle.stopping.set()
+    _end_poll(channel)
+    assert asked == ["list"]  # asked Redis; no connection of that name runs BRPOP
+
+
 def test_the_stop_of_a_worker_wakes_its_event_loop(monkeypatch):
     """The loop of a worker polls its sockets for up to a second when idle; the stop's
     beginning (Celery's ``worker_shutting_down``) makes a socket it watches readable, so
