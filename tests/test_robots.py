@@ -155,3 +155,28 @@ def test_a_worker_waits_while_another_fetches_robots(redis):
     redis.set("crawl:robots:http://127.0.0.1:1/robots.txt:lock", "1")
     decision = robots.check(job(), "http://127.0.0.1:1/page", UA)
     assert (decision.allowed, decision.reason, decision.retry_in) == (False, "robots_pending", 1.0)
+
+
+def test_a_worker_that_wins_the_lock_after_another_stored_robots_does_not_fetch_it_again(
+    monkeypatch, redis
+):
+    # Two workers miss the stored copy at once; the first fetches it, stores it and lets the
+    # lock go before the second asks for the lock: the second takes the stored copy.
+    first_read = []
+
+    class Behind(type(redis)):
+        def get(self, name):
+            value = super().get(name)
+            if name.startswith("crawl:robots:") and not first_read:
+                first_read.append(value)
+                robots.check(job(), site.url("/public"), UA)  # the other worker, meanwhile
+                robots.forget()  # this worker's process holds no parsed copy of its own
+            return value
+
+    behind = Behind(connection_pool=redis.connection_pool)
+    monkeypatch.setattr(robots, "client", lambda: behind)
+    with HostileSite(robots=ROBOTS) as site:
+        decision = robots.check(job(), site.url("/private/x"), UA)
+        assert site.hits("/robots.txt") == 1
+    assert first_read == [None]
+    assert (decision.allowed, decision.reason, decision.fetched) == (False, "robots", False)

@@ -135,6 +135,11 @@ def _entry(key: str, url: str, user_agent: str, job) -> tuple[dict | None, bool]
     if not redis.set(key + ":lock", "1", nx=True, ex=60):
         return None, False
     try:
+        # Another worker may have fetched it, stored it and let the lock go between the read
+        # above and this lock: its copy, not a second request.
+        raw = redis.get(key)
+        if raw is not None:
+            return json.loads(raw), False
         entry = _fetch_through_circuit(url, user_agent, job)
         if entry is None:
             return None, False
