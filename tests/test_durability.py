@@ -122,6 +122,19 @@ def test_sigterm_finishes_in_flight_pages_and_exits_zero(slow_site, workers, sch
     finishes_exactly(job, slow_site)
 
 
+def test_the_workers_of_a_finished_job_write_no_checkpoint_of_their_own_as_they_stop(
+    workers, scheduler
+):
+    # The job's end wrote its last checkpoint, and nothing was in flight after it: the workers
+    # that fetched its pages add none as they stop (a running job's get one: the test above).
+    pool = workers(processes=2, concurrency=4)
+    with Site(pages=30) as site:
+        job = start_job(site)
+        wait_for(lambda: finished(job), 60, "the crawl to finish")
+    assert set(pool.stop(grace=30).values()) == {0}
+    assert list(job.checkpoints.values_list("reason", flat=True)) == ["finish"]
+
+
 def test_sigterm_on_prefork_workers_gives_back_what_their_messages_did_not_start(
     slow_site, workers, worker_env, scheduler, monkeypatch
 ):

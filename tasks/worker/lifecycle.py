@@ -5,7 +5,8 @@ Reads ``WORKER_MAX_RSS_MB`` and ``MEMORY_CHECK_EVERY``.
 
 * On warm shutdown (SIGTERM: stop consuming, finish in-flight pages), ``stopping`` is set (a
   message of several URLs gives back those it has not started) and the worker writes a
-  checkpoint for every job it worked on, after its last page committed. Celery says so only
+  checkpoint for every job it worked on that has not finished, after its last page
+  committed. Celery says so only
   in the worker's main process; ``stopping`` is a process-shared flag made when that process
   starts, so that its prefork children see it too (and no other worker forked from the same
   parent, as the ``crawl`` command's are, does).
@@ -119,9 +120,12 @@ def _close_pipelines(**kwargs) -> None:
 @signals.worker_shutdown.connect
 def _checkpoint_on_shutdown(**kwargs) -> None:
     from tasks.frontier import jobs
-    from web.models import CrawlJob
+    from web.models import CrawlJob, JobState
 
-    for job in CrawlJob.objects.filter(pk__in=touched_jobs):
+    # A finished job's end wrote its last checkpoint, and nothing of it was in flight after
+    # that (it finishes when no URL is leased); one more per worker would only count its
+    # frontier again. A cancelled or failed job's pages in flight may have ended since.
+    for job in CrawlJob.objects.filter(pk__in=touched_jobs).exclude(state=JobState.FINISHED):
         try:
             jobs.checkpoint(job, "worker_shutdown")
         except Exception:  # the database may be what is going away
