@@ -6,9 +6,11 @@ import base64
 import json
 import threading
 import time
+from datetime import timedelta
 
 import pytest
 from django.conf import settings
+from django.utils import timezone
 
 from tasks import broker, dispatch
 from tasks.defaults import setting
@@ -21,10 +23,12 @@ from tasks.frontier import (
     requeue,
     scheduler,
     transitions,
+    wakeup,
 )
 from tasks.frontier.pacing import Flow, Pacing
 from tasks.worker import registry
-from web.models import FrontierURL, JobState, URLState
+from tests.conftest import wait_for
+from web.models import CrawlJob, FrontierURL, JobState, URLState
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -492,3 +496,34 @@ def test_workers_registering_one_after_another_are_all_counted_within_a_quarter_
     redis.delete(registry.PREFIX + "second@host")
     pacing.slots_read[0] -= setting("NO_SLOTS_CACHE_S")
     assert pacing.worker_slots() == 16  # a settled count is read every SLOTS_CACHE_S
+
+
+def test_a_job_whose_last_pages_end_between_sweeps_finishes_at_the_workers_nudge(
+    redis, monkeypatch
+):
+    # Every job waits for its pages in flight alone: the sleep until the next sweep (3 s away)
+    # ends at the nudge of the worker that ended the last of them, short as it is.
+    monkeypatch.setenv("CRAWL_SWEEP_INTERVAL_S", "3")
+    monkeypatch.setenv("CRAWL_SCHEDULER_WAKE_S", "3")
+    job = make_job(2)
+    FrontierURL.objects.filter(job=job).update(
+        state=URLState.LEASED, attempts=1, lease_until=timezone.now() + timedelta(minutes=5)
+    )
+    sched = scheduler.Scheduler()
+    passes = []
+    tick = sched.tick
+    monkeypatch.setattr(sched, "tick", lambda: passes.append(time.monotonic()) or tick())
+    thread = threading.Thread(target=sched.run, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: len(passes) >= 2, 10, "the scheduler to fall asleep")
+        time.sleep(0.2)
+        FrontierURL.objects.filter(job=job).update(state=URLState.DONE, lease_until=None)
+        ended = time.monotonic()
+        wakeup.nudge()  # as a worker does after its message
+        wait_for(lambda: CrawlJob.objects.get(pk=job.pk).state == JobState.FINISHED, 10,
+                 "the job to finish")  # fmt: skip
+        assert time.monotonic() - ended < 1.0
+    finally:
+        sched.shutdown()
+        thread.join(10)

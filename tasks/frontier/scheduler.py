@@ -10,7 +10,10 @@ Between passes it sleeps as long as nothing can be due: while workers take messa
 the time its ready messages last at their rate, at most two ``SCHEDULER_TICK_S``, else until
 the next URL's ``not_before`` or a polite host's next slot, at most ``SCHEDULER_IDLE_S``
 (``tasks/frontier/pacing.py``); a worker that adds work wakes it at once
-(``tasks/frontier/wakeup.py``), unless the sleep is no longer than ``SCHEDULER_WAKE_S``.
+(``tasks/frontier/wakeup.py``), unless a job's own time (a slot, a due URL, a refill) set
+a sleep no longer than ``SCHEDULER_WAKE_S``. A sleep only the next sweep bounds (every job
+waits for its pages in flight alone) ends at a nudge however short it is: a worker ending a
+job's last URLs sends one, and the job finishes then, not at the next sweep.
 An idle platform costs a pass every few seconds; a polite crawl about a pass per release.
 A pass that released ``SCHEDULER_BATCH`` URLs is followed by another at once.
 
@@ -31,6 +34,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 from django.db import DatabaseError, close_old_connections, connections
 from redis.exceptions import RedisError
@@ -59,6 +63,14 @@ def finish_if_done(job: CrawlJob) -> bool:
         jobs.finished(job)
         log.info("job=%s finished", job.pk)
     return True
+
+
+class Pass(NamedTuple):
+    """What one pass did, and how long its scheduler may sleep after it."""
+
+    released: int  # URLs released
+    pause: float  # seconds to the next pass
+    timed: bool  # a job's own time set the pause: a nudge would not bring its work sooner
 
 
 class Scheduler:
@@ -131,8 +143,8 @@ class Scheduler:
             self.on_finished(job.pk)
         return released, hint
 
-    def tick(self) -> tuple[int, float]:
-        """One pass over the running jobs; returns (URLs released, seconds to the next pass)."""
+    def tick(self) -> Pass:
+        """One pass over the running jobs."""
         running = self._running()
         released, hints = 0, []
         for job in running:
@@ -158,17 +170,19 @@ class Scheduler:
         pause = min([setting("SCHEDULER_IDLE_S"), *hints])
         if running:
             pause = min(pause, max(0.0, self._last_sweep + sweep_every - now))
-        return released, pause
+        return Pass(released, pause, timed=bool(hints) and pause >= min(hints))
 
-    def _sleep(self, seconds: float) -> None:
+    def _sleep(self, seconds: float, timed: bool = True) -> None:
         """Sleep until due, or until a worker adds work.
 
         Work added during a pass is seen by a worker's nudge only if the pass asked for nudges
         before it began (``_listening``): a pass that ends in a sleep without having asked is
         followed by one more pass that asks. While the scheduler keeps sleeping, every pass
-        asks. A sleep shorter than ``SCHEDULER_WAKE_S`` is not cut short at all: a polite
-        crawl, whose every page adds links, would pay a pass per page for nothing."""
-        if seconds <= setting("SCHEDULER_WAKE_S"):
+        asks. A sleep shorter than ``SCHEDULER_WAKE_S`` that a job's own time set (``timed``) is
+        not cut short at all: a polite crawl, whose every page adds links, would pay a pass per
+        page for nothing. Without such a time, what a nudge says (new links, URLs ended: a job
+        may be over) is all the scheduler waits for."""
+        if timed and seconds <= setting("SCHEDULER_WAKE_S"):
             self._listening = False
             self.stop.wait(seconds)
             return
@@ -189,7 +203,7 @@ class Scheduler:
                     if not self.is_leader():
                         self.stop.wait(setting("LEADER_TTL_S") / 2)
                         continue
-                    released, pause = self.tick()
+                    done = self.tick()
                     leadership.count_pass()
                 except NotLeader as exc:
                     log.warning("scheduler %s steps down: %s", self.identity[:8], exc)
@@ -205,12 +219,12 @@ class Scheduler:
                     self.stop.wait(1.0)
                     continue
                 outage.recovered()
-                if released >= setting("SCHEDULER_BATCH"):
+                if done.released >= setting("SCHEDULER_BATCH"):
                     continue  # more is due right now
                 try:
-                    self._sleep(pause)
+                    self._sleep(done.pause, done.timed)
                 except RedisError:
-                    self.stop.wait(min(pause, 1.0))
+                    self.stop.wait(min(done.pause, 1.0))
         finally:
             try:
                 self.resign()
