@@ -124,13 +124,17 @@ class EmbeddedRedis:
         if self.process is None:
             return
         # SHUTDOWN ends the server at once; a SIGTERM only asks it to end at its next timer
-        # tick (up to 0.1 s later, which every crawl's exit waited for). The signal is for a
-        # server that cannot be asked (a lost socket: the reply is a closed connection either
-        # way, so only its exit tells).
-        once = redis.Redis(unix_socket_path=str(self.socket), socket_timeout=1,
-                           retry=Retry(NoBackoff(), 0))  # fmt: skip
-        with contextlib.suppress(redis.RedisError, OSError):
-            once.shutdown(nosave=True)
+        # tick (up to 0.1 s later, which every crawl's exit waited for). Asked only while ours
+        # runs (the socket may be another's since); the signal is for a server that cannot be
+        # asked (a lost socket: the reply is a closed connection either way, so only its exit
+        # tells).
+        if self.process.poll() is None:
+            with (
+                redis.Redis(unix_socket_path=str(self.socket), socket_timeout=1,
+                            retry=Retry(NoBackoff(), 0)) as once,
+                contextlib.suppress(redis.RedisError, OSError),
+            ):  # fmt: skip
+                once.shutdown(nosave=True)
         if not self._ends_within(1):
             self.process.terminate()
             if not self._ends_within(10):
