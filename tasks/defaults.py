@@ -129,7 +129,7 @@ ROBOTS_MAX_BYTES = 500 << 10  # robots.txt beyond this is ignored (RFC 9309 asks
 # Scheduler, leases and the broker
 SCHEDULER_TICK_S = 0.05  # passes are at most two of these apart while workers take messages, s
 SCHEDULER_IDLE_S = 5.0  # longest sleep of an idle scheduler (a wake-up or due work ends it)
-SCHEDULER_WAKE_S = 1.0  # sleeps longer than this end early when a worker adds work, seconds
+SCHEDULER_WAKE_S = 1.0  # a job's own sleep up to this long is not cut short by a worker's nudge, s
 SCHEDULER_BATCH = 500  # URLs released per job per pass at most
 LEADER_TTL_S = 5.0  # a dead leader's lease runs out after this; a standby then takes over, s
 DUE_CACHE_S = 1.0  # a job's next due time is read at most this often (a wake-up rereads), s

@@ -23,7 +23,8 @@ database or Redis outage is ridden out: the loop logs one line, waits with a bou
 and carries on.
 
 Reads ``SCHEDULER_IDLE_S``, ``SCHEDULER_WAKE_S``, ``SCHEDULER_BATCH``,
-``SCHEDULER_HEARTBEAT_FILE``, ``SWEEP_INTERVAL_S`` and ``CHECKPOINT_INTERVAL_S``.
+``SCHEDULER_HEARTBEAT_FILE``, ``SWEEP_INTERVAL_S``, ``CHECKPOINT_INTERVAL_S``,
+``CANARY_ANALYSE_EVERY_S`` and ``LEADER_TTL_S``.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from tasks.outage import Outage
 from web.models import PENDING_STATES, CrawlJob, FrontierURL, JobState
 
 log = logging.getLogger(__name__)
+_REDIS_TICK_S = 0.1  # a BLPOP's timeout ends at Redis's next timer tick (its hz, 10 by default)
 
 
 
@@ -172,17 +174,18 @@ class Scheduler:
             pause = min(pause, max(0.0, self._last_sweep + sweep_every - now))
         return Pass(released, pause, timed=bool(hints) and pause >= min(hints))
 
-    def _sleep(self, seconds: float, timed: bool = True) -> None:
+    def _sleep(self, seconds: float, timed: bool) -> None:
         """Sleep until due, or until a worker adds work.
 
         Work added during a pass is seen by a worker's nudge only if the pass asked for nudges
         before it began (``_listening``): a pass that ends in a sleep without having asked is
         followed by one more pass that asks. While the scheduler keeps sleeping, every pass
-        asks. A sleep shorter than ``SCHEDULER_WAKE_S`` that a job's own time set (``timed``) is
-        not cut short at all: a polite crawl, whose every page adds links, would pay a pass per
-        page for nothing. Without such a time, what a nudge says (new links, URLs ended: a job
-        may be over) is all the scheduler waits for."""
-        if timed and seconds <= setting("SCHEDULER_WAKE_S"):
+        asks. A sleep no longer than ``SCHEDULER_WAKE_S`` that a job's own time set (``timed``)
+        is not cut short at all: a polite crawl, whose every page adds links, would pay a pass
+        per page for nothing. Without such a time, what a nudge says (new links, URLs ended: a
+        job may be over) is all the scheduler waits for; but Redis ends a wait at its own timer
+        ticks only, so a sleep shorter than one is plain."""
+        if seconds < _REDIS_TICK_S or (timed and seconds <= setting("SCHEDULER_WAKE_S")):
             self._listening = False
             self.stop.wait(seconds)
             return
@@ -203,7 +206,7 @@ class Scheduler:
                     if not self.is_leader():
                         self.stop.wait(setting("LEADER_TTL_S") / 2)
                         continue
-                    done = self.tick()
+                    last = self.tick()
                     leadership.count_pass()
                 except NotLeader as exc:
                     log.warning("scheduler %s steps down: %s", self.identity[:8], exc)
@@ -219,12 +222,12 @@ class Scheduler:
                     self.stop.wait(1.0)
                     continue
                 outage.recovered()
-                if done.released >= setting("SCHEDULER_BATCH"):
+                if last.released >= setting("SCHEDULER_BATCH"):
                     continue  # more is due right now
                 try:
-                    self._sleep(done.pause, done.timed)
+                    self._sleep(last.pause, last.timed)
                 except RedisError:
-                    self.stop.wait(min(done.pause, 1.0))
+                    self.stop.wait(min(last.pause, 1.0))
         finally:
             try:
                 self.resign()
