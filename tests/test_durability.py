@@ -152,6 +152,7 @@ def test_sigterm_on_prefork_workers_gives_back_what_their_messages_did_not_start
     in_flight = stop_warm(pool, job)
     given_back = in_flight.filter(state__in=[URLState.QUEUED, URLState.SCHEDULED], attempts=0)
     assert given_back.exists()  # not started: back in the frontier, the attempt refunded
+    assert job.checkpoints.filter(reason="worker_shutdown").exists()  # by the pool's children
     workers(processes=1, concurrency=4)
     finishes_exactly(job, slow_site)
 

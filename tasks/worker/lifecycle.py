@@ -6,10 +6,11 @@ Reads ``WORKER_MAX_RSS_MB`` and ``MEMORY_CHECK_EVERY``.
 * On warm shutdown (SIGTERM: stop consuming, finish in-flight pages), ``stopping`` is set (a
   message of several URLs gives back those it has not started) and the worker writes a
   checkpoint for every job it worked on that has not finished, after its last page
-  committed. Celery says so only
-  in the worker's main process; ``stopping`` is a process-shared flag made when that process
-  starts, so that its prefork children see it too (and no other worker forked from the same
-  parent, as the ``crawl`` command's are, does).
+  committed (in a prefork worker, each child writes those of the pages it fetched, as it
+  leaves). Celery says so only in the worker's main process; ``stopping`` is a
+  process-shared flag made when that process starts, so that its prefork children see it
+  too (and no other worker forked from the same parent, as the ``crawl`` command's are,
+  does).
 * Every ``MEMORY_CHECK_EVERY`` tasks a worker compares its resident memory with
   ``WORKER_MAX_RSS_MB``; above it, it asks itself for a warm shutdown between tasks. Its
   supervisor (the ``crawl`` command, a Deployment, compose's restart policy) starts a fresh
@@ -118,7 +119,10 @@ def _close_pipelines(**kwargs) -> None:
 
 
 @signals.worker_shutdown.connect
+@signals.worker_process_shutdown.connect
 def _checkpoint_on_shutdown(**kwargs) -> None:
+    """Checkpoint the jobs this process fetched pages for: a threads-pool worker's main
+    process as it stops, each prefork child as it leaves (its parent ran none of them)."""
     from tasks.frontier import jobs
     from web.models import CrawlJob, JobState
 
