@@ -1,6 +1,8 @@
 """robots.txt, fetched once per host and shared by every worker through Redis.
 
-Reads ``ROBOTS_TTL_S``, ``ROBOTS_ERROR_TTL_S`` and ``ROBOTS_MAX_BYTES``.
+Reads ``ROBOTS_TTL_S``, ``ROBOTS_ERROR_TTL_S``, ``ROBOTS_MAX_BYTES``, ``ROBOTS_AGENT``,
+``ROBOTS_LOCAL_S``, ``ROBOTS_LOCAL_MAX``, and for its fetch ``FETCH_CONNECT_TIMEOUT_S``,
+``FETCH_READ_TIMEOUT_S`` and ``FETCH_DEADLINE_S`` (at most 30 s).
 
 RFC 9309: a 2xx body is parsed (protego); 4xx, and a robots.txt that cannot be followed
 (invalid or looping redirects, too many of them, a broken response), means no restrictions;
