@@ -180,3 +180,20 @@ def test_a_worker_that_wins_the_lock_after_another_stored_robots_does_not_fetch_
         assert site.hits("/robots.txt") == 1
     assert first_read == [None]
     assert (decision.allowed, decision.reason, decision.fetched) == (False, "robots", False)
+
+
+def test_a_worker_whose_fetch_lock_ran_out_leaves_the_next_holders_lock_alone(monkeypatch, redis):
+    # Its process stalled past the lock's time: another worker took the lock meanwhile; the
+    # first one's end must not free it for a third.
+    fetch = robots._fetch_through_circuit
+
+    def stalled(url, user_agent, job):
+        lock = robots._key(job, url) + ":lock"
+        redis.set(lock, "another worker", ex=60)  # this one's ran out; another took it
+        return fetch(url, user_agent, job)
+
+    monkeypatch.setattr(robots, "_fetch_through_circuit", stalled)
+    with HostileSite(robots=ROBOTS) as site:
+        assert not robots.check(job(), site.url("/private/x"), UA).allowed
+        lock = robots._key(job(), robots.robots_url(site.url("/"))) + ":lock"
+        assert redis.get(lock) == b"another worker"

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Iterable
@@ -36,7 +37,7 @@ from urllib.parse import urlsplit
 
 from protego import Protego
 
-from tasks.broker import client
+from tasks.broker import client, script
 from tasks.defaults import setting
 from tasks.fetch import circuit, fetching, identity, outcomes, trust
 from tasks.rules import guard, proxy_urls
@@ -127,6 +128,14 @@ def _fetch_through_circuit(url: str, user_agent: str, job) -> dict | None:
     return entry
 
 
+# The fetch lock is let go only by its holder: one whose lock ran out (a stalled process)
+# must not end the lock another worker has taken since.
+_UNLOCK = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
 def _entry(key: str, url: str, user_agent: str, job) -> tuple[dict | None, bool]:
     """The cached robots.txt record, fetching it if this worker wins the lock (None: wait),
     and whether a request went to the host for it."""
@@ -134,7 +143,8 @@ def _entry(key: str, url: str, user_agent: str, job) -> tuple[dict | None, bool]
     raw = redis.get(key)
     if raw is not None:
         return json.loads(raw), False
-    if not redis.set(key + ":lock", "1", nx=True, ex=60):
+    token = os.urandom(8).hex()
+    if not redis.set(key + ":lock", token, nx=True, ex=60):
         return None, False
     try:
         # Another worker may have fetched it, stored it and let the lock go between the read
@@ -151,7 +161,7 @@ def _entry(key: str, url: str, user_agent: str, job) -> tuple[dict | None, bool]
         redis.set(key, json.dumps(entry), px=max(1, int(ttl * 1000)))
         return entry, not entry.get("open")  # an open circuit: nothing was sent
     finally:
-        redis.delete(key + ":lock")
+        script(_UNLOCK)(keys=[key + ":lock"], args=[token])
 
 
 def _parse(body: str, url: str) -> Protego:
