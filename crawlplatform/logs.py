@@ -156,6 +156,41 @@ class JsonFormatter(_JsonFormatter):
                     log_data[field] = int(value) if field == "status" else value
 
 
+class ConsoleHandler(logging.StreamHandler):
+    """Standard error's handler, which a signal handler may log through.
+
+    A signal handler runs in the main thread in the middle of whatever it interrupted, this
+    handler's own write included: a write blocked on a full pipe (a log relay or collector
+    that lags) holds the stream's buffer, and a second write into it from the same thread
+    raises "reentrant call" instead of writing. A handler that logs before it exits (Flower's
+    on SIGTERM) then never exits, and the process runs on. A record logged while this thread
+    is inside one of this handler's writes goes to the descriptor itself, past the held
+    buffer (after the lines already written, before the one being written)."""
+
+    def __init__(self, stream: Any = None) -> None:
+        super().__init__(stream)
+        self._writing = threading.local()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if getattr(self._writing, "now", False):
+            self._write_past_buffer(record)
+            return
+        self._writing.now = True
+        try:
+            super().emit(record)
+        finally:
+            self._writing.now = False
+
+    def _write_past_buffer(self, record: logging.LogRecord) -> None:
+        try:
+            data = (self.format(record) + self.terminator).encode("utf-8", "replace")
+            fd = self.stream.fileno()
+            while data:
+                data = data[os.write(fd, data) :]
+        except Exception:  # noqa: BLE001 (the interrupted write holds the stream: no report)
+            return  # the record is lost, not the signal handler's next step (its exit)
+
+
 TEXT = "%(asctime)s %(levelname)s %(processName)s %(name)s %(about)s%(message)s"
 
 
@@ -175,7 +210,7 @@ def config(log_format: str, level: str) -> dict:
                        "json": {"()": JsonFormatter}},  # fmt: skip
         "handlers": {
             "console": {
-                "class": "logging.StreamHandler",
+                "class": "crawlplatform.logs.ConsoleHandler",
                 "formatter": log_format,
                 "filters": ["about"],
             }

@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -208,6 +209,49 @@ def test_flower_starts_with_json_lines(worker_env, tmp_path):
     wait_for(lambda: "Visit me at" in (tmp_path / "flower.err").read_text(), 90, "flower")
     lines = stopped(flower, tmp_path / "flower")
     assert any(r["logger"] == "flower.command" and f":{port}" in r["message"] for r in lines)
+
+
+# A program whose SIGTERM handler logs, then exits (as Flower's does), logging on and on.
+LOGS_ON_SIGTERM = """
+import logging, os, signal, sys
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "crawlplatform.settings")
+import django
+django.setup()
+log = logging.getLogger("banner")
+def stop(signum, frame):
+    log.info("%s detected, shutting down", signum)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stop)
+while True:
+    log.info("a banner line\\n%s", "x" * 200)
+"""
+
+
+def test_a_signal_handler_that_logs_during_a_blocked_log_write_still_exits(worker_env, tmp_path):
+    # Its standard error is a pipe nobody reads yet (a relay that lags): the program blocks in
+    # a write of a log line, holding the stream's buffer, and SIGTERM's handler logs there.
+    program = tmp_path / "logs_on_sigterm.py"
+    program.write_text(LOGS_ON_SIGTERM)
+    env = {**json_env(worker_env, tmp_path), "PYTHONPATH": str(settings.BASE_DIR)}
+    env.pop("PYTHONUNBUFFERED", None)  # standard error buffered, as a service runs by default
+    process = subprocess.Popen([sys.executable, str(program)], cwd=settings.BASE_DIR, env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+    wchan = Path(f"/proc/{process.pid}/wchan")
+    wait_for(lambda: "pipe_write" in wchan.read_text(), 60, "the program to block writing")
+    process.send_signal(signal.SIGTERM)
+    read: list[bytes] = []
+    reader = threading.Thread(target=lambda: read.append(process.stderr.read()))
+    reader.start()  # until the program and its relay are gone
+    try:
+        assert process.wait(timeout=60) == 0
+    finally:
+        process.kill()
+        reader.join(timeout=60)
+    err = read[0].decode()
+    assert "reentrant call" not in err
+    said = [r["message"] for r in records(err, "stderr") if r["logger"] == "banner"]
+    assert f"{int(signal.SIGTERM)} detected, shutting down" in said[-2:]  # before the line
+    # it interrupted, which is written after it
 
 
 CRASHES = """
