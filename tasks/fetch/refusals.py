@@ -106,10 +106,13 @@ def suspected(
     gateway = isinstance(outcome, outcomes.ServerError) and outcome.status in _SUSPECT
     if not (gateway or isinstance(outcome, outcomes.ConnectionReset)):
         return None
-    if not parked(claimed, host, passage.who) and (
-        let_in_nearby(claimed, cache, host, passage, session) is not False
-    ):
-        return None
+    if not parked(claimed, host, passage.who):
+        nearby = let_in_nearby(claimed, cache, host, passage, session)
+        if nearby is not False:
+            log.info("job=%s url=%s %s, its identity %s: the URL's own error", claimed.job.pk,
+                     claimed.url.url, outcome.reason, "let in nearby" if nearby else
+                     "with no page let in nearby to ask")  # fmt: skip
+            return None
     banned = outcomes.Banned(f"{outcome.reason}, the identity refused nearby too: {outcome}"[:500],
                              status=outcome.status)  # fmt: skip
     banned.headers, banned.body = outcome.headers, outcome.body
