@@ -6,6 +6,7 @@
         [--extract 'title=h1' --extract 'links=a[]@href']  # the platform also extracts these
         [--spider titles]  # the platform crawls with that spider of bench_spiders.py instead
         [--private]  # on a PostgreSQL and a Redis of the run's own (a shared machine)
+        [--pages 1000]  # pages of the generated sites (1: what a crawl costs besides its pages)
 
 Sites: ``docs``, the Python 3.11 HTML docs (527 pages, link-heavy, 93 KiB on average);
 ``docs-dead``, the same pages, each also linking to two URLs on a port of 127.0.0.1 where
@@ -155,7 +156,7 @@ def stored_bytes(env: dict, store: Path) -> None:
     shutil.rmtree(store, ignore_errors=True)
 
 
-def serve(site: str, docs: Path) -> tuple[subprocess.Popen, str, str]:
+def serve(site: str, docs: Path, pages: int) -> tuple[subprocess.Popen, str, str]:
     """Start the local site; its base URL and start path."""
     port = free_port()
     if site in ("docs", "docs-dead"):
@@ -166,7 +167,7 @@ def serve(site: str, docs: Path) -> tuple[subprocess.Popen, str, str]:
         start = "/index.html"
     else:
         size, links = SHAPES[site]
-        cmd = [str(ROOT / "benchmarks/gensite.py"), str(port), "--pages", "1000",
+        cmd = [str(ROOT / "benchmarks/gensite.py"), str(port), "--pages", str(pages),
                "--size", str(size), "--links", str(links)]  # fmt: skip
         start = "/p/0"
     server = subprocess.Popen([sys.executable, *cmd], stdout=subprocess.PIPE, text=True)
@@ -187,7 +188,7 @@ SHAPES = {"light": (10_000, 20), "heavy": (150_000, 300)}  # bytes and links per
 
 def compare(site: str, args: argparse.Namespace) -> list[Result]:
     """Scrapy, then the platform, on ``site``."""
-    server, base, start = serve(site, args.docs)
+    server, base, start = serve(site, args.docs, args.pages)
     start_url, stats_url = base + start, base + "/__stats__"
     results = []
     try:
@@ -253,6 +254,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sites", default="docs,light,heavy")
     parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--pages", type=int, default=1000,
+                        help="pages of the generated sites (light, heavy)")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--pool", default="threads")
     parser.add_argument("--docs", type=Path, default=Path("/usr/share/doc/python3.11/html"))
