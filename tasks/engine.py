@@ -12,15 +12,17 @@ traceback in the worker log. Nothing loops: every attempt counts, but a refusal 
 identity's (``tasks/fetch/refusals.py``), which gives the attempt back and is bounded by the
 job's patience (``BAN_PATIENCE_S``).
 
-Reads ``BATCH_BUDGET_S``, ``DB_RETRY_S``, ``TASK_SOFT_TIME_LIMIT_S`` and the fetch settings
-(``fetching.limits_for``).
+Reads ``BATCH_BUDGET_S``, ``DB_RETRY_S``, ``JOB_STATE_CHECK_S``, ``SLOT_ASIDE_S``,
+``TASK_SOFT_TIME_LIMIT_S`` and the fetch settings (``fetching.limits_for``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import time
+from typing import NamedTuple
 
 from celery.exceptions import SoftTimeLimitExceeded
 from django.db import DatabaseError, InterfaceError, OperationalError, connection
@@ -30,7 +32,7 @@ from crawlplatform import logs
 from tasks.content import callbacks, pages, rows
 from tasks.content.links import JobCache, cache_for, in_scope
 from tasks.defaults import setting
-from tasks.fetch import antibot, fetching, gates, outcomes, refusals, render, sessions
+from tasks.fetch import antibot, fetching, gates, outcomes, politeness, refusals, render, sessions
 from tasks.frontier import canary, leases, wakeup
 from tasks.frontier.claims import Claim, LeaseLost
 from tasks.frontier.db import lend_connection_back, with_retries
@@ -64,35 +66,59 @@ def process_many(url_ids: list[int], job_id: int, rendering: bool = False) -> li
 
     The message's URLs can all be fetched by the time the worker reaches them
     (``tasks/frontier/release.py`` packs them so) and are held by this worker's lease
-    renewal from the claim on. The message ends early when it has worked ``BATCH_BUDGET_S``,
+    renewal from the claim on. A URL whose host's slot opens more than ``SLOT_ASIDE_S`` later
+    (its robots.txt was just fetched, or the host is slower than the packing thought) waits
+    aside with its slot while the message's next URLs go first, rather than asleep in the
+    worker's slot. The message ends early when it has worked ``BATCH_BUDGET_S``,
     the worker is shutting down, or the job stopped running (looked up at most every
-    ``JOB_STATE_CHECK_S``): the URLs it has not started go back to the frontier, due now, their
-    attempts given back (skipped, if the job has ended).
+    ``JOB_STATE_CHECK_S``): the URLs it has not started, and those waiting aside, go back to
+    the frontier, due now, their attempts given back (skipped, if the job has ended).
     """
     with logs.about(crawl_job=job_id):
         return _process_claims(claim_many(url_ids, job_id), job_id, rendering)
+
+
+class _Aside(NamedTuple):
+    """A URL of the message waiting for its host's slot while the message's next URLs go first."""
+
+    opens_at: float  # when its slot opens (monotonic)
+    claimed: Claim
+    passage: gates.Passage  # the slot it holds, and the identity it goes out as
+    began: float  # when its work began (monotonic)
 
 
 def _process_claims(claims: list[Claim], job_id: int, rendering: bool) -> list[str | None]:
     for claimed in claims:
         leases.hold(claimed.url.pk, claimed.attempt)
     states: list[str | None] = []
+    unstarted, aside = list(claims), []
     began = checked = time.monotonic()
+    last: Claim | None = None  # the URL done last
     try:
-        for n, claimed in enumerate(claims):
-            if n and claims[n - 1].closed_crawl:  # its spider ended the crawl: no more of it
-                _give_back(claims[n:])
-                break
-            if n and time.monotonic() - checked >= setting("JOB_STATE_CHECK_S"):
-                checked = time.monotonic()
-                if not CrawlJob.objects.filter(pk=job_id, state=JobState.RUNNING,
-                                               close_reason="").exists():  # fmt: skip
-                    _give_back(claims[n:])
+        while unstarted or aside:
+            if last is not None:
+                ends = last.closed_crawl  # its spider ended the crawl: no more of it
+                if not ends and time.monotonic() - checked >= setting("JOB_STATE_CHECK_S"):
+                    checked = time.monotonic()
+                    ends = not CrawlJob.objects.filter(pk=job_id, state=JobState.RUNNING,
+                                                       close_reason="").exists()  # fmt: skip
+                if ends or lifecycle.stopping.is_set() or _past_budget(last, began):
+                    _give_back(unstarted, aside)
                     break
-            if n and (lifecycle.stopping.is_set() or _past_budget(claimed, began)):
-                _give_back(claims[n:])
-                break
-            states.append(_process_one(claimed, rendering))
+            per_url = (time.monotonic() - began) / len(states) if states else 0.0
+            if aside and (not unstarted or aside[0].opens_at - time.monotonic() <= per_url):
+                # back in time for its slot, unless the URL before runs longer than most
+                turn = aside.pop(0)
+                last = turn.claimed
+                states.append(_process_one(turn.claimed, rendering, turn))
+                continue
+            claimed = unstarted.pop(0)
+            done = _process_one(claimed, rendering, may_wait_aside=bool(unstarted))
+            if isinstance(done, _Aside):
+                aside = sorted([*aside, done], key=lambda turn: turn.opens_at)
+            else:
+                last = claimed
+                states.append(done)
     finally:
         for claimed in claims:
             leases.let_go(claimed.url.pk)
@@ -101,14 +127,20 @@ def _process_claims(claims: list[Claim], job_id: int, rendering: bool) -> list[s
     return states
 
 
-
-
 def _past_budget(claimed: Claim, began: float) -> bool:
     return time.monotonic() - began > setting("BATCH_BUDGET_S", claimed.job)
 
 
-def _give_back(claims: list[Claim]) -> None:
-    """Claimed, not started: back to the frontier now (else the lease sweep does it later)."""
+def _give_back(unstarted: list[Claim], aside: list[_Aside]) -> None:
+    """Claimed, not fetched: back to the frontier now (else the lease sweep does it later),
+    the slots of those waiting aside freed."""
+    for turn in aside:
+        with contextlib.suppress(RedisError):  # else the host's in-flight count lapses
+            gates.report(turn.claimed, host_of(turn.claimed.url.url), turn.passage.slot,
+                         politeness.NEUTRAL)  # fmt: skip
+    claims = unstarted + [turn.claimed for turn in aside]
+    if not claims:
+        return
     try:
         given = with_retries(lambda: give_back(claims))
         log.info("job=%s: %d URLs of a message given back unstarted", claims[0].job.pk, given)
@@ -118,15 +150,26 @@ def _give_back(claims: list[Claim]) -> None:
                     len(claims), exc)  # fmt: skip
 
 
-def _process_one(claimed: Claim, rendering: bool) -> str | None:
-    began = time.monotonic()
-    leases.hold(claimed.url.pk, claimed.attempt)  # its time limit runs from its own start
+def _process_one(
+    claimed: Claim, rendering: bool, resumed: _Aside | None = None, may_wait_aside: bool = False
+) -> str | None | _Aside:
+    """The URL's new state; or, ``may_wait_aside`` (the message has more URLs to start), the
+    URL waiting aside for its host's slot, to be ``resumed``."""
+    if resumed is None:
+        began = time.monotonic()
+        leases.hold(claimed.url.pk, claimed.attempt)  # its time limit runs from its own start
+    else:
+        began = resumed.began
+    state: str | None | gates.Passage = None
     try:
         lend_connection_back()  # a fetch takes long: the pool serves other threads meanwhile
         with logs.about(url_id=claimed.url.pk, url=claimed.url.url, spider=claimed.job.spider):
-            state = _process_safely(claimed, rendering)
+            state = _process_safely(claimed, rendering, resumed, may_wait_aside)
     finally:
-        leases.let_go(claimed.url.pk)
+        if not isinstance(state, gates.Passage):
+            leases.let_go(claimed.url.pk)
+    if isinstance(state, gates.Passage):
+        return _Aside(time.monotonic() + state.slot.wait, claimed, state, began)
     canary.count(state, claimed.reason, claimed.deferred, time.monotonic() - began,
                  pinned=bool(claimed.job.channel))  # fmt: skip
     if state is not None:
@@ -134,13 +177,17 @@ def _process_one(claimed: Claim, rendering: bool) -> str | None:
     return state
 
 
-def _process_safely(claimed: Claim, rendering: bool = False) -> str | None:
-    """The pipeline, with every way it can go wrong turned into the URL's outcome."""
+def _process_safely(
+    claimed: Claim, rendering: bool = False, resumed: _Aside | None = None,
+    may_wait_aside: bool = False,
+) -> str | None | gates.Passage:  # fmt: skip
+    """The pipeline, with every way it can go wrong turned into the URL's outcome (or the
+    slot of a URL that waits aside)."""
     job, url = claimed.job, claimed.url.url
     try:
-        if past_last_attempt(claimed):
+        if resumed is None and past_last_attempt(claimed):
             return give_up(claimed)
-        return _process_claimed(claimed, rendering)
+        return _process_claimed(claimed, rendering, resumed, may_wait_aside)
     except LeaseLost as exc:
         log.warning("discarded work: %s", exc)
         return None
@@ -185,21 +232,27 @@ def _end(claimed: Claim, move) -> str | None:
     return None
 
 
-def _process_claimed(claimed: Claim, rendering: bool = False) -> str:
+def _process_claimed(
+    claimed: Claim, rendering: bool = False, resumed: _Aside | None = None,
+    may_wait_aside: bool = False,
+) -> str | gates.Passage:  # fmt: skip
     """One claimed URL, step by step: gates, fetch, classify, ladder, record, then parse, links
-    and commit (``pages.store``). A step that ends the URL returns its new state."""
+    and commit (``pages.store``). A step that ends the URL returns its new state; a URL that
+    ``may_wait_aside`` and whose host's slot opens after ``SLOT_ASIDE_S`` returns that slot,
+    to wait aside, and is ``resumed`` from it."""
     job, cache, host = claimed.job, cache_for(claimed.job), host_of(claimed.url.url)
     fail = functools.partial(_fail, cache=cache)
-    if job.obey_robots and (state := gates.robots_txt(claimed, cache, fail)) is not None:
-        return state  # robots.txt forbids it, or cannot be read now
-    passage = gates.acquire(claimed, host)
-    if not passage.slot.granted:
-        return defer(claimed, passage.slot.wait, "throttled")
-    if (state := gates.through_circuit(claimed, host, passage.slot, fail)) is not None:
-        return state  # the host's circuit is open, or its probe is under way
-    if (state := antibot.render_elsewhere(claimed, host, passage.slot, rendering)) is not None:
-        return state  # a render worker's URL, or a render step this worker cannot take
-    passage = gates.wait_turn(job, host, passage)
+    if resumed is None:
+        passage = _through_gates(claimed, cache, host, rendering, fail)
+        if isinstance(passage, str):
+            return passage
+        if may_wait_aside and passage.slot.wait > setting("SLOT_ASIDE_S"):
+            return passage  # its slot opens later: it waits aside
+        passage = gates.wait_turn(job, host, passage)
+    else:
+        passage = _resumed(claimed, host, rendering, fail, resumed)
+        if isinstance(passage, str):
+            return passage
     try:
         session = antibot.open_session(job, host, passage.who, passage.slot.jar)
     except outcomes.ProxyFailed as exc:
@@ -217,6 +270,44 @@ def _process_claimed(claimed: Claim, rendering: bool = False) -> str:
     elif (state := refusals.judge(claimed, cache, host, passage, session, banned)) is not None:
         return state  # the identity's refusal (or a warm-up first): it waits, its attempt kept
     return _record(claimed, cache, fetched, banned if banned is not None else outcome, rendering)
+
+
+def _through_gates(
+    claimed: Claim, cache: JobCache, host: str, rendering: bool, fail: functools.partial
+) -> str | gates.Passage:
+    """robots.txt, the host's slot, its circuit and the render step: the URL's new state if one
+    of them ends it, else what the slot let through."""
+    if claimed.job.obey_robots and (state := gates.robots_txt(claimed, cache, fail)) is not None:
+        return state  # robots.txt forbids it, or cannot be read now
+    return _slot(claimed, host, rendering, fail)
+
+
+def _resumed(
+    claimed: Claim, host: str, rendering: bool, fail: functools.partial, resumed: _Aside
+) -> str | gates.Passage:
+    """A URL back from aside, at its slot's time. Back late, it asks for a new slot: the
+    host's next one may be another request's by now, sent a delay after the time of this one
+    (unless the host takes one request at a time: none is granted while this one waits)."""
+    job = claimed.job
+    if time.monotonic() <= resumed.opens_at or job.host_concurrency == 1:
+        return gates.wait_turn(job, host, resumed.passage, resumed.opens_at)
+    gates.report(claimed, host, resumed.passage.slot, politeness.NEUTRAL)  # its place in flight
+    passage = _slot(claimed, host, rendering, fail)
+    return passage if isinstance(passage, str) else gates.wait_turn(job, host, passage)
+
+
+def _slot(
+    claimed: Claim, host: str, rendering: bool, fail: functools.partial
+) -> str | gates.Passage:
+    """The host's slot, its circuit and the render step (see ``_through_gates``)."""
+    passage = gates.acquire(claimed, host)
+    if not passage.slot.granted:
+        return defer(claimed, passage.slot.wait, "throttled")
+    if (state := gates.through_circuit(claimed, host, passage.slot, fail)) is not None:
+        return state  # the host's circuit is open, or its probe is under way
+    if (state := antibot.render_elsewhere(claimed, host, passage.slot, rendering)) is not None:
+        return state  # a render worker's URL, or a render step this worker cannot take
+    return passage
 
 
 def _fetch(

@@ -11,8 +11,10 @@ from django.utils import timezone
 
 from tasks import engine
 from tasks.content import pages
+from tasks.fetch import politeness
 from tasks.frontier import jobs, leases, transitions
 from tasks.frontier.claims import Claim
+from tasks.rules.urls import host_of
 from tests.conftest import wait_for
 from tests.hostile import HostileSite, page
 from web.models import CrawlJob, FrontierURL, URLState
@@ -189,8 +191,8 @@ def test_a_message_past_its_budget_or_on_a_stopping_worker_gives_back_what_it_di
 def test_a_message_whose_job_is_cancelled_skips_what_it_has_not_started(redis, monkeypatch):
     done_one = engine._process_one
 
-    def then_cancel(claimed, rendering):
-        state = done_one(claimed, rendering)
+    def then_cancel(claimed, rendering, *args, **kwargs):
+        state = done_one(claimed, rendering, *args, **kwargs)
         jobs.cancel(CrawlJob.objects.get(pk=claimed.job.pk))  # from the admin, meanwhile
         return state
 
@@ -204,6 +206,84 @@ def test_a_message_whose_job_is_cancelled_skips_what_it_has_not_started(redis, m
     rows = FrontierURL.objects.filter(pk__in=ids[1:])
     assert {(r.state, r.error_reason, r.attempts) for r in rows} == {("skipped", "cancelled", 0)}
     assert not leases._held
+
+
+def _scheduled_on(job, sites_paths: list[tuple[HostileSite, str]]) -> list[int]:
+    for site, path in sites_paths:
+        transitions.insert_urls(job.pk, [site.url(path)], depth=1)
+    ids = [FrontierURL.objects.get(job=job, url=site.url(path)).pk for site, path in sites_paths]
+    transitions.schedule(ids)
+    return ids
+
+
+def test_a_url_whose_host_slot_opens_later_waits_aside_while_the_message_goes_on(redis):
+    # Two URLs of a polite host, then one of another host: the second waits out the delay
+    # aside, holding its slot, while the other host's URL is fetched (not after it).
+    with HostileSite() as polite, HostileSite() as other:
+        job = start(polite, delay=0.6)
+        ids = _scheduled_on(job, [(polite, "/p/1"), (polite, "/p/2"), (other, "/p/3")])
+        assert engine.process_many(ids, job.pk) == ["done", "done", "done"]
+        first, second = polite.requests["/p/1"][0], polite.requests["/p/2"][0]
+        assert other.requests["/p/3"][0] < second  # it went first
+        assert second - first >= 0.6 - 0.01  # the host's delay held all the same
+    rows = FrontierURL.objects.filter(pk__in=ids)
+    assert {(r.state, r.attempts) for r in rows} == {("done", 1)}
+    assert not leases._held
+
+
+def test_a_url_back_late_from_aside_takes_a_new_slot_and_keeps_the_delay_to_the_next(
+    redis, monkeypatch
+):
+    # /p/2 waits aside for 0.3 s; /slow (another host) takes 0.5 s, so /p/2 is back late.
+    # Meanwhile another worker took the polite host's next slot: /p/2 may not use its old one.
+    done_one = engine._process_one
+    taken: list[float] = []
+
+    def another_worker_meanwhile(claimed, rendering, *args, **kwargs):
+        if claimed.url.url.endswith("/slow"):
+            slot = politeness.acquire(claimed.job.pk, host_of(polite.url("/")), 0.3, 0,
+                                      claimed.job)  # fmt: skip
+            taken.append(time.monotonic() + slot.wait)
+        return done_one(claimed, rendering, *args, **kwargs)
+
+    monkeypatch.setattr(engine, "_process_one", another_worker_meanwhile)
+    with HostileSite() as polite, HostileSite() as other:
+        job = start(polite, delay=0.3)
+        ids = _scheduled_on(job, [(polite, "/p/1"), (polite, "/p/2"), (other, "/slow")])
+        assert sorted(engine.process_many(ids, job.pk)) == ["done", "done", "done"]
+        second = polite.requests["/p/2"][0]
+    assert other.requests["/slow"][0] < second
+    assert abs(second - taken[0]) >= 0.3 - 0.01, (second, taken)  # no closer than the delay
+
+
+def test_a_message_that_ends_early_gives_back_the_urls_waiting_aside_unfetched(
+    redis, monkeypatch
+):
+    from tasks.worker import lifecycle
+
+    done_one = engine._process_one
+
+    def then_stop(claimed, rendering, *args, **kwargs):
+        state = done_one(claimed, rendering, *args, **kwargs)
+        if claimed.url.url.endswith("/p/3"):
+            lifecycle.stopping.set()  # SIGTERM while /p/2 waits aside
+        return state
+
+    monkeypatch.setattr(engine, "_process_one", then_stop)
+    with HostileSite() as polite, HostileSite() as other:
+        job = start(polite, delay=0.6, host_concurrency=1)
+        ids = _scheduled_on(job, [(polite, "/p/1"), (polite, "/p/2"), (other, "/p/3")])
+        try:
+            assert engine.process_many(ids, job.pk) == ["done", "done"]
+        finally:
+            lifecycle.stopping.clear()
+        assert polite.hits("/p/2") == 0
+    aside = FrontierURL.objects.get(pk=ids[1])
+    assert (aside.state, aside.attempts, aside.lease_until) == ("queued", 0, None)
+    assert not leases._held
+    # its in-flight place on the host is free again: the host takes a request at once
+    slot = politeness.acquire(job.pk, host_of(polite.url("/")), 0.0, 1, job)
+    assert slot.granted
 
 
 def test_a_late_message_of_a_cancelled_job_ends_its_urls_skipped(redis):

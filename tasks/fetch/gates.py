@@ -73,11 +73,14 @@ def acquire(claimed: Claim, host: str) -> Passage:
     return Passage(slot, who)
 
 
-def wait_turn(job: CrawlJob, host: str, passage: Passage) -> Passage:
-    """Wait until the slot's time; the identity the host has then."""
+def wait_turn(job: CrawlJob, host: str, passage: Passage, opens_at: float | None = None) -> Passage:
+    """Wait until the slot's time (``opens_at``, monotonic, for a URL that waited aside: what is
+    left of its wait); the identity the host has then."""
     slot, who = passage
-    if slot.wait > 0:
-        time.sleep(slot.wait)  # for the host's slot
+    wait = slot.wait if opens_at is None else opens_at - time.monotonic()
+    if wait > 0:
+        time.sleep(wait)  # for the host's slot
+    if wait > 0 or opens_at is not None:
         now = replace(identity.current(job, host), jar=who.jar)  # another request may
         if now != who:  # have rotated it meanwhile
             who, slot.jar = now, True
