@@ -62,17 +62,18 @@ def process(url_id: int, job_id: int, rendering: bool = False) -> str | None:
 
 def process_many(url_ids: list[int], job_id: int, rendering: bool = False) -> list[str | None]:
     """The URLs of one message, claimed in one statement and done one after another; the new
-    state of each one that was ours to do.
+    state of each one that was ours to do, in the order they ended.
 
     The message's URLs can all be fetched by the time the worker reaches them
     (``tasks/frontier/release.py`` packs them so) and are held by this worker's lease
     renewal from the claim on. A URL whose host's slot opens more than ``SLOT_ASIDE_S`` later
     (its robots.txt was just fetched, or the host is slower than the packing thought) waits
     aside with its slot while the message's next URLs go first, rather than asleep in the
-    worker's slot. The message ends early when it has worked ``BATCH_BUDGET_S``,
-    the worker is shutting down, or the job stopped running (looked up at most every
-    ``JOB_STATE_CHECK_S``): the URLs it has not started, and those waiting aside, go back to
-    the frontier, due now, their attempts given back (skipped, if the job has ended).
+    worker's slot; back late for it, it takes a new one. The message ends early when it has
+    worked ``BATCH_BUDGET_S``, the worker is shutting down, or the job stopped running (looked
+    up at most every ``JOB_STATE_CHECK_S``): the URLs it has not fetched (not started, or
+    waiting aside: their slots freed) go back to the frontier, due now, their attempts given
+    back (skipped, if the job has ended).
     """
     with logs.about(crawl_job=job_id):
         return _process_claims(claim_many(url_ids, job_id), job_id, rendering)
@@ -84,7 +85,7 @@ class _Aside(NamedTuple):
     opens_at: float  # when its slot opens (monotonic)
     claimed: Claim
     passage: gates.Passage  # the slot it holds, and the identity it goes out as
-    began: float  # when its work began (monotonic)
+    spent: float  # seconds of its own work before it went aside (robots.txt, the gates)
 
 
 def _process_claims(claims: list[Claim], job_id: int, rendering: bool) -> list[str | None]:
@@ -96,30 +97,33 @@ def _process_claims(claims: list[Claim], job_id: int, rendering: bool) -> list[s
     last: Claim | None = None  # the URL done last
     try:
         while unstarted or aside:
-            if last is not None:
-                ends = last.closed_crawl  # its spider ended the crawl: no more of it
+            if len(unstarted) < len(claims):  # one has started: the message may end here
+                ends = last is not None and last.closed_crawl  # its spider ended the crawl
                 if not ends and time.monotonic() - checked >= setting("JOB_STATE_CHECK_S"):
                     checked = time.monotonic()
                     ends = not CrawlJob.objects.filter(pk=job_id, state=JobState.RUNNING,
                                                        close_reason="").exists()  # fmt: skip
-                if ends or lifecycle.stopping.is_set() or _past_budget(last, began):
+                if ends or lifecycle.stopping.is_set() or _past_budget(claims[0], began):
                     _give_back(unstarted, aside)
+                    unstarted, aside = [], []
                     break
             per_url = (time.monotonic() - began) / len(states) if states else 0.0
             if aside and (not unstarted or aside[0].opens_at - time.monotonic() <= per_url):
                 # back in time for its slot, unless the URL before runs longer than most
                 turn = aside.pop(0)
-                last = turn.claimed
-                states.append(_process_one(turn.claimed, rendering, turn))
-                continue
-            claimed = unstarted.pop(0)
-            done = _process_one(claimed, rendering, may_wait_aside=bool(unstarted))
+                claimed = turn.claimed
+                done = _process_one(claimed, rendering, turn, may_wait_aside=bool(unstarted))
+            else:
+                claimed = unstarted.pop(0)
+                done = _process_one(claimed, rendering, may_wait_aside=bool(unstarted or aside))
             if isinstance(done, _Aside):
                 aside = sorted([*aside, done], key=lambda turn: turn.opens_at)
             else:
                 last = claimed
                 states.append(done)
     finally:
+        for turn in aside:  # left by an error: their slots are no one's
+            _free_slot(turn.claimed, turn.passage.slot)
         for claimed in claims:
             leases.let_go(claimed.url.pk)
     if claims:  # work again (new links, retries, URLs given back), or the job's last URL ended
@@ -135,19 +139,27 @@ def _give_back(unstarted: list[Claim], aside: list[_Aside]) -> None:
     """Claimed, not fetched: back to the frontier now (else the lease sweep does it later),
     the slots of those waiting aside freed."""
     for turn in aside:
-        with contextlib.suppress(RedisError):  # else the host's in-flight count lapses
-            gates.report(turn.claimed, host_of(turn.claimed.url.url), turn.passage.slot,
-                         politeness.NEUTRAL)  # fmt: skip
+        _free_slot(turn.claimed, turn.passage.slot)
     claims = unstarted + [turn.claimed for turn in aside]
     if not claims:
         return
     try:
         given = with_retries(lambda: give_back(claims))
-        log.info("job=%s: %d URLs of a message given back unstarted", claims[0].job.pk, given)
+        log.info("job=%s: %d URLs of a message given back unfetched", claims[0].job.pk, given)
     except DatabaseError as exc:
         connection.close()
         log.warning("job=%s: %d unstarted URLs left to the lease sweep (%s)", claims[0].job.pk,
                     len(claims), exc)  # fmt: skip
+
+
+def _free_slot(claimed: Claim, slot: politeness.Slot) -> None:
+    """The in-flight place of a request that was not sent back to its host (a job with an
+    in-flight cap takes one with each slot), with no pause after it."""
+    job = claimed.job
+    if job.host_concurrency:
+        with contextlib.suppress(RedisError):  # else the place lapses with its lease
+            politeness.finish(job.pk, host_of(claimed.url.url), slot, signal=politeness.NEUTRAL,
+                              job=job)  # fmt: skip
 
 
 def _process_one(
@@ -155,11 +167,9 @@ def _process_one(
 ) -> str | None | _Aside:
     """The URL's new state; or, ``may_wait_aside`` (the message has more URLs to start), the
     URL waiting aside for its host's slot, to be ``resumed``."""
+    began = time.monotonic() - (0.0 if resumed is None else resumed.spent)
     if resumed is None:
-        began = time.monotonic()
         leases.hold(claimed.url.pk, claimed.attempt)  # its time limit runs from its own start
-    else:
-        began = resumed.began
     state: str | None | gates.Passage = None
     try:
         lend_connection_back()  # a fetch takes long: the pool serves other threads meanwhile
@@ -169,7 +179,8 @@ def _process_one(
         if not isinstance(state, gates.Passage):
             leases.let_go(claimed.url.pk)
     if isinstance(state, gates.Passage):
-        return _Aside(time.monotonic() + state.slot.wait, claimed, state, began)
+        now = time.monotonic()
+        return _Aside(now + state.slot.wait, claimed, state, now - began)
     canary.count(state, claimed.reason, claimed.deferred, time.monotonic() - began,
                  pinned=bool(claimed.job.channel))  # fmt: skip
     if state is not None:
@@ -239,20 +250,23 @@ def _process_claimed(
     """One claimed URL, step by step: gates, fetch, classify, ladder, record, then parse, links
     and commit (``pages.store``). A step that ends the URL returns its new state; a URL that
     ``may_wait_aside`` and whose host's slot opens after ``SLOT_ASIDE_S`` returns that slot,
-    to wait aside, and is ``resumed`` from it."""
+    to wait aside, and is ``resumed`` from it: on time, in that slot; late, in a new one (the
+    host's next slot may be another request's by now, a pace after this one's)."""
     job, cache, host = claimed.job, cache_for(claimed.job), host_of(claimed.url.url)
     fail = functools.partial(_fail, cache=cache)
-    if resumed is None:
-        passage = _through_gates(claimed, cache, host, rendering, fail)
+    if resumed is not None and time.monotonic() <= resumed.opens_at:
+        passage = gates.wait_turn(job, host, resumed.passage, resumed.opens_at)  # on time
+    else:
+        if resumed is None:
+            passage = _through_gates(claimed, cache, host, rendering, fail)
+        else:  # back late: the host's next slot may be another request's by now
+            _free_slot(claimed, resumed.passage.slot)
+            passage = _slot(claimed, host, rendering, fail)
         if isinstance(passage, str):
             return passage
         if may_wait_aside and passage.slot.wait > setting("SLOT_ASIDE_S"):
             return passage  # its slot opens later: it waits aside
         passage = gates.wait_turn(job, host, passage)
-    else:
-        passage = _resumed(claimed, host, rendering, fail, resumed)
-        if isinstance(passage, str):
-            return passage
     try:
         session = antibot.open_session(job, host, passage.who, passage.slot.jar)
     except outcomes.ProxyFailed as exc:
@@ -280,20 +294,6 @@ def _through_gates(
     if claimed.job.obey_robots and (state := gates.robots_txt(claimed, cache, fail)) is not None:
         return state  # robots.txt forbids it, or cannot be read now
     return _slot(claimed, host, rendering, fail)
-
-
-def _resumed(
-    claimed: Claim, host: str, rendering: bool, fail: functools.partial, resumed: _Aside
-) -> str | gates.Passage:
-    """A URL back from aside, at its slot's time. Back late, it asks for a new slot: the
-    host's next one may be another request's by now, sent a delay after the time of this one
-    (unless the host takes one request at a time: none is granted while this one waits)."""
-    job = claimed.job
-    if time.monotonic() <= resumed.opens_at or job.host_concurrency == 1:
-        return gates.wait_turn(job, host, resumed.passage, resumed.opens_at)
-    gates.report(claimed, host, resumed.passage.slot, politeness.NEUTRAL)  # its place in flight
-    passage = _slot(claimed, host, rendering, fail)
-    return passage if isinstance(passage, str) else gates.wait_turn(job, host, passage)
 
 
 def _slot(

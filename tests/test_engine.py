@@ -234,26 +234,30 @@ def test_a_url_whose_host_slot_opens_later_waits_aside_while_the_message_goes_on
 def test_a_url_back_late_from_aside_takes_a_new_slot_and_keeps_the_delay_to_the_next(
     redis, monkeypatch
 ):
-    # /p/2 waits aside for 0.3 s; /slow (another host) takes 0.5 s, so /p/2 is back late.
+    # /p/2 waits aside for 0.6 s; /slower (another host) takes 1.5 s, so /p/2 is back late.
     # Meanwhile another worker took the polite host's next slot: /p/2 may not use its old one.
     done_one = engine._process_one
     taken: list[float] = []
 
     def another_worker_meanwhile(claimed, rendering, *args, **kwargs):
-        if claimed.url.url.endswith("/slow"):
-            slot = politeness.acquire(claimed.job.pk, host_of(polite.url("/")), 0.3, 0,
+        if claimed.url.url.endswith("/slower"):
+            slot = politeness.acquire(claimed.job.pk, host_of(polite.url("/")), 0.6, 0,
                                       claimed.job)  # fmt: skip
             taken.append(time.monotonic() + slot.wait)
         return done_one(claimed, rendering, *args, **kwargs)
 
+    def slower(n: int) -> tuple[int, dict, bytes]:
+        time.sleep(1.5)
+        return 200, HTML, page("Slower")
+
     monkeypatch.setattr(engine, "_process_one", another_worker_meanwhile)
-    with HostileSite() as polite, HostileSite() as other:
-        job = start(polite, delay=0.3)
-        ids = _scheduled_on(job, [(polite, "/p/1"), (polite, "/p/2"), (other, "/slow")])
+    with HostileSite() as polite, HostileSite(overrides={"/slower": slower}) as other:
+        job = start(polite, delay=0.6)
+        ids = _scheduled_on(job, [(polite, "/p/1"), (polite, "/p/2"), (other, "/slower")])
         assert sorted(engine.process_many(ids, job.pk)) == ["done", "done", "done"]
         second = polite.requests["/p/2"][0]
-    assert other.requests["/slow"][0] < second
-    assert abs(second - taken[0]) >= 0.3 - 0.01, (second, taken)  # no closer than the delay
+    assert other.requests["/slower"][0] < second
+    assert abs(second - taken[0]) >= 0.6 - 0.01, (second, taken)  # no closer than the delay
 
 
 def test_a_message_that_ends_early_gives_back_the_urls_waiting_aside_unfetched(
@@ -284,6 +288,34 @@ def test_a_message_that_ends_early_gives_back_the_urls_waiting_aside_unfetched(
     # its in-flight place on the host is free again: the host takes a request at once
     slot = politeness.acquire(job.pk, host_of(polite.url("/")), 0.0, 1, job)
     assert slot.granted
+
+
+def test_a_stopping_worker_fetches_nothing_more_once_its_first_url_waits_aside(
+    redis, monkeypatch
+):
+    from tasks.worker import lifecycle
+
+    done_one = engine._process_one
+
+    def then_stop(claimed, rendering, *args, **kwargs):
+        state = done_one(claimed, rendering, *args, **kwargs)
+        lifecycle.stopping.set()  # SIGTERM while the message's first URL waits aside
+        return state
+
+    monkeypatch.setattr(engine, "_process_one", then_stop)
+    with HostileSite() as polite, HostileSite() as other:
+        job = start(polite, delay=0.6, host_concurrency=1)
+        ids = _scheduled_on(job, [(polite, "/p/1"), (other, "/p/2"), (other, "/p/3")])
+        # another worker's request holds the polite host: /p/1's slot opens 0.6 s from now
+        politeness.acquire(job.pk, host_of(polite.url("/")), 0.6, 0, job)
+        try:
+            assert engine.process_many(ids, job.pk) == []
+        finally:
+            lifecycle.stopping.clear()
+        assert (polite.hits("/p/1"), other.hits("/p/2"), other.hits("/p/3")) == (0, 0, 0)
+    rows = FrontierURL.objects.filter(pk__in=ids)
+    assert {(r.state, r.attempts, r.lease_until) for r in rows} == {("queued", 0, None)}
+    assert not leases._held
 
 
 def test_a_late_message_of_a_cancelled_job_ends_its_urls_skipped(redis):
