@@ -95,6 +95,7 @@ def _process_claims(claims: list[Claim], job_id: int, rendering: bool) -> list[s
     unstarted, aside = list(claims), []
     began = checked = time.monotonic()
     last: Claim | None = None  # the URL done last
+    steps = 0  # URLs done or set aside
     try:
         while unstarted or aside:
             if len(unstarted) < len(claims):  # one has started: the message may end here
@@ -107,15 +108,16 @@ def _process_claims(claims: list[Claim], job_id: int, rendering: bool) -> list[s
                     _give_back(unstarted, aside)
                     unstarted, aside = [], []
                     break
-            per_url = (time.monotonic() - began) / len(states) if states else 0.0
+            per_url = (time.monotonic() - began) / steps if steps else 0.0
             if aside and (not unstarted or aside[0].opens_at - time.monotonic() <= per_url):
-                # back in time for its slot, unless the URL before runs longer than most
+                # back in time for its slot, unless the step before runs longer than most
                 turn = aside.pop(0)
                 claimed = turn.claimed
-                done = _process_one(claimed, rendering, turn, may_wait_aside=bool(unstarted))
+                done = _process_one(claimed, rendering, turn)
             else:
                 claimed = unstarted.pop(0)
                 done = _process_one(claimed, rendering, may_wait_aside=bool(unstarted or aside))
+            steps += 1
             if isinstance(done, _Aside):
                 aside = sorted([*aside, done], key=lambda turn: turn.opens_at)
             else:
@@ -250,12 +252,12 @@ def _process_claimed(
     """One claimed URL, step by step: gates, fetch, classify, ladder, record, then parse, links
     and commit (``pages.store``). A step that ends the URL returns its new state; a URL that
     ``may_wait_aside`` and whose host's slot opens after ``SLOT_ASIDE_S`` returns that slot,
-    to wait aside, and is ``resumed`` from it: on time, in that slot; late, in a new one (the
-    host's next slot may be another request's by now, a pace after this one's)."""
+    to wait aside, and is ``resumed`` from it: in that slot while it is still its own, else in
+    a new one, waited for in the worker's slot."""
     job, cache, host = claimed.job, cache_for(claimed.job), host_of(claimed.url.url)
     fail = functools.partial(_fail, cache=cache)
-    if resumed is not None and time.monotonic() <= resumed.opens_at:
-        passage = gates.wait_turn(job, host, resumed.passage, resumed.opens_at)  # on time
+    if resumed is not None and _slot_still_its_own(job, resumed):
+        passage = gates.wait_turn(job, host, resumed.passage, resumed.opens_at)
     else:
         if resumed is None:
             passage = _through_gates(claimed, cache, host, rendering, fail)
@@ -264,7 +266,7 @@ def _process_claimed(
             passage = _slot(claimed, host, rendering, fail)
         if isinstance(passage, str):
             return passage
-        if may_wait_aside and passage.slot.wait > setting("SLOT_ASIDE_S"):
+        if resumed is None and may_wait_aside and passage.slot.wait > setting("SLOT_ASIDE_S"):
             return passage  # its slot opens later: it waits aside
         passage = gates.wait_turn(job, host, passage)
     try:
@@ -284,6 +286,15 @@ def _process_claimed(
     elif (state := refusals.judge(claimed, cache, host, passage, session, banned)) is not None:
         return state  # the identity's refusal (or a warm-up first): it waits, its attempt kept
     return _record(claimed, cache, fetched, banned if banned is not None else outcome, rendering)
+
+
+def _slot_still_its_own(job: CrawlJob, resumed: _Aside) -> bool:
+    """Whether a URL back from aside may still go in the slot it holds: it is back on time, or
+    its host takes one request at a time and its in-flight place, which no other request may
+    have meanwhile, outlasts this request (late by less than ``IN_FLIGHT_SPARE_S``). Back late
+    otherwise, the host's next slot, a pace after its own, may be another request's by now."""
+    late = time.monotonic() - resumed.opens_at
+    return late <= 0 or (job.host_concurrency == 1 and late < politeness.IN_FLIGHT_SPARE_S)
 
 
 def _through_gates(

@@ -57,6 +57,7 @@ from tasks.defaults import setting
 from tasks.fetch import circuit, ladder
 
 OK, OVERLOAD, NEUTRAL = 0, 1, 2  # what one outcome tells the host's throttle
+IN_FLIGHT_SPARE_S = 5.0  # an in-flight place lapses this long after its slot's fetch deadline
 
 _DECAYED = """
 local function decayed(raw, now, half)
@@ -207,7 +208,7 @@ def acquire(
             int(delay_s * 1000),
             concurrency,
             int(setting("HOST_MAX_WAIT_S", job) * 1000),
-            int(setting("FETCH_DEADLINE_S", job) * 1000) + 5000,
+            int((setting("FETCH_DEADLINE_S", job) + IN_FLIGHT_SPARE_S) * 1000),
             token,
             int(setting("THROTTLE_HALF_LIFE_S", job) * 1000),
             int(setting("THROTTLE_WINDOW_S", job) * 1000),
