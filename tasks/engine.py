@@ -69,7 +69,8 @@ def process_many(url_ids: list[int], job_id: int, rendering: bool = False) -> li
     renewal from the claim on. A URL whose host's slot opens more than ``SLOT_ASIDE_S`` later
     (its robots.txt was just fetched, or the host is slower than the packing thought) waits
     aside with its slot while the message's next URLs go first, rather than asleep in the
-    worker's slot; back late for it, it takes a new one. The message ends early when it has
+    worker's slot; back late for it, it takes a new one (unless its place on a host of one
+    request at a time still holds it). The message ends early when it has
     worked ``BATCH_BUDGET_S``, the worker is shutting down, or the job stopped running (looked
     up at most every ``JOB_STATE_CHECK_S``): the URLs it has not fetched (not started, or
     waiting aside: their slots freed) go back to the frontier, due now, their attempts given
@@ -110,7 +111,7 @@ def _process_claims(claims: list[Claim], job_id: int, rendering: bool) -> list[s
                     break
             per_url = (time.monotonic() - began) / steps if steps else 0.0
             if aside and (not unstarted or aside[0].opens_at - time.monotonic() <= per_url):
-                # back in time for its slot, unless the step before runs longer than most
+                # its slot opens within a mean step: resume it rather than start another
                 turn = aside.pop(0)
                 claimed = turn.claimed
                 done = _process_one(claimed, rendering, turn)
@@ -150,12 +151,12 @@ def _give_back(unstarted: list[Claim], aside: list[_Aside]) -> None:
         log.info("job=%s: %d URLs of a message given back unfetched", claims[0].job.pk, given)
     except DatabaseError as exc:
         connection.close()
-        log.warning("job=%s: %d unstarted URLs left to the lease sweep (%s)", claims[0].job.pk,
+        log.warning("job=%s: %d unfetched URLs left to the lease sweep (%s)", claims[0].job.pk,
                     len(claims), exc)  # fmt: skip
 
 
 def _free_slot(claimed: Claim, slot: politeness.Slot) -> None:
-    """The in-flight place of a request that was not sent back to its host (a job with an
+    """The in-flight place of a request never sent given back to its host (a job with an
     in-flight cap takes one with each slot), with no pause after it."""
     job = claimed.job
     if job.host_concurrency:
@@ -167,8 +168,9 @@ def _free_slot(claimed: Claim, slot: politeness.Slot) -> None:
 def _process_one(
     claimed: Claim, rendering: bool, resumed: _Aside | None = None, may_wait_aside: bool = False
 ) -> str | None | _Aside:
-    """The URL's new state; or, ``may_wait_aside`` (the message has more URLs to start), the
-    URL waiting aside for its host's slot, to be ``resumed``."""
+    """The URL's new state; or, ``may_wait_aside`` (the message has other URLs to do, unstarted
+    or waiting aside), the URL waiting aside for its host's slot, to be ``resumed`` (a resumed
+    URL never waits aside again)."""
     began = time.monotonic() - (0.0 if resumed is None else resumed.spent)
     if resumed is None:
         leases.hold(claimed.url.pk, claimed.attempt)  # its time limit runs from its own start
@@ -291,10 +293,11 @@ def _process_claimed(
 def _slot_still_its_own(job: CrawlJob, resumed: _Aside) -> bool:
     """Whether a URL back from aside may still go in the slot it holds: it is back on time, or
     its host takes one request at a time and its in-flight place, which no other request may
-    have meanwhile, outlasts this request (late by less than ``IN_FLIGHT_SPARE_S``). Back late
-    otherwise, the host's next slot, a pace after its own, may be another request's by now."""
+    have meanwhile, outlasts this request (late by less than half ``IN_FLIGHT_SPARE_S``: the
+    rest covers its steps before the fetch). Back late otherwise, the host's next slot, a pace
+    after its own, may be another request's by now."""
     late = time.monotonic() - resumed.opens_at
-    return late <= 0 or (job.host_concurrency == 1 and late < politeness.IN_FLIGHT_SPARE_S)
+    return late <= 0 or (job.host_concurrency == 1 and late < politeness.IN_FLIGHT_SPARE_S / 2)
 
 
 def _through_gates(

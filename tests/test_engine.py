@@ -260,6 +260,33 @@ def test_a_url_back_late_from_aside_takes_a_new_slot_and_keeps_the_delay_to_the_
     assert abs(second - taken[0]) >= 0.6 - 0.01, (second, taken)  # no closer than the delay
 
 
+def test_on_a_host_of_one_request_at_a_time_a_url_back_late_keeps_its_slot(redis, monkeypatch):
+    # /p/2 waits aside for 1 s holding the host's one place: no other request is let in
+    # meanwhile; back 0.5 s late (after /slower), it goes at once, in the slot it holds.
+    done_one = engine._process_one
+    refused: list[bool] = []
+
+    def another_worker_meanwhile(claimed, rendering, *args, **kwargs):
+        if claimed.url.url.endswith("/slower"):
+            slot = politeness.acquire(claimed.job.pk, host_of(polite.url("/")), 1.0, 1,
+                                      claimed.job)  # fmt: skip
+            refused.append(not slot.granted)
+        return done_one(claimed, rendering, *args, **kwargs)
+
+    def slower(n: int) -> tuple[int, dict, bytes]:
+        time.sleep(1.5)
+        return 200, HTML, page("Slower")
+
+    monkeypatch.setattr(engine, "_process_one", another_worker_meanwhile)
+    with HostileSite() as polite, HostileSite(overrides={"/slower": slower}) as other:
+        job = start(polite, delay=1.0, host_concurrency=1)
+        ids = _scheduled_on(job, [(polite, "/p/1"), (polite, "/p/2"), (other, "/slower")])
+        assert sorted(engine.process_many(ids, job.pk)) == ["done", "done", "done"]
+        back = polite.requests["/p/2"][0] - (other.requests["/slower"][0] + 1.5)
+    assert refused == [True]
+    assert 0 <= back < 0.3, back  # at once, not a new slot a delay later
+
+
 def test_a_message_that_ends_early_gives_back_the_urls_waiting_aside_unfetched(
     redis, monkeypatch
 ):
@@ -306,7 +333,7 @@ def test_a_stopping_worker_fetches_nothing_more_once_its_first_url_waits_aside(
     with HostileSite() as polite, HostileSite() as other:
         job = start(polite, delay=0.6, host_concurrency=1)
         ids = _scheduled_on(job, [(polite, "/p/1"), (other, "/p/2"), (other, "/p/3")])
-        # another worker's request holds the polite host: /p/1's slot opens 0.6 s from now
+        # another worker took the polite host's slot: /p/1's opens 0.6 s from now
         politeness.acquire(job.pk, host_of(polite.url("/")), 0.6, 0, job)
         try:
             assert engine.process_many(ids, job.pk) == []
