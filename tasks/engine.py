@@ -106,8 +106,7 @@ def _process_claims(claims: list[Claim], job_id: int, rendering: bool) -> list[s
                     ends = not CrawlJob.objects.filter(pk=job_id, state=JobState.RUNNING,
                                                        close_reason="").exists()  # fmt: skip
                 if ends or lifecycle.stopping.is_set() or _past_budget(claims[0], began):
-                    _give_back(unstarted, aside)
-                    unstarted, aside = [], []
+                    _give_back(unstarted + [turn.claimed for turn in aside])
                     break
             per_url = (time.monotonic() - began) / steps if steps else 0.0
             if aside and (not unstarted or aside[0].opens_at - time.monotonic() <= per_url):
@@ -125,7 +124,7 @@ def _process_claims(claims: list[Claim], job_id: int, rendering: bool) -> list[s
                 last = claimed
                 states.append(done)
     finally:
-        for turn in aside:  # left by an error: their slots are no one's
+        for turn in aside:  # given back, or left by an error: their slots are no one's
             _free_slot(turn.claimed, turn.passage.slot)
         for claimed in claims:
             leases.let_go(claimed.url.pk)
@@ -138,12 +137,8 @@ def _past_budget(claimed: Claim, began: float) -> bool:
     return time.monotonic() - began > setting("BATCH_BUDGET_S", claimed.job)
 
 
-def _give_back(unstarted: list[Claim], aside: list[_Aside]) -> None:
-    """Claimed, not fetched: back to the frontier now (else the lease sweep does it later),
-    the slots of those waiting aside freed."""
-    for turn in aside:
-        _free_slot(turn.claimed, turn.passage.slot)
-    claims = unstarted + [turn.claimed for turn in aside]
+def _give_back(claims: list[Claim]) -> None:
+    """Claimed, not fetched: back to the frontier now (else the lease sweep does it later)."""
     if not claims:
         return
     try:

@@ -340,6 +340,26 @@ def test_a_stopping_worker_fetches_nothing_more_once_its_first_url_waits_aside(
     assert not leases._held
 
 
+def test_an_error_while_a_url_waits_aside_leaves_its_slot_to_no_one(redis, monkeypatch):
+    done_one = engine._process_one
+
+    def then_fail(claimed, rendering, *args, **kwargs):
+        if claimed.url.url.endswith("/p/3"):
+            raise RuntimeError("the worker's own trouble, while /p/2 waits aside")
+        return done_one(claimed, rendering, *args, **kwargs)
+
+    monkeypatch.setattr(engine, "_process_one", then_fail)
+    with HostileSite() as polite, HostileSite() as other:
+        job = start(polite, delay=0.6, host_concurrency=1)
+        ids = _scheduled_on(job, [(polite, "/p/1"), (polite, "/p/2"), (other, "/p/3")])
+        with pytest.raises(RuntimeError):
+            engine.process_many(ids, job.pk)
+        assert polite.hits("/p/2") == 0
+        # the host's one in-flight place is free: a request is let in at once
+        assert politeness.acquire(job.pk, host_of(polite.url("/")), 0.0, 1, job).granted
+    assert not leases._held
+
+
 def test_a_late_message_of_a_cancelled_job_ends_its_urls_skipped(redis):
     with HostileSite() as site:
         job = start(site)
