@@ -1,17 +1,27 @@
 """The body store: raw response bodies (as received, before content decoding), zstd-compressed,
-named by their hash, through Django's storage API (``STORAGES["bodies"]``).
+through Django's storage API (``STORAGES["bodies"]``).
 
-Reads ``BODY_MAX_BYTES`` and ``BODY_ZSTD_LEVEL``. A body is stored under
-``<job>/<sha[:2]>/<sha256 of the raw bytes>.zst``: identical bodies of one job are stored
-once, and a job's bodies share one prefix, so deleting a job deletes them whatever other jobs
-hold. The worker writes the body before the page's transaction, so a committed page always
-has its body; a worker killed between the two leaves a body no page names, which the job's
-deletion removes with the rest. On the filesystem a body is written to a temporary file and
-renamed into place, so a reader (or a redelivered task asking whether it exists) never sees
-half of one; on S3-compatible storage a PUT is atomic by itself.
+Reads ``BODY_MAX_BYTES`` and ``BODY_ZSTD_LEVEL``. A job's bodies share one prefix (``<job>/``),
+so deleting a job deletes them whatever other jobs hold. The worker writes the body before the
+page's transaction, so a committed page always has its body; a worker killed between the two
+leaves a body no page names, which the job's deletion removes with the rest.
 
-The storage is the local filesystem under ``CRAWL_DATA_DIR/bodies`` by default and an
-S3-compatible bucket when ``BODY_STORE=s3://bucket/prefix`` (``crawlplatform/settings.py``).
+On the filesystem (the default, ``CRAWL_DATA_DIR/bodies``) each worker thread appends the
+bodies it stores for a job to a pack of its own, ``<job>/packs/<random>.zpk``: a file that is
+a sequence of zstd frames, and a body's name is its pack and place in it
+(``<job>/packs/<random>.zpk@<offset>+<length>``). A page costs one write, not a new file: on
+a filesystem without a journal (ext4's ``nojournal``, common on virtual machines), creating a
+file searches past every recently deleted inode and cost more kernel time than the rest of
+the page's storage. A pack is never appended to by two threads, nor by a process that did not
+open it, so an offset named by a committed page always holds its whole frame; a worker killed
+mid-write leaves a torn frame at its pack's end, which no page names. A pack is closed at
+``PACK_MAX_BYTES`` and a new one begun. Identical bodies a worker process met among its last
+``RECENT_BODIES`` of a job are stored once.
+
+When ``BODY_STORE=s3://bucket/prefix`` (``crawlplatform/settings.py``), each distinct body is
+an object of its own, ``<job>/<sha[:2]>/<sha256 of the raw bytes>.zst`` (a PUT is atomic by
+itself): identical bodies of a job are stored once. Bodies stored under such names on the
+filesystem by earlier versions are read as they are.
 """
 
 from __future__ import annotations
@@ -20,6 +30,7 @@ import contextlib
 import hashlib
 import os
 import threading
+import uuid
 from pathlib import Path
 
 import zstandard
@@ -29,6 +40,9 @@ from django.core.files.storage import FileSystemStorage, Storage, storages
 from tasks.defaults import setting
 
 _local = threading.local()  # zstd contexts are not thread-safe: one pair per thread
+PACK_MAX_BYTES = 256 << 20  # a pack this large is closed and a new one begun
+PACKS_OPEN = 4  # packs a thread keeps open (of the jobs it stored bodies for last)
+RECENT_BODIES = 10_000  # per process: identical bodies met among these are stored once
 
 
 def _compressor() -> zstandard.ZstdCompressor:
@@ -57,20 +71,30 @@ def name_for(job_id: int, raw: bytes) -> str:
 
 
 def put(job_id: int, raw: bytes) -> str:
-    """Store ``raw`` for the job (once per identical body); returns its name in the store."""
+    """Store ``raw`` for the job (once per identical body, see above); returns its name."""
     name = name_for(job_id, raw)
     store = storage()
     if isinstance(store, BodyFileStorage):
-        store.keep(name, raw)
-    elif not store.exists(name):
+        return store.keep(job_id, name, raw)
+    if not store.exists(name):
         store.save(name, ContentFile(_compressor().compress(raw)))
     return name
 
 
 def get(name: str) -> bytes:
     """The raw body stored under ``name``, byte for byte."""
-    with storage().open(name, "rb") as blob:
-        return _decompressor().decompress(blob.read())
+    pack, at, place = name.rpartition("@")
+    with storage().open(pack if at else name, "rb") as blob:
+        if not at:
+            return _decompressor().decompress(blob.read())
+        offset, length = map(int, place.split("+"))
+        blob.seek(offset)
+        return _decompressor().decompress(blob.read(length))
+
+
+def file_of(name: str) -> str:
+    """The name of the file in the store that holds body ``name`` (a pack holds many)."""
+    return name.rpartition("@")[0] or name
 
 
 def text(name: str, http: dict, limit: int) -> tuple[str, bytes]:
@@ -85,8 +109,11 @@ def text(name: str, http: dict, limit: int) -> tuple[str, bytes]:
 
 
 def delete_job(job_id: int) -> int:
-    """Delete every body the job stored; returns how many. Lists one directory at a time."""
+    """Delete every body the job stored; returns how many files (on the filesystem, a pack
+    holds many bodies) or objects. Lists one directory at a time."""
     store = storage()
+    if isinstance(store, BodyFileStorage):
+        store.forget(job_id)
     count = 0
     prefix = f"{job_id}"
     try:
@@ -114,19 +141,51 @@ def _rmdir(path: Path) -> None:
 
 
 class BodyFileStorage(FileSystemStorage):
-    """The filesystem store: a body appears whole or not at all (temporary file, rename)."""
+    """The filesystem store: worker bodies appended to packs (see above); a file saved through
+    the storage API (a feed) appears whole or not at all (temporary file, rename)."""
 
     def __init__(self, **options) -> None:
         options.setdefault("allow_overwrite", True)  # same name, same bytes: no renaming
         super().__init__(**options)
+        self._recent: dict[tuple[int, str], str] = {}  # (job, content name) -> body name
+        self._recent_lock = threading.Lock()
 
-    def keep(self, name: str, raw: bytes) -> None:
-        """``raw`` compressed under ``name`` unless a body is there already: the worker's
-        path, a name of ``name_for`` (no user's), so without ``Storage.save``'s validation and
-        renaming, which cost as much as the compression."""
-        full = os.path.join(self.location, name)
-        if not os.path.lexists(full):
-            self._write(full, [_compressor().compress(raw)])
+    def keep(self, job_id: int, key: str, raw: bytes) -> str:
+        """``raw`` compressed, appended to this thread's pack of the job, unless this process
+        stored the same bytes (content name ``key``) lately and their pack is still there; its
+        name. The worker's path: no ``Storage.save`` validation and renaming, which cost as
+        much as the compression."""
+        found = self._recent.get((job_id, key))
+        if found and os.path.exists(self.path(file_of(found))):
+            return found
+        name = self._pack(job_id).append(_compressor().compress(raw))
+        with self._recent_lock:
+            self._recent[(job_id, key)] = name
+            while len(self._recent) > RECENT_BODIES:
+                del self._recent[next(iter(self._recent))]
+        return name
+
+    def forget(self, job_id: int) -> None:
+        """Before the job's bodies are deleted: this thread's pack of it is closed, and what
+        this process remembers of its bodies is dropped."""
+        packs = getattr(_local, "packs", {})
+        if (found := packs.pop((self.location, job_id), None)) is not None:
+            found.close()
+        with self._recent_lock:
+            self._recent = {k: v for k, v in self._recent.items() if k[0] != job_id}
+
+    def _pack(self, job_id: int) -> _Pack:
+        packs = _local.__dict__.setdefault("packs", {})
+        key = (self.location, job_id)
+        found = packs.pop(key, None)
+        if found is None or found.pid != os.getpid() or found.size >= PACK_MAX_BYTES:
+            if found is not None:
+                found.close()
+            found = _Pack(self, job_id)
+        packs[key] = found  # the most recent last
+        while len(packs) > PACKS_OPEN:
+            packs.pop(next(iter(packs))).close()
+        return found
 
     def _save(self, name: str, content) -> str:
         self._write(self.path(name), content.chunks())
@@ -134,13 +193,13 @@ class BodyFileStorage(FileSystemStorage):
 
     @staticmethod
     def _write(full: str, chunks) -> None:
-        # Unique per process and thread: two workers writing the same body each write their
-        # own file and rename it over the other's (same bytes).
+        # Unique per process and thread: two workers writing the same file each write their
+        # own and rename it over the other's.
         head, tail = os.path.split(full)
         temporary = os.path.join(head, f".part-{os.getpid()}-{threading.get_ident()}-{tail}")
         try:
             fd = os.open(temporary, _CREATE, 0o644)
-        except FileNotFoundError:  # the shard's first body
+        except FileNotFoundError:  # the directory's first file
             os.makedirs(head, exist_ok=True)
             fd = os.open(temporary, _CREATE, 0o644)
         try:
@@ -154,4 +213,39 @@ class BodyFileStorage(FileSystemStorage):
             raise
 
 
+class _Pack:
+    """One thread's open pack of one job: a new file, appended to by this thread alone."""
+
+    def __init__(self, store: BodyFileStorage, job_id: int) -> None:
+        self.name = f"{job_id}/packs/{uuid.uuid4().hex}.zpk"
+        path = store.path(self.name)
+        try:
+            self.fd = os.open(path, _APPEND, 0o644)
+        except FileNotFoundError:  # the job's first pack
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            self.fd = os.open(path, _APPEND, 0o644)
+        self.pid, self.size = os.getpid(), 0
+
+    def append(self, frame: bytes) -> str:
+        """Write ``frame`` whole at the pack's end; its body name. A write that fails closes
+        the pack (where its end is is no longer known): the next body begins another."""
+        start, view = self.size, memoryview(frame)
+        try:
+            while view:
+                view = view[os.write(self.fd, view):]
+        except BaseException:
+            self.close()
+            self.size = PACK_MAX_BYTES
+            raise
+        self.size += len(frame)
+        return f"{self.name}@{start}+{len(frame)}"
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+            self.fd = -1
+
+
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
+_APPEND = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
