@@ -310,9 +310,20 @@ JOB_PERMISSIONS = {"ALLOWED_NETWORKS": "web.change_crawl_network",
 JOB_PRIORITY_BAND = 4  # job priorities above this need the web.raise_crawl_priority permission
 
 
+# os.environ's own mapping of encoded names: a setting read 30-odd times a page is mostly unset,
+# and os.environ.get raises and catches two KeyErrors for each miss (2-4% of a worker's time).
+_ENVIRON = os.environ._data  # noqa: SLF001
+_ENV_NAMES: dict[str, bytes] = {}
+
+
 def _operators(name: str, default: Any) -> Any:
     if name in live:
         return live[name]
+    key = _ENV_NAMES.get(name)
+    if key is None:
+        key = _ENV_NAMES[name] = os.environ.encodekey(f"CRAWL_{name}")
+    if key not in _ENVIRON:
+        return default
     raw = os.environ.get(f"CRAWL_{name}")
     return default if raw is None else _parse(raw, default)
 
