@@ -30,6 +30,8 @@ from collections.abc import Callable, Collection, Iterable
 from typing import Any, NamedTuple
 from urllib.parse import urldefrag
 
+from lxml import etree
+
 from crawlplatform.spiders import CloseSpider, Failure, Request, Response, Spider
 from crawlplatform.spiders.responsetypes import class_for
 from tasks.content import items as itempipes
@@ -324,14 +326,17 @@ def _redirect(claimed: Claim, cache: JobCache, resp: fetching.Response,
     return Redirect(target, take_queued=claimed.url.request is None)
 
 
+_FIRST_TITLE = etree.XPath("descendant::title[1]")  # an evaluation at a time (lxml's lock)
+
+
 def page_title(response: Response) -> str:
     """The page's title as a crawl's page has it (the first ``<title>``'s text, its spaces
     collapsed), if the callback parsed the page: read from that tree, stopping at the first
     (``css("title")``, or lxml's ``iter("title")``, walks the whole page: a fifth of a
-    millisecond on a docs page, against 4 µs)."""
+    millisecond on a docs page, against 4 µs; 1 µs compiled once)."""
     if response._selector is None or response._selector.type == "json":
         return ""
-    found = response._selector.root.xpath("descendant::title[1]")  # libxml2 stops at it
+    found = _FIRST_TITLE(response._selector.root)  # libxml2 stops at it
     return " ".join("".join(found[0].itertext()).split()) if found else ""
 
 
