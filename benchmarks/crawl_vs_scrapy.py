@@ -138,19 +138,18 @@ _PAGE_BYTES = """
 from django.db import connection
 with connection.cursor() as c:
     c.execute("SELECT count(*), sum(pg_column_size(http)), sum(pg_column_size(data)), "
-              "pg_total_relation_size('web_page') FROM web_page")
+              "pg_total_relation_size('web_page'), count(DISTINCT body_key) FROM web_page")
     print(*c.fetchone())
 """
 
 
 def stored_bytes(env: dict, store: Path) -> None:
     """What the platform's crawl kept per page: the body store and the page rows."""
-    pages, http, data, table = (int(v) for v in django_shell(env, _PAGE_BYTES).split())
-    blobs = list(store.rglob("*.zst"))
-    size = sum(b.stat().st_size for b in blobs)
+    pages, http, data, table, kept = (int(v) for v in django_shell(env, _PAGE_BYTES).split())
+    size = sum(f.stat().st_size for f in store.rglob("*") if f.is_file())
     print(
         f"crawlplatform kept {pages} pages: body store {size / pages:,.0f} bytes/page "
-        f"({len(blobs)} distinct bodies, zstd); page rows {table / pages:,.0f} bytes/page "
+        f"({kept} distinct bodies, zstd); page rows {table / pages:,.0f} bytes/page "
         f"with indexes, of which headers {http / pages:,.0f}, data {data / pages:,.0f}"
     )
     shutil.rmtree(store, ignore_errors=True)

@@ -14,9 +14,11 @@ a filesystem without a journal (ext4's ``nojournal``, common on virtual machines
 file searches past every recently deleted inode and cost more kernel time than the rest of
 the page's storage. A pack is never appended to by two threads, nor by a process that did not
 open it, so an offset named by a committed page always holds its whole frame; a worker killed
-mid-write leaves a torn frame at its pack's end, which no page names. A pack is closed at
-``PACK_MAX_BYTES`` and a new one begun. Identical bodies a worker process met among its last
-``RECENT_BODIES`` of a job are stored once.
+mid-write leaves a torn frame at its pack's end, which no page names; a name whose bytes are
+not one whole frame is an error, never another body. A pack is closed at ``PACK_MAX_BYTES``,
+or once its file is deleted (``delete_job``), and a new one begun. An identical body that a
+worker process kept among its last ``RECENT_BODIES`` (all jobs) is not stored again (two
+threads storing it at once may each store it).
 
 When ``BODY_STORE=s3://bucket/prefix`` (``crawlplatform/settings.py``), each distinct body is
 an object of its own, ``<job>/<sha[:2]>/<sha256 of the raw bytes>.zst`` (a PUT is atomic by
@@ -42,7 +44,7 @@ from tasks.defaults import setting
 _local = threading.local()  # zstd contexts are not thread-safe: one pair per thread
 PACK_MAX_BYTES = 256 << 20  # a pack this large is closed and a new one begun
 PACKS_OPEN = 4  # packs a thread keeps open (of the jobs it stored bodies for last)
-RECENT_BODIES = 10_000  # per process: identical bodies met among these are stored once
+RECENT_BODIES = 10_000  # per process: an identical body kept among these is not stored again
 
 
 def _compressor() -> zstandard.ZstdCompressor:
@@ -82,14 +84,23 @@ def put(job_id: int, raw: bytes) -> str:
 
 
 def get(name: str) -> bytes:
-    """The raw body stored under ``name``, byte for byte."""
+    """The raw body stored under ``name``, byte for byte; ValueError if the place a pack's
+    name gives does not hold one whole frame."""
     pack, at, place = name.rpartition("@")
     with storage().open(pack if at else name, "rb") as blob:
         if not at:
             return _decompressor().decompress(blob.read())
         offset, length = map(int, place.split("+"))
         blob.seek(offset)
-        return _decompressor().decompress(blob.read(length))
+        frame = blob.read(length)
+    reader = _decompressor().decompressobj()
+    try:
+        raw = reader.decompress(frame)
+    except zstandard.ZstdError:
+        raw = None
+    if raw is None or len(frame) != length or not reader.eof or reader.unused_data:
+        raise ValueError(f"body {name}: not one whole zstd frame there")
+    return raw
 
 
 def file_of(name: str) -> str:
@@ -145,7 +156,7 @@ class BodyFileStorage(FileSystemStorage):
     the storage API (a feed) appears whole or not at all (temporary file, rename)."""
 
     def __init__(self, **options) -> None:
-        options.setdefault("allow_overwrite", True)  # same name, same bytes: no renaming
+        options.setdefault("allow_overwrite", True)  # a feed written again replaces its file
         super().__init__(**options)
         self._recent: dict[tuple[int, str], str] = {}  # (job, content name) -> body name
         self._recent_lock = threading.Lock()
@@ -167,7 +178,8 @@ class BodyFileStorage(FileSystemStorage):
 
     def forget(self, job_id: int) -> None:
         """Before the job's bodies are deleted: this thread's pack of it is closed, and what
-        this process remembers of its bodies is dropped."""
+        this process remembers of its bodies is dropped (another thread's pack of it is closed
+        at its next body, its file being gone)."""
         packs = getattr(_local, "packs", {})
         if (found := packs.pop((self.location, job_id), None)) is not None:
             found.close()
@@ -178,7 +190,7 @@ class BodyFileStorage(FileSystemStorage):
         packs = _local.__dict__.setdefault("packs", {})
         key = (self.location, job_id)
         found = packs.pop(key, None)
-        if found is None or found.pid != os.getpid() or found.size >= PACK_MAX_BYTES:
+        if found is None or not found.usable():
             if found is not None:
                 found.close()
             found = _Pack(self, job_id)
@@ -226,6 +238,16 @@ class _Pack:
             self.fd = os.open(path, _APPEND, 0o644)
         self.pid, self.size = os.getpid(), 0
 
+    def usable(self) -> bool:
+        """Open in this process (not a forked parent's), below ``PACK_MAX_BYTES``, and its
+        file not deleted."""
+        return (
+            self.fd >= 0
+            and self.pid == os.getpid()
+            and self.size < PACK_MAX_BYTES
+            and os.fstat(self.fd).st_nlink > 0
+        )
+
     def append(self, frame: bytes) -> str:
         """Write ``frame`` whole at the pack's end; its body name. A write that fails closes
         the pack (where its end is is no longer known): the next body begins another."""
@@ -233,18 +255,21 @@ class _Pack:
         try:
             while view:
                 view = view[os.write(self.fd, view):]
+            self.size += len(frame)
         except BaseException:
             self.close()
-            self.size = PACK_MAX_BYTES
             raise
-        self.size += len(frame)
         return f"{self.name}@{start}+{len(frame)}"
 
     def close(self) -> None:
+        """Close the file (again: nothing)."""
         if self.fd >= 0:
             with contextlib.suppress(OSError):
                 os.close(self.fd)
             self.fd = -1
+
+    def __del__(self) -> None:  # a thread that ends drops its packs with its locals
+        self.close()
 
 
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)

@@ -297,8 +297,9 @@ def delete(job_id: int) -> int:
 
     Rows go in batches by id (a few thousand a statement, each its own transaction), so a
     job of millions of URLs never has its rows loaded into Python nor one transaction that
-    holds them all. Returns the number of bodies deleted. A job that is running is cancelled
-    first (its in-flight pages fail their commit: the job is gone).
+    holds them all. Returns the number of body files deleted (a pack holds many bodies). A job
+    that is running is cancelled first (its in-flight pages fail their commit: the job is
+    gone).
     """
     job = CrawlJob.objects.filter(pk=job_id).first()
     if job is None:

@@ -28,6 +28,8 @@ class Command(PlatformCommand):
             probe = f"probe/{secrets.token_hex(8)}"
             name = bodies.put(0, probe.encode())
             ok = bodies.get(name) == probe.encode()
+            if isinstance(store, bodies.BodyFileStorage):
+                store.forget(0)
             store.delete(bodies.file_of(name))
         except Exception as exc:  # noqa: BLE001 (any backend's error, reported to the operator)
             raise CommandError(f"body store {where}: {type(exc).__name__}: {exc}") from None

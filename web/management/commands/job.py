@@ -43,7 +43,9 @@ class Command(PlatformCommand):
             what = f"job {job.pk} ({job.name}) with its {sum(jobs.counts(job.pk).values())} URLs"
             crawling.confirm(f"delete {what}, its pages and stored bodies", opts["yes"])
             removed = jobs.delete(job.pk)
-            self.stdout.write(f"job {job.pk} ({job.name}) deleted, with {removed} stored bodies")
+            self.stdout.write(
+                f"job {job.pk} ({job.name}) deleted, with {removed} files of stored bodies"
+            )
             return
         if action != "status":
             before = job.state
