@@ -4,10 +4,12 @@ schedules and job deletion."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import gzip
 import io
 import json
+import os
 import random
 import subprocess
 import sys
@@ -116,7 +118,17 @@ def test_a_pack_deleted_under_a_thread_is_left_and_a_wrong_place_is_an_error():
                   f"{pack}@{offset}+{length + 5}"):  # fmt: skip
         with pytest.raises(ValueError, match="not one whole zstd frame"):
             bodies.get(wrong)
+    other = bodies.put(job_id + 1, b"<html>three</html>")  # this thread's pack of another job
+    Path(bodies.storage().path(bodies.file_of(second))).unlink()
+    bodies.put(job_id + 1, b"<html>four</html>")  # closes the deleted pack: its space is freed
+    held = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # the listing's own descriptor is gone by now
+            held.append(os.readlink(f"/proc/self/fd/{fd}"))
+    assert not [p for p in held if bodies.file_of(second) in p]
+    assert [p for p in held if bodies.file_of(other) in p]
     bodies.delete_job(job_id)
+    bodies.delete_job(job_id + 1)
 
 
 def test_the_bodystore_check_passes_twice_in_one_process():

@@ -42,7 +42,7 @@ from django.core.files.storage import FileSystemStorage, Storage, storages
 from tasks.defaults import setting
 
 _local = threading.local()  # zstd contexts are not thread-safe: one pair per thread
-PACK_MAX_BYTES = 256 << 20  # a pack this large is closed and a new one begun
+PACK_MAX_BYTES = 64 << 20  # a pack this large is closed and a new one begun
 PACKS_OPEN = 4  # packs a thread keeps open (of the jobs it stored bodies for last)
 RECENT_BODIES = 10_000  # per process: an identical body kept among these is not stored again
 
@@ -187,13 +187,14 @@ class BodyFileStorage(FileSystemStorage):
             self._recent = {k: v for k, v in self._recent.items() if k[0] != job_id}
 
     def _pack(self, job_id: int) -> _Pack:
+        """This thread's open pack of the job, or a new one. The thread's other packs are
+        looked at too: one whose file was deleted (its job's) is closed, so that its space is
+        freed at this thread's next body of any job."""
         packs = _local.__dict__.setdefault("packs", {})
+        for other in [k for k, pack in packs.items() if not pack.usable()]:
+            packs.pop(other).close()
         key = (self.location, job_id)
-        found = packs.pop(key, None)
-        if found is None or not found.usable():
-            if found is not None:
-                found.close()
-            found = _Pack(self, job_id)
+        found = packs.pop(key, None) or _Pack(self, job_id)
         packs[key] = found  # the most recent last
         while len(packs) > PACKS_OPEN:
             packs.pop(next(iter(packs))).close()
