@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from tasks.defaults import setting
 from tasks.worker import registry
-from web.models import PENDING_STATES, CrawlJob, FrontierURL, URLState
+from web.models import CrawlJob, FrontierURL, URLState, pending_only
 
 
 class Pace:
@@ -142,8 +142,8 @@ class Pacing:
         waiting = FrontierURL.objects.filter(
             job_id=job.pk, state=URLState.QUEUED, not_before__gt=at
         )
-        if connection.vendor == "sqlite":  # SQLite reads the job's queued URLs alone only
-            waiting = waiting.filter(state__in=PENDING_STATES)  # if it repeats the index's
+        if connection.vendor == "sqlite":  # the job's queued URLs alone, by the partial index
+            waiting = pending_only(waiting)
         first = waiting.aggregate(t=Min("not_before"))["t"]
         seconds = None if first is None else (first - at).total_seconds()
         self.due[job.pk] = (now, seconds)

@@ -36,7 +36,7 @@ from tasks.fetch import circuit, outcomes, politeness
 from tasks.frontier import channels, leadership, requeue, transitions
 from tasks.frontier.pacing import Pace, Pacing
 from tasks.rules import patterns
-from web.models import PENDING_STATES, CrawlJob, FrontierURL, URLState
+from web.models import CrawlJob, FrontierURL, URLState, pending_only
 
 log = logging.getLogger(__name__)
 LATER = "later"  # a first release whose path caps were not matched before the transaction
@@ -62,8 +62,8 @@ def _candidates(
     qs = FrontierURL.objects.filter(
         job_id=job.pk, state=URLState.QUEUED, not_before__lte=timezone.now()
     )
-    if connection.vendor == "sqlite":  # SQLite reads the partial index that keeps this order
-        qs = qs.filter(state__in=PENDING_STATES)  # only where the query repeats its predicate
+    if connection.vendor == "sqlite":  # the partial index that keeps this order
+        qs = pending_only(qs)
     if blocked:
         qs = qs.exclude(host__in=blocked)
     qs = qs.order_by("-priority", "depth", "id")

@@ -16,6 +16,7 @@ from web.models.frontier import (
     Stat,
     StatKind,
     URLState,
+    pending_only,
 )
 from web.models.jobs import TERMINAL_STATES, CrawlJob, JobState
 from web.models.operations import (
@@ -47,4 +48,5 @@ __all__ = [
     "Stat",
     "StatKind",
     "URLState",
+    "pending_only",
 ]

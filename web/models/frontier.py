@@ -13,7 +13,8 @@ The transitions all live in ``tasks/frontier/transitions.py``::
 from __future__ import annotations
 
 from django.db import models
-from django.db.models import Q
+from django.db.models import BooleanField, Q, QuerySet
+from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from web.models.jobs import CrawlJob
@@ -292,3 +293,14 @@ class Stat(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.name} of job {self.job_id}"
+
+
+def pending_only(urls: QuerySet) -> QuerySet:
+    """``urls`` limited to pending ones, the states written out rather than bound: SQLite uses
+    a partial index (``frontier_pending_rank``) only for a query whose condition repeats the
+    index's own, literally. With the states bound it read and sorted every URL of the job
+    instead (0.15 s a query at 100,000 hosts, a scheduler's pass several of them)."""
+    states = ", ".join(f"'{state}'" for state in PENDING_STATES)
+    column = f'"{FrontierURL._meta.db_table}"."state"'
+    condition = RawSQL(f"{column} IN ({states})", [], output_field=BooleanField())  # noqa: S611 (names)
+    return urls.filter(condition)
