@@ -44,7 +44,7 @@ from tasks.rules.urls import host_of
 from tasks.worker import metrics
 from web.models import (
     NOT_MODIFIED,
-    PENDING_STATES,
+    PENDING_STATES_SQL,
     CrawlJob,
     FrontierURL,
     JobState,
@@ -126,9 +126,7 @@ SELECT count(*) FROM {FrontierURL._meta.db_table}
 WHERE job_id = %s AND state = '{URLState.SCHEDULED}'"""  # noqa: S608 (the table's and a state's names)
 _COUNT_SCHEDULED_SQL = {
     "postgresql": _COUNT_SCHEDULED,
-    "sqlite": _COUNT_SCHEDULED + " AND state IN ({})".format(  # noqa: S608 (states' names)
-        ", ".join(f"'{state}'" for state in PENDING_STATES)
-    ),
+    "sqlite": f"{_COUNT_SCHEDULED} AND {PENDING_STATES_SQL}",
 }
 
 

@@ -8,6 +8,7 @@ of an app's models, so that ``from web.models import ...`` names them all.
 from web.models.frontier import (
     NOT_MODIFIED,
     PENDING_STATES,
+    PENDING_STATES_SQL,
     Checkpoint,
     FrontierURL,
     Item,
@@ -31,6 +32,7 @@ from web.models.operations import (
 __all__ = [
     "NOT_MODIFIED",
     "PENDING_STATES",
+    "PENDING_STATES_SQL",
     "TERMINAL_STATES",
     "Channel",
     "ChannelEvent",

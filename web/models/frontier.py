@@ -32,6 +32,9 @@ class URLState(models.TextChoices):
 
 # URLs in these states still owe work: a job with none of them left is finished.
 PENDING_STATES = (URLState.QUEUED, URLState.SCHEDULED, URLState.LEASED)
+# The pending states as SQL text, for statements that name them (``pending_only``, the count
+# of scheduled URLs on SQLite).
+PENDING_STATES_SQL = "state IN ({})".format(", ".join(f"'{state}'" for state in PENDING_STATES))
 NOT_MODIFIED = "not_modified"  # a done URL's note: the site answered 304 to a recrawl
 
 
@@ -300,7 +303,6 @@ def pending_only(urls: QuerySet) -> QuerySet:
     a partial index (``frontier_pending_rank``) only for a query whose condition repeats the
     index's own, literally. With the states bound it read and sorted every URL of the job
     instead (0.15 s a query at 100,000 hosts, a scheduler's pass several of them)."""
-    states = ", ".join(f"'{state}'" for state in PENDING_STATES)
-    column = f'"{FrontierURL._meta.db_table}"."state"'
-    condition = RawSQL(f"{column} IN ({states})", [], output_field=BooleanField())  # noqa: S611 (names)
+    table = FrontierURL._meta.db_table
+    condition = RawSQL(f'"{table}".{PENDING_STATES_SQL}', [], output_field=BooleanField())  # noqa: S611
     return urls.filter(condition)
