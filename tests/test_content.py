@@ -131,6 +131,31 @@ def test_a_pack_deleted_under_a_thread_is_left_and_a_wrong_place_is_an_error():
     bodies.delete_job(job_id + 1)
 
 
+def test_a_forked_process_begins_packs_of_its_own():
+    """A worker forked from a process that stored bodies never appends to its parent's pack:
+    both would name the same places."""
+    job_id = 987_006
+    bodies.delete_job(job_id)
+    mine = bodies.put(job_id, b"<html>parent</html>")
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: one body, its name to the parent, out without clean-up
+        try:
+            os.write(write, bodies.put(job_id, b"<html>child</html>").encode())
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    theirs = os.read(read, 1000).decode()
+    os.close(read)
+    os.close(write)
+    after = bodies.put(job_id, b"<html>parent again</html>")
+    assert bodies.file_of(theirs) != bodies.file_of(mine) == bodies.file_of(after)
+    assert bodies.get(mine) == b"<html>parent</html>"
+    assert bodies.get(theirs) == b"<html>child</html>"
+    assert bodies.get(after) == b"<html>parent again</html>"
+    bodies.delete_job(job_id)
+
+
 def test_the_bodystore_check_passes_twice_in_one_process():
     for _ in range(2):
         out = io.StringIO()
