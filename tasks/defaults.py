@@ -144,6 +144,7 @@ DISPATCH_AT_ONCE_S = 0.01  # a message may reach a URL this long before its host
 BATCH_BUDGET_S = 5.0  # a message starts no URL after working this long: the rest go back, s
 JOB_STATE_CHECK_S = 1.0  # a message looks whether its job still runs at most this often, s
 SLOT_ASIDE_S = 0.05  # a URL whose slot opens this much later waits aside: the next URLs go first, s
+SLOT_LATE_S = 0.002  # a request leaving this late for its slot holds the host's next a pace away, s
 JOB_CACHE_S = 10.0  # a worker reads a job's configuration at most this often (edits: at once), s
 # Probe files live in the container's own /tmp (an emptyDir in k8s): only it writes there.
 SCHEDULER_HEARTBEAT_FILE = "/tmp/crawl-scheduler-heartbeat"  # noqa: S108 touched every turn

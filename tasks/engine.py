@@ -178,8 +178,7 @@ def _process_one(
         if not isinstance(state, gates.Passage):
             leases.let_go(claimed.url.pk)
     if isinstance(state, gates.Passage):
-        now = time.monotonic()
-        return _Aside(now + state.slot.wait, claimed, state, now - began)
+        return _Aside(state.slot.opens, claimed, state, time.monotonic() - began)
     canary.count(state, claimed.reason, claimed.deferred, time.monotonic() - began,
                  pinned=bool(claimed.job.channel))  # fmt: skip
     if state is not None:
@@ -270,6 +269,7 @@ def _process_claimed(
         session = antibot.open_session(job, host, passage.who, passage.slot.jar)
     except outcomes.ProxyFailed as exc:
         return antibot.proxy_failed(claimed, host, passage, exc)
+    gates.leave(job, host, passage.slot)
     if (state := antibot.warm_session(claimed, cache, host, passage, session)) is not None:
         return state  # the warm-up page took this slot
     fetched = _fetch(claimed, cache, passage, session, rendering)

@@ -231,6 +231,26 @@ def test_a_url_whose_host_slot_opens_later_waits_aside_while_the_message_goes_on
     assert not leases._held
 
 
+def test_a_request_that_leaves_late_for_its_slot_keeps_the_delay_to_the_next(redis, monkeypatch):
+    # /p/1 leaves 0.3 s after its slot opened (a busy worker): /p/2, on time for the slot a
+    # delay after /p/1's, would reach the host 0.3 s early, were the next slot not held. (A
+    # job with an in-flight cap holds it from the answer's end already.)
+    opened = engine.antibot.open_session
+
+    def slow_to_leave(job, host, who, jar):
+        if not polite.requests:
+            time.sleep(0.3)
+        return opened(job, host, who, jar)
+
+    monkeypatch.setattr(engine.antibot, "open_session", slow_to_leave)
+    with HostileSite() as polite:
+        job = start(polite, delay=0.6)
+        ids = _scheduled_on(job, [(polite, "/p/1"), (polite, "/p/2")])
+        assert engine.process_many(ids, job.pk) == ["done", "done"]
+        first, second = polite.requests["/p/1"][0], polite.requests["/p/2"][0]
+    assert second - first >= 0.6 - 0.01, second - first
+
+
 SLOWER_S = 1.5
 
 

@@ -1,10 +1,10 @@
 """The gates before a URL's fetch and the feedback after it: robots.txt, the host's slot
 and circuit, and what the host's throttle and circuit learn from the answer.
 
-Reads ``USER_AGENT``, ``THROTTLE_SLOW_LATENCY_S`` and ``CIRCUIT_ANSWERED_S``; robots.txt is
-``tasks/fetch/robots.py``, the host's slot and throttle ``tasks/fetch/politeness.py``, its
-circuit ``tasks/fetch/circuit.py``. A gate returns the URL's new state when the URL must not be
-fetched now, else None.
+Reads ``USER_AGENT``, ``SLOT_LATE_S``, ``THROTTLE_SLOW_LATENCY_S`` and
+``CIRCUIT_ANSWERED_S``; robots.txt is ``tasks/fetch/robots.py``, the host's slot and throttle
+``tasks/fetch/politeness.py``, its circuit ``tasks/fetch/circuit.py``. A gate returns the
+URL's new state when the URL must not be fetched now, else None.
 """
 
 from __future__ import annotations
@@ -85,6 +85,19 @@ def wait_turn(job: CrawlJob, host: str, passage: Passage, opens_at: float | None
         if now != who:  # have rotated it meanwhile
             who, slot.jar = now, True
     return Passage(slot, who)
+
+
+def leave(job: CrawlJob, host: str, slot: politeness.Slot) -> None:
+    """Just before the request leaves: one that leaves more than ``SLOT_LATE_S`` after its
+    slot opened (a busy worker, a slow step before the fetch) holds the host's next slot a pace
+    from now, so that the next request, on time for its own slot, still reaches the host a pace
+    after this one. A slot granted before this call, to a request that overlaps this one, keeps
+    its time. (Under a cap of one no other request is granted a slot until this one's answer,
+    which holds the next a pace away itself: ``politeness.finish``.)"""
+    if job.host_concurrency == 1 or slot.pace <= 0:
+        return
+    if time.monotonic() - slot.opens > setting("SLOT_LATE_S", job):
+        politeness.hold(job.pk, host, slot.pace)
 
 
 def through_circuit(claimed: Claim, host: str, slot: politeness.Slot,

@@ -38,17 +38,20 @@ Host-level failures (refused, DNS, TLS) are neither: the circuit breaker handles
   an ordinary answer needs no call (requests are counted by :func:`acquire`), but in a job
   with an in-flight cap (``host_concurrency``), whose every request calls it.
 
-The pace spaces the starts of requests, each slot one pace after the one before. A job with an
-in-flight cap also spaces each request from the end of the one before, as Nutch and Heritrix
-do: :func:`finish` holds the next slot at least a pace past the answer's arrival. With a cap of
-one, a request that left late for its slot (a busy worker, a slow thread) then still arrives
-at least a pace after the one before it ended, so the site never sees two requests closer than
-the pace, however loaded the crawler or the site is. (Under a larger cap, or none, requests
-overlap by design and only their slots are a pace apart.)
+The pace spaces the starts of requests, each slot one pace after the one before; a request that
+leaves late for its slot holds the next slot a pace from its own start (``gates.leave``, by
+:func:`hold`), unless that slot was handed out already. A job with an in-flight cap also spaces
+each request from the end of the one before, as Nutch and Heritrix do: :func:`finish` holds the
+next slot at least a pace past the answer's arrival. With a cap of one, a request that left
+late for its slot (a busy worker, a slow thread) then still arrives at least a pace after the
+one before it ended, so the site never sees two requests closer than the pace, however loaded
+the crawler or the site is. (Under a larger cap, or none, requests overlap by design and only
+their slots are a pace apart.)
 """
 
 from __future__ import annotations
 
+import time
 import uuid
 from dataclasses import dataclass
 
@@ -96,13 +99,13 @@ local delay = math.max(floor, adaptive, tonumber(redis.call('GET', KEYS[4]) or '
 if conc > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
   if redis.call('ZCARD', KEYS[2]) >= conc then
-    return {0, math.max(delay, 250), circuit, level, streak, jar}
+    return {0, math.max(delay, 250), circuit, level, streak, jar, delay}
   end
 end
 local slot = math.max(now, tonumber(redis.call('GET', KEYS[1]) or '0'))
 local wait = slot - now
 if wait > max_wait then
-  return {0, wait, circuit, level, streak, jar}
+  return {0, wait, circuit, level, streak, jar, delay}
 end
 local window = tonumber(ARGV[7])
 local req, bad = counts(KEYS[5], now, window)
@@ -115,7 +118,7 @@ if conc > 0 then
   redis.call('ZADD', KEYS[2], slot + lease, ARGV[5])
   redis.call('PEXPIRE', KEYS[2], wait + lease + 60000)
 end
-return {1, wait, circuit, level, streak, jar}
+return {1, wait, circuit, level, streak, jar, delay}
 """
 )
 
@@ -184,6 +187,8 @@ class Slot:
     ladder: int = 0  # the host's anti-bot ladder level (tasks/fetch/ladder.py)
     ban_streak: bool = False  # refusals since it last let a page in: report successes too
     jar: bool = True  # the cookie jar named to acquire() exists (False: no need to read it)
+    opens: float = 0.0  # when the slot opens (granted), time.monotonic()
+    pace: float = 0.0  # the host's pace when it was granted, seconds
 
 
 def acquire(
@@ -196,7 +201,7 @@ def acquire(
     the hash and field of the identity's run of bans there (``identity.run_field``): if it has
     one, the slot says so too (``ban_streak``: its next page let in ends it)."""
     token = uuid.uuid4().hex
-    granted, wait_ms, circuit_state, level, streak, jar = script(_ACQUIRE)(
+    granted, wait_ms, circuit_state, level, streak, jar, pace_ms = script(_ACQUIRE)(
         keys=[
             *keys(job_id, host),
             circuit.key(job_id, host),
@@ -215,8 +220,10 @@ def acquire(
             *([run[1]] if run else []),
         ],
     )
-    return Slot(bool(granted), int(wait_ms) / 1000.0, token, bool(circuit_state), int(level),
-                int(streak) > 0, bool(jar) or not jar_key)  # fmt: skip
+    wait = int(wait_ms) / 1000.0
+    return Slot(bool(granted), wait, token, bool(circuit_state), int(level), int(streak) > 0,
+                bool(jar) or not jar_key, time.monotonic() + wait,
+                int(pace_ms) / 1000.0)  # fmt: skip
 
 
 def finish(
@@ -286,8 +293,9 @@ return 1
 
 
 def hold(job_id: int, host: str, seconds: float) -> None:
-    """Keep the host's next slot at least ``seconds`` away (every identity of it rests: its
-    URLs wait in the frontier meanwhile, as after a Retry-After)."""
+    """Keep the host's next slot at least ``seconds`` away: every identity of it rests (its
+    URLs wait in the frontier meanwhile, as after a Retry-After), or a request that leaves
+    late for its slot keeps a pace before the next (``gates.leave``)."""
     script(_HOLD)(keys=[keys(job_id, host)[0]], args=[int(seconds * 1000)])
 
 
