@@ -24,15 +24,15 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def _online(redis, name: str, channel: str) -> None:
     """A worker of ``channel`` in the registry, as its heartbeat writes it."""
-    redis.hset(registry.PREFIX + name, mapping={
+    registry.write(name, {
         "version": "1", "channel": channel, "queues": channels.queue(channel), "slots": 4,
         "pid": 1, "started": time.time(), "heartbeat": time.time(), "last_task": 0,
-    })  # fmt: skip
+    }, 60)  # fmt: skip
     channels.served(cached=False)
 
 
 def _gone(redis, name: str) -> None:
-    redis.delete(registry.PREFIX + name)
+    registry.remove(name)
     channels.served(cached=False)
 
 

@@ -118,7 +118,7 @@ def test_a_new_job_with_more_due_than_released_passes_again_within_a_tick(redis,
 def _register_worker(redis, pacing: Pacing, slots: int) -> None:
     """A crawl worker in the registry, as its heartbeat writes it."""
     fields = {"heartbeat": time.time(), "queues": "crawl", "slots": slots}
-    redis.hset(registry.PREFIX + "test@host", mapping=fields)
+    registry.write("test@host", fields, 60)
     pacing.slots_read[0] = -setting("SLOTS_CACHE_S")  # read the registry again
 
 
@@ -487,13 +487,12 @@ def test_workers_registering_one_after_another_are_all_counted_within_a_quarter_
     crawl's workers had registered is read again soon, not kept for ``SLOTS_CACHE_S``."""
     _register_worker(redis, pacing, slots=8)
     assert pacing.worker_slots() == 8
-    redis.hset(registry.PREFIX + "second@host",
-               mapping={"heartbeat": time.time(), "queues": "crawl", "slots": 8})  # fmt: skip
+    registry.write("second@host", {"heartbeat": time.time(), "queues": "crawl", "slots": 8}, 60)
     pacing.slots_read[0] -= setting("NO_SLOTS_CACHE_S")  # a quarter second later
     assert pacing.worker_slots() == 16
     pacing.slots_read[0] -= setting("NO_SLOTS_CACHE_S")  # the same count again: settled
     assert pacing.worker_slots() == 16
-    redis.delete(registry.PREFIX + "second@host")
+    registry.remove("second@host")
     pacing.slots_read[0] -= setting("NO_SLOTS_CACHE_S")
     assert pacing.worker_slots() == 16  # a settled count is read every SLOTS_CACHE_S
 

@@ -714,10 +714,10 @@ def test_a_spider_job_is_released_only_while_an_online_worker_has_its_spider(ins
         job = shop_job(shop)
 
     def worker(spiders: str) -> None:  # as a worker's heartbeat registers it
-        redis.hset(registry.PREFIX + "w1", mapping={
+        registry.write("w1", {
             "version": "1", "channel": "main", "queues": "crawl", "slots": 4, "pid": 1,
             "spiders": spiders, "started": time.time(), "heartbeat": time.time(),
-            "last_task": 0})  # fmt: skip
+            "last_task": 0}, 60)  # fmt: skip
 
     worker("search")
     assert release(job, Pacing())[0] == 0

@@ -13,6 +13,7 @@ from django.db import connection
 from tasks import broker
 from tasks.fetch import circuit, politeness
 from tasks.frontier import jobs, leadership, transitions
+from tasks.worker import registry
 from tests.conftest import wait_for
 from web import health, metrics
 from web.models import FrontierURL
@@ -105,8 +106,7 @@ def test_metrics_show_online_workers_by_channel_and_version_and_the_scheduler(cl
     now = time.time()
     for name, channel, version, beat in [("a", "main", "1.0", now), ("b", "main", "1.0", now),
                                          ("c", "green", "1.1", now), ("d", "main", "0.9", 0)]:
-        redis.hset(f"crawl:worker:{name}", mapping={"channel": channel, "version": version,
-                                                    "heartbeat": beat})  # fmt: skip
+        registry.write(name, {"channel": channel, "version": version, "heartbeat": beat}, 60)
     text = client.get("/metrics").content.decode()
     assert 'crawlplatform_workers{channel="main",version="1.0"} 2.0' in text
     assert 'crawlplatform_workers{channel="green",version="1.1"} 1.0' in text

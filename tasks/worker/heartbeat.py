@@ -4,11 +4,12 @@ Reads ``HEARTBEAT_FILE``, ``READY_FILE``, ``HEARTBEAT_INTERVAL_S`` and ``HEARTBE
 
 A consumer bootstep runs on the worker's own event loop (its timer): every
 ``HEARTBEAT_INTERVAL_S`` it touches ``HEARTBEAT_FILE`` and writes the worker's heartbeat and
-the time of its last task to Redis (``crawl:worker:HOSTNAME``, expiring). If the loop is stuck,
-the file goes stale and the liveness probe fails; the web's ``/metrics`` shows each worker's
-heartbeat and last-task ages, so a worker that stops consuming while work waits is visible.
-``READY_FILE`` exists from ``worker_ready`` until shutdown. Each beat also has the item
-pipelines of jobs that ended closed (``tasks/content/pipelines.py``), on a thread of its own.
+the time of its last task to Redis (``crawl:worker:HOSTNAME``, expiring, named in the
+registry's index). If the loop is stuck, the file goes stale and the liveness probe fails; the
+web's ``/metrics`` shows each worker's heartbeat and last-task ages, so a worker that stops
+consuming while work waits is visible. ``READY_FILE`` exists from ``worker_ready`` until
+shutdown. Each beat also has the item pipelines of jobs that ended closed
+(``tasks/content/pipelines.py``), on a thread of its own.
 
 The same hash is the registry of workers (``tasks/worker/registry.py``, read by ``/metrics``,
 the dashboard and the scheduler): each heartbeat also writes the worker's version, its
@@ -54,11 +55,11 @@ class Heartbeat(bootsteps.StartStopStep):
     def __init__(self, parent, **kwargs) -> None:
         super().__init__(parent, **kwargs)
         self.timer_ref = None
-        self.key = ""
+        self.name = ""
         self.identity: dict[str, str | int | float] = {"started": time.time()}
 
     def start(self, consumer) -> None:
-        self.key = registry.PREFIX + consumer.hostname
+        self.name = consumer.hostname
         from tasks.content import spiders
         from tasks.frontier import channels
 
@@ -75,14 +76,9 @@ class Heartbeat(bootsteps.StartStopStep):
     def beat(self) -> None:
         _touch(setting("HEARTBEAT_FILE"))
         try:
-            from tasks.broker import client
-
-            stale = int(setting("HEARTBEAT_STALE_S"))
-            pipe = client().pipeline(transaction=False)
-            pipe.hset(self.key, mapping={**self.identity, "heartbeat": time.time(),
-                                         "last_task": _last_task})  # fmt: skip
-            pipe.expire(self.key, stale * 4)
-            pipe.execute()
+            registry.write(self.name, {**self.identity, "heartbeat": time.time(),
+                                       "last_task": _last_task},
+                           int(setting("HEARTBEAT_STALE_S")) * 4)  # fmt: skip
         except Exception as exc:  # the heartbeat file is what probes read; Redis may be away
             log.debug("heartbeat not written to Redis: %s", exc)
         from tasks.content import pipelines
@@ -95,9 +91,7 @@ class Heartbeat(bootsteps.StartStopStep):
         if self.timer_ref is not None:
             self.timer_ref.cancel()
         try:
-            from tasks.broker import client
-
-            client().delete(self.key)
+            registry.remove(self.name)
         except Exception as exc:  # the entry expires by itself
             log.debug("worker not removed from the registry: %s", exc)
 

@@ -4,15 +4,46 @@ it has installed, pid, start time, heartbeat and last task; ``/metrics``, the da
 channel command and the scheduler (which sizes messages by the workers' slots and releases a
 spider job only while a worker has its spider) read it here.
 
+A sorted set, ``crawl:workers``, names the registered workers (scored by their last heartbeat),
+so that reading the registry costs a round trip whatever the size of the keyspace: a scan for
+``crawl:worker:*`` walks every key, and a broad crawl keeps several keys for each of its hosts.
+Only while the set names no registered worker (none started, or only workers of a version
+from before the set) is the keyspace scanned for their hashes.
+
 Reads ``HEARTBEAT_STALE_S``.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterable, Mapping
+
 from tasks.broker import client
 from tasks.defaults import setting
 
 PREFIX = "crawl:worker:"
+INDEX = "crawl:workers"
+
+
+def write(name: str, fields: Mapping[str, str | int | float], ttl: int) -> None:
+    """Register worker ``name`` (or refresh it): its hash, which expires ``ttl`` seconds after
+    its last write, and its place in the index, whose names not written for as long go."""
+    now = time.time()
+    pipe = client().pipeline(transaction=False)
+    pipe.hset(PREFIX + name, mapping=dict(fields))
+    pipe.expire(PREFIX + name, ttl)
+    pipe.zadd(INDEX, {name: now})
+    pipe.zremrangebyscore(INDEX, "-inf", now - ttl)
+    pipe.expire(INDEX, ttl)
+    pipe.execute()
+
+
+def remove(name: str) -> None:
+    """Take worker ``name`` out of the registry (it stops consuming)."""
+    pipe = client().pipeline(transaction=False)
+    pipe.delete(PREFIX + name)
+    pipe.zrem(INDEX, name)
+    pipe.execute()
 
 
 def online(worker: dict, now: float) -> bool:
@@ -26,13 +57,20 @@ def workers() -> list[dict[str, str | int | float]]:
     ``slots``, ``spiders`` (comma-separated names), ``pid``, ``started``, ``heartbeat`` and
     ``last_task`` (Unix times; 0: no task yet)."""
     redis = client()
-    keys = sorted(redis.scan_iter(match=PREFIX + "*", count=500))
-    pipe = redis.pipeline(transaction=False)
+    indexed = [PREFIX.encode() + name for name in redis.zrange(INDEX, 0, -1)]
+    return _read(indexed) or _read(redis.scan_iter(match=PREFIX + "*", count=500))
+
+
+def _read(keys: Iterable[bytes]) -> list[dict[str, str | int | float]]:
+    keys = sorted(keys)
+    if not keys:
+        return []
+    pipe = client().pipeline(transaction=False)
     for key in keys:
         pipe.hgetall(key)
     found = []
-    for key, fields in zip(keys, pipe.execute() if keys else [], strict=True):
-        if not fields:  # expired between the scan and the read
+    for key, fields in zip(keys, pipe.execute(), strict=True):
+        if not fields:  # expired, or removed, since it was listed
             continue
         text = {k.decode(): v.decode() for k, v in fields.items()}
         found.append({

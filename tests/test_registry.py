@@ -1,0 +1,64 @@
+"""The worker registry is read through its index, whatever the size of the keyspace."""
+
+from __future__ import annotations
+
+import time
+
+import redis as redis_py
+
+from tasks.worker import registry
+
+
+def _fields(channel: str = "main") -> dict:
+    now = time.time()
+    return {"version": "1", "channel": channel, "queues": "crawl", "slots": 8, "pid": 1,
+            "spiders": "", "started": now, "heartbeat": now, "last_task": 0}  # fmt: skip
+
+
+def _scans(monkeypatch) -> list[str]:
+    """The patterns the registry scans the keyspace for, from now on."""
+    scanned: list[str] = []
+    scan = redis_py.Redis.scan
+
+    def counted(self, cursor=0, match=None, count=None, _type=None, **kwargs):
+        scanned.append(match)
+        return scan(self, cursor, match, count, _type, **kwargs)
+
+    monkeypatch.setattr(redis_py.Redis, "scan", counted)
+    return scanned
+
+
+def test_registered_workers_are_read_without_walking_a_broad_crawls_keys(redis, monkeypatch):
+    pipe = redis.pipeline(transaction=False)
+    for n in range(20_000):  # a broad crawl's per-host keys
+        pipe.set(f"crawl:host:1:h{n}.test:next", 1)
+    pipe.execute()
+    registry.write("b@host", _fields(), 60)
+    registry.write("a@host", _fields("green"), 60)
+    scanned = _scans(monkeypatch)
+    found = registry.workers()
+    assert [(w["name"], w["channel"], w["slots"]) for w in found] == [
+        ("a@host", "green", 8), ("b@host", "main", 8)]  # fmt: skip
+    assert scanned == []
+    registry.remove("a@host")  # a warm shutdown
+    assert [w["name"] for w in registry.workers()] == ["b@host"]
+    assert scanned == []
+
+
+def test_a_worker_whose_hash_is_gone_leaves_the_index(redis):
+    registry.write("dead@host", _fields(), 1)
+    redis.delete(registry.PREFIX + "dead@host")  # gone with its node; its name still listed
+    registry.write("live@host", _fields(), 1)
+    assert [w["name"] for w in registry.workers()] == ["live@host"]
+    time.sleep(1.1)
+    registry.write("live@host", _fields(), 1)  # the next heartbeat trims the index
+    assert redis.zrange(registry.INDEX, 0, -1) == [b"live@host"]
+
+
+def test_workers_of_a_release_before_the_index_are_found_while_none_is_indexed(
+    redis, monkeypatch
+):
+    redis.hset(registry.PREFIX + "old@host", mapping=_fields())
+    scanned = _scans(monkeypatch)
+    assert [w["name"] for w in registry.workers()] == ["old@host"]
+    assert scanned == [registry.PREFIX + "*"]
