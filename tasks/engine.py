@@ -269,10 +269,9 @@ def _process_claimed(
         session = antibot.open_session(job, host, passage.who, passage.slot.jar)
     except outcomes.ProxyFailed as exc:
         return antibot.proxy_failed(claimed, host, passage, exc)
-    gates.leave(job, host, passage.slot)
     if (state := antibot.warm_session(claimed, cache, host, passage, session)) is not None:
         return state  # the warm-up page took this slot
-    fetched = _fetch(claimed, cache, passage, session, rendering)
+    fetched = _fetch(claimed, cache, host, passage, session, rendering)
     banned = antibot.ban(job, host, fetched.resp, fetched.outcome)
     outcome = gates.classify(claimed, cache, host, passage.slot, fetched, banned)
     sessions.save(job.pk, host, passage.who.key, session.jar, session.visitor.set_cookies)
@@ -322,12 +321,14 @@ def _slot(
 def _fetch(
     claimed: Claim,
     cache: JobCache,
+    host: str,
     passage: gates.Passage,
     session: antibot.Session,
     rendering: bool,
 ) -> fetching.Fetched:
     """The request, plain or rendered (a recrawl's conditional one if the previous run kept
-    validators): its answer, or the outcome it ended in."""
+    validators), sent in ``passage``'s slot of ``host`` (``gates.leave``): its answer, or the
+    outcome it ended in."""
     job = claimed.job
     outcome: outcomes.CrawlOutcome | None = None
     resp = None
@@ -342,6 +343,7 @@ def _fetch(
             kwargs["request"] = fetching.Asked.of(asked, session.visitor, takes.redirects,
                                                   job.proxies)  # fmt: skip
         get = render.fetch if rendering else fetching.fetch
+        gates.leave(job, host, passage.slot)
         resp = get(
             asked["url"] if asked else claimed.url.url,
             user_agent=passage.who.user_agent,

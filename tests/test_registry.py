@@ -45,14 +45,14 @@ def test_registered_workers_are_read_without_walking_a_broad_crawls_keys(redis, 
     assert scanned == []
 
 
-def test_a_worker_whose_hash_is_gone_leaves_the_index(redis):
-    registry.write("dead@host", _fields(), 1)
-    redis.delete(registry.PREFIX + "dead@host")  # gone with its node; its name still listed
-    registry.write("live@host", _fields(), 1)
+def test_a_worker_whose_hash_is_gone_is_not_listed_and_leaves_the_index_with_its_lifetime(redis):
+    registry.write("gone@host", _fields(), 60)
+    redis.delete(registry.PREFIX + "gone@host")  # its hash gone; its name still in the index
+    registry.write("live@host", _fields(), 60)
     assert [w["name"] for w in registry.workers()] == ["live@host"]
-    time.sleep(1.1)
-    registry.write("live@host", _fields(), 1)  # the next heartbeat trims the index
-    assert redis.zrange(registry.INDEX, 0, -1) == [b"live@host"]
+    redis.zadd(registry.INDEX, {"dead@host": time.time() - 61})  # last written 61 s ago
+    registry.write("live@host", _fields(), 60)  # the next heartbeat trims it
+    assert sorted(redis.zrange(registry.INDEX, 0, -1)) == [b"gone@host", b"live@host"]
 
 
 def test_workers_of_a_release_before_the_index_are_found_while_none_is_indexed(

@@ -74,10 +74,10 @@ def acquire(claimed: Claim, host: str) -> Passage:
 
 
 def wait_turn(job: CrawlJob, host: str, passage: Passage, opens_at: float | None = None) -> Passage:
-    """Wait until the slot's time (``opens_at``, monotonic, for a URL that waited aside: what is
-    left of its wait); the identity the host has then."""
+    """Wait until the slot opens (``opens_at``, monotonic, for a URL that waited aside); the
+    identity the host has then."""
     slot, who = passage
-    wait = slot.wait if opens_at is None else opens_at - time.monotonic()
+    wait = (slot.opens if opens_at is None else opens_at) - time.monotonic()
     if wait > 0:
         time.sleep(wait)  # for the host's slot
     if wait > 0 or opens_at is not None:
@@ -90,9 +90,9 @@ def wait_turn(job: CrawlJob, host: str, passage: Passage, opens_at: float | None
 def leave(job: CrawlJob, host: str, slot: politeness.Slot) -> None:
     """Just before the request leaves: one that leaves more than ``SLOT_LATE_S`` after its
     slot opened (a busy worker, a slow step before the fetch) holds the host's next slot a pace
-    from now, so that the next request, on time for its own slot, still reaches the host a pace
-    after this one. A slot granted before this call, to a request that overlaps this one, keeps
-    its time. (Under a cap of one no other request is granted a slot until this one's answer,
+    from now, so that the request granted it, on time, still reaches the host a pace after this
+    one. A slot handed out already (to another worker, or to a URL waiting aside) keeps its
+    time. (Under a cap of one no other request is granted a slot until this one's answer,
     which holds the next a pace away itself: ``politeness.finish``.)"""
     if job.host_concurrency == 1 or slot.pace <= 0:
         return

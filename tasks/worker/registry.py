@@ -5,10 +5,10 @@ channel command and the scheduler (which sizes messages by the workers' slots an
 spider job only while a worker has its spider) read it here.
 
 A sorted set, ``crawl:workers``, names the registered workers (scored by their last heartbeat),
-so that reading the registry costs a round trip whatever the size of the keyspace: a scan for
-``crawl:worker:*`` walks every key, and a broad crawl keeps several keys for each of its hosts.
-Only while the set names no registered worker (none started, or only workers of a version
-from before the set) is the keyspace scanned for their hashes.
+so that reading the registry costs two round trips whatever the size of the keyspace: a scan
+for ``crawl:worker:*`` walks every key, and a broad crawl keeps several keys for each of its
+hosts. Only while the set names no registered worker (none started, or only workers of a
+version from before the set) is the keyspace scanned for their hashes.
 
 Reads ``HEARTBEAT_STALE_S``.
 """
