@@ -10,6 +10,7 @@ import sys
 import pytest
 from django.conf import settings
 
+from tasks.worker import registry
 from tasks.worker.supervisor import WorkerPool
 from tests.conftest import wait_for
 
@@ -22,7 +23,7 @@ def probe(kind: str, env: dict) -> int:
 
 
 def test_heartbeat_goes_stale_when_the_loop_is_stuck_and_fresh_again(worker_env, tmp_path,
-                                                                    client):  # fmt: skip
+                                                                    client, redis):  # fmt: skip
     env = {**os.environ, **worker_env,
            "CRAWL_HEARTBEAT_FILE": str(tmp_path / "heartbeat"),
            "CRAWL_READY_FILE": str(tmp_path / "ready"),
@@ -33,6 +34,9 @@ def test_heartbeat_goes_stale_when_the_loop_is_stuck_and_fresh_again(worker_env,
     try:
         wait_for(lambda: probe("ready", env) == 0, 30, "the ready marker")
         assert probe("live", env) == 0
+        wait_for(lambda: redis.zcard(registry.INDEX) == 1, 10, "the worker in the registry's index")
+        assert [w["name"] for w in registry.workers()] == [
+            name.decode() for name in redis.zrange(registry.INDEX, 0, -1)]  # fmt: skip
         assert (
             "crawlplatform_worker_heartbeat_age_seconds{worker="
             in client.get("/metrics").content.decode()
@@ -45,3 +49,4 @@ def test_heartbeat_goes_stale_when_the_loop_is_stuck_and_fresh_again(worker_env,
         os.kill(worker.pid, signal.SIGCONT)
         pool.stop(grace=15)
     assert probe("ready", env) == 1  # removed at shutdown
+    assert redis.zcard(registry.INDEX) == 0 and registry.workers() == []  # it left the registry
