@@ -104,6 +104,19 @@ def test_the_fetchers_trust_renders_the_page_and_its_subresources(
     assert {"/", "/pixel.png", "/data", "/socket"} <= set(intranet.requests)
 
 
+def test_a_socket_that_answers_after_the_network_went_idle_is_waited_for(monkeypatch, authority):
+    """Network idle (half a second without a request) does not count WebSockets: the render
+    waits for each socket's first message, up to ``RENDER_SOCKET_WAIT_S``."""
+    monkeypatch.setenv("CRAWL_CA_BUNDLE", str(authority.ca))
+    with TLSSite(authority, pages=PAGES, socket_delay=1.5) as slow:
+        resp = render_page(slow.url())
+    assert b'data-ws="' + WEBSOCKET_MESSAGE + b'"' in resp.body
+    monkeypatch.setenv("CRAWL_RENDER_SOCKET_WAIT_S", "0.2")
+    with TLSSite(authority, pages=PAGES, socket_delay=30) as silent:
+        resp = render_page(silent.url())
+    assert b'data-fetched="from fetch"' in resp.body and b"data-ws" not in resp.body
+
+
 def test_the_site_s_host_name_is_matched(monkeypatch, authority, intranet):
     """A name the site's certificate does not carry (RESOLVE points it at the site)."""
     monkeypatch.setenv("CRAWL_CA_BUNDLE", str(authority.ca))

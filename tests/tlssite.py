@@ -17,6 +17,7 @@ import ipaddress
 import socket
 import ssl
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -120,12 +121,13 @@ _WEBSOCKET_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"  # RFC 6455's
 
 class TLSSite:
     """``/`` answers a small page (unless ``pages``, path -> (content type, body), says
-    otherwise), ``/socket`` a WebSocket with one message, anything else 404, over TLS on
-    127.0.0.1."""
+    otherwise), ``/socket`` a WebSocket with one message (``socket_delay`` seconds after its
+    handshake), anything else 404, over TLS on 127.0.0.1."""
 
     def __init__(
         self, authority: Authority, ask_client: bool = False,
         pages: dict[str, tuple[str, bytes]] | None = None, tls: ssl.SSLContext | None = None,
+        socket_delay: float = 0.0,
     ) -> None:  # fmt: skip
         if tls is None:
             tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -185,6 +187,8 @@ class TLSSite:
                 self.send_header("Connection", "Upgrade")
                 self.send_header("Sec-WebSocket-Accept", accept)
                 self.end_headers()
+                self.wfile.flush()
+                time.sleep(socket_delay)
                 frame = bytes([0x81, len(WEBSOCKET_MESSAGE)]) + WEBSOCKET_MESSAGE
                 self.wfile.write(frame + b"\x88\x00")
                 self.wfile.flush()

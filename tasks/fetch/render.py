@@ -21,7 +21,10 @@ own store trusts), and the proxy checks the site's as the fetcher does. Chromium
 resolves no name (``--host-resolver-rules``), loopback goes through the proxy too
 (``<-loopback>``), WebRTC sends nothing outside it, service workers are blocked, and its
 sandbox is on unless the operator sets ``RENDER_NO_SANDBOX``. The rendered DOM is returned
-as the body, so links come from what JavaScript built; a screenshot is kept for review.
+as the body, once the network has been idle for half a second and each WebSocket the page
+opened has answered once or closed (``RENDER_SOCKET_WAIT_S`` at most): links come from what
+JavaScript built, including what a socket's first message filled in. A screenshot is kept for
+review.
 Without Playwright or Chromium the step says so (:func:`unavailable`) and the URL goes to
 review instead.
 """
@@ -171,6 +174,30 @@ def _outcome_of(refusal: render_proxy.Refusal) -> outcomes.CrawlOutcome:
     return kinds[refusal.kind](proxy_urls.redact(refusal.reason)[:400])
 
 
+class _Sockets:
+    """The page's WebSockets that have neither answered nor closed: network idle does not count
+    them, and a page that fills itself in from a socket's first message is not rendered yet."""
+
+    def __init__(self, page) -> None:
+        self.waiting: set = set()
+        page.on("websocket", self._opened)
+
+    def _opened(self, socket) -> None:
+        self.waiting.add(socket)
+        for event in ("framereceived", "close", "socketerror"):
+            socket.on(event, lambda *_: self.waiting.discard(socket))
+
+    def settle(self, page, seconds: float) -> None:
+        """Wait, ``seconds`` at most, for the waiting sockets; then one round trip to the page,
+        so that a message's handler has run before the DOM is read."""
+        if not self.waiting:
+            return
+        until = time.monotonic() + seconds
+        while self.waiting and (left := until - time.monotonic()) > 0:
+            page.wait_for_timeout(min(50.0, left * 1000))
+        page.evaluate("() => new Promise(done => setTimeout(done))")
+
+
 def _render_through(door, url, user_agent, limits, in_scope, visitor) -> fetching.Response:
     from playwright.sync_api import Error as PlaywrightError
 
@@ -187,6 +214,7 @@ def _render_through(door, url, user_agent, limits, in_scope, visitor) -> fetchin
         hops: list[str] = []  # the main frame's navigations, each redirect hop included
         page.on("request", lambda r: hops.append(r.url) if (
             r.is_navigation_request() and r.frame == page.main_frame) else None)  # fmt: skip
+        sockets = _Sockets(page)
         try:
             answer = page.goto(url, timeout=limits.deadline * 1000, wait_until="networkidle")
         except PlaywrightError as exc:
@@ -200,6 +228,8 @@ def _render_through(door, url, user_agent, limits, in_scope, visitor) -> fetchin
             raise outcomes.ProtocolError(f"render failed: {why}") from None
         if answer is None:
             raise outcomes.ProtocolError("render: no answer")
+        left = started + limits.deadline - time.monotonic()
+        sockets.settle(page, seconds=min(left, setting("RENDER_SOCKET_WAIT_S")))
         if (refusal := door.refusal_for(answer.url)) is not None:
             raise _outcome_of(refusal)
         if (left := next((hop for hop in hops if not in_scope(hop)), None)) is not None:
