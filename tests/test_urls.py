@@ -1,5 +1,7 @@
+import random
 from types import SimpleNamespace
 
+from tasks.rules import urls
 from tasks.rules.urls import Scope, canonicalize, host_of
 
 
@@ -23,6 +25,25 @@ def test_percent_encoding_is_normalized():
 def test_non_http_schemes_are_not_urls_to_crawl():
     for url in ["mailto:a@b.c", "javascript:void(0)", "tel:+123", "data:text/html,x", "ftp://h/"]:
         assert canonicalize(url) is None
+
+
+def test_links_already_canonical_take_the_short_way_to_the_same_form():
+    """``canonicalize`` recognises most links as canonical without w3lib; on URLs made of the
+    characters and shapes that differ (escapes, dot segments, empty parameters, default and
+    impossible ports, upper case, long hosts) its answer is w3lib's, always."""
+    pieces = [*"aZ09.-_~/%?#:@!$&'()*+,;= \"<>\\^`{}|\t", "%7e", "%2F", "/./", "/../", "/.",
+              "..", "\u00e9", "xn--", ":80", ":443", ":0", ":65536", ":080"]  # fmt: skip
+    hosts = ["a.com", "A.com", "127.0.0.1", "a..com", "-a.com", "a.com.", "123", "a_b.com", "",
+             "x" * 243, "x" * 244, "x" * 250 + ".com", "b\u00fccher.de"]  # fmt: skip
+    ports = ["", "", ":80", ":443", ":8080", ":0", ":65535", ":65536", ":99999", ":1"]
+    rng = random.Random(47)
+    for _ in range(20_000):
+        path = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 8)))
+        scheme = rng.choice(["http", "https", "HTTP", "ftp"])
+        url = f"{scheme}://{rng.choice(hosts)}{rng.choice(ports)}{'/' * (rng.random() < 0.7)}{path}"
+        assert canonicalize(url) == urls._canonical_form(url.strip()), url
+    assert canonicalize(" http://a.com/x;p=1 ") == "http://a.com/x;p=1"
+    assert canonicalize("http://a.com/x;") == "http://a.com/x"
 
 
 def test_host_includes_non_default_port():
