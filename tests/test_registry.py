@@ -55,10 +55,30 @@ def test_a_worker_whose_hash_is_gone_is_not_listed_and_leaves_the_index_with_its
     assert sorted(redis.zrange(registry.INDEX, 0, -1)) == [b"gone@host", b"live@host"]
 
 
-def test_workers_of_a_release_before_the_index_are_found_while_none_is_indexed(
-    redis, monkeypatch
-):
+def test_workers_of_a_release_before_the_index_are_found_while_none_is_indexed(redis, monkeypatch):
+    monkeypatch.setattr(registry, "_scanned", (None, 0.0, []))  # no scan in this process yet
     redis.hset(registry.PREFIX + "old@host", mapping=_fields())
     scanned = _scans(monkeypatch)
     assert [w["name"] for w in registry.workers()] == ["old@host"]
     assert scanned == [registry.PREFIX + "*"]
+
+
+def test_with_no_worker_indexed_the_keyspace_is_walked_once_a_heartbeat_interval(
+    redis, monkeypatch
+):
+    """All workers gone (a deploy, a crash): the scheduler reads the registry four times a
+    second, and each read would walk every key of a broad crawl."""
+    monkeypatch.setattr(registry, "_scanned", (None, 0.0, []))
+    monkeypatch.setenv("CRAWL_HEARTBEAT_INTERVAL_S", "0.5")
+    scanned = _scans(monkeypatch)
+    for _ in range(20):
+        assert registry.workers() == []
+    assert scanned == [registry.PREFIX + "*"]
+    registry.write("new@host", _fields(), 60)  # a worker starts: seen at the next read
+    assert [w["name"] for w in registry.workers()] == ["new@host"]
+    registry.remove("new@host")
+    redis.hset(registry.PREFIX + "old@host", mapping=_fields())  # an earlier release's
+    assert registry.workers() == []  # the last scan is kept for its interval...
+    time.sleep(0.5)
+    assert [w["name"] for w in registry.workers()] == ["old@host"]  # ... then walked again
+    assert scanned == [registry.PREFIX + "*"] * 2

@@ -8,9 +8,12 @@ A sorted set, ``crawl:workers``, names the registered workers (scored by their l
 so that reading the registry costs two round trips whatever the size of the keyspace: a scan
 for ``crawl:worker:*`` walks every key, and a broad crawl keeps several keys for each of its
 hosts. Only while the set names no registered worker (none started, or only workers of a
-version from before the set) is the keyspace scanned for their hashes.
+version from before the set) is the keyspace scanned for their hashes, at most once a
+heartbeat interval in a process: those workers write no more often, and a platform whose
+workers are all gone (a deploy, a crash) is read as often as ever at the cost of two round
+trips, not of a walk over every key.
 
-Reads ``HEARTBEAT_STALE_S``.
+Reads ``HEARTBEAT_STALE_S`` and ``HEARTBEAT_INTERVAL_S``.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from tasks.defaults import setting
 
 PREFIX = "crawl:worker:"
 INDEX = "crawl:workers"
+_scanned: tuple = (None, 0.0, [])  # the last scan: its client, when (monotonic), the workers
 
 
 def write(name: str, fields: Mapping[str, str | int | float], ttl: int) -> None:
@@ -56,9 +60,17 @@ def workers() -> list[dict[str, str | int | float]]:
     """Workers in the registry, by name: ``name``, ``version``, ``channel``, ``queues``,
     ``slots``, ``spiders`` (comma-separated names), ``pid``, ``started``, ``heartbeat`` and
     ``last_task`` (Unix times; 0: no task yet)."""
+    global _scanned
     redis = client()
-    indexed = [PREFIX.encode() + name for name in redis.zrange(INDEX, 0, -1)]
-    return _read(indexed) or _read(redis.scan_iter(match=PREFIX + "*", count=500))
+    found = _read([PREFIX.encode() + name for name in redis.zrange(INDEX, 0, -1)])
+    if found:
+        return found
+    now = time.monotonic()
+    last, when, unindexed = _scanned
+    if last is not redis or now - when >= setting("HEARTBEAT_INTERVAL_S"):
+        unindexed = _read(redis.scan_iter(match=PREFIX + "*", count=500))
+        _scanned = (redis, now, unindexed)
+    return list(unindexed)
 
 
 def _read(keys: Iterable[bytes]) -> list[dict[str, str | int | float]]:
