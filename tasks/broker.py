@@ -70,6 +70,23 @@ def script(source: str) -> Lua:
     return Lua(source)
 
 
+_LIVE = """
+local t = redis.call('TIME')
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', tonumber(t[1]) * 1000)
+return redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
+"""
+
+
+def indexed(index: str, limit: int = 0) -> list[bytes]:
+    """The keys an index names (a sorted set of key names scored by when each expires, in
+    milliseconds), at most ``limit`` (0: all); those past their expiry leave it first. Per-host
+    state that only some hosts have (a throttle, an open circuit, a ladder) is found this way,
+    not by a walk over the keyspace, which holds several keys for every host of a broad crawl.
+    The writers add a key with its expiry and take it out when they delete it; a name whose
+    key went otherwise reads as missing until its expiry."""
+    return script(_LIVE)(keys=[index], args=[limit])
+
+
 def is_amqp() -> bool:
     """Is the broker RabbitMQ (an ``amqp://`` or ``amqps://`` URL)?"""
     return settings.CELERY_BROKER_URL.split("://", 1)[0] in ("amqp", "amqps", "pyamqp")

@@ -5,13 +5,15 @@ from __future__ import annotations
 import socket
 import subprocess
 import time
+from types import SimpleNamespace
 
 import pytest
+import redis as redis_py
 from django.conf import settings
 from django.db import connection
 
 from tasks import broker
-from tasks.fetch import circuit, politeness
+from tasks.fetch import circuit, ladder, politeness
 from tasks.frontier import jobs, leadership, transitions
 from tasks.worker import registry
 from tests.conftest import wait_for
@@ -100,6 +102,51 @@ def test_metrics_show_throttled_hosts_and_open_circuits(client, redis, monkeypat
     line = next(ln for ln in text.splitlines() if ln.startswith("crawlplatform_host_throttle"))
     assert 'crawl_job="7",host="slow.test"' in line and 0.45 < float(line.split()[-1]) <= 0.5
     assert 'crawlplatform_host_circuit_open{crawl_job="7",host="dead.test:8080"} 1.0' in text
+
+
+def test_host_gauges_read_their_indexes_not_the_keyspace_and_hosts_leave_them(
+    client, redis, monkeypatch
+):
+    """A broad crawl keeps several keys a host: the throttle, circuit and ladder gauges (and
+    the admin's ladder levels) read the few hosts in such a state from their indexes."""
+    monkeypatch.setenv("CRAWL_CIRCUIT_MIN_SPAN_S", "0")
+    pipe = redis.pipeline(transaction=False)
+    for n in range(20_000):
+        pipe.set(f"crawl:host:7:h{n}.test:next", 1)
+    pipe.execute()
+    walks: list[str] = []
+    scan = redis_py.Redis.scan
+
+    def counted(self, cursor=0, match=None, count=None, _type=None, **kwargs):
+        if match and not match.startswith(registry.PREFIX):  # no worker: the registry's own
+            walks.append(match)
+        return scan(self, cursor, match, count, _type, **kwargs)
+
+    monkeypatch.setattr(redis_py.Redis, "scan", counted)
+    job = SimpleNamespace(pk=7, settings={})
+    for _ in range(3):
+        slot = politeness.acquire(7, "slow.test", 0, 0)
+        politeness.finish(7, "slow.test", slot, signal=politeness.OVERLOAD)
+        circuit.record(7, "dead.test:8080", failed=True, reason="connection refused")
+        ladder.signal(job, "banned.test", banned=True)
+    circuit.record(7, "flaky.test", failed=True, reason="connection refused")  # not open
+    text = client.get("/metrics").content.decode()
+    assert 'crawlplatform_host_throttle_delay_seconds{crawl_job="7",host="slow.test"}' in text
+    assert 'crawlplatform_host_circuit_open{crawl_job="7",host="dead.test:8080"} 1.0' in text
+    assert 'crawlplatform_host_ladder_level{crawl_job="7",host="banned.test"} 1.0' in text
+    assert "flaky.test" not in text
+    assert ladder.levels(7) == {"banned.test": 1}
+    assert walks == []
+    circuit.record(7, "dead.test:8080", failed=False)  # it answered: closed
+    ladder.reset(7, "banned.test")
+    redis.zadd(politeness.THROTTLED, {"crawl:host:7:gone.test:delay": 1})  # expired long ago
+    assert sorted(redis.zrange(politeness.THROTTLED, 0, -1)) == [
+        b"crawl:host:7:gone.test:delay", b"crawl:host:7:slow.test:delay"]  # fmt: skip
+    text = client.get("/metrics").content.decode()
+    assert "dead.test" not in text and "banned.test" not in text and "slow.test" in text
+    assert redis.zrange(politeness.THROTTLED, 0, -1) == [b"crawl:host:7:slow.test:delay"]
+    assert redis.zcard(circuit.OPENED) == redis.zcard(ladder.LADDERS) == 0
+    assert walks == []
 
 
 def test_metrics_show_online_workers_by_channel_and_version_and_the_scheduler(client, redis):

@@ -3,10 +3,12 @@
 Frontier URLs by job and state (running and paused jobs), the due backlog (work that more
 workers could start now: the scheduler keeps the broker short, so this is where a backlog
 waits), broker messages (ready over every priority list, and unacked: in flight), checkpoint
-age per running job, jobs by state, per-host adaptive throttle delays and open circuit
-breakers, running and paused spider jobs' ``crawler.stats`` (``METRICS_STATS_PER_JOB`` names
-each at most, kept in proportion to what they took to read: ``STATS_READ_SHARE``), online
-workers by channel and version, and the scheduler's leadership and passes.
+age per running job, jobs by state, per-host adaptive throttle delays, open circuit
+breakers and ladder levels (each read from its index, ``broker.indexed``: a walk over the
+keyspace would cost a broad crawl's every key at each scrape), running and paused spider
+jobs' ``crawler.stats`` (``METRICS_STATS_PER_JOB`` names each at most, kept in proportion to
+what they took to read: ``STATS_READ_SHARE``), online workers by channel and version, and the
+scheduler's leadership and passes.
 Every web process computes the same values from the database and Redis, so gunicorn's
 several processes need no shared registry: a query for the backlog takes ``max`` over pods.
 Workers serve their own counters (``tasks/worker/metrics.py``).
@@ -26,6 +28,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from tasks import broker
 from tasks.defaults import setting
+from tasks.fetch import circuit, ladder, politeness
 from tasks.fetch.politeness import decayed_delay
 from tasks.frontier import channels, leadership
 from tasks.frontier.stats import stats_of
@@ -33,18 +36,9 @@ from tasks.worker import registry
 from web.models import ChannelEvent, CrawlJob, FrontierURL, JobState, Review, URLState
 
 
-def _scan(client, pattern: str) -> list[bytes]:
-    keys = []
-    for key in client.scan_iter(match=pattern, count=500):
-        keys.append(key)
-        if len(keys) >= setting("METRICS_THROTTLE_HOSTS_MAX"):
-            break
-    return keys
-
-
-def _field_of_each(client, pattern: str, field: str) -> list[tuple[bytes, bytes | None]]:
-    """(key, value of ``field``) for every hash matching ``pattern``, in one round trip."""
-    keys = _scan(client, pattern)
+def _field_of_each(client, index: str, field: str) -> list[tuple[bytes, bytes | None]]:
+    """(key, value of ``field``) for each hash that ``index`` names (up to a bound of hosts)."""
+    keys = broker.indexed(index, setting("METRICS_THROTTLE_HOSTS_MAX"))
     pipe = client.pipeline(transaction=False)
     for key in keys:
         pipe.hget(key, field)
@@ -90,7 +84,7 @@ def throttled_hosts() -> list[tuple[str, str, float]]:
     client = broker.client()
     now_ms = _redis_now_ms(client)
     half_life = setting("THROTTLE_HALF_LIFE_S")
-    keys = _scan(client, "crawl:host:*:delay")
+    keys = broker.indexed(politeness.THROTTLED, setting("METRICS_THROTTLE_HOSTS_MAX"))
     return [
         (*_job_host(key, ":delay"), decayed_delay(value, now_ms, half_life))
         for key, value in zip(keys, client.mget(keys) if keys else [], strict=True)
@@ -104,7 +98,7 @@ def open_circuits() -> list[tuple[str, str]]:
     now_ms = _redis_now_ms(client)
     return [
         _job_host(key, ":circuit")
-        for key, until in _field_of_each(client, "crawl:host:*:circuit", "open_until")
+        for key, until in _field_of_each(client, circuit.OPENED, "open_until")
         if until is not None and int(until) > now_ms
     ]
 
@@ -186,7 +180,7 @@ class PlatformCollector:
             "Anti-bot ladder level per job and host (1 back off, 2 rotate, 3 render, 4 park)",
             labels=["crawl_job", "host"],
         )
-        for key, level in _field_of_each(broker.client(), "crawl:ladder:*", "level"):
+        for key, level in _field_of_each(broker.client(), ladder.LADDERS, "level"):
             if level is not None and int(level) > 0:
                 job_id, host = key.decode()[len("crawl:ladder:") :].split(":", 1)
                 ladders.add_metric([job_id, host], int(level))

@@ -21,11 +21,13 @@ a scheduler pass or two instead of a retry schedule. A host that has answered (a
 response, robots.txt's included) is remembered for ``CIRCUIT_ANSWERED_S`` after its last
 answer: its refusals are a restart or a deploy, and wait out the rule above.
 
-State lives in Redis (``crawl:host:{job}:{host}:circuit`` and ``...:answered``), changed by
-one Lua call on Redis server time, shared by every worker and the scheduler, and kept across
-worker restarts. A worker marks a host answered once per ``CIRCUIT_ANSWERED_S / 10`` at most
-(``JobCache.answered``), so the hot path pays one write per host, not one per page. If Redis
-loses its data, hosts count as not yet answered until they answer again.
+State lives in Redis (``crawl:host:{job}:{host}:circuit`` and ``...:answered``; a circuit
+that opened is named in ``crawl:index:circuits`` until it closes or expires, for
+``/metrics``), changed by one Lua call on Redis server time, shared by every worker and the
+scheduler, and kept across worker restarts. A worker marks a host answered once per
+``CIRCUIT_ANSWERED_S / 10`` at most (``JobCache.answered``), so the hot path pays one write
+per host, not one per page. If Redis loses its data, hosts count as not yet answered until
+they answer again.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from tasks.broker import client, script
 from tasks.defaults import setting
 
 CLOSED, OPEN, PROBE, WAIT = "closed", "open", "probe", "wait"
+OPENED = "crawl:index:circuits"  # the circuits that have opened (broker.indexed)
 
 _NOW = """
 local t = redis.call('TIME')
@@ -60,7 +63,7 @@ _RECORD = (
     _NOW
     + """
 if ARGV[1] == '0' then
-  redis.call('DEL', KEYS[1])
+  if redis.call('DEL', KEYS[1]) == 1 then redis.call('ZREM', KEYS[3], KEYS[1]) end
   return 0
 end
 local h = redis.call('HMGET', KEYS[1], 'fails', 'first', 'open_until')
@@ -81,6 +84,9 @@ if opened == 1 then
   redis.call('HSET', KEYS[1], 'open_until', now + cooldown, 'probe_until', 0)
 end
 redis.call('PEXPIRE', KEYS[1], cooldown * 20 + 3600000)
+if opened == 1 then
+  redis.call('ZADD', KEYS[3], now + cooldown * 20 + 3600000, KEYS[1])
+end
 return opened
 """
 )
@@ -119,7 +125,7 @@ def record(
     circuit at once)."""
     return bool(
         script(_RECORD)(
-            keys=[key(job_id, host), answered_key(job_id, host)],
+            keys=[key(job_id, host), answered_key(job_id, host), OPENED],
             args=[
                 "1" if failed else "0",
                 reason[:200],

@@ -3,7 +3,8 @@
 Reads ``LADDER_CLIMB_BANS``, ``LADDER_DESCEND_SUCCESSES``, ``LADDER_QUIET_S``,
 ``LADDER_BACKOFF_DELAY_S`` and ``LADDER_MAX_LEVEL``.
 
-Per (job, host), in Redis (``crawl:ladder:{job}:{host}``), shared by every worker:
+Per (job, host), in Redis (``crawl:ladder:{job}:{host}``, named in ``crawl:index:ladders``
+while it exists, for ``/metrics`` and the admin), shared by every worker:
 
 ====  ===================  ===========================================================
 0     normal               every ban parks the identity that got it and moves the host to
@@ -34,10 +35,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tasks.broker import client, script
+from tasks.broker import client, indexed, script
 from tasks.defaults import setting
 
 NORMAL, BACK_OFF, ROTATE, RENDER, PARK = 0, 1, 2, 3, 4
+LADDERS = "crawl:index:ladders"  # the hosts with ladder state (broker.indexed)
 
 _SIGNAL = """
 local t = redis.call('TIME')
@@ -66,11 +68,12 @@ else
   end
 end
 if level == 0 and streak == 0 and since == 0 then
-  redis.call('DEL', KEYS[1])
+  if redis.call('DEL', KEYS[1]) == 1 then redis.call('ZREM', KEYS[2], KEYS[1]) end
 else
   redis.call('HSET', KEYS[1], 'level', level, 'streak', streak, 'good', good,
              'last_ban', last_ban, 'since', since)
   redis.call('PEXPIRE', KEYS[1], 7 * 86400000)
+  redis.call('ZADD', KEYS[2], now + 7 * 86400000, KEYS[1])
 end
 local refused = 0
 if since > 0 then refused = now - since end
@@ -99,7 +102,7 @@ def signal(job, host: str, *, banned: bool, ran_at: int = 0, counted: bool = Tru
     is how long it has refused, which ``tasks/fetch/refusals.py`` holds to ``BAN_PATIENCE_S``."""
     kind = "0" if not banned else "1" if counted else "2"
     before, after, run, refused_ms = script(_SIGNAL)(
-        keys=[key(job.pk, host)],
+        keys=[key(job.pk, host), LADDERS],
         args=[
             kind,
             setting("LADDER_CLIMB_BANS", job),
@@ -114,16 +117,23 @@ def signal(job, host: str, *, banned: bool, ran_at: int = 0, counted: bool = Tru
 
 def reset(job_id: int, host: str) -> None:
     """Back to level 0 (a person requeued the host's parked URLs after solving its challenge)."""
-    client().delete(key(job_id, host))
+    pipe = client().pipeline(transaction=False)
+    pipe.delete(key(job_id, host))
+    pipe.zrem(LADDERS, key(job_id, host))
+    pipe.execute()
 
 
 def levels(job_id: int) -> dict[str, int]:
     """Every host of a job with ladder state, and its level (the job's admin page)."""
     redis = client()
     prefix = f"crawl:ladder:{job_id}:"
-    names = list(redis.scan_iter(match=prefix + "*", count=500))
+    names = [name for name in indexed(LADDERS) if name.decode().startswith(prefix)]
     pipe = redis.pipeline(transaction=False)
     for name in names:
         pipe.hget(name, "level")
     values = pipe.execute() if names else []
-    return {n.decode()[len(prefix) :]: int(v or 0) for n, v in zip(names, values, strict=True)}
+    return {
+        n.decode()[len(prefix) :]: int(v)
+        for n, v in zip(names, values, strict=True)
+        if v is not None  # its key went since it was indexed
+    }

@@ -5,7 +5,8 @@ Reads ``HOST_MAX_WAIT_S``, ``FETCH_DEADLINE_S``, ``RETRY_BACKOFF_MAX_S`` and the
 
 Per (job, host) Redis keeps: the time of the next free request slot, the requests in flight
 (a sorted set of tokens scored by expiry), the ``Crawl-delay`` floor from robots.txt, an
-adaptive delay with the time it was set, and the host's recent outcome counts. Every change
+adaptive delay with the time it was set (named in ``crawl:index:throttled`` while it is in
+force, for ``/metrics``), and the host's recent outcome counts. Every change
 is one Lua call on Redis server time, so worker clocks do not matter and two workers never
 take the same slot.
 
@@ -142,9 +143,10 @@ if signal == 1 then
 end
 adaptive = math.min(adaptive, tonumber(ARGV[10]))
 if adaptive < 10 then
-  redis.call('DEL', KEYS[3])
+  if redis.call('DEL', KEYS[3]) == 1 then redis.call('ZREM', KEYS[6], KEYS[3]) end
 else
   redis.call('SET', KEYS[3], math.floor(adaptive) .. ' ' .. now, 'PX', math.floor(half * 12))
+  redis.call('ZADD', KEYS[6], now + math.floor(half * 12), KEYS[3])
 end
 local hold = retry_after
 local pace = tonumber(ARGV[12])
@@ -160,6 +162,9 @@ end
 return math.floor(adaptive)
 """
 )
+
+
+THROTTLED = "crawl:index:throttled"  # the adaptive delay keys in force (broker.indexed)
 
 
 def keys(job_id: int, host: str) -> list[str]:
@@ -242,7 +247,7 @@ def finish(
     with an in-flight cap; see the module's docstring), None not to."""
     hold = min(retry_after or 0.0, setting("RETRY_BACKOFF_MAX_S", job))
     adaptive_ms = script(_FINISH)(
-        keys=keys(job_id, host),
+        keys=[*keys(job_id, host), THROTTLED],
         args=[
             slot.token,
             signal,
@@ -267,6 +272,7 @@ _SLOW_DOWN = (
 local adaptive = decayed(redis.call('GET', KEYS[1]), now, tonumber(ARGV[2]))
 if adaptive < tonumber(ARGV[1]) then
   redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. now, 'PX', math.floor(tonumber(ARGV[2]) * 12))
+  redis.call('ZADD', KEYS[2], now + math.floor(tonumber(ARGV[2]) * 12), KEYS[1])
 end
 return 1
 """
@@ -276,7 +282,7 @@ return 1
 def slow_down(job_id: int, host: str, seconds: float, job=None) -> None:
     """Make the host's adaptive delay at least ``seconds`` now (it decays from there)."""
     script(_SLOW_DOWN)(
-        keys=[keys(job_id, host)[2]],
+        keys=[keys(job_id, host)[2], THROTTLED],
         args=[int(seconds * 1000), int(setting("THROTTLE_HALF_LIFE_S", job) * 1000)],
     )
 
