@@ -70,20 +70,30 @@ def script(source: str) -> Lua:
     return Lua(source)
 
 
+# Lua for the scripts that keep an index: ``index(idx, key, until_ms, now_ms)`` names ``key``
+# in ``idx`` until ``until_ms``, drops the names past theirs, and lets ``idx`` expire with its
+# last name, so that an index nobody reads stays as small as the state it names.
+INDEX_LUA = """
+local function index(idx, key, until_ms, now_ms)
+  redis.call('ZADD', idx, until_ms, key)
+  redis.call('ZREMRANGEBYSCORE', idx, '-inf', now_ms)
+  redis.call('PEXPIREAT', idx, redis.call('ZRANGE', idx, -1, -1, 'WITHSCORES')[2])
+end
+"""
 _LIVE = """
 local t = redis.call('TIME')
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', tonumber(t[1]) * 1000)
-return redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
+return redis.call('ZREVRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
 """
 
 
 def indexed(index: str, limit: int = 0) -> list[bytes]:
-    """The keys an index names (a sorted set of key names scored by when each expires, in
-    milliseconds), at most ``limit`` (0: all); those past their expiry leave it first. Per-host
-    state that only some hosts have (a throttle, an open circuit, a ladder) is found this way,
-    not by a walk over the keyspace, which holds several keys for every host of a broad crawl.
-    The writers add a key with its expiry and take it out when they delete it; a name whose
-    key went otherwise reads as missing until its expiry."""
+    """The keys an index names (a sorted set of key names scored by when each stops being
+    named, in milliseconds of Redis's clock: ``INDEX_LUA``), the latest first, at most
+    ``limit`` (0: all). Per-host state that only some hosts have (a throttle, an open circuit,
+    a ladder) is found this way, not by a walk over the keyspace, which holds several keys for
+    every host of a broad crawl. The writers take a name out when they delete its key; a name
+    whose key went otherwise reads as missing until its time."""
     return script(_LIVE)(keys=[index], args=[limit])
 
 

@@ -111,7 +111,7 @@ LADDER_BACKOFF_DELAY_S = 5.0  # level 1 and up, every identity parked: the host'
 LADDER_MAX_LEVEL = 4  # 0 normal, 1 back off, 2 rotate identity, 3 render, 4 top (all refused)
 REVIEW_BODY_CHARS = 256 << 10  # of a parked URL's last answer, kept for the person reviewing it
 CHROMIUM_PATH = "/usr/bin/chromium"  # the browser render workers drive (Debian's package)
-RENDER_SOCKET_WAIT_S = 3.0  # after network idle, a page's unanswered WebSockets are waited for
+RENDER_SOCKET_WAIT_S = 3.0  # s after network idle a page's unanswered WebSockets are waited for
 RENDER_CONCURRENCY = 2  # pages a render worker (manage.py crawl starts one) renders at once
 # false: no render worker serves this platform, so no page is handed to one (a job's render
 # acts as never); manage.py crawl sets it for its workers where Chromium is missing

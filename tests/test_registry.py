@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
 
 import redis as redis_py
 
+from tasks.defaults import setting
 from tasks.worker import registry
 
 
@@ -69,7 +71,10 @@ def test_with_no_worker_indexed_the_keyspace_is_walked_once_a_heartbeat_interval
     """All workers gone (a deploy, a crash): the scheduler reads the registry four times a
     second, and each read would walk every key of a broad crawl."""
     monkeypatch.setattr(registry, "_scanned", (None, 0.0, []))
-    monkeypatch.setenv("CRAWL_HEARTBEAT_INTERVAL_S", "0.5")
+    clock = [1000.0]
+    monkeypatch.setattr(
+        registry, "time", SimpleNamespace(time=time.time, monotonic=lambda: clock[0])
+    )
     scanned = _scans(monkeypatch)
     for _ in range(20):
         assert registry.workers() == []
@@ -78,7 +83,8 @@ def test_with_no_worker_indexed_the_keyspace_is_walked_once_a_heartbeat_interval
     assert [w["name"] for w in registry.workers()] == ["new@host"]
     registry.remove("new@host")
     redis.hset(registry.PREFIX + "old@host", mapping=_fields())  # an earlier release's
+    clock[0] += setting("HEARTBEAT_INTERVAL_S") - 0.01
     assert registry.workers() == []  # the last scan is kept for its interval...
-    time.sleep(0.5)
+    clock[0] += 0.01
     assert [w["name"] for w in registry.workers()] == ["old@host"]  # ... then walked again
     assert scanned == [registry.PREFIX + "*"] * 2

@@ -111,10 +111,23 @@ def test_a_socket_that_answers_after_the_network_went_idle_is_waited_for(monkeyp
     with TLSSite(authority, pages=PAGES, socket_delay=1.5) as slow:
         resp = render_page(slow.url())
     assert b'data-ws="' + WEBSOCKET_MESSAGE + b'"' in resp.body
-    monkeypatch.setenv("CRAWL_RENDER_SOCKET_WAIT_S", "0.2")
-    with TLSSite(authority, pages=PAGES, socket_delay=30) as silent:
-        resp = render_page(silent.url())
+    monkeypatch.setenv("CRAWL_RENDER_SOCKET_WAIT_S", "0.2")  # the same socket is not waited for
+    with TLSSite(authority, pages=PAGES, socket_delay=1.5) as slow:
+        resp = render_page(slow.url())
     assert b'data-fetched="from fetch"' in resp.body and b"data-ws" not in resp.body
+
+
+def test_a_socket_message_that_navigates_the_page_renders_the_next_page(monkeypatch, authority):
+    monkeypatch.setenv("CRAWL_CA_BUNDLE", str(authority.ca))
+    first = b"""<html><body><p>first</p><script>
+const ws = new WebSocket(`wss://${location.host}/socket`);
+ws.onmessage = e => { location.href = '/next'; };
+</script></body></html>"""
+    pages = {"/": ("text/html", first), "/next": ("text/html", b"<html><body>next</body></html>")}
+    for delay in (0.0, 1.0):
+        with TLSSite(authority, pages=pages, socket_delay=delay) as site:
+            resp = render_page(site.url())
+        assert resp.final_url == site.url("/next") and b"<body>next</body>" in resp.body
 
 
 def test_the_site_s_host_name_is_matched(monkeypatch, authority, intranet):

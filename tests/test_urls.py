@@ -36,12 +36,16 @@ def test_links_already_canonical_take_the_short_way_to_the_same_form():
     hosts = ["a.com", "A.com", "127.0.0.1", "a..com", "-a.com", "a.com.", "123", "a_b.com", "",
              "x" * 243, "x" * 244, "x" * 250 + ".com", "b\u00fccher.de"]  # fmt: skip
     ports = ["", "", ":80", ":443", ":8080", ":0", ":65535", ":65536", ":99999", ":1"]
+    plain = [*"az09.-_~/!$&'()*+,=:@", "/x", "/p/1"]  # what the short way takes
     rng = random.Random(47)
-    for _ in range(20_000):
-        path = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 8)))
+    short = 0
+    for n in range(20_000):
+        path = "".join(rng.choice(plain if n % 2 else pieces) for _ in range(rng.randint(0, 8)))
         scheme = rng.choice(["http", "https", "HTTP", "ftp"])
         url = f"{scheme}://{rng.choice(hosts)}{rng.choice(ports)}{'/' * (rng.random() < 0.7)}{path}"
         assert canonicalize(url) == urls._canonical_form(url.strip()), url
+        short += bool(urls._PLAIN.fullmatch(url)) and "/." not in url
+    assert short > 1_000  # both ways are compared, the short one on over a thousand URLs
     assert canonicalize(" http://a.com/x;p=1 ") == "http://a.com/x;p=1"
     assert canonicalize("http://a.com/x;") == "http://a.com/x"
 

@@ -139,7 +139,8 @@ def test_host_gauges_read_their_indexes_not_the_keyspace_and_hosts_leave_them(
     assert walks == []
     circuit.record(7, "dead.test:8080", failed=False)  # it answered: closed
     ladder.reset(7, "banned.test")
-    redis.zadd(politeness.THROTTLED, {"crawl:host:7:gone.test:delay": 1})  # expired long ago
+    now_s, _ = redis.time()
+    redis.zadd(politeness.THROTTLED, {"crawl:host:7:gone.test:delay": now_s * 1000 - 1000})
     assert sorted(redis.zrange(politeness.THROTTLED, 0, -1)) == [
         b"crawl:host:7:gone.test:delay", b"crawl:host:7:slow.test:delay"]  # fmt: skip
     text = client.get("/metrics").content.decode()
@@ -147,6 +148,16 @@ def test_host_gauges_read_their_indexes_not_the_keyspace_and_hosts_leave_them(
     assert redis.zrange(politeness.THROTTLED, 0, -1) == [b"crawl:host:7:slow.test:delay"]
     assert redis.zcard(circuit.OPENED) == redis.zcard(ladder.LADDERS) == 0
     assert walks == []
+
+
+def test_an_index_nobody_reads_drops_its_lapsed_names_and_expires_with_its_last(redis):
+    now_s, _ = redis.time()
+    redis.zadd(politeness.THROTTLED, {"crawl:host:7:gone.test:delay": now_s * 1000 - 1000})
+    politeness.slow_down(7, "slow.test", 2.0)  # a write, and no read
+    assert redis.zrange(politeness.THROTTLED, 0, -1) == [b"crawl:host:7:slow.test:delay"]
+    ((_, until),) = redis.zrange(politeness.THROTTLED, 0, -1, withscores=True)
+    assert redis.pexpiretime(politeness.THROTTLED) == until  # and the delay's key about then
+    assert abs(redis.pexpiretime("crawl:host:7:slow.test:delay") - until) <= 2
 
 
 def test_metrics_show_online_workers_by_channel_and_version_and_the_scheduler(client, redis):

@@ -21,8 +21,8 @@ a scheduler pass or two instead of a retry schedule. A host that has answered (a
 response, robots.txt's included) is remembered for ``CIRCUIT_ANSWERED_S`` after its last
 answer: its refusals are a restart or a deploy, and wait out the rule above.
 
-State lives in Redis (``crawl:host:{job}:{host}:circuit`` and ``...:answered``; a circuit
-that opened is named in ``crawl:index:circuits`` until it closes or expires, for
+State lives in Redis (``crawl:host:{job}:{host}:circuit`` and ``...:answered``; an open
+circuit is named in ``crawl:index:circuits`` until its cooldown ends or it closes, for
 ``/metrics``), changed by one Lua call on Redis server time, shared by every worker and the
 scheduler, and kept across worker restarts. A worker marks a host answered once per
 ``CIRCUIT_ANSWERED_S / 10`` at most (``JobCache.answered``), so the hot path pays one write
@@ -34,11 +34,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tasks.broker import client, script
+from tasks.broker import INDEX_LUA, client, script
 from tasks.defaults import setting
 
 CLOSED, OPEN, PROBE, WAIT = "closed", "open", "probe", "wait"
-OPENED = "crawl:index:circuits"  # the circuits that have opened (broker.indexed)
+OPENED = "crawl:index:circuits"  # the circuits open now, until they close (broker.indexed)
 
 _NOW = """
 local t = redis.call('TIME')
@@ -61,6 +61,7 @@ return {'probe', reason, 0}
 
 _RECORD = (
     _NOW
+    + INDEX_LUA
     + """
 if ARGV[1] == '0' then
   if redis.call('DEL', KEYS[1]) == 1 then redis.call('ZREM', KEYS[3], KEYS[1]) end
@@ -85,7 +86,7 @@ if opened == 1 then
 end
 redis.call('PEXPIRE', KEYS[1], cooldown * 20 + 3600000)
 if opened == 1 then
-  redis.call('ZADD', KEYS[3], now + cooldown * 20 + 3600000, KEYS[1])
+  index(KEYS[3], KEYS[1], now + cooldown, now)
 end
 return opened
 """

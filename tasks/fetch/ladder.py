@@ -35,13 +35,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tasks.broker import client, indexed, script
+from tasks.broker import INDEX_LUA, client, indexed, script
 from tasks.defaults import setting
 
 NORMAL, BACK_OFF, ROTATE, RENDER, PARK = 0, 1, 2, 3, 4
 LADDERS = "crawl:index:ladders"  # the hosts with ladder state (broker.indexed)
 
-_SIGNAL = """
+_SIGNAL = INDEX_LUA + """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local h = redis.call('HMGET', KEYS[1], 'level', 'streak', 'good', 'last_ban', 'since')
@@ -73,7 +73,7 @@ else
   redis.call('HSET', KEYS[1], 'level', level, 'streak', streak, 'good', good,
              'last_ban', last_ban, 'since', since)
   redis.call('PEXPIRE', KEYS[1], 7 * 86400000)
-  redis.call('ZADD', KEYS[2], now + 7 * 86400000, KEYS[1])
+  index(KEYS[2], KEYS[1], now + 7 * 86400000, now)
 end
 local refused = 0
 if since > 0 then refused = now - since end

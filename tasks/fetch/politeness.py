@@ -56,7 +56,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from tasks.broker import client, script
+from tasks.broker import INDEX_LUA, client, script
 from tasks.defaults import setting
 from tasks.fetch import circuit, ladder
 
@@ -125,6 +125,7 @@ return {1, wait, circuit, level, streak, jar, delay}
 
 _FINISH = (
     _DECAYED
+    + INDEX_LUA
     + """
 redis.call('ZREM', KEYS[2], ARGV[1])
 local signal = tonumber(ARGV[2])
@@ -146,7 +147,7 @@ if adaptive < 10 then
   if redis.call('DEL', KEYS[3]) == 1 then redis.call('ZREM', KEYS[6], KEYS[3]) end
 else
   redis.call('SET', KEYS[3], math.floor(adaptive) .. ' ' .. now, 'PX', math.floor(half * 12))
-  redis.call('ZADD', KEYS[6], now + math.floor(half * 12), KEYS[3])
+  index(KEYS[6], KEYS[3], now + math.floor(half * 12), now)
 end
 local hold = retry_after
 local pace = tonumber(ARGV[12])
@@ -268,11 +269,12 @@ def finish(
 
 _SLOW_DOWN = (
     _DECAYED
+    + INDEX_LUA
     + """
 local adaptive = decayed(redis.call('GET', KEYS[1]), now, tonumber(ARGV[2]))
 if adaptive < tonumber(ARGV[1]) then
   redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. now, 'PX', math.floor(tonumber(ARGV[2]) * 12))
-  redis.call('ZADD', KEYS[2], now + math.floor(tonumber(ARGV[2]) * 12), KEYS[1])
+  index(KEYS[2], KEYS[1], now + math.floor(tonumber(ARGV[2]) * 12), now)
 end
 return 1
 """

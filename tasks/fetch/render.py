@@ -1,8 +1,8 @@
 """The render step: a page fetched by headless Chromium, for sites that block plain clients and
 pages whose content and links need JavaScript.
 
-Reads ``CHROMIUM_PATH``, ``RENDER_NO_SANDBOX`` and the fetch settings (timeouts, deadline, size
-cap).
+Reads ``CHROMIUM_PATH``, ``RENDER_NO_SANDBOX``, ``RENDER_SOCKET_WAIT_S`` and the fetch settings
+(timeouts, deadline, size cap).
 
 Runs in render workers only (``celery ... worker --queues render``), with Playwright for
 Python (``requirements-render.txt``) driving the system's Chromium (Debian's ``chromium``
@@ -187,15 +187,23 @@ class _Sockets:
         for event in ("framereceived", "close", "socketerror"):
             socket.on(event, lambda *_: self.waiting.discard(socket))
 
-    def settle(self, page, seconds: float) -> None:
-        """Wait, ``seconds`` at most, for the waiting sockets; then one round trip to the page,
-        so that a message's handler has run before the DOM is read."""
+    def settle(self, page, seconds: float, deadline: float) -> None:
+        """Wait, ``seconds`` at most (and not past ``deadline``, monotonic), for the waiting
+        sockets; then one round trip to the page, so that a message's handler has run before
+        the DOM is read. A handler that navigated the page leaves the next page to load, as
+        the first did (network idle, by the deadline)."""
+        from playwright.sync_api import Error as PlaywrightError
+
         if not self.waiting:
             return
-        until = time.monotonic() + seconds
+        until = min(time.monotonic() + seconds, deadline)
         while self.waiting and (left := until - time.monotonic()) > 0:
             page.wait_for_timeout(min(50.0, left * 1000))
-        page.evaluate("() => new Promise(done => setTimeout(done))")
+        try:
+            page.evaluate("() => new Promise(done => setTimeout(done))")
+        except PlaywrightError:  # the page navigated: its context went with it
+            left = deadline - time.monotonic()
+            page.wait_for_load_state("networkidle", timeout=max(1.0, left * 1000))
 
 
 def _render_through(door, url, user_agent, limits, in_scope, visitor) -> fetching.Response:
@@ -217,6 +225,7 @@ def _render_through(door, url, user_agent, limits, in_scope, visitor) -> fetchin
         sockets = _Sockets(page)
         try:
             answer = page.goto(url, timeout=limits.deadline * 1000, wait_until="networkidle")
+            sockets.settle(page, setting("RENDER_SOCKET_WAIT_S"), started + limits.deadline)
         except PlaywrightError as exc:
             if (refusal := door.refusal_for(hops[-1] if hops else url)) is not None:
                 raise _outcome_of(refusal) from None
@@ -228,8 +237,6 @@ def _render_through(door, url, user_agent, limits, in_scope, visitor) -> fetchin
             raise outcomes.ProtocolError(f"render failed: {why}") from None
         if answer is None:
             raise outcomes.ProtocolError("render: no answer")
-        left = started + limits.deadline - time.monotonic()
-        sockets.settle(page, seconds=min(left, setting("RENDER_SOCKET_WAIT_S")))
         if (refusal := door.refusal_for(answer.url)) is not None:
             raise _outcome_of(refusal)
         if (left := next((hop for hop in hops if not in_scope(hop)), None)) is not None:
