@@ -77,9 +77,11 @@ INDEX_LUA = """
 local function index(idx, key, until_ms, now_ms)
   redis.call('ZADD', idx, until_ms, key)
   redis.call('ZREMRANGEBYSCORE', idx, '-inf', now_ms)
-  redis.call('PEXPIREAT', idx, redis.call('ZRANGE', idx, -1, -1, 'WITHSCORES')[2])
+  local last = redis.call('ZRANGE', idx, -1, -1, 'WITHSCORES')[2]
+  if last then redis.call('PEXPIREAT', idx, last) end
 end
 """
+
 _LIVE = """
 local t = redis.call('TIME')
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', tonumber(t[1]) * 1000)

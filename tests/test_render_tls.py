@@ -128,6 +128,10 @@ ws.onmessage = e => { location.href = '/next'; };
         with TLSSite(authority, pages=pages, socket_delay=delay) as site:
             resp = render_page(site.url())
         assert resp.final_url == site.url("/next") and b"<body>next</body>" in resp.body
+    with TLSSite(authority, pages={"/": pages["/"]}, socket_delay=1.0) as site:
+        with pytest.raises(outcomes.ClientError) as failed:  # the next page's answer counts
+            render_page(site.url())
+    assert failed.value.status == 404 and failed.value.url == site.url("/next")
 
 
 def test_the_site_s_host_name_is_matched(monkeypatch, authority, intranet):

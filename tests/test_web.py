@@ -150,6 +150,27 @@ def test_host_gauges_read_their_indexes_not_the_keyspace_and_hosts_leave_them(
     assert walks == []
 
 
+def test_the_gauges_name_the_latest_hosts_first_and_an_open_circuit_until_its_cooldown_ends(
+    client, redis, monkeypatch
+):
+    monkeypatch.setenv("CRAWL_METRICS_THROTTLE_HOSTS_MAX", "1")
+    monkeypatch.setenv("CRAWL_CIRCUIT_MIN_SPAN_S", "0")
+    politeness.slow_down(7, "earlier.test", 2.0)
+    time.sleep(0.01)
+    politeness.slow_down(7, "later.test", 2.0)
+    text = client.get("/metrics").content.decode()
+    assert "later.test" in text and "earlier.test" not in text
+    for _ in range(3):
+        circuit.record(7, "dead.test", failed=True, reason="connection refused")
+    key = circuit.key(7, "dead.test")
+    assert redis.zscore(circuit.OPENED, key) == int(redis.hget(key, "open_until"))
+    redis.delete(circuit.OPENED)
+    monkeypatch.setenv("CRAWL_CIRCUIT_COOLDOWN_S", "0")  # open no time at all: never named
+    for _ in range(3):
+        circuit.record(7, "gone.test", failed=True, reason="connection refused")
+    assert redis.zscore(circuit.OPENED, circuit.key(7, "gone.test")) is None
+
+
 def test_an_index_nobody_reads_drops_its_lapsed_names_and_expires_with_its_last(redis):
     now_s, _ = redis.time()
     redis.zadd(politeness.THROTTLED, {"crawl:host:7:gone.test:delay": now_s * 1000 - 1000})
