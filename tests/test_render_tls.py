@@ -117,23 +117,6 @@ def test_a_socket_that_answers_after_the_network_went_idle_is_waited_for(monkeyp
     assert b'data-fetched="from fetch"' in resp.body and b"data-ws" not in resp.body
 
 
-def test_a_socket_message_that_navigates_the_page_renders_the_next_page(monkeypatch, authority):
-    monkeypatch.setenv("CRAWL_CA_BUNDLE", str(authority.ca))
-    first = b"""<html><body><p>first</p><script>
-const ws = new WebSocket(`wss://${location.host}/socket`);
-ws.onmessage = e => { location.href = '/next'; };
-</script></body></html>"""
-    pages = {"/": ("text/html", first), "/next": ("text/html", b"<html><body>next</body></html>")}
-    for delay in (0.0, 1.0):
-        with TLSSite(authority, pages=pages, socket_delay=delay) as site:
-            resp = render_page(site.url())
-        assert resp.final_url == site.url("/next") and b"<body>next</body>" in resp.body
-    with TLSSite(authority, pages={"/": pages["/"]}, socket_delay=1.0) as site:
-        with pytest.raises(outcomes.ClientError) as failed:  # the next page's answer counts
-            render_page(site.url())
-    assert failed.value.status == 404 and failed.value.url == site.url("/next")
-
-
 def test_the_site_s_host_name_is_matched(monkeypatch, authority, intranet):
     """A name the site's certificate does not carry (RESOLVE points it at the site)."""
     monkeypatch.setenv("CRAWL_CA_BUNDLE", str(authority.ca))

@@ -31,6 +31,7 @@ review instead.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import logging
 import os
@@ -189,38 +190,19 @@ class _Sockets:
 
     def settle(self, page, seconds: float, deadline: float) -> None:
         """Wait, ``seconds`` at most (and not past ``deadline``, monotonic), for the waiting
-        sockets; then one round trip to the page (one that a navigation does not break), so
-        that a message's handler has run before the DOM is read."""
+        sockets; then, as time allows, one round trip to the page, so that a message's handler
+        has run before the DOM is read. All of it is best effort: a page that moves on, breaks
+        the evaluation or closes is read as it stands, as it would have been without it."""
+        from playwright.sync_api import Error as PlaywrightError
+
         if not self.waiting:
             return
         until = min(time.monotonic() + seconds, deadline)
-        while self.waiting and (left := until - time.monotonic()) > 0:
-            page.wait_for_timeout(min(50.0, left * 1000))
-        page.wait_for_function("() => true", timeout=_ms_left(deadline))
-
-
-def _main(page, request) -> bool:
-    """Whether ``request`` navigates the page's main frame."""
-    return request.is_navigation_request() and request.frame == page.main_frame
-
-
-def _ms_left(deadline: float) -> float:
-    """Milliseconds to ``deadline`` (monotonic) for a Playwright wait; one at least."""
-    return max(1.0, (deadline - time.monotonic()) * 1000)
-
-
-def _dom(page, deadline: float) -> str:
-    """The page's DOM. A navigation under way (a script moved the page on) is waited for, as
-    the first page was (network idle), and the DOM read again."""
-    from playwright.sync_api import Error as PlaywrightError
-
-    while True:
-        try:
-            return page.content()
-        except PlaywrightError:
-            if time.monotonic() >= deadline:
-                raise
-            page.wait_for_load_state("networkidle", timeout=_ms_left(deadline))
+        with contextlib.suppress(PlaywrightError):
+            while self.waiting and (left := until - time.monotonic()) > 0:
+                page.wait_for_timeout(min(50.0, left * 1000))
+            if (left := deadline - time.monotonic()) > 0:
+                page.wait_for_function("() => true", timeout=min(1000.0, left * 1000))
 
 
 def _render_through(door, url, user_agent, limits, in_scope, visitor) -> fetching.Response:
@@ -237,18 +219,12 @@ def _render_through(door, url, user_agent, limits, in_scope, visitor) -> fetchin
             context.add_cookies(_cookies(visitor, url))
         page = context.new_page()
         hops: list[str] = []  # the main frame's navigations, each redirect hop included
-        answers: list = []  # and their answers: a script may move the page on after the first
-        page.on("request", lambda r: _main(page, r) and hops.append(r.url))
-        page.on("response", lambda r: _main(page, r.request) and answers.append(r))
-        sockets, deadline = _Sockets(page), started + limits.deadline
+        page.on("request", lambda r: hops.append(r.url) if (
+            r.is_navigation_request() and r.frame == page.main_frame) else None)  # fmt: skip
+        sockets = _Sockets(page)
         try:
             answer = page.goto(url, timeout=limits.deadline * 1000, wait_until="networkidle")
-            loaded = len(hops)
-            sockets.settle(page, setting("RENDER_SOCKET_WAIT_S"), deadline)
-            if len(hops) > loaded:  # a script moved the page on: it loads as the first did
-                page.wait_for_load_state("networkidle", timeout=_ms_left(deadline))
-            body = _dom(page, deadline).encode("utf-8")[: limits.max_bytes]
-            screenshot = page.screenshot(type="png")
+            sockets.settle(page, setting("RENDER_SOCKET_WAIT_S"), started + limits.deadline)
         except PlaywrightError as exc:
             if (refusal := door.refusal_for(hops[-1] if hops else url)) is not None:
                 raise _outcome_of(refusal) from None
@@ -258,7 +234,6 @@ def _render_through(door, url, user_agent, limits, in_scope, visitor) -> fetchin
                 ) from None
             why = proxy_urls.redact(str(exc))[:400]  # the proxy's credentials never in a message
             raise outcomes.ProtocolError(f"render failed: {why}") from None
-        answer = answers[-1] if answers else answer
         if answer is None:
             raise outcomes.ProtocolError("render: no answer")
         if (refusal := door.refusal_for(answer.url)) is not None:
@@ -268,6 +243,8 @@ def _render_through(door, url, user_agent, limits, in_scope, visitor) -> fetchin
         if not in_scope(page.url):
             raise outcomes.OutOfScope(f"rendering left the job's scope for {page.url}")
         failure = outcomes.from_status(answer.status, None)
+        body = page.content().encode("utf-8")[: limits.max_bytes]
+        screenshot = page.screenshot(type="png")
         for c in context.cookies():
             visitor.set_cookies.set(c["name"], c["value"], domain=c["domain"], path=c["path"])
         if failure is not None:
