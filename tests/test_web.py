@@ -171,6 +171,20 @@ def test_the_gauges_name_the_latest_hosts_first_and_an_open_circuit_until_its_co
     assert redis.zscore(circuit.OPENED, circuit.key(7, "gone.test")) is None
 
 
+def test_a_throttle_that_decays_and_a_ladder_a_page_ends_leave_their_indexes(redis, monkeypatch):
+    """The scripts' own deletes: an adaptive delay decayed below 10 ms at the next answer, a
+    run of refusals ended by a page let in at level 0."""
+    monkeypatch.setenv("CRAWL_THROTTLE_HALF_LIFE_S", "0.1")  # the key lasts 1.2 s
+    politeness.slow_down(7, "slow.test", 0.02)
+    ladder.signal(SimpleNamespace(pk=7, settings={}), "banned.test", banned=True)
+    assert redis.zcard(politeness.THROTTLED) == redis.zcard(ladder.LADDERS) == 1
+    time.sleep(0.2)  # 20 ms halved twice
+    slot = politeness.acquire(7, "slow.test", 0, 0)
+    politeness.finish(7, "slow.test", slot, signal=politeness.OK)
+    ladder.signal(SimpleNamespace(pk=7, settings={}), "banned.test", banned=False)
+    assert redis.zcard(politeness.THROTTLED) == redis.zcard(ladder.LADDERS) == 0
+
+
 def test_an_index_nobody_reads_drops_its_lapsed_names_and_expires_with_its_last(redis):
     now_s, _ = redis.time()
     redis.zadd(politeness.THROTTLED, {"crawl:host:7:gone.test:delay": now_s * 1000 - 1000})
