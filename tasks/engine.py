@@ -129,7 +129,7 @@ def _process_claims(claims: list[Claim], job_id: int, rendering: bool) -> list[s
         for claimed in claims:
             leases.let_go(claimed.url.pk)
     if claims:  # work again (new links, retries, URLs given back), or the job's last URL ended
-        wakeup.nudge()
+        wakeup.nudge(job_id, time.monotonic() - began, len(states))  # and the slot's time
     return states
 
 

@@ -12,7 +12,7 @@ from django.utils import timezone
 from tasks import engine
 from tasks.content import pages
 from tasks.fetch import politeness
-from tasks.frontier import jobs, leases, transitions
+from tasks.frontier import jobs, leases, transitions, wakeup
 from tasks.frontier.claims import Claim
 from tasks.rules.urls import host_of
 from tests.conftest import wait_for
@@ -154,7 +154,10 @@ def test_a_message_of_several_urls_ends_each_on_its_own_and_a_redelivery_does_no
         ids = _scheduled(job, site, ["/p/1", "/broken", "/nowhere", "/p/2"])
         message = ids[::-1] + ids[-1:]  # the message's order, not the ids'; one id twice
         assert engine.process_many(message, job.pk) == ["done", "failed", "queued", "done"]
+        pace = redis.hgetall(wakeup.PACE.format(job=job.pk))  # the slot's time, for the release
+        assert int(pace[b"n"]) == 4 and float(pace[b"s"]) > 0
         assert engine.process_many(message, job.pk) == []  # the same message delivered again
+        assert int(redis.hget(wakeup.PACE.format(job=job.pk), "n")) == 4
         assert (site.hits("/p/1"), site.hits("/p/2")) == (1, 1)
     rows = FrontierURL.objects.filter(pk__in=ids).order_by("id")
     assert [(r.state, r.error_reason, r.attempts) for r in rows] == [

@@ -468,9 +468,9 @@ def test_the_moves_of_a_page_read_their_own_rows_however_big_the_job(job):
 def test_on_sqlite_the_schedulers_reads_take_the_partial_indexes(job):
     """SQLite uses a partial index only for a query that repeats its predicate, literally:
     without it, a release sorted every queued row of the job on each pass (0.15 s a query at
-    100,000 hosts), and the count of its scheduled URLs and its next due time read every URL
-    of the job (0.1 s). The plans are of the statements as run, their parameters bound (the
-    text Django logs has them written in, which the planner reads otherwise)."""
+    100,000 hosts), and the counts of its scheduled and leased URLs and its next due time read
+    every URL of the job (0.1 s). The plans are of the statements as run, their parameters
+    bound (the text Django logs has them written in, which the planner reads otherwise)."""
     from tasks.frontier.pacing import Pacing
     from tasks.frontier.release import _candidates
 
@@ -482,7 +482,7 @@ def test_on_sqlite_the_schedulers_reads_take_the_partial_indexes(job):
 
     with connection.execute_wrapper(record):
         assert [c.url for c in _candidates(job, 10, ["127.0.0.2:9"])] == ["http://127.0.0.1:9/"]
-        assert transitions.count_scheduled(job.pk) == 0
+        assert transitions.count_outstanding(job.pk) == (0, 0)
         assert Pacing().next_due(job) is None
     plans = []
     with connection.cursor() as cursor:
@@ -493,6 +493,7 @@ def test_on_sqlite_the_schedulers_reads_take_the_partial_indexes(job):
     assert "USING INDEX frontier_pending_rank" in plans[0] and "TEMP B-TREE" not in plans[0]
     for plan in plans[1:]:
         assert "frontier_pending_rank" in plan or "frontier_scheduled" in plan, plan
+        assert "SCAN web_frontierurl" not in plan, plan  # each count by an index
 
 
 def frontier_entries_read() -> int:
@@ -530,7 +531,7 @@ def test_claims_and_pages_are_prepared_and_read_their_own_rows_on_a_generic_plan
     transitions.schedule(ids)
     before = frontier_entries_read()
     try:
-        assert transitions.count_scheduled(job.pk) == 5
+        assert transitions.count_outstanding(job.pk) == (5, 0)
         claims = transitions.claim_many(ids, job.pk)
         transitions.record_page(claims[0], page_for(claims[0]), sorted(links))
         read = frontier_entries_read() - before

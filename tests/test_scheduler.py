@@ -25,7 +25,7 @@ from tasks.frontier import (
     transitions,
     wakeup,
 )
-from tasks.frontier.pacing import Flow, Pacing
+from tasks.frontier.pacing import Flow, Pacing, SlotTime
 from tasks.worker import registry
 from tests.conftest import wait_for
 from web.models import CrawlJob, FrontierURL, JobState, URLState
@@ -144,11 +144,53 @@ def test_fast_pages_share_messages_and_slow_pages_go_one_by_one(redis, monkeypat
     pacing.flow.last.pop(job.pk)
     pacing.flow.rate[job.pk] = 100.0  # fast: 25 pages/s per slot, 6 in 0.25 s, at most 4
     assert release.release(job, pacing)[0] == 15  # all that is left (READY_MIN messages of 4: 32)
-    assert _message_sizes() == [3, 4, 4, 4]
+    assert _message_sizes() == [3] * 5  # not [3, 4, 4, 4]: a message for each slot, and more
     assert reconcile.reconcile() == 0  # every scheduled URL is in a ready message
     redis.delete(*broker.priority_lists("crawl"))  # lost: each is published again
     assert reconcile.reconcile() == 15
     assert _message_sizes() == [1] * 15
+
+
+def test_the_slot_time_workers_report_sizes_messages_from_a_crawls_first_passes(
+    redis, monkeypatch, pacing
+):
+    """No rate is measured yet (a crawl's first second, when not every slot is busy): the
+    seconds the workers' slots spent per URL size the messages, and never so large that one
+    of the slots would have none."""
+    monkeypatch.setenv("CRAWL_DISPATCH_BATCH", "4")
+    monkeypatch.setenv("CRAWL_DISPATCH_BATCH_S", "0.25")
+    job = make_job(30)
+    _register_worker(redis, pacing, slots=4)
+    wakeup.nudge(job.pk, 0.2, 10)  # a worker's message: 20 ms a URL, 12 in 0.25 s, at most 4
+    assert pacing.pace_per_slot(job) == (4, pytest.approx(0.02))
+    assert release.release(job, pacing)[0] == 31  # READY_MIN messages of 4: 32
+    assert _message_sizes() == [1, 2] + [4] * 7  # the seed: a priority of its own
+    redis.delete(*broker.priority_lists("crawl"))
+    few = make_job(5)
+    wakeup.nudge(few.pk, 0.2, 10)
+    assert release.release(few, pacing)[0] == 6
+    assert _message_sizes() == [1] * 6  # six URLs, four slots: one each, as at a crawl's end
+
+
+def test_a_jobs_slot_time_is_smoothed_over_its_reports_and_begun_again_when_forgotten(redis):
+    slot_time = SlotTime()
+    assert slot_time.read(1) is None  # no worker has reported
+    slot_time.take(1, 2.0, 100)
+    assert slot_time.seconds[1] == pytest.approx(0.02)  # the first report, as it is
+    slot_time.take(1, 2.0, 100)
+    assert slot_time.seconds[1] == pytest.approx(0.02)  # nothing new
+    slot_time.take(1, 12.0, 200)  # 100 URLs at 0.1 s: most of the way there
+    assert 0.09 < slot_time.seconds[1] < 0.1
+    slot_time.take(1, 12.4, 201)  # one slow URL: a step, not a jump
+    assert 0.1 < slot_time.seconds[1] < 0.12
+    slot_time.take(1, 0.5, 10)  # the totals expired and began again: 0.05 s a URL
+    assert 0.08 < slot_time.seconds[1] < 0.1
+    wakeup.nudge(2, 0.3, 3)
+    wakeup.nudge(2, 0.1, 1)
+    assert slot_time.read(2) == pytest.approx(0.1)
+    assert 0 < redis.pttl(wakeup.PACE.format(job=2)) <= wakeup.PACE_KEEP_S * 1000
+    wakeup.nudge(3)  # a nudge of no message reports nothing
+    assert slot_time.read(3) is None
 
 
 def test_a_url_whose_worker_was_lost_goes_alone(redis, monkeypatch, pacing):
@@ -161,7 +203,8 @@ def test_a_url_whose_worker_was_lost_goes_alone(redis, monkeypatch, pacing):
     assert release.release(job, pacing)[0] == 8
     messages = [[u for u, _ in channels.task_urls(body)] for body in broker.peek("crawl")]
     assert [lost.pk] in messages  # its page may be what kills workers: no neighbours
-    assert sorted(len(m) for m in messages) == [1, 1, 2, 4]  # the seed: a priority of its own
+    # the seed: a priority of its own; the other six: a message for each of the four slots
+    assert sorted(len(m) for m in messages) == [1, 1, 2, 2, 2]
 
 
 def test_urls_of_a_polite_host_released_ahead_of_their_slot_go_one_by_one(

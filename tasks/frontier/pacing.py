@@ -4,8 +4,10 @@ The leader's view of each polite host (how far ahead of now it has released URLs
 flow (the rate at which its workers take its messages, which sets how many may wait in the
 broker: about what they take in ``DISPATCH_LOOKAHEAD_S``, between ``READY_MIN`` and
 ``READY_PER_JOB`` messages), the workers' slots (their registry, read at most every
-``SLOTS_CACHE_S``), how many URLs a message carries (``DISPATCH_BATCH``, ``DISPATCH_BATCH_S``)
-and in how many seconds a job may have something to release (``SCHEDULER_TICK_S``).
+``SLOTS_CACHE_S``), the seconds a slot spends on each of a job's URLs (as its workers report
+them), how many URLs a message carries (``DISPATCH_BATCH``, ``DISPATCH_BATCH_S``; never so
+many that a slot goes without) and in how many seconds a job may have something to release
+(``SCHEDULER_TICK_S``).
 
 Reads ``DISPATCH_LOOKAHEAD_S``, ``READY_MIN``, ``READY_PER_JOB``, ``DISPATCH_BATCH``,
 ``DISPATCH_BATCH_S`` and ``SCHEDULER_TICK_S``.
@@ -13,6 +15,7 @@ Reads ``DISPATCH_LOOKAHEAD_S``, ``READY_MIN``, ``READY_PER_JOB``, ``DISPATCH_BAT
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 
@@ -20,8 +23,11 @@ from django.conf import settings
 from django.db import connection
 from django.db.models import Min
 from django.utils import timezone
+from redis.exceptions import RedisError
 
+from tasks import broker
 from tasks.defaults import setting
+from tasks.frontier import wakeup
 from tasks.worker import registry
 from web.models import CrawlJob, FrontierURL, URLState, pending_only
 
@@ -111,13 +117,50 @@ class Flow:
 
 
 
+class SlotTime:
+    """How long a worker slot spends on each of a job's URLs, as its workers report it after
+    each message (``wakeup.PACE``: seconds and URLs, summed): what the workers' slots take
+    per URL measured where it is spent, right from a crawl's first messages. The job's rate
+    tells it only once every slot is busy, which in a crawl's first second it is not."""
+
+    MEMORY = 32  # URLs: a new report weighs as much as this many before it, smoothed
+
+    def __init__(self) -> None:
+        self.totals: dict[int, tuple[float, int]] = {}  # job -> (seconds, URLs) last read
+        self.seconds: dict[int, float] = {}  # job -> smoothed seconds per URL
+
+    def read(self, job_id: int) -> float | None:
+        """Seconds per URL of the job's slots (None: no worker has reported yet)."""
+        with contextlib.suppress(RedisError):  # Redis away: the last estimate holds
+            found = broker.client().hmget(wakeup.PACE.format(job=job_id), "s", "n")
+            if found[1] is not None:
+                self.take(job_id, float(found[0]), int(found[1]))
+        return self.seconds.get(job_id)
+
+    def take(self, job_id: int, seconds: float, urls: int) -> None:
+        """The job's totals as last read: the URLs reported since the read before, smoothed
+        in (totals that went down were forgotten and begun again: taken as they are)."""
+        before_s, before_n = self.totals.get(job_id, (0.0, 0))
+        if urls < before_n or seconds < before_s:
+            before_s, before_n = 0.0, 0
+        self.totals[job_id] = (seconds, urls)
+        if urls == before_n:
+            return
+        sample = (seconds - before_s) / (urls - before_n)
+        known = self.seconds.get(job_id)
+        weight = 1.0 if known is None else 1 - math.exp(-(urls - before_n) / self.MEMORY)
+        self.seconds[job_id] = sample if known is None else known + weight * (sample - known)
+
+
 class Pacing:
-    """What a scheduler remembers between its passes: its hosts' pace, its jobs' flow, when
-    their next URLs are due and the workers' slots. Each :class:`Scheduler` owns one."""
+    """What a scheduler remembers between its passes: its hosts' pace, its jobs' flow and
+    slot time, when their next URLs are due and the workers' slots. Each :class:`Scheduler`
+    owns one."""
 
     def __init__(self) -> None:
         self.pace = Pace()
         self.flow = Flow()
+        self.slot_time = SlotTime()
         self.due: dict[int, tuple[float, float | None]] = {}  # job -> (when read, s to next due)
         # when the slots were read, how many, and how many the read before found
         self.slots_read: list[float] = [-setting("SLOTS_CACHE_S"), 0, 0]
@@ -221,13 +264,27 @@ class Pacing:
     def pace_per_slot(self, job: CrawlJob) -> tuple[int, float]:
         """URLs per message for the job now, and the seconds one URL takes in a worker slot.
 
-        A message holds a slot for about ``DISPATCH_BATCH_S`` at the rate the job's URLs are
-        taken (1 to ``DISPATCH_BATCH`` URLs): fast pages share messages, and so their
-        per-message cost; slow pages, or a job whose pace is not known yet, go one by one, so
-        that no URL waits in a slot behind another's slow fetch."""
+        A message holds a slot for about ``DISPATCH_BATCH_S`` at the seconds the job's URLs
+        take in a slot (1 to ``DISPATCH_BATCH`` URLs): as its workers report them
+        (:class:`SlotTime`), else as the rate its URLs are taken at says (which assumes every
+        slot busy). Fast pages share messages, and so their per-message cost; slow pages, or
+        a job whose pace is not known yet, go one by one, so that no URL waits in a slot
+        behind another's slow fetch. :meth:`spread` then keeps every slot in work."""
         most, slots = setting("DISPATCH_BATCH", job), self.worker_slots()
-        rate = self.flow.rate.get(job.pk, 0.0)
-        if most <= 1 or slots <= 0 or rate <= 0:
+        if most <= 1 or slots <= 0:
             return 1, 0.0
-        per_url = slots / rate
-        return max(1, min(most, int(setting("DISPATCH_BATCH_S", job) / per_url))), per_url
+        per_url = self.slot_time.read(job.pk)
+        if per_url is None:
+            rate = self.flow.rate.get(job.pk, 0.0)
+            if rate <= 0:
+                return 1, 0.0
+            per_url = slots / rate
+        size = int(setting("DISPATCH_BATCH_S", job) / max(per_url, 1e-6))
+        return max(1, min(most, size)), per_url
+
+    def spread(self, size: int, urls: int) -> int:
+        """URLs per message when ``urls`` of the job are released, waiting or being fetched:
+        no more than ``size``, and few enough that each worker slot has a message of them (a
+        crawl's first pages, its last ones), which no larger message would fetch sooner."""
+        slots = self.worker_slots()
+        return max(1, min(size, urls // slots)) if slots > 0 else 1

@@ -3,8 +3,10 @@
 Each pass, for a running job: move up to a batch (``SCHEDULER_BATCH``) of due QUEUED URLs
 (``not_before`` past, shallowest first) to SCHEDULED in one transaction, then publish their
 messages, after the commit. A message carries one URL, or several when pages are fast: about
-``DISPATCH_BATCH_S`` of a worker slot's time at the rate the job's URLs are taken (at most
-``DISPATCH_BATCH``), packed so that the slot reaches each URL no sooner than its host's slot
+``DISPATCH_BATCH_S`` of a worker slot's time at the time a slot spends on each of the job's
+URLs (at most ``DISPATCH_BATCH``; ``pacing.py``), but never so many that a worker slot would
+have none while the job's released URLs are fewer than its slots can hold (a crawl's first
+and last pages), packed so that the slot reaches each URL no sooner than its host's slot
 opens; the worker claims them in one statement and does them in turn, so Celery's and the
 claim's per-message costs are shared. The broker therefore holds ready work only, and just
 in time (``tasks/frontier/pacing.py`` sets how much): a message waits tens of milliseconds in
@@ -214,7 +216,7 @@ def release(job: CrawlJob, pacing: Pacing, epoch: int | None = None) -> tuple[in
         return 0, setting("CHANNEL_SERVED_CACHE_S")
     if job.spider and job.spider not in pacing.spiders():
         return 0, setting("NO_SLOTS_CACHE_S")  # no online worker has its spider: it waits
-    outstanding = transitions.count_scheduled(job.pk)
+    outstanding, leased = transitions.count_outstanding(job.pk)
     now, horizon = time.monotonic(), setting("SCHEDULER_HORIZON_S", job)
     size, per_url = pacing.pace_per_slot(job)
     target = pacing.flow.ready_target(job, outstanding, now, size, pacing.worker_slots())
@@ -248,6 +250,7 @@ def release(job: CrawlJob, pacing: Pacing, epoch: int | None = None) -> tuple[in
         if first:
             CrawlJob.objects.filter(pk=job.pk).update(released=F("released") + len(first))
             job.released += len(first)
+        size = pacing.spread(size, outstanding + len(chosen) + leased)
         messages = _messages(job, chosen, selection.opens, size, per_url)
         transaction.on_commit(lambda: publish(messages))
     pacing.flow.released(job.pk, outstanding + len(chosen), now)

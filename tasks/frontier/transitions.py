@@ -117,25 +117,36 @@ def schedule(ids: list[int]) -> int:
         return cursor.rowcount
 
 
-# The state is written out, not bound: a generic plan can use a partial index only when the
-# statement's own condition implies the index's (``frontier_scheduled``). SQLite draws that
-# implication only from a condition that repeats the index's own (``frontier_pending_rank``'s,
-# for SQLite): without it, it counts through the job's every URL (0.1 s at 100,000 hosts).
-_COUNT_SCHEDULED = f"""
-SELECT count(*) FROM {FrontierURL._meta.db_table}
-WHERE job_id = %s AND state = '{URLState.SCHEDULED}'"""  # noqa: S608 (the table's and a state's names)
-_COUNT_SCHEDULED_SQL = {
-    "postgresql": _COUNT_SCHEDULED,
-    "sqlite": f"{_COUNT_SCHEDULED} AND {PENDING_STATES_SQL}",
+# The states are written out, not bound: a generic plan can use a partial index only when the
+# statement's own condition implies the index's (``frontier_scheduled``, ``frontier_leased``).
+# SQLite draws that implication only from a condition that repeats the index's own
+# (``frontier_pending_rank``'s, for SQLite): without it, it counts through the job's every URL
+# (0.1 s at 100,000 hosts).
+def _count_in(state: str, extra: str = "") -> str:
+    return (f"SELECT count(*) FROM {FrontierURL._meta.db_table} "  # noqa: S608 (names)
+            f"WHERE job_id = %s AND state = '{state}'{extra}")  # fmt: skip
+
+
+_COUNT_OUTSTANDING_SQL = {
+    vendor: f"SELECT ({_count_in(URLState.SCHEDULED, extra)}), "
+    f"({_count_in(URLState.LEASED, extra)})"
+    for vendor, extra in (("postgresql", ""), ("sqlite", f" AND {PENDING_STATES_SQL}"))
 }
 
 
-def count_scheduled(job_id: int) -> int:
-    """How many of the job's URLs are in a message, as a prepared statement: the scheduler
-    asks at every pass."""
+class Outstanding(NamedTuple):
+    """A job's URLs released and not ended."""
+
+    scheduled: int  # in a message, waiting in the broker
+    leased: int  # taken by a worker
+
+
+def count_outstanding(job_id: int) -> Outstanding:
+    """How many of the job's URLs are in a message and how many a worker has taken, as one
+    prepared statement: the scheduler asks at every pass."""
     with prepared_cursor() as cursor:
-        cursor.execute(_COUNT_SCHEDULED_SQL[connection.vendor], [job_id])
-        return cursor.fetchone()[0]
+        cursor.execute(_COUNT_OUTSTANDING_SQL[connection.vendor], [job_id, job_id])
+        return Outstanding(*cursor.fetchone())
 
 
 # The rows are found by their primary key alone: the job and state conditions sit in a CASE,

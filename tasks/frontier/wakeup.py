@@ -5,6 +5,9 @@ page with new links, a retry, a job started or resumed) or ends URLs (a worker a
 message: the job's last URL may be among them, and the job then finishes at the next pass
 rather than at the scheduler's timer) calls :func:`nudge`, which pushes to
 ``WAKE`` only if that flag is set (one Redis call, nothing else when the scheduler is busy).
+A worker's nudge after a message also adds the seconds its slot spent on the message's URLs to
+the job's totals (``PACE``), which the scheduler reads to size the job's next messages
+(``pacing.SlotTime``): the same call, no round trip of its own.
 The scheduler sleeps in a ``BLPOP`` on ``WAKE`` until a nudge or its next due time. A nudge
 that finds Redis away is dropped: the scheduler's own timer still comes round.
 """
@@ -21,7 +24,14 @@ log = logging.getLogger(__name__)
 
 SLEEPING = "crawl:scheduler:sleeping"
 WAKE = "crawl:scheduler:wake"
+PACE = "crawl:pace:{job}"  # a job's worker slot seconds ('s') over its URLs ('n'), summed
+PACE_KEEP_S = 600  # a job's totals are forgotten this long after its last message, s
 _NUDGE = """
+if ARGV[2] and tonumber(ARGV[2]) > 0 then
+  redis.call('HINCRBYFLOAT', KEYS[3], 's', ARGV[1])
+  redis.call('HINCRBY', KEYS[3], 'n', ARGV[2])
+  redis.call('PEXPIRE', KEYS[3], ARGV[3])
+end
 if redis.call('EXISTS', KEYS[1]) == 1 then
   redis.call('DEL', KEYS[1])
   redis.call('LPUSH', KEYS[2], '1')
@@ -31,10 +41,15 @@ return 0
 """
 
 
-def nudge() -> None:
-    """Wake a sleeping scheduler (cheap when it is awake)."""
+def nudge(job_id: int | None = None, seconds: float = 0.0, urls: int = 0) -> None:
+    """Wake a sleeping scheduler (cheap when it is awake); after a message of ``job_id``, add
+    the ``seconds`` a worker slot spent on its ``urls`` URLs to the job's totals."""
+    keys, args = [SLEEPING, WAKE], []
+    if job_id is not None and urls > 0:
+        keys.append(PACE.format(job=job_id))
+        args = [repr(max(0.0, seconds)), urls, PACE_KEEP_S * 1000]
     try:
-        script(_NUDGE)(keys=[SLEEPING, WAKE])
+        script(_NUDGE)(keys=keys, args=args)
     except RedisError as exc:
         log.debug("scheduler nudge dropped: %s", exc)
 
