@@ -548,6 +548,35 @@ def test_claims_and_pages_are_prepared_and_read_their_own_rows_on_a_generic_plan
     assert read <= 5 + 2 * 5 + 2 * (1 + len(links)) + 100 < len(known) // 10, read
 
 
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's plan cache")
+@pytest.mark.parametrize("prepare", [True, False])
+def test_prepared_statements_take_the_generic_plan_and_the_orm_is_left_alone(
+    job, prepare, monkeypatch
+):
+    """With ``DB_PREPARE``, the connection plans the statements it prepares once (the generic
+    plan), not at each of their first runs; without it (behind a pooler that shares sessions)
+    it sets nothing; a connection opened in a transaction sets it at its next statement out
+    of one."""
+    monkeypatch.setenv("CRAWL_DB_PREPARE", str(prepare))
+    connection.close()
+
+    def mode() -> str:
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW plan_cache_mode")
+            return cursor.fetchone()[0]
+
+    from django.db import transaction
+
+    with transaction.atomic():
+        transitions.count_outstanding(job.pk)
+        assert mode() == "auto"  # not inside a transaction: it would end with it
+    transitions.count_outstanding(job.pk)
+    assert mode() == ("force_generic_plan" if prepare else "auto")
+    connection.close()  # a new connection sets it again
+    transitions.count_outstanding(job.pk)
+    assert mode() == ("force_generic_plan" if prepare else "auto")
+
+
 def test_a_spider_page_commits_its_items_and_requests_and_a_recrawl_replaces_its_items(job):
     """The spider's commit (one statement on PostgreSQL, the ORM elsewhere): items in order
     with their drops, requests with their stored form (none for a plain GET) and priority,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import random
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -55,15 +56,24 @@ class _BoundCursor:
         return self.cursor.rowcount
 
 
+# Connections whose prepared statements take the generic plan from their first run: planned
+# once per connection (and again after an analysis of the table), not at each of its first
+# runs, and at each run for good when PostgreSQL finds the custom plans no dearer (planning
+# the page's statement costs more than running it). Every statement prepared here finds its
+# rows by key on a generic plan too (``tests/test_frontier.py``).
+_GENERIC: weakref.WeakSet = weakref.WeakSet()
+
+
 @contextmanager
 def prepared_cursor() -> Iterator:
     """A cursor for the statements every page, message and release runs. On PostgreSQL it
     binds parameters on the server and prepares each statement at its first run on a
     connection (``DB_PREPARE``; psycopg keeps one per text and parameter types, a hundred at
-    most), so that PostgreSQL parses and plans it once per connection instead of at every
-    run, and no parameter is quoted into the text in Python. Django's own cursors bind on the
-    client, which never prepares, so the ORM's statements are not affected by the
-    connection's threshold. Elsewhere it is Django's cursor."""
+    most), on a generic plan (``_GENERIC``), so that PostgreSQL parses and plans it once per
+    connection instead of at every run, and no parameter is quoted into the text in Python.
+    Django's own cursors bind on the client, which never prepares, so the ORM's statements
+    are not affected by the connection's threshold nor its plan mode. Elsewhere it is
+    Django's cursor."""
     if connection.vendor != "postgresql":
         with connection.cursor() as cursor:
             yield cursor
@@ -72,7 +82,12 @@ def prepared_cursor() -> Iterator:
 
     connection.ensure_connection()
     raw = connection.connection
-    raw.prepare_threshold = 0 if setting("DB_PREPARE") else None
+    prepare = setting("DB_PREPARE")
+    raw.prepare_threshold = 0 if prepare else None
+    if prepare and raw not in _GENERIC and raw.autocommit:  # a SET outside any transaction
+        with connection.wrap_database_errors:
+            raw.execute("SET plan_cache_mode = force_generic_plan")
+        _GENERIC.add(raw)
     with connection.wrap_database_errors, psycopg.Cursor(raw) as cursor:
         yield _BoundCursor(cursor)
 
