@@ -142,6 +142,8 @@ DISPATCH_LOOKAHEAD_S = 0.03  # ready messages per job = its consumption rate x t
 DISPATCH_BATCH = 16  # URLs one message may carry (fast pages of a job; 1: a message per URL)
 DISPATCH_BATCH_S = 1.0  # a message holds about this much of a worker slot's time at most, s
 DISPATCH_AT_ONCE_S = 0.01  # a message may reach a URL this long before its host's slot opens, s
+SLOT_TIME_KEEP_S = 600.0  # a job's slot time its workers report is kept this long after the last, s
+SLOT_TIME_MEMORY = 32  # URLs: a job's slot time is smoothed over about this many of its last
 BATCH_BUDGET_S = 5.0  # a message starts no URL after working this long: the rest go back, s
 JOB_STATE_CHECK_S = 1.0  # a message looks whether its job still runs at most this often, s
 SLOT_ASIDE_S = 0.05  # a URL whose slot opens this much later waits aside: the next URLs go first, s

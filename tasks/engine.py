@@ -129,7 +129,8 @@ def _process_claims(claims: list[Claim], job_id: int, rendering: bool) -> list[s
         for claimed in claims:
             leases.let_go(claimed.url.pk)
     if claims:  # work again (new links, retries, URLs given back), or the job's last URL ended
-        wakeup.nudge(job_id, time.monotonic() - began, len(states))  # and the slot's time
+        # and the slot's time, which sizes the job's fetch messages: a render's is not theirs
+        wakeup.nudge(job_id, time.monotonic() - began, 0 if rendering else len(states))
     return states
 
 

@@ -166,6 +166,20 @@ def test_a_message_of_several_urls_ends_each_on_its_own_and_a_redelivery_does_no
     assert not leases._held
 
 
+def test_a_render_workers_slot_time_is_not_the_jobs_fetch_pace(redis, monkeypatch):
+    """The slot time a message reports sizes the job's fetch messages: a render worker's
+    seconds in its browser are not theirs."""
+    monkeypatch.setattr(engine, "_process_one", lambda claimed, rendering, *a, **k: "done")
+    with HostileSite() as site:
+        job = start(site)
+        ids = _scheduled(job, site, ["/p/1", "/p/2"])
+        assert engine.process_many(ids, job.pk, rendering=True) == ["done", "done"]
+        assert not redis.exists(wakeup.PACE.format(job=job.pk))
+        FrontierURL.objects.filter(pk__in=ids).update(state=URLState.SCHEDULED)  # again
+        assert engine.process_many(ids, job.pk) == ["done", "done"]
+        assert int(redis.hget(wakeup.PACE.format(job=job.pk), "n")) == 2
+
+
 def test_a_message_past_its_budget_or_on_a_stopping_worker_gives_back_what_it_did_not_start(
     redis, monkeypatch
 ):

@@ -188,7 +188,11 @@ def test_a_jobs_slot_time_is_smoothed_over_its_reports_and_begun_again_when_forg
     wakeup.nudge(2, 0.3, 3)
     wakeup.nudge(2, 0.1, 1)
     assert slot_time.read(2) == pytest.approx(0.1)
-    assert 0 < redis.pttl(wakeup.PACE.format(job=2)) <= wakeup.PACE_KEEP_S * 1000
+    assert 0 < redis.pttl(wakeup.PACE.format(job=2)) <= setting("SLOT_TIME_KEEP_S") * 1000
+    redis.delete(wakeup.PACE.format(job=2))  # expired: the estimate stays, the totals begin again
+    assert slot_time.read(2) == pytest.approx(0.1)
+    wakeup.nudge(2, 0.5, 1)
+    assert 0.1 < slot_time.read(2) < 0.12  # one URL of 0.5 s after them, not 0.25 s a URL
     wakeup.nudge(3)  # a nudge of no message reports nothing
     assert slot_time.read(3) is None
 

@@ -60,7 +60,9 @@ class _BoundCursor:
 # once per connection (and again after an analysis of the table), not at each of its first
 # runs, and at each run for good when PostgreSQL finds the custom plans no dearer (planning
 # the page's statement costs more than running it). Every statement prepared here finds its
-# rows by key on a generic plan too (``tests/test_frontier.py``).
+# rows by key on a generic plan too (``tests/test_frontier.py``). Behind a pooler in
+# transaction mode the SET lands on the server connection that ran it, and the others plan as
+# PostgreSQL's default does (``docs/operations.md``).
 _GENERIC: weakref.WeakSet = weakref.WeakSet()
 
 

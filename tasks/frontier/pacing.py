@@ -10,7 +10,7 @@ many that a slot goes without) and in how many seconds a job may have something 
 (``SCHEDULER_TICK_S``).
 
 Reads ``DISPATCH_LOOKAHEAD_S``, ``READY_MIN``, ``READY_PER_JOB``, ``DISPATCH_BATCH``,
-``DISPATCH_BATCH_S`` and ``SCHEDULER_TICK_S``.
+``DISPATCH_BATCH_S``, ``SLOT_TIME_MEMORY`` and ``SCHEDULER_TICK_S``.
 """
 
 from __future__ import annotations
@@ -123,8 +123,6 @@ class SlotTime:
     per URL measured where it is spent, right from a crawl's first messages. The job's rate
     tells it only once every slot is busy, which in a crawl's first second it is not."""
 
-    MEMORY = 32  # URLs: a new report weighs as much as this many before it, smoothed
-
     def __init__(self) -> None:
         self.totals: dict[int, tuple[float, int]] = {}  # job -> (seconds, URLs) last read
         self.seconds: dict[int, float] = {}  # job -> smoothed seconds per URL
@@ -133,7 +131,9 @@ class SlotTime:
         """Seconds per URL of the job's slots (None: no worker has reported yet)."""
         with contextlib.suppress(RedisError):  # Redis away: the last estimate holds
             found = broker.client().hmget(wakeup.PACE.format(job=job_id), "s", "n")
-            if found[1] is not None:
+            if found[1] is None:
+                self.totals.pop(job_id, None)  # expired: the next totals begin again
+            else:
                 self.take(job_id, float(found[0]), int(found[1]))
         return self.seconds.get(job_id)
 
@@ -148,7 +148,8 @@ class SlotTime:
             return
         sample = (seconds - before_s) / (urls - before_n)
         known = self.seconds.get(job_id)
-        weight = 1.0 if known is None else 1 - math.exp(-(urls - before_n) / self.MEMORY)
+        memory = setting("SLOT_TIME_MEMORY")
+        weight = 1.0 if known is None else 1 - math.exp(-(urls - before_n) / memory)
         self.seconds[job_id] = sample if known is None else known + weight * (sample - known)
 
 
@@ -282,9 +283,11 @@ class Pacing:
         size = int(setting("DISPATCH_BATCH_S", job) / max(per_url, 1e-6))
         return max(1, min(most, size)), per_url
 
-    def spread(self, size: int, urls: int) -> int:
-        """URLs per message when ``urls`` of the job are released, waiting or being fetched:
-        no more than ``size``, and few enough that each worker slot has a message of them (a
-        crawl's first pages, its last ones), which no larger message would fetch sooner."""
-        slots = self.worker_slots()
+    @staticmethod
+    def spread(size: int, urls: int, slots: int) -> int:
+        """URLs per message when ``urls`` of the job are released, waiting or being fetched,
+        for ``slots`` worker slots: no more than ``size``, and few enough that each slot has a
+        message of them while they are fewer than the slots can hold (a crawl's first pages;
+        its last ones, as far as those in flight leave slots free), which no larger message
+        would fetch sooner."""
         return max(1, min(size, urls // slots)) if slots > 0 else 1

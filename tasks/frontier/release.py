@@ -6,16 +6,17 @@ messages, after the commit. A message carries one URL, or several when pages are
 ``DISPATCH_BATCH_S`` of a worker slot's time at the time a slot spends on each of the job's
 URLs (at most ``DISPATCH_BATCH``; ``pacing.py``), but never so many that a worker slot would
 have none while the job's released URLs are fewer than its slots can hold (a crawl's first
-and last pages), packed so that the slot reaches each URL no sooner than its host's slot
-opens; the worker claims them in one statement and does them in turn, so Celery's and the
-claim's per-message costs are shared. The broker therefore holds ready work only, and just
-in time (``tasks/frontier/pacing.py`` sets how much): a message waits tens of milliseconds in
-the broker, not the time the workers need to drain a deep queue; URLs that must wait, or that
-no worker is free for, stay in the frontier, where pause, cancel and priorities still apply to
-them (and where the autoscaler counts them: ``crawlplatform_frontier_due_urls``). A polite
-host gets no more URLs than it can be sent within ``SCHEDULER_HORIZON_S``; per-host and
-per-pattern caps and ``max_pages`` skip what is beyond them. Queued URLs of a host whose
-circuit is open fail there, in bulk, without a message.
+pages, and its last ones as far as those in flight leave slots free), packed so that the slot
+reaches each URL no sooner than its host's slot opens; the worker claims them in one statement
+and does them in turn, so Celery's and the claim's per-message costs are shared. The broker
+therefore holds ready work only, and just in time (``tasks/frontier/pacing.py`` sets how much):
+a message waits tens of milliseconds in the broker, not the time the workers need to drain a
+deep queue; URLs that must wait, or that no worker is free for, stay in the frontier, where
+pause, cancel and priorities still apply to them (and where the autoscaler counts them:
+``crawlplatform_frontier_due_urls``). A polite host gets no more URLs than it can be sent
+within ``SCHEDULER_HORIZON_S``; per-host and per-pattern caps and ``max_pages`` skip what is
+beyond them. Queued URLs of a host whose circuit is open fail there, in bulk, without a
+message.
 
 Reads ``SCHEDULER_HORIZON_S``, ``SCHEDULER_BATCH`` and ``SCHEDULER_TICK_S`` (and, through
 ``pacing``, the settings it lists).
@@ -219,7 +220,8 @@ def release(job: CrawlJob, pacing: Pacing, epoch: int | None = None) -> tuple[in
     outstanding, leased = transitions.count_outstanding(job.pk)
     now, horizon = time.monotonic(), setting("SCHEDULER_HORIZON_S", job)
     size, per_url = pacing.pace_per_slot(job)
-    target = pacing.flow.ready_target(job, outstanding, now, size, pacing.worker_slots())
+    slots = pacing.worker_slots()  # read here: no Redis call while rows are locked
+    target = pacing.flow.ready_target(job, outstanding, now, size, slots)
     pacing.flow.released(job.pk, outstanding, now)
     batch = setting("SCHEDULER_BATCH", job)
     budget = min(target - outstanding, batch)
@@ -250,7 +252,7 @@ def release(job: CrawlJob, pacing: Pacing, epoch: int | None = None) -> tuple[in
         if first:
             CrawlJob.objects.filter(pk=job.pk).update(released=F("released") + len(first))
             job.released += len(first)
-        size = pacing.spread(size, outstanding + len(chosen) + leased)
+        size = pacing.spread(size, outstanding + len(chosen) + leased, slots)
         messages = _messages(job, chosen, selection.opens, size, per_url)
         transaction.on_commit(lambda: publish(messages))
     pacing.flow.released(job.pk, outstanding + len(chosen), now)

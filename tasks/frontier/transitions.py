@@ -118,10 +118,10 @@ def schedule(ids: list[int]) -> int:
 
 
 # The states are written out, not bound: a generic plan can use a partial index only when the
-# statement's own condition implies the index's (``frontier_scheduled``, ``frontier_leased``).
-# SQLite draws that implication only from a condition that repeats the index's own
-# (``frontier_pending_rank``'s, for SQLite): without it, it counts through the job's every URL
-# (0.1 s at 100,000 hosts).
+# statement's own condition implies the index's (``frontier_pending_rank``, by the job; the
+# scheduled URLs' ``frontier_scheduled``). SQLite draws that implication only from a condition
+# that repeats the index's own (``frontier_pending_rank``'s, for SQLite): without it, it
+# counts through the job's every URL (0.1 s at 100,000 hosts).
 def _count_in(state: str, extra: str = "") -> str:
     return (f"SELECT count(*) FROM {FrontierURL._meta.db_table} "  # noqa: S608 (names)
             f"WHERE job_id = %s AND state = '{state}'{extra}")  # fmt: skip

@@ -7,9 +7,10 @@ rather than at the scheduler's timer) calls :func:`nudge`, which pushes to
 ``WAKE`` only if that flag is set (one Redis call, nothing else when the scheduler is busy).
 A worker's nudge after a message also adds the seconds its slot spent on the message's URLs to
 the job's totals (``PACE``), which the scheduler reads to size the job's next messages
-(``pacing.SlotTime``): the same call, no round trip of its own.
-The scheduler sleeps in a ``BLPOP`` on ``WAKE`` until a nudge or its next due time. A nudge
-that finds Redis away is dropped: the scheduler's own timer still comes round.
+(``pacing.SlotTime``): the same call, no round trip of its own; the totals expire
+``SLOT_TIME_KEEP_S`` after the last message. The scheduler sleeps in a ``BLPOP`` on ``WAKE``
+until a nudge or its next due time. A nudge that finds Redis away is dropped: the scheduler's
+own timer still comes round.
 """
 
 from __future__ import annotations
@@ -19,13 +20,13 @@ import logging
 from redis.exceptions import RedisError
 
 from tasks.broker import client, script
+from tasks.defaults import setting
 
 log = logging.getLogger(__name__)
 
 SLEEPING = "crawl:scheduler:sleeping"
 WAKE = "crawl:scheduler:wake"
 PACE = "crawl:pace:{job}"  # a job's worker slot seconds ('s') over its URLs ('n'), summed
-PACE_KEEP_S = 600  # a job's totals are forgotten this long after its last message, s
 _NUDGE = """
 if ARGV[2] and tonumber(ARGV[2]) > 0 then
   redis.call('HINCRBYFLOAT', KEYS[3], 's', ARGV[1])
@@ -47,7 +48,7 @@ def nudge(job_id: int | None = None, seconds: float = 0.0, urls: int = 0) -> Non
     keys, args = [SLEEPING, WAKE], []
     if job_id is not None and urls > 0:
         keys.append(PACE.format(job=job_id))
-        args = [repr(max(0.0, seconds)), urls, PACE_KEEP_S * 1000]
+        args = [repr(max(0.0, seconds)), urls, int(setting("SLOT_TIME_KEEP_S") * 1000)]
     try:
         script(_NUDGE)(keys=keys, args=args)
     except RedisError as exc:

@@ -32,8 +32,8 @@ class URLState(models.TextChoices):
 
 # URLs in these states still owe work: a job with none of them left is finished.
 PENDING_STATES = (URLState.QUEUED, URLState.SCHEDULED, URLState.LEASED)
-# The pending states as SQL text, for statements that name them (``pending_only``, the count
-# of scheduled URLs on SQLite).
+# The pending states as SQL text, for statements that name them (``pending_only``, the counts
+# of scheduled and leased URLs on SQLite).
 PENDING_STATES_SQL = "state IN ({})".format(", ".join(f"'{state}'" for state in PENDING_STATES))
 NOT_MODIFIED = "not_modified"  # a done URL's note: the site answered 304 to a recrawl
 
