@@ -161,7 +161,9 @@ def test_the_slot_time_workers_report_sizes_messages_from_a_crawls_first_passes(
     monkeypatch.setenv("CRAWL_DISPATCH_BATCH_S", "0.25")
     job = make_job(30)
     _register_worker(redis, pacing, slots=4)
-    wakeup.nudge(job.pk, 0.2, 10)  # a worker's message: 20 ms a URL, 12 in 0.25 s, at most 4
+    wakeup.nudge(job.pk, 0.02, 1)  # the seed, fast: fewer URLs than slots say little yet
+    assert pacing.pace_per_slot(job) == (1, 0.0)
+    wakeup.nudge(job.pk, 0.18, 9)  # a worker's message: 20 ms a URL, 12 in 0.25 s, at most 4
     assert pacing.pace_per_slot(job) == (4, pytest.approx(0.02))
     assert release.release(job, pacing)[0] == 31  # READY_MIN messages of 4: 32
     assert _message_sizes() == [1, 2] + [4] * 7  # the seed: a priority of its own

@@ -120,22 +120,24 @@ class Flow:
 class SlotTime:
     """How long a worker slot spends on each of a job's URLs, as its workers report it after
     each message (``wakeup.PACE``: seconds and URLs, summed): what the workers' slots take
-    per URL measured where it is spent, right from a crawl's first messages. The job's rate
-    tells it only once every slot is busy, which in a crawl's first second it is not."""
+    per URL measured where it is spent, from a crawl's first pages on. The job's rate tells
+    it only once every slot is busy, which in a crawl's first second it is not."""
 
     def __init__(self) -> None:
         self.totals: dict[int, tuple[float, int]] = {}  # job -> (seconds, URLs) last read
         self.seconds: dict[int, float] = {}  # job -> smoothed seconds per URL
+        self.counted: dict[int, int] = {}  # job -> URLs smoothed in
 
-    def read(self, job_id: int) -> float | None:
-        """Seconds per URL of the job's slots (None: no worker has reported yet)."""
+    def read(self, job_id: int, least: int = 1) -> float | None:
+        """Seconds per URL of the job's slots, once its workers have reported ``least`` URLs
+        (None before: a seed or two fetched fast say little of the pages that follow)."""
         with contextlib.suppress(RedisError):  # Redis away: the last estimate holds
             found = broker.client().hmget(wakeup.PACE.format(job=job_id), "s", "n")
             if found[1] is None:
                 self.totals.pop(job_id, None)  # expired: the next totals begin again
             else:
                 self.take(job_id, float(found[0]), int(found[1]))
-        return self.seconds.get(job_id)
+        return self.seconds.get(job_id) if self.counted.get(job_id, 0) >= least else None
 
     def take(self, job_id: int, seconds: float, urls: int) -> None:
         """The job's totals as last read: the URLs reported since the read before, smoothed
@@ -147,6 +149,7 @@ class SlotTime:
         if urls == before_n:
             return
         sample = (seconds - before_s) / (urls - before_n)
+        self.counted[job_id] = self.counted.get(job_id, 0) + urls - before_n
         known = self.seconds.get(job_id)
         memory = setting("SLOT_TIME_MEMORY")
         weight = 1.0 if known is None else 1 - math.exp(-(urls - before_n) / memory)
@@ -266,15 +269,16 @@ class Pacing:
         """URLs per message for the job now, and the seconds one URL takes in a worker slot.
 
         A message holds a slot for about ``DISPATCH_BATCH_S`` at the seconds the job's URLs
-        take in a slot (1 to ``DISPATCH_BATCH`` URLs): as its workers report them
-        (:class:`SlotTime`), else as the rate its URLs are taken at says (which assumes every
-        slot busy). Fast pages share messages, and so their per-message cost; slow pages, or
-        a job whose pace is not known yet, go one by one, so that no URL waits in a slot
-        behind another's slow fetch. :meth:`spread` then keeps every slot in work."""
+        take in a slot (1 to ``DISPATCH_BATCH`` URLs): as its workers report them, once they
+        have reported as many URLs as they have slots (:class:`SlotTime`), else as the rate
+        its URLs are taken at says (which assumes every slot busy). Fast pages share
+        messages, and so their per-message cost; slow pages, or a job whose pace is not
+        known yet, go one by one, so that no URL waits in a slot behind another's slow
+        fetch. :meth:`spread` then keeps every slot in work."""
         most, slots = setting("DISPATCH_BATCH", job), self.worker_slots()
         if most <= 1 or slots <= 0:
             return 1, 0.0
-        per_url = self.slot_time.read(job.pk)
+        per_url = self.slot_time.read(job.pk, least=slots)  # a URL a slot, at least
         if per_url is None:
             rate = self.flow.rate.get(job.pk, 0.0)
             if rate <= 0:
