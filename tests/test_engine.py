@@ -225,6 +225,11 @@ def test_a_message_whose_job_is_cancelled_skips_what_it_has_not_started(redis, m
     assert not leases._held
 
 
+# The site reads each arrival in this process, on a thread that may wait for the GIL or a core
+# on a busy machine: an arrival read late makes the gap after it look that much short.
+ARRIVAL_LAG_S = 0.05
+
+
 def _scheduled_on(job, sites_paths: list[tuple[HostileSite, str]]) -> list[int]:
     for site, path in sites_paths:
         transitions.insert_urls(job.pk, [site.url(path)], depth=1)
@@ -242,7 +247,7 @@ def test_a_url_whose_host_slot_opens_later_waits_aside_while_the_message_goes_on
         assert engine.process_many(ids, job.pk) == ["done", "done", "done"]
         first, second = polite.requests["/p/1"][0], polite.requests["/p/2"][0]
         assert other.requests["/p/3"][0] < second  # it went first
-        assert second - first >= 0.6 - 0.01  # the host's delay held all the same
+        assert second - first >= 0.6 - ARRIVAL_LAG_S  # the host's delay held all the same
     rows = FrontierURL.objects.filter(pk__in=ids)
     assert {(r.state, r.attempts) for r in rows} == {("done", 1)}
     assert not leases._held
@@ -265,7 +270,7 @@ def test_a_request_that_leaves_late_for_its_slot_keeps_the_delay_to_the_next(red
         ids = _scheduled_on(job, [(polite, "/p/1"), (polite, "/p/2")])
         assert engine.process_many(ids, job.pk) == ["done", "done"]
         first, second = polite.requests["/p/1"][0], polite.requests["/p/2"][0]
-    assert second - first >= 0.6 - 0.01, second - first
+    assert second - first >= 0.6 - ARRIVAL_LAG_S, second - first
 
 
 SLOWER_S = 1.5
@@ -308,7 +313,7 @@ def test_a_url_back_late_from_aside_takes_a_new_slot_and_keeps_the_delay_to_the_
 ):
     # Meanwhile another worker took the polite host's next slot: /p/2 may not use its old one.
     second, _, _, other_at = _back_late(monkeypatch, delay=0.6, host_concurrency=0)
-    assert abs(second - other_at) >= 0.6 - 0.01, (second, other_at)
+    assert abs(second - other_at) >= 0.6 - ARRIVAL_LAG_S, (second, other_at)
 
 
 def test_on_a_host_of_one_request_at_a_time_a_url_back_late_keeps_its_slot(redis, monkeypatch):
