@@ -31,6 +31,7 @@ import redis
 from amqp.exceptions import NotFound
 from django.conf import settings
 from kombu import Connection
+from redis.driver_info import DriverInfo
 from redis.exceptions import NoScriptError, ResponseError
 
 log = logging.getLogger(__name__)
@@ -41,8 +42,11 @@ HIGHEST = 9  # the platform's priorities run 0 (first) to 9
 
 @lru_cache(maxsize=1)
 def client() -> redis.Redis:
-    """A Redis client for the configured ``REDIS_URL`` (embedded socket or server)."""
-    return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=10, socket_connect_timeout=5)
+    """A Redis client for the configured ``REDIS_URL`` (embedded socket or server). Its
+    connections name redis-py's version as read once here: left to itself, redis-py reads
+    its package metadata again for every connection it opens (1 to 5 ms of CPU each)."""
+    return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=10, socket_connect_timeout=5,
+                                driver_info=DriverInfo(lib_version=redis.__version__))  # fmt: skip
 
 
 class Lua:

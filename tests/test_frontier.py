@@ -550,6 +550,33 @@ def test_claims_and_pages_are_prepared_and_read_their_own_rows_on_a_generic_plan
 
 @pytest.mark.skipif(
     connection.vendor != "postgresql" or bool(connection.settings_dict["OPTIONS"].get("pool")),
+    reason="PostgreSQL's prepared statements, a connection of the test's own",
+)
+def test_messages_of_every_length_share_a_few_prepared_claims(job, monkeypatch):
+    """A claim's ids are padded to a power of two: messages of 1 to 16 URLs prepare five
+    statements, not sixteen, and a padded claim takes each URL once, in the message's order."""
+    monkeypatch.setenv("CRAWL_DB_PREPARE", "True")
+    connection.close()
+    transitions.insert_urls(job.pk, [f"http://127.0.0.1:9/p/{i}" for i in range(136)], depth=1)
+    ours = FrontierURL.objects.filter(job=job, url__contains="/p/")
+    ids = list(ours.order_by("-pk").values_list("pk", flat=True))
+    transitions.schedule(ids)
+    try:
+        for n in range(1, 17):
+            taken, ids = ids[:n], ids[n:]
+            claims = transitions.claim_many(taken, job.pk)
+            assert [c.url.pk for c in claims] == taken
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_prepared_statements WHERE statement"
+                           " LIKE '%%attempts = attempts + 1%%'")  # fmt: skip
+            assert cursor.fetchone()[0] == 5
+    finally:
+        connection.close()  # its prepared statements are this test's
+    assert set(ours.values_list("state", "attempts")) == {(URLState.LEASED, 1)}
+
+
+@pytest.mark.skipif(
+    connection.vendor != "postgresql" or bool(connection.settings_dict["OPTIONS"].get("pool")),
     reason="PostgreSQL's plan cache, a connection of the test's own",
 )
 @pytest.mark.parametrize("prepare", [True, False])

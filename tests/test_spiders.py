@@ -750,3 +750,31 @@ def test_the_admin_and_dashboard_show_the_installed_spiders_a_jobs_items_and_dro
         ["no price", "1"], ["pipeline_error", "1"], ["schema", "1"]]  # fmt: skip
     shown = admin_client.get(f"/dashboard/jobs/{job.pk}/").content.decode()
     assert '<span data-value="items">20</span> kept' in shown
+
+
+def test_a_package_ships_its_spiders_as_entry_points_read_once_per_process(
+    monkeypatch, tmp_path
+):
+    # A package installed in the worker image, as pip leaves it: its metadata names a
+    # spider, and a second entry point whose module does not import.
+    info = tmp_path / "team_spiders-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: team-spiders\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(
+        f"[{spiders.ENTRY_POINTS}]\n"
+        "shipped = tests.spiders.cookies:Consent\n"
+        "gone = team_spiders.missing:Spider\n"
+    )
+    monkeypatch.setenv("CRAWL_SPIDER_MODULES", "")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spiders.published.cache_clear()
+    try:
+        found = spiders.installed()
+        assert found["consent"].cls.__name__ == "Consent"
+        assert found["consent"].source == "tests.spiders.cookies:Consent"
+        assert found["gone"].cls is None and "ModuleNotFoundError" in found["gone"].error
+        assert spiders.names() == ["consent"]
+        (info / "entry_points.txt").write_text(f"[{spiders.ENTRY_POINTS}]\n")
+        assert "consent" in spiders.installed()  # read once: the image does not change
+    finally:
+        spiders.published.cache_clear()

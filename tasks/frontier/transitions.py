@@ -213,11 +213,15 @@ def claim_many(url_ids: list[int], job_id: int) -> list[Claim]:
     now = timezone.now()
     lease_until = now + timedelta(seconds=setting("LEASE_S", job))
     adapt = connection.ops.adapt_datetimefield_value
+    # The list is padded to a power of two with its last id, which names no row twice: each
+    # length is a statement of its own, prepared and planned on each connection, and messages
+    # come in every length up to the batch's.
+    ids = [*url_ids, *[url_ids[-1]] * ((1 << (len(url_ids) - 1).bit_length()) - len(url_ids))]
     sql = _CLAIM_SQL.format(frontier=FrontierURL._meta.db_table, job=CrawlJob._meta.db_table,
-                            ids=", ".join(["%s"] * len(url_ids)))  # fmt: skip
+                            ids=", ".join(["%s"] * len(ids)))  # fmt: skip
     with prepared_cursor() as cursor:
         cursor.execute(sql, [
-            URLState.LEASED, adapt(lease_until), adapt(now), *url_ids, job_id,
+            URLState.LEASED, adapt(lease_until), adapt(now), *ids, job_id,
             URLState.SCHEDULED, URLState.LEASED, adapt(now), job_id, JobState.RUNNING, job_id,
         ])  # fmt: skip
         rows = {row.id: row for row in map(_Claimed._make, cursor.fetchall())}

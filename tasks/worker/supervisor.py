@@ -88,11 +88,13 @@ def preload() -> bool:
         from celery.app.backends import by_name
 
         from crawlplatform.celery import app
+        from tasks.content import spiders
 
         for name in ("threads", "prefork", "solo"):
             concurrency.get_implementation(name)
         app.loader.import_default_modules()  # the task modules (tasks.tasks, the engine)
         app.finalize(auto=True)
+        spiders.published()  # for the heartbeat's list of spiders
         # Cached for the process's life: the result backends named in every package's
         # metadata, and the platform the worker's banner shows (``uname -p``, a subprocess).
         by_name(app.conf.result_backend, app.loader)
