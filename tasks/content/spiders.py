@@ -21,7 +21,7 @@ import threading
 import traceback
 from dataclasses import dataclass
 from functools import cache
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 from typing import Any, NamedTuple
 
 from crawlplatform.spiders import Spider, scrapysettings
@@ -78,7 +78,7 @@ def _walk(name: str) -> list[Any]:
 
 
 @cache
-def published() -> tuple:
+def published() -> tuple[EntryPoint, ...]:
     """The ``crawlplatform.spiders`` entry points of the installed packages, read once per
     process (reading them walks every package's metadata: 10 to 50 ms of CPU); the crawl
     command reads them before it forks its workers (``supervisor.preload``)."""
