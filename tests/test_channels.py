@@ -63,10 +63,13 @@ def _pool(worker_env: dict, tmp_path, channel: str, version: str, **extra: str) 
     return pool
 
 
-def _online(channel: str) -> None:
-    """Wait for the channel's worker to be online: until then its hosts' URLs go to the
-    channel that has one (``channels.route``), and a short crawl may end before it starts."""
-    wait_for(lambda: channel in channels.served(cached=False), 60, f"{channel}'s worker online")
+def _online(*names: str) -> None:
+    """Wait for every channel's worker to be online: until then its hosts' URLs go to a
+    channel that has one (``channels.route``), and a short crawl may end before it starts.
+    The last read is the one the scheduler's routing keeps (``CHANNEL_SERVED_CACHE_S``), so
+    it must name them all: a read that found only green would send blue's hosts to green."""
+    wait_for(lambda: set(names) <= channels.served(cached=False), 60,
+             f"the workers of {', '.join(names)} online")  # fmt: skip
 
 
 def _assert_every_page_once(job: CrawlJob, sites: list[Site]) -> None:
@@ -91,8 +94,9 @@ def test_a_canary_takes_its_share_is_promoted_and_the_old_channel_drains(
         sites = blue_sites + green_sites
         blue = _pool(worker_env, tmp_path, "blue", "1.0.0")
         green = _pool(worker_env, tmp_path, "green", "1.1.0")
+        stack.callback(blue.stop, grace=15)  # stopped below; here too if the test fails first
         stack.callback(green.stop, grace=15)
-        _online("green")
+        _online("blue", "green")
         job = jobs.create_job([s.url("/p/0") for s in sites], delay=0.05, max_depth=50)
         jobs.start(job)
         wait_for(lambda: Page.objects.filter(job=job).count() >= 20, 60, "blue to crawl")
@@ -135,7 +139,7 @@ def test_a_broken_canary_is_rolled_back_and_the_crawl_still_gets_every_page_once
         green = _pool(worker_env, tmp_path, "green", "1.1.0", CRAWL_USER_AGENT="broken/1.1")
         stack.callback(blue.stop, grace=15)
         stack.callback(green.stop, grace=15)
-        _online("green")
+        _online("blue", "green")
         job = jobs.create_job([s.url("/p/0") for s in sites], delay=0.05, max_depth=50)
         jobs.start(job)
         wait_for(lambda: ChannelEvent.objects.filter(channel="green", kind="rolled_back").exists(),
