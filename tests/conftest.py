@@ -4,6 +4,8 @@ worker processes, a real scheduler thread and a real local web site."""
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -122,6 +124,36 @@ def workers(worker_env, tmp_path) -> Iterator[Callable[..., WorkerPool]]:
 
 
 @pytest.fixture
+def crawl_command() -> Iterator[Callable[..., subprocess.Popen]]:
+    """Start ``manage.py crawl`` as a user runs it: ``crawl_command(env, *args)``, with its
+    own workers and scheduler, its output in pipes. One still running when the test ends (it
+    failed first) is stopped as a SIGTERM stops it, and killed if that does not end it."""
+    procs: list[subprocess.Popen] = []
+
+    def start(env: dict, *args: str) -> subprocess.Popen:
+        proc = subprocess.Popen(
+            [sys.executable, "manage.py", "crawl", *args],
+            cwd=settings.BASE_DIR,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        procs.append(proc)
+        return proc
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()  # its job paused, its workers stopped warm
+            try:
+                proc.communicate(timeout=60)  # read: a full pipe would hold its last writes
+            except subprocess.TimeoutExpired:
+                proc.kill()  # its workers and redis-server end with it (crawlplatform/orphans.py)
+                proc.wait()
+
+
+@pytest.fixture
 def scheduler(transactional_db, redis, fast) -> Iterator[Scheduler]:
     """The scheduler running in a thread of the test process."""
     sched = Scheduler()
@@ -155,22 +187,24 @@ def crawl_to_end(
         for key, value in env.items():
             mp.setenv(key, value)
         pool.start()
-        time.sleep(warm_up)
-        job = jobs.create_job([seed], **fields)
-        started = time.monotonic()
-        jobs.start(job)
-        thread.start()
-        try:
+        try:  # the workers stop even if the job cannot be made or started
+            time.sleep(warm_up)
+            job = jobs.create_job([seed], **fields)
+            started = time.monotonic()
+            jobs.start(job)
+            thread.start()
+            try:
 
-            def done() -> bool:
-                job.refresh_from_db()
-                return job.state == JobState.FINISHED
+                def done() -> bool:
+                    job.refresh_from_db()
+                    return job.state == JobState.FINISHED
 
-            wait_for(done, timeout, "the crawl to finish", every=0.2)
-            elapsed = time.monotonic() - started
+                wait_for(done, timeout, "the crawl to finish", every=0.2)
+                elapsed = time.monotonic() - started
+            finally:
+                sched.shutdown()
+                thread.join(10)
         finally:
-            sched.shutdown()
-            thread.join(10)
             pool.stop(grace=15)
     return job, elapsed
 

@@ -13,7 +13,6 @@ import pytest
 from tasks.fetch import render
 from tests.antibot import AntiBotSite, ForwardProxy
 from tests.conftest import crawl_to_end
-from tests.test_cli import crawl as run_cli
 from web.models import FrontierURL, Page, Review
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -85,13 +84,13 @@ def test_a_defended_site_is_crawled_through_rotating_identities(redis, tmp_path)
 
 
 @pytest.mark.skipif(bool(render.unavailable()), reason=f"render step: {render.unavailable()}")
-def test_render_auto_finds_the_javascript_section(worker_env, tmp_path):
+def test_render_auto_finds_the_javascript_section(worker_env, tmp_path, crawl_command):
     out = tmp_path / "out.jsonl"
     with (
         AntiBotSite(pages=10, members=3, offers=2, limit=1000) as site,
         ForwardProxy("127.0.0.2", credentials=f"crawler:{PASSWORD}") as authed,
     ):
-        proc = run_cli(
+        proc = crawl_command(
             {**worker_env, **SECRET_ENV}, site.url("/"), "--render", "auto",
             "--proxy", authed.url("crawler:${CRAWL_PROXY_TEST_PASSWORD}"),
             "--user-agent", AGENTS[0], "--warmup", "/", "--max-depth", "5",

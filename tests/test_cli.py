@@ -26,21 +26,10 @@ from web.models import Checkpoint, CrawlJob, JobState, Page
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def crawl(env: dict, *args: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "manage.py", "crawl", *args],
-        cwd=settings.BASE_DIR,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def test_crawl_command_writes_every_result_and_exits_zero(worker_env, tmp_path):
+def test_crawl_command_writes_every_result_and_exits_zero(worker_env, tmp_path, crawl_command):
     out = tmp_path / "out.jsonl"
     with Site(pages=60) as site:
-        proc = crawl(
+        proc = crawl_command(
             worker_env,
             site.url("/p/0"),
             "--max-depth",
@@ -69,12 +58,12 @@ def test_crawl_command_writes_every_result_and_exits_zero(worker_env, tmp_path):
     assert CrawlJob.objects.get(name="cli").state == JobState.FINISHED
 
 
-def test_ctrl_c_pauses_and_resume_finishes(worker_env, tmp_path):
+def test_ctrl_c_pauses_and_resume_finishes(worker_env, tmp_path, crawl_command):
     out = tmp_path / "out.csv"
     early = tmp_path / "early.jsonl"
     with Site(pages=120, delay=0.1) as site:
-        proc = crawl(worker_env, site.url("/p/0"), "--max-depth", "200", "--concurrency", "4",
-                     "-o", str(early))  # fmt: skip
+        proc = crawl_command(worker_env, site.url("/p/0"), "--max-depth", "200", "--concurrency",
+                             "4", "-o", str(early))  # fmt: skip
         job = wait_for(lambda: CrawlJob.objects.first(), 30, "the job to be created")
         wait_for(lambda: Page.objects.filter(job=job).count() >= 20, 60, "pages to be fetched")
         proc.send_signal(signal.SIGINT)
@@ -92,7 +81,7 @@ def test_ctrl_c_pauses_and_resume_finishes(worker_env, tmp_path):
         assert {r["url"] for r in written if r["status"] == 200} == set(
             Page.objects.filter(job=job, status=200).values_list("url__url", flat=True))
 
-        proc = crawl(worker_env, "--resume", str(job.pk), "--output", str(out))
+        proc = crawl_command(worker_env, "--resume", str(job.pk), "--output", str(out))
         stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 0, stderr
     job.refresh_from_db()
@@ -104,9 +93,10 @@ def test_ctrl_c_pauses_and_resume_finishes(worker_env, tmp_path):
     assert len(lines) == 1 + len(site.expected_done() | site.expected_failed())
 
 
-def test_sigterm_pauses_the_job_and_stops_its_workers(worker_env):
+def test_sigterm_pauses_the_job_and_stops_its_workers(worker_env, crawl_command):
     with Site(pages=200, delay=0.1) as site:
-        proc = crawl(worker_env, site.url("/p/0"), "--max-depth", "200", "--concurrency", "4")
+        proc = crawl_command(worker_env, site.url("/p/0"), "--max-depth", "200", "--concurrency",
+                             "4")  # fmt: skip
         job = wait_for(lambda: CrawlJob.objects.first(), 30, "the job to be created")
         wait_for(lambda: Page.objects.filter(job=job).count() >= 5, 60, "pages to be fetched")
         workers = psutil.Process(proc.pid).children(recursive=True)
@@ -143,13 +133,15 @@ def _is_worker(process: psutil.Process) -> bool:
     return "worker" in process.name() or "worker" in " ".join(process.cmdline())
 
 
-def test_sigkill_of_the_crawl_command_leaves_no_process_behind(worker_env, tmp_path):
+def test_sigkill_of_the_crawl_command_leaves_no_process_behind(
+    worker_env, tmp_path, crawl_command
+):
     # On the embedded defaults too: its private redis-server must go as well.
     env = {k: v for k, v in worker_env.items() if k not in ("REDIS_URL",)}
     env["CRAWL_DATA_DIR"] = str(tmp_path / "data")
     with Site(pages=200, delay=0.1) as site:
-        proc = crawl(env, site.url("/p/0"), "--max-depth", "200", "--concurrency", "4",
-                     "--name", "killed")  # fmt: skip
+        proc = crawl_command(env, site.url("/p/0"), "--max-depth", "200", "--concurrency", "4",
+                             "--name", "killed")  # fmt: skip
         wait_for(lambda: Page.objects.filter(job__name="killed").count() >= 5, 60,
                  "pages to be fetched")  # fmt: skip
         children = psutil.Process(proc.pid).children(recursive=True)
@@ -199,14 +191,16 @@ def _schema(path) -> dict:
     return found
 
 
-def test_a_first_crawl_on_a_new_data_directory_makes_the_database_migrate_would(fast, tmp_path):
+def test_a_first_crawl_on_a_new_data_directory_makes_the_database_migrate_would(
+    fast, tmp_path, crawl_command
+):
     """A newcomer's first crawl (embedded defaults, a new data directory) makes its database
     from today's models instead of replaying every migration: the same tables, indexes,
     recorded migrations and permissions as ``migrate``, and ``migrate`` finds nothing to do."""
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
     env.update(fast, LOG_LEVEL="DEBUG", CRAWL_DATA_DIR=str(tmp_path / "new"))
     with Site(pages=5) as site:
-        proc = crawl(env, site.url("/p/0"), "--max-pages", "3", "--workers", "1")
+        proc = crawl_command(env, site.url("/p/0"), "--max-pages", "3", "--workers", "1")
         stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 0, stderr
     assert "finished:" in stdout
@@ -334,9 +328,9 @@ def test_help_lists_the_platforms_commands_first(worker_env):
 
 @pytest.mark.parametrize("output", [["-o", "jsonl"], ["--output", "-", "--format", "jsonl"]],
                          ids=" ".join)  # fmt: skip
-def test_results_go_to_standard_output_in_the_format_named(worker_env, output):
+def test_results_go_to_standard_output_in_the_format_named(worker_env, output, crawl_command):
     with Site(pages=5) as site:
-        proc = crawl(worker_env, site.url("/p/0"), "--concurrency", "2", *output)
+        proc = crawl_command(worker_env, site.url("/p/0"), "--concurrency", "2", *output)
         stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 0, stderr
     rows = [json.loads(line) for line in stdout.splitlines()]  # nothing else on stdout
@@ -344,13 +338,16 @@ def test_results_go_to_standard_output_in_the_format_named(worker_env, output):
     assert "wrote" in stderr and "standard output" in stderr
 
 
-def test_seeds_come_from_a_file_too_and_the_start_line_names_a_few(worker_env, tmp_path):
+def test_seeds_come_from_a_file_too_and_the_start_line_names_a_few(
+    worker_env, tmp_path, crawl_command
+):
     listed = tmp_path / "seeds.txt.gz"
     with Site(pages=8) as site:
         lines = ["# the site's leaves", *(site.url(f"/p/{i}") for i in (2, 4, 6)), "", " "]
         listed.write_bytes(gzip.compress("\n".join(lines).encode()))
-        proc = crawl(worker_env, site.url("/p/7"), "--seeds", str(listed), "--max-depth", "0",
-                     "--concurrency", "2", "--output", "-", "--format", "jsonl")  # fmt: skip
+        proc = crawl_command(worker_env, site.url("/p/7"), "--seeds", str(listed), "--max-depth",
+                             "0", "--concurrency", "2", "--output", "-", "--format",
+                             "jsonl")  # fmt: skip
         stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 0, stderr
     crawled = {json.loads(line)["url"] for line in stdout.splitlines()}
@@ -403,12 +400,13 @@ def test_every_option_of_the_platforms_commands_says_what_it_does_and_its_defaul
                 ), f"{name} {action.option_strings[0]}: its default is not shown"
 
 
-def test_a_second_ctrl_c_stops_the_workers_at_once(worker_env, tmp_path):
+def test_a_second_ctrl_c_stops_the_workers_at_once(worker_env, tmp_path, crawl_command):
     """The first Ctrl-C waits for in-flight pages (here: pages that take 30 s); the second
     does not: the workers end now and their URLs come back through their leases."""
     env = {**worker_env, "CRAWL_FETCH_DEADLINE_S": "60", "CRAWL_FETCH_READ_TIMEOUT_S": "60"}
     with Site(pages=20, delay=30) as site:
-        proc = crawl(env, site.url("/p/0"), "--concurrency", "2", "-o", str(tmp_path / "o.jsonl"))
+        proc = crawl_command(env, site.url("/p/0"), "--concurrency", "2", "-o",
+                             str(tmp_path / "o.jsonl"))  # fmt: skip
         job = wait_for(lambda: CrawlJob.objects.first(), 30, "the job to be created")
         children = wait_for(lambda: [c for c in psutil.Process(proc.pid).children(recursive=True)
                                      if _is_worker(c)], 30, "the workers")  # fmt: skip

@@ -20,7 +20,6 @@ from tasks.frontier import jobs
 from tests.antibot import ForwardProxy
 from tests.conftest import crawl_to_end
 from tests.defended import DefendedSite
-from tests.test_cli import crawl as run_cli
 from web.models import FrontierURL, Page, Review
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -43,7 +42,9 @@ def stored(site: DefendedSite, rows: dict) -> set[str]:
 
 
 @pytest.mark.skipif(bool(render.unavailable()), reason=f"render step: {render.unavailable()}")
-def test_a_defended_site_gives_every_real_page_and_nothing_else(worker_env, tmp_path):
+def test_a_defended_site_gives_every_real_page_and_nothing_else(
+    worker_env, tmp_path, crawl_command
+):
     out = tmp_path / "out.jsonl"
     with (
         small_site() as site,
@@ -51,7 +52,7 @@ def test_a_defended_site_gives_every_real_page_and_nothing_else(worker_env, tmp_
         ForwardProxy("127.0.0.3") as two,
         ForwardProxy("127.0.0.4", kind="socks5") as three,
     ):
-        proc = run_cli(
+        proc = crawl_command(
             worker_env, site.url("/"), "--render", "auto", "--max-depth", "4",
             "--proxy", one.url(), "--proxy", two.url(), "--proxy", three.url(),
             "--user-agent", AGENTS[0], "--user-agent", AGENTS[1], "--output", str(out),
@@ -75,12 +76,14 @@ def test_a_defended_site_gives_every_real_page_and_nothing_else(worker_env, tmp_
     assert "banned (in review)" in stdout  # the summary counts what ended parked
 
 
-def test_without_chromium_the_crawl_says_so_once_and_stores_pages_as_fetched(worker_env, tmp_path):
+def test_without_chromium_the_crawl_says_so_once_and_stores_pages_as_fetched(
+    worker_env, tmp_path, crawl_command
+):
     out = tmp_path / "out.jsonl"
     env = {**worker_env, "CRAWL_CHROMIUM_PATH": "/nonexistent/chromium"}
     with small_site(busy=0, captchas=0) as site:
-        proc = run_cli(env, site.url("/"), "--render", "auto", "--max-depth", "2",
-                       "--output", str(out))  # fmt: skip
+        proc = crawl_command(env, site.url("/"), "--render", "auto", "--max-depth", "2",
+                             "--output", str(out))  # fmt: skip
         stdout, stderr = proc.communicate(timeout=180)
         assert proc.returncode == 0, stderr[-3000:]
         assert site.answered("/app/", 200) == 1  # fetched, never rendered

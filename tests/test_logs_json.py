@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -54,11 +55,28 @@ def manage(env: dict, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=240)  # fmt: skip
 
 
-def started(env: dict, out: Path, *argv: str) -> subprocess.Popen:
-    """A long-running process, its standard output and error in ``out``.out and .err."""
-    return subprocess.Popen(argv, cwd=settings.BASE_DIR, env=env, stdin=subprocess.DEVNULL,
-                            stdout=out.with_suffix(".out").open("w"),
-                            stderr=out.with_suffix(".err").open("w"))  # fmt: skip
+@pytest.fixture
+def started() -> Iterator[Callable[..., subprocess.Popen]]:
+    """``started(env, out, *argv)``: a long-running process, its standard output and error in
+    ``out``.out and .err. One still running when the test ends (it failed first) is stopped."""
+    processes: list[subprocess.Popen] = []
+
+    def start(env: dict, out: Path, *argv: str) -> subprocess.Popen:
+        process = subprocess.Popen(argv, cwd=settings.BASE_DIR, env=env, stdin=subprocess.DEVNULL,
+                                   stdout=out.with_suffix(".out").open("w"),
+                                   stderr=out.with_suffix(".err").open("w"))  # fmt: skip
+        processes.append(process)
+        return process
+
+    yield start
+    for process in processes:
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
 
 
 def stopped(process: subprocess.Popen, out: Path) -> list[dict]:
@@ -71,7 +89,7 @@ def stopped(process: subprocess.Popen, out: Path) -> list[dict]:
 
 
 def test_every_line_of_a_crawl_its_workers_a_spider_and_the_scheduler_is_json_naming_its_job(
-    worker_env, tmp_path
+    worker_env, tmp_path, started
 ):
     env = json_env(worker_env, tmp_path / "data")
     scheduler = started(env, tmp_path / "scheduler", sys.executable, "manage.py", "scheduler")
@@ -146,7 +164,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_gunicorn_writes_its_access_and_error_lines_as_json(worker_env, tmp_path):
+def test_gunicorn_writes_its_access_and_error_lines_as_json(worker_env, tmp_path, started):
     port = free_port()
     env = {**json_env(worker_env, tmp_path / "data"), "GUNICORN_BIND": f"127.0.0.1:{port}",
            "GUNICORN_WORKERS": "1", "SECRET_KEY": "k" * 30 + "-Xy7!q" * 6}  # fmt: skip
@@ -170,14 +188,16 @@ def test_gunicorn_writes_its_access_and_error_lines_as_json(worker_env, tmp_path
     assert any(r["logger"] == "gunicorn.error" and "Booting worker" in r["message"] for r in lines)
 
 
-def celery_program(worker_env: dict, tmp_path: Path, *argv: str) -> subprocess.Popen:
+def celery_program(
+    started: Callable[..., subprocess.Popen], worker_env: dict, tmp_path: Path, *argv: str
+) -> subprocess.Popen:
     env = json_env(worker_env, tmp_path / "data")
     return started(env, tmp_path / argv[0], sys.executable, "-m", "celery", "-A", "crawlplatform",
                    *argv)  # fmt: skip
 
 
-def test_a_celery_workers_banner_and_lines_are_json(worker_env, tmp_path):
-    worker = celery_program(worker_env, tmp_path, "worker", "--pool", "threads",
+def test_a_celery_workers_banner_and_lines_are_json(worker_env, tmp_path, started):
+    worker = celery_program(started, worker_env, tmp_path, "worker", "--pool", "threads",
                             "--concurrency", "1", "--loglevel", "INFO", "--without-mingle",
                             "--without-gossip")  # fmt: skip
     wait_for(lambda: " ready." in (tmp_path / "worker.err").read_text(), 90, "the worker")
@@ -190,8 +210,8 @@ def test_a_celery_workers_banner_and_lines_are_json(worker_env, tmp_path):
     assert ready["logger"] == "celery.apps.worker" and ready["worker"]
 
 
-def test_beats_banner_and_lines_are_json(worker_env, tmp_path):
-    beat = celery_program(worker_env, tmp_path, "beat", "--loglevel", "INFO")
+def test_beats_banner_and_lines_are_json(worker_env, tmp_path, started):
+    beat = celery_program(started, worker_env, tmp_path, "beat", "--loglevel", "INFO")
     # stopped once it runs (a SIGTERM while it reads its schedule hangs django-celery-beat)
     wait_for(lambda: "Sending due task" in (tmp_path / "beat.err").read_text(), 90, "beat")
     lines = stopped(beat, tmp_path / "beat")
@@ -202,9 +222,9 @@ def test_beats_banner_and_lines_are_json(worker_env, tmp_path):
     assert any(r["logger"] == "celery.beat" for r in lines)
 
 
-def test_flower_starts_with_json_lines(worker_env, tmp_path):
+def test_flower_starts_with_json_lines(worker_env, tmp_path, started):
     port = free_port()
-    flower = celery_program(worker_env, tmp_path, "flower", f"--port={port}",
+    flower = celery_program(started, worker_env, tmp_path, "flower", f"--port={port}",
                             "--address=127.0.0.1")  # fmt: skip
     wait_for(lambda: "Visit me at" in (tmp_path / "flower.err").read_text(), 90, "flower")
     lines = stopped(flower, tmp_path / "flower")
@@ -237,16 +257,17 @@ def test_a_signal_handler_that_logs_during_a_blocked_log_write_still_exits(worke
     process = subprocess.Popen([sys.executable, str(program)], cwd=settings.BASE_DIR, env=env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
     wchan = Path(f"/proc/{process.pid}/wchan")
-    wait_for(lambda: "pipe_write" in wchan.read_text(), 60, "the program to block writing")
-    process.send_signal(signal.SIGTERM)
     read: list[bytes] = []
     reader = threading.Thread(target=lambda: read.append(process.stderr.read()))
-    reader.start()  # until the program and its relay are gone
     try:
+        wait_for(lambda: "pipe_write" in wchan.read_text(), 60, "the program to block writing")
+        process.send_signal(signal.SIGTERM)
+        reader.start()  # until the program and its relay are gone
         assert process.wait(timeout=60) == 0
     finally:
         process.kill()
-        reader.join(timeout=60)
+        if reader.is_alive():  # not started if the program never blocked
+            reader.join(timeout=60)
     err = read[0].decode()
     assert "reentrant call" not in err
     said = [r["message"] for r in records(err, "stderr") if r["logger"] == "banner"]

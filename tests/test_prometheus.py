@@ -96,7 +96,11 @@ class Prometheus:
              f"--web.listen-address=127.0.0.1:{self.port}"],
             stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
-        wait_for(self._ready, 60, "Prometheus to be ready", every=0.5)
+        try:
+            wait_for(self._ready, 60, "Prometheus to be ready", every=0.5)
+        except BaseException:  # no ``with`` block ran: nothing else would stop it
+            self.__exit__()
+            raise
         return self
 
     def _ready(self) -> bool:

@@ -27,10 +27,12 @@ def surge(pool: WorkerPool) -> str:
 
 
 def terminate(pool: WorkerPool, name: str) -> int:
-    proc = pool.procs.pop(name)
-    pool.started.pop(name, None)
+    proc = pool.procs[name]
     proc.send_signal(signal.SIGTERM)
-    return proc.wait(timeout=60)
+    code = proc.wait(timeout=60)
+    pool.procs.pop(name)  # once gone: one that does not exit is the pool's to stop still
+    pool.started.pop(name, None)
+    return code
 
 
 def test_scale_down_up_and_rolling_update_lose_nothing(workers, scheduler):

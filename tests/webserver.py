@@ -53,6 +53,7 @@ class WebServer:
                     return self
             except (requests.ConnectionError, requests.Timeout):  # still booting, or busy
                 time.sleep(0.2)
+        self.__exit__()  # no ``with`` block ran: nothing else would stop it
         raise RuntimeError(f"gunicorn did not answer in 30 s: {self.log.read_text()[-2000:]}")
 
     def __exit__(self, *exc) -> None:
