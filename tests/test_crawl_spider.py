@@ -165,7 +165,7 @@ class Side:
             failure.request = Request(url, meta={"rule": rule})
             return failure
         request = ours.Request(url, meta={"rule": rule})
-        return ours.Failure(ours.HttpError("http_4xx"), request, None)
+        return ours.Failure(ours.HttpError(None, "http_4xx"), request, None)
 
 
 SCRAPY, OURS = Side(scrapy=True), Side(scrapy=False)

@@ -3,14 +3,18 @@ that a ported errback's ``failure.check(HttpError)``, ``failure.check(TimeoutErr
 TCPTimedOutError)`` (older Scrapy) or ``failure.check(DownloadTimeoutError)`` (Scrapy 2.19)
 takes the branch it takes under Scrapy.
 
-A failure's ``value`` is the platform's outcome (its ``reason`` is the URL's outcome code);
-``kinds_of`` gives the classes here that it stands for, and ``Failure.check`` matches those
-by class or by name (so Scrapy's and Twisted's own classes match too).
+A failure's ``value`` is the platform's outcome (its ``reason`` is the URL's outcome code),
+but for an answer that is not 2xx: that is an ``HttpError``, as Scrapy's ``HttpErrorMiddleware``
+raises it (``isinstance(failure.value, HttpError)`` holds; its ``reason`` and ``status`` are the
+outcome's). ``kinds_of`` gives the classes here that an outcome stands for, and
+``Failure.check`` matches those, and the outcome's own, by class or by name (so Scrapy's and
+Twisted's own classes match too).
 """
 
 from __future__ import annotations
 
 import re
+from typing import Any
 
 
 class CloseSpider(Exception):
@@ -39,7 +43,12 @@ class IgnoreRequest(Exception):
 
 
 class HttpError(IgnoreRequest):
-    """An answer that is not 2xx; ``failure.value.response`` is it."""
+    """An answer that is not 2xx; ``failure.value.response`` is it (Scrapy's signature:
+    ``HttpError(response, *args)``)."""
+
+    def __init__(self, response: Any = None, *args: Any) -> None:
+        self.response = response
+        super().__init__(*args)
 
 
 class ConnectError(Exception):

@@ -25,7 +25,7 @@ from w3lib.encoding import (
 )
 from w3lib.html import get_base_url
 
-from crawlplatform.spiders.errors import kinds_of
+from crawlplatform.spiders.errors import HttpError, kinds_of
 from crawlplatform.spiders.headers import Headers
 from crawlplatform.spiders.http import Callback, Request, safe_url
 from crawlplatform.spiders.link import Link
@@ -427,25 +427,32 @@ class JsonResponse(TextResponse):
 
 class Failure:
     """What an errback receives, shaped as the Twisted ``Failure`` Scrapy passes: ``value``
-    (the exception the request ended with; its ``reason`` is the URL's outcome code),
-    ``request``, ``response`` (the server's answer for an HTTP error: its status, headers and
-    the start of its body; else None), ``check()`` and ``getErrorMessage()``."""
+    (the exception the request ended with: the platform's outcome, whose ``reason`` is the
+    URL's outcome code, or for an answer that is not 2xx the ``HttpError`` Scrapy raises, with
+    the outcome's ``reason`` and ``status``), ``request``, ``response`` (the server's answer for
+    an HTTP error: its status, headers and the start of its body; else None), ``check()`` and
+    ``getErrorMessage()``."""
 
     def __init__(self, value: BaseException, request: Request, response: Response | None = None):
+        self._outcome = value
+        answered = response is not None and not isinstance(value, HttpError)
+        if answered and HttpError in kinds_of(value):
+            value = _http_error(value, response)
         self.value = value
         self.type = type(value)
         self.request = request
         self.response = response
-        if response is not None and not hasattr(value, "response"):
+        if response is not None and getattr(value, "response", None) is None:
             value.response = response  # as Scrapy's HttpError carries it
 
     def check(self, *types: type | str) -> type | str | None:
         """The first of ``types`` the failure is, by class or by name: the platform's outcome
         class, or the Scrapy or Twisted exception it stands for (``errors.py``)."""
-        names = {c.__name__ for c in self.type.__mro__}
-        names.update(c.__name__ for kind in kinds_of(self.value) for c in kind.__mro__)
+        values = (self.value, self._outcome)
+        names = {c.__name__ for value in values for c in type(value).__mro__}
+        names.update(c.__name__ for kind in kinds_of(self._outcome) for c in kind.__mro__)
         for kind in types:
-            if isinstance(kind, type) and isinstance(self.value, kind):
+            if isinstance(kind, type) and any(isinstance(value, kind) for value in values):
                 return kind
             if (kind if isinstance(kind, str) else kind.__name__) in names:
                 return kind
@@ -469,3 +476,13 @@ class Failure:
 
     def __repr__(self) -> str:
         return f"<Failure {self.type.__name__}: {self.value}>"
+
+
+def _http_error(outcome: BaseException, response: Response) -> HttpError:
+    """The ``HttpError`` Scrapy's middleware raises for an answer it does not let through,
+    with the platform's ``outcome`` as its cause and its ``reason`` and ``status``."""
+    error = HttpError(response, "Ignoring non-200 response")
+    error.reason = getattr(outcome, "reason", "")
+    error.status = getattr(outcome, "status", None)
+    error.__cause__ = outcome
+    return error

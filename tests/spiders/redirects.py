@@ -33,6 +33,13 @@ class Redirects(Spider):
         yield {"url": response.url, "other": True}
 
 
+def http_error(failure) -> bool:
+    """Scrapy's ``HttpError``, as an errback may tell it: by ``check``, by class and by its
+    message."""
+    return (bool(failure.check(HttpError)) and isinstance(failure.value, HttpError)
+            and failure.getErrorMessage() == "Ignoring non-200 response")  # fmt: skip
+
+
 class Statuses(Spider):
     """Error answers its callbacks take, as Scrapy's ``HttpErrorMiddleware`` lets them."""
 
@@ -58,7 +65,7 @@ class Statuses(Spider):
                "h1": response.css("h1::text").get()}
 
     def failed(self, failure):
-        yield {"url": failure.request.url, "http_error": bool(failure.check(HttpError)),
+        yield {"url": failure.request.url, "http_error": http_error(failure),
                "timeout": bool(failure.check(TimeoutError))}  # fmt: skip
 
 
@@ -84,7 +91,7 @@ class Unfollowed(Spider):
                "location": (response.headers.get("Location") or b"").decode()}  # fmt: skip
 
     def failed(self, failure):
-        yield {"url": failure.request.url, "http_error": bool(failure.check(HttpError)),
+        yield {"url": failure.request.url, "http_error": http_error(failure),
                "status": failure.value.response.status}  # fmt: skip
 
 
