@@ -336,6 +336,7 @@ def _fetch(
     asked = claimed.url.request  # a spider's request: method, headers, body, cookies
     conditional = None if rendering or asked else pages.validators(claimed)
     takes = callbacks.takes(job, asked) if job.spider else callbacks.Takes(False, ())
+    anywhere = bool(asked) and rows.leaves_domains(asked.get("dont_filter"), asked.get("meta"))
     started = time.monotonic()
     metrics.IN_FLIGHT.inc()
     try:
@@ -350,7 +351,7 @@ def _fetch(
             user_agent=passage.who.user_agent,
             limits=fetching.limits_for(job, takes.errors, rows.download_timeout(asked)),
             allow=guard.allowed(job),
-            in_scope=lambda u: bool(in_scope(cache, u)),
+            in_scope=lambda u: bool(in_scope(cache, u, anywhere)),
             visitor=session.visitor,
             **kwargs,
         )

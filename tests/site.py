@@ -28,15 +28,17 @@ def send(handler: BaseHTTPRequestHandler, status: int, headers: dict, body: byte
 
 
 class LocalSite:
-    """An HTTP server on 127.0.0.1 (a free port), serving while its ``with`` block runs."""
+    """An HTTP server on 127.0.0.1 (or another loopback ``address``: another host to a
+    crawl's scope), on a free port, serving while its ``with`` block runs."""
 
-    def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    def __init__(self, handler: type[BaseHTTPRequestHandler], address: str = "127.0.0.1") -> None:
+        self.server = ThreadingHTTPServer((address, 0), handler)
         self.server.daemon_threads = True
 
     @property
     def base(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
+        host, port = self.server.server_address[:2]
+        return f"http://{host}:{port}"
 
     def url(self, path: str) -> str:
         return self.base + path

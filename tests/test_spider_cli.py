@@ -112,6 +112,7 @@ def test_spiders_lists_what_is_installed_and_what_cannot_be_loaded(worker_env):
         "flaky\ttests.spiders.counting.Flaky",
         "journaled\ttests.spiders.pages.Journaled",
         "odd_settings\ttests.spiders.shop.OddSettingsSpider",
+        "offsite\ttests.spiders.offsite.Offsite",
         "pages\ttests.spiders.pages.Pages",
         "ranked\ttests.spiders.shop.RankedSpider",
         "redirects\ttests.spiders.redirects.Redirects",

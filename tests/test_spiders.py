@@ -441,6 +441,35 @@ def test_redirects_a_request_keeps_are_its_answer_as_under_scrapy(installed):
     assert ends[site.url("/r/c2")] == "http_3xx"
 
 
+def test_requests_beyond_the_domains_go_where_scrapys_offsite_filter_lets_them(installed):
+    """``dont_filter`` and ``allow_offsite`` requests reach another host, and their redirects
+    there; the others are left out (Scrapy 2.19 fetches the same pages)."""
+    asked: list[str] = []
+
+    class Other(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            asked.append(self.path)
+            if self.path == "/hop":
+                send(self, 302, {"Location": "/landed"}, b"")
+            else:
+                send(self, 200, {}, b"<html><body><a href='/linked'>a</a></body></html>")
+
+        def log_message(self, *args) -> None:
+            pass
+
+    with Site(pages=1) as site, LocalSite(Other, "127.0.0.2") as other:
+        where = {"first": site.url("/p/0"), "other": other.base}
+        job = jobs.create_job([], spider="offsite", spider_args=where)
+        jobs.start(job)
+        run_job(job)
+    job.refresh_from_db()
+    assert job.allowed_domains == ["127.0.0.1"]
+    assert sorted(i["url"].removeprefix(other.base) for i in kept(job)) == [
+        "/again", "/allowed", "/landed", "/start", site.url("/p/0")]  # fmt: skip
+    assert sorted(p for p in asked if p != "/robots.txt") == [
+        "/again", "/allowed", "/hop", "/landed", "/start"]  # fmt: skip
+
+
 def test_error_answers_go_to_the_callback_where_the_request_or_spider_handles_them(installed):
     class Erring(LocalSite):
         def __init__(self) -> None:

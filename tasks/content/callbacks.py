@@ -230,7 +230,8 @@ def new_requests(claimed: Claim, cache: JobCache, spider: Spider, requests: list
     out: dict[str, NewRequest] = {}
     judged: dict[str, str] = {}  # row key -> its URL, for the robots.txt this worker holds
     for n, request in enumerate(requests):
-        canonical = in_scope(cache, request.url)
+        canonical = in_scope(cache, request.url,
+                             rows.leaves_domains(request.dont_filter, request.meta))  # fmt: skip
         if not canonical:
             continue  # off the job's domains or patterns, as Scrapy's offsite filter drops it
         if not scheduled(request):

@@ -65,9 +65,13 @@ def cache_for(job: CrawlJob) -> JobCache:
     return cache
 
 
-def in_scope(cache: JobCache, link: str) -> str:
-    """The canonical form of absolute ``link`` if the job's scope allows it, else ""."""
+def in_scope(cache: JobCache, link: str, any_host: bool = False) -> str:
+    """The canonical form of absolute ``link`` if the job's scope allows it, else "" (on any
+    host with ``any_host``: ``Scope.allows``)."""
     link = link.partition("#")[0]  # canonical URLs have no fragment: one entry for all
+    if any_host:
+        canonical = canonicalize(link)
+        return canonical if canonical and cache.scope.allows(canonical, any_host=True) else ""
     found = cache.canonical.get(link)
     if found is None:
         canonical = canonicalize(link)

@@ -95,6 +95,13 @@ def rank(request: Request) -> int:
     return max(-32768, min(32767, request.priority))
 
 
+def leaves_domains(dont_filter: bool, meta: Any) -> bool:
+    """Whether a spider's request may go beyond the job's domains: ``dont_filter``, or
+    ``allow_offsite`` in its ``meta``, as Scrapy 2.19's ``OffsiteMiddleware`` lets it through
+    (the job's patterns and the network guard still hold)."""
+    return bool(dont_filter or (isinstance(meta, dict) and meta.get("allow_offsite")))
+
+
 def plain_get(request: Request) -> bool:
     """A request whose frontier key is its canonical URL."""
     return request.method == "GET" and not request.body and not request.dont_filter

@@ -162,7 +162,8 @@ def _started(job: CrawlJob, spider: Spider, pipes: itempipes.Pipelines, yielded:
         except ValueError as exc:
             raise SpiderProblem(f"start: {exc}") from None
         canonical = canonicalize(request.url)
-        if canonical is None or not cache.scope.allows(canonical):
+        anywhere = rows.leaves_domains(request.dont_filter, request.meta)
+        if canonical is None or not cache.scope.allows(canonical, any_host=anywhere):
             log.warning("job=%s: start request %s is outside the job's scope", job.pk, request)
             continue
         if not pipes.scheduled(request):

@@ -120,12 +120,13 @@ class Scope:
                 return True
         return False
 
-    def allows(self, url: str) -> bool:
-        """True if a canonical URL is inside the job's domains and patterns."""
+    def allows(self, url: str, any_host: bool = False) -> bool:
+        """True if a canonical URL is inside the job's domains (on any host with
+        ``any_host``: a spider's request that Scrapy's offsite filter lets through) and
+        patterns."""
         if len(url) > self.max_length:
             return False
-        hostname = urlsplit(url).hostname or ""
-        if not self.allows_host(hostname):
+        if not any_host and not self.allows_host(urlsplit(url).hostname or ""):
             return False
         if self.include and not self.include.any(url):
             return False
