@@ -293,7 +293,7 @@ NAMES: tuple[Name, ...] = (
           "from a worker's environment"),
     _name("scrapy.downloadermiddlewares.offsite.OffsiteMiddleware", REFUSED,
           "the job's scope (allowed_domains, include and exclude patterns) leaves off-site "
-          "requests out as it does"),
+          "requests out as it does, but for dont_filter and allow_offsite ones"),
     _name("scrapy.downloadermiddlewares.redirect.RedirectMiddleware "
           "scrapy.downloadermiddlewares.redirect.BaseRedirectMiddleware "
           "scrapy.downloadermiddlewares.redirect.MetaRefreshMiddleware", REFUSED,
