@@ -143,14 +143,20 @@ def crawl_command() -> Iterator[Callable[..., subprocess.Popen]]:
         return proc
 
     yield start
-    for proc in procs:
-        if proc.poll() is None:
-            proc.terminate()  # its job paused, its workers stopped warm
-            try:
-                proc.communicate(timeout=60)  # read: a full pipe would hold its last writes
-            except subprocess.TimeoutExpired:
-                proc.kill()  # its workers and redis-server end with it (crawlplatform/orphans.py)
-                proc.wait()
+    for proc in procs:  # a crawl's SIGTERM pauses its job and stops its workers warm; a
+        ended(proc, 60)  # SIGKILL ends them and its redis-server too (crawlplatform/orphans.py)
+
+
+def ended(proc: subprocess.Popen, grace: float) -> None:
+    """End a process a test started, if it still runs (the test failed first): SIGTERM, its
+    pipes read (a full one would hold its last writes) for ``grace`` seconds, then SIGKILL."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.communicate(timeout=grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 @pytest.fixture

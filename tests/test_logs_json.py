@@ -21,7 +21,7 @@ import requests
 from django.conf import settings
 
 from tasks.rules.urls import canonicalize
-from tests.conftest import wait_for
+from tests.conftest import ended, wait_for
 from tests.site import Site
 from web.models import CrawlJob, FrontierURL
 
@@ -70,13 +70,7 @@ def started() -> Iterator[Callable[..., subprocess.Popen]]:
 
     yield start
     for process in processes:
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        ended(process, 30)
 
 
 def stopped(process: subprocess.Popen, out: Path) -> list[dict]:
