@@ -443,7 +443,8 @@ def test_redirects_a_request_keeps_are_its_answer_as_under_scrapy(installed):
 
 def test_requests_beyond_the_domains_go_where_scrapys_offsite_filter_lets_them(installed):
     """``dont_filter`` and ``allow_offsite`` requests reach another host, and their redirects
-    there; the others are left out (Scrapy 2.19 fetches the same pages)."""
+    there; the others are left out (Scrapy 2.19 fetches the same pages). The job's patterns
+    still bound them: its exclude pattern leaves one out."""
     asked: list[str] = []
 
     class Other(BaseHTTPRequestHandler):
@@ -459,7 +460,8 @@ def test_requests_beyond_the_domains_go_where_scrapys_offsite_filter_lets_them(i
 
     with Site(pages=1) as site, LocalSite(Other, "127.0.0.2") as other:
         where = {"first": site.url("/p/0"), "other": other.base}
-        job = jobs.create_job([], spider="offsite", spider_args=where)
+        job = jobs.create_job([], spider="offsite", spider_args=where,
+                              exclude_patterns=["/excluded"])  # fmt: skip
         jobs.start(job)
         run_job(job)
     job.refresh_from_db()

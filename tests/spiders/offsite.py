@@ -25,5 +25,6 @@ class Offsite(Spider):
         yield Request(self.other + "/dropped")
         yield Request(self.other + "/allowed", meta={"allow_offsite": True})
         yield Request(self.other + "/again", dont_filter=True)
+        yield Request(self.other + "/excluded", dont_filter=True)  # the job's pattern wins
         yield Request(self.other + "/hop", meta={"allow_offsite": True})  # redirects on there
         yield Request(self.other + "/not-allowed", meta={"allow_offsite": False})
