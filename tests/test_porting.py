@@ -137,7 +137,7 @@ def test_every_scrapy_setting_has_a_row():
 def test_mapped_settings_name_what_they_set_and_carried_ones_are_read():
     from tasks import defaults
 
-    for name, (target, _) in {**spiders.SCRAPY_FIELDS, **spiders.SCRAPY_SETTINGS}.items():
+    for name, (target, _, _) in {**spiders.SCRAPY_FIELDS, **spiders.SCRAPY_SETTINGS}.items():
         row = scrapysettings.verdict(name, 1)
         assert row.verdict == porting.MAPPED and f"`{target}`" in row.to, name
     for row in scrapysettings.SETTINGS:

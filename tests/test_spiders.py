@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from tasks import engine
 from tasks.content import callbacks, spiders
+from tasks.defaults import setting
 from tasks.frontier import jobs
 from tests.conftest import wait_for
 from tests.shop import Shop, expected_products, expected_stock
@@ -569,6 +570,30 @@ def test_a_jobs_own_fields_win_over_its_spiders_custom_settings(installed):
         job.refresh_from_db()
     assert (plain.obey_robots, plain.max_depth) == (True, 4)
     assert (own.obey_robots, own.max_depth) == (False, 2)
+
+
+def test_a_spiders_settings_read_what_its_job_does_under_scrapys_names(installed):
+    """``self.settings`` as a Scrapy spider reads them: the job's own values under the Scrapy
+    names mapped to them, its fields over the spider's ``custom_settings``, the operator's caps
+    over both, and the platform's defaults where nothing set them."""
+    args = {"base": "http://127.0.0.1:9", "dead": "http://127.0.0.1:9"}
+    plain = jobs.create_job([], spider="unreached", spider_args=args)
+    own = jobs.create_job([], spider="unreached", spider_args=args, obey_robots=False,
+                          max_depth=7, max_pages=50, delay=0.5, host_concurrency=3,
+                          headers={"Accept-Language": "de"}, user_agents=["ua/1", "ua/2"],
+                          settings={"RETRY_MAX_ATTEMPTS": 2, "FETCH_MAX_REDIRECTS": 3,
+                                    "FETCH_DEADLINE_S": 2.5})  # fmt: skip
+    for job in (plain, own):
+        jobs.start(job)
+        job.refresh_from_db()
+    names = ["ROBOTSTXT_OBEY", "DEPTH_LIMIT", "CLOSESPIDER_PAGECOUNT", "DOWNLOAD_DELAY",
+             "CONCURRENT_REQUESTS_PER_DOMAIN", "DEFAULT_REQUEST_HEADERS", "USER_AGENT",
+             "RETRY_TIMES", "REDIRECT_MAX_TIMES", "DOWNLOAD_TIMEOUT"]  # fmt: skip
+    read = [[spiders.create(job).settings.get(name) for name in names] for job in (plain, own)]
+    assert read[0] == [True, 4, 0, 0.0, 0, {}, setting("USER_AGENT"),
+                       setting("RETRY_MAX_ATTEMPTS") - 1, setting("FETCH_MAX_REDIRECTS"),
+                       setting("FETCH_DEADLINE_S")]  # fmt: skip
+    assert read[1] == [False, 7, 50, 0.5, 3, {"Accept-Language": "de"}, "ua/1", 1, 3, 2.5]
 
 
 def test_a_requests_cookies_are_kept_for_the_requests_after_it(installed):

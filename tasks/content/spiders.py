@@ -31,6 +31,7 @@ from tasks import defaults
 from tasks.content import feeds, stats
 from tasks.defaults import setting
 from web.models import CrawlJob
+from web.models.jobs import MAX_DEPTH_LIMIT
 
 log = logging.getLogger(__name__)
 ENTRY_POINTS = "crawlplatform.spiders"
@@ -141,12 +142,12 @@ def create(job: CrawlJob) -> Spider:
     """A new spider object for ``job``, made as Scrapy makes one: by its ``from_crawler``,
     given the job's ``crawler`` (``crawlplatform/spiders/settings.py``: the job's settings, its
     stats, the signals this process sends) and its arguments, set as attributes; then the
-    attributes its ``start()`` set when the job started (``spider_state``). ``DOWNLOAD_MAXSIZE``
-    in its settings is the job's ``FETCH_MAX_BYTES``, the cap a ``SitemapSpider`` gunzips
-    within."""
+    attributes its ``start()`` set when the job started (``spider_state``). Its settings read
+    the job's own values under the Scrapy names mapped to them (``scrapys_values``)."""
     cls = load(job.spider)
-    settings = Settings({**(cls.custom_settings or {}), **(job.settings or {}),
-                         "DOWNLOAD_MAXSIZE": setting("FETCH_MAX_BYTES", job)})
+    settings = Settings(
+        {**(cls.custom_settings or {}), **(job.settings or {}), **scrapys_values(job)}
+    )
     crawler = Crawler(settings, None, stats=stats.JobStats(job.pk))
     spider = cls.from_crawler(crawler, **dict(job.spider_args or {}))
     crawler.spider = spider
@@ -154,6 +155,19 @@ def create(job: CrawlJob) -> Spider:
     spider.__dict__.update(job.spider_state or {})  # what its start() set, in the job's start
     spider.job_id = job.pk
     return spider
+
+
+def scrapys_values(job: CrawlJob) -> dict[str, Any]:
+    """What the job does, under the Scrapy names of the same meaning and as Scrapy reads them:
+    ``RETRY_TIMES`` is its attempts less one, ``DEPTH_LIMIT`` 0 where it goes as deep as the
+    platform allows, ``USER_AGENT`` the one it presents first. A spider's ``custom_settings``
+    and the job's fields that overrode them are both in these, and the operator's caps."""
+    values = {name: back(getattr(job, field))
+              for name, (field, _, back) in SCRAPY_FIELDS.items()}  # fmt: skip
+    values.update((name, back(setting(target, job)))
+                  for name, (target, _, back) in SCRAPY_SETTINGS.items())  # fmt: skip
+    values["USER_AGENT"] = (job.user_agents or [setting("USER_AGENT", job)])[0]
+    return values
 
 
 _instances: dict[tuple[int, int], Spider] = {}
@@ -182,21 +196,30 @@ def forget(job_id: int) -> list[Spider]:
     return [_instances.pop(key) for key in gone]
 
 
-# Scrapy settings with a job field of the same meaning, and how the value carries over.
-SCRAPY_FIELDS: dict[str, tuple[str, Any]] = {
-    "DOWNLOAD_DELAY": ("delay", float),
-    "ROBOTSTXT_OBEY": ("obey_robots", bool),
-    "CONCURRENT_REQUESTS_PER_DOMAIN": ("host_concurrency", int),
-    "DEPTH_LIMIT": ("max_depth", lambda n: int(n) or 32767),  # Scrapy's 0: no limit
-    "CLOSESPIDER_PAGECOUNT": ("max_pages", lambda n: int(n) or None),
-    "DEFAULT_REQUEST_HEADERS": ("headers", lambda h: {str(k): str(v) for k, v in h.items()}),
+# Scrapy settings with a job field of the same meaning: the field, how a spider's value
+# carries over, and how the job's value reads back in the spider's ``settings``.
+SCRAPY_FIELDS: dict[str, tuple[str, Any, Any]] = {
+    "DOWNLOAD_DELAY": ("delay", float, float),
+    "ROBOTSTXT_OBEY": ("obey_robots", bool, bool),
+    "CONCURRENT_REQUESTS_PER_DOMAIN": ("host_concurrency", int, int),
+    "DEPTH_LIMIT": (
+        "max_depth",
+        lambda n: int(n) or MAX_DEPTH_LIMIT,  # Scrapy's 0: no limit
+        lambda n: 0 if n >= MAX_DEPTH_LIMIT else n,
+    ),
+    "CLOSESPIDER_PAGECOUNT": ("max_pages", lambda n: int(n) or None, lambda n: n or 0),
+    "DEFAULT_REQUEST_HEADERS": ("headers", lambda h: {str(k): str(v) for k, v in h.items()}, dict),
 }
-# Scrapy settings with a job setting of the same meaning, and how the value carries over.
-SCRAPY_SETTINGS: dict[str, tuple[str, Any]] = {
-    "DOWNLOAD_TIMEOUT": ("FETCH_DEADLINE_S", float),
-    "RETRY_TIMES": ("RETRY_MAX_ATTEMPTS", lambda n: int(n) + 1),  # retries -> attempts
-    "DOWNLOAD_MAXSIZE": ("FETCH_MAX_BYTES", int),
-    "REDIRECT_MAX_TIMES": ("FETCH_MAX_REDIRECTS", int),
+# Scrapy settings with a job setting of the same meaning, the same three.
+SCRAPY_SETTINGS: dict[str, tuple[str, Any, Any]] = {
+    "DOWNLOAD_TIMEOUT": ("FETCH_DEADLINE_S", float, float),
+    "RETRY_TIMES": (
+        "RETRY_MAX_ATTEMPTS",
+        lambda n: int(n) + 1,  # retries -> attempts
+        lambda n: n - 1,
+    ),
+    "DOWNLOAD_MAXSIZE": ("FETCH_MAX_BYTES", int, int),
+    "REDIRECT_MAX_TIMES": ("FETCH_MAX_REDIRECTS", int, int),
 }
 # Settings the spider's code reads (its pipelines and extensions, the error answers its
 # callbacks take, a SitemapSpider's warning size, whether a CrawlSpider follows links), and
