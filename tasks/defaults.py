@@ -235,6 +235,7 @@ STATS_PAGE_MAX_NAMES = 1000  # stats one page (or one open, close, start) may ch
 # Feeds of spider jobs, Scrapy's settings of these names (tasks/content/feeds.py, docs/spiders.md):
 # a spider's custom_settings of the same name win, as in Scrapy; a job cannot set them
 FEEDS = ""  # JSON {URI: options} as Scrapy's FEEDS, written when a spider job's run finishes
+SPIDER_FEEDS = True  # a spider job writes its FEEDS; crawl --output turns it off, as Scrapy's -o
 FEED_EXPORT_ENCODING = ""  # encoding of the feeds ("": UTF-8, JSON's non-ASCII as \u escapes)
 FEED_EXPORT_FIELDS = ""  # fields written, in order: comma-separated or JSON ("": every field)
 FEED_EXPORT_INDENT = 0  # spaces per level in json and xml feeds (0: an item a line)
@@ -307,7 +308,7 @@ JOB_SETTINGS: dict[str, tuple[float, float | str]] = {
     "DISPATCH_BATCH_S": (0.01, PLATFORM), "SCHEDULER_HORIZON_S": (0, PLATFORM),
     "LINK_CACHE_SIZE": (0, PLATFORM), "TLS_VERIFY": (0, 1),
     "SPIDER_CALLBACK_TIMEOUT_S": (0.1, PLATFORM), "SPIDER_MAX_YIELDS": (1, PLATFORM),
-    "ITEM_MAX_BYTES": (2, PLATFORM),
+    "ITEM_MAX_BYTES": (2, PLATFORM), "SPIDER_FEEDS": (0, 1),
 }  # fmt: skip
 JOB_PERMISSIONS = {"ALLOWED_NETWORKS": "web.change_crawl_network",
                    "TLS_VERIFY": "web.skip_tls_verify"}  # fmt: skip

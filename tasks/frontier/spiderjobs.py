@@ -134,7 +134,7 @@ def plan(job: CrawlJob) -> Start:
             before = _as_json(vars(spider))
             yielded = _gather(spider, job)
             state = _state(spider, before)
-            if unwritable := feeds.problems(spider):
+            if setting("SPIDER_FEEDS", job) and (unwritable := feeds.problems(spider)):
                 raise SpiderProblem(f"spider {job.spider!r} feeds: " + "; ".join(unwritable))
         except SpiderProblem:
             raise
@@ -210,7 +210,10 @@ def write_feed(job: CrawlJob) -> str:
 def write_feeds(job: CrawlJob) -> list[dict]:
     """The job's ``FEEDS`` (``tasks/content/feeds.py``), written by the process that ends its
     run; what each file holds, or why it could not be written (the items stay in the table:
-    ``manage.py export JOB --feeds`` writes them again)."""
+    ``manage.py export JOB --feeds`` writes them again). None for a job whose
+    ``SPIDER_FEEDS`` is off."""
+    if not setting("SPIDER_FEEDS", job):
+        return []
     try:
         return feeds.write(job, spiders.create(job))
     except Exception as exc:  # the spider, the database: the feeds' failure, not the job's

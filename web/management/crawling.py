@@ -126,6 +126,12 @@ def allowed_networks(cidrs: list[str]) -> dict:
     return {"ALLOWED_NETWORKS": ",".join(c for c in [from_env, *cidrs] if c)}
 
 
+def output_replaces_feeds(spider: str, output: str | None) -> dict:
+    """A spider job's setting that leaves its ``FEEDS`` unwritten when ``--output`` writes its
+    items, as Scrapy's ``-o`` and ``-O`` replace the spider's and the project's ``FEEDS``."""
+    return {"SPIDER_FEEDS": False} if spider and output else {}
+
+
 OUTPUT_HELP = ("the output: a file (.jsonl, .csv or .warc, .gz compresses; a spider job's "
                "items: .jsonl, .json, .csv or .xml as Scrapy writes them, or an s3:// URI), - "
                "for standard output, or a format name for standard output in it")
