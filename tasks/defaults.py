@@ -51,7 +51,7 @@ TLS_VERIFY = True  # check certificates; a job may turn it off only with web.ski
 BODY_MAX_BYTES = 10 << 20  # raw bodies above this are not kept in the body store (the page is)
 BODY_ZSTD_LEVEL = 1  # zstd level of stored bodies (1 fastest .. 19; 3: 5% smaller, 70% more CPU)
 
-# Retries of one URL (transient outcomes: timeouts, resets, 5xx, 429); see tasks/frontier/
+# Retries of one URL (transient outcomes: timeouts, resets, 5xx, 429, 408); see tasks/frontier/
 RETRY_MAX_ATTEMPTS = 4  # total attempts, not retries; checked at every claim, sweep and retry
 RETRY_TIMEOUT_ATTEMPTS = 2  # a timeout ends the URL from this attempt on (it holds a worker long)
 RETRY_BACKOFF_BASE_S = 2.0  # first wait; doubles each attempt, half of it random (equal jitter)

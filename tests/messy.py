@@ -4,7 +4,7 @@
 other) and to the trouble:
 
 * ``/flaky/K`` answer 503 twice, then 200; ``/limited/K`` answer 429 with ``Retry-After: 2``
-  once, then 200; ``/broken/K`` always answer 500;
+  once, then 200; ``/timed-out/K`` answer 408 once, then 200; ``/broken/K`` always answer 500;
 * ``/hang`` sends its headers and then nothing for ``hang_s``; ``/slow`` takes 3 s;
 * ``/bad-links`` links to ``http://[x`` (not a URL) among good links; ``/bad-redirect``
   redirects to it; a link goes to a host name longer than DNS allows;
@@ -25,7 +25,7 @@ HTML = {"Content-Type": "text/html; charset=utf-8"}
 
 
 class MessySite(HostileSite):
-    FLAKY, LIMITED, BROKEN = 3, 3, 2
+    FLAKY, LIMITED, TIMED_OUT, BROKEN = 3, 3, 2, 2
 
     def __init__(self, pages: int = 120, hang_s: float = 60.0) -> None:
         super().__init__(hang_s=hang_s)
@@ -38,6 +38,7 @@ class MessySite(HostileSite):
         return (
             [f"/flaky/{k}" for k in range(self.FLAKY)]
             + [f"/limited/{k}" for k in range(self.LIMITED)]
+            + [f"/timed-out/{k}" for k in range(self.TIMED_OUT)]
             + [f"/broken/{k}" for k in range(self.BROKEN)]
             + ["/hang", "/slow", "/bad-links", "/bad-redirect"]
         )
@@ -46,6 +47,7 @@ class MessySite(HostileSite):
         ordinary = ["/", *(f"/p/{i}" for i in range(self.pages)), "/from-bad-links"]
         fine = [f"/flaky/{k}" for k in range(self.FLAKY)]
         fine += [f"/limited/{k}" for k in range(self.LIMITED)]
+        fine += [f"/timed-out/{k}" for k in range(self.TIMED_OUT)]
         return {self.url(p) for p in [*ordinary, *fine, "/slow", "/bad-links"]}
 
     def respond(self, path: str, count: int) -> tuple[int, dict[str, str], bytes]:
@@ -64,6 +66,8 @@ class MessySite(HostileSite):
             if count == 1:
                 return 429, {**HTML, "Retry-After": "2"}, page("Slow down")
             return 200, HTML, page("Limited")
+        if path.startswith("/timed-out/"):
+            return (408, HTML, page("Timed out")) if count == 1 else (200, HTML, page("Late"))
         if path.startswith("/broken/"):
             return 500, HTML, page("Broken")
         if path == "/slow":

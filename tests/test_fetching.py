@@ -62,6 +62,8 @@ class Handler(BaseHTTPRequestHandler):
             self.reply(503, Retry_After="3")
         elif path == "/ratelimited":
             self.reply(429, Retry_After="7")
+        elif path == "/timed-out":
+            self.reply(408)
         elif path == "/big":
             self.reply(200, b"<p>" + b"x" * (3 << 20))
         elif path == "/bomb":
@@ -197,6 +199,7 @@ def test_redirect_out_of_scope_is_not_followed(server):
         ("/notfound", outcomes.ClientError, False, 404, None),
         ("/error", outcomes.ServerError, True, 503, 3.0),
         ("/ratelimited", outcomes.TooManyRequests, True, 429, 7.0),
+        ("/timed-out", outcomes.RequestTimeout, True, 408, None),  # retried, as Scrapy does
     ],
 )
 def test_http_errors(server, path, kind, retryable, status, retry_after):

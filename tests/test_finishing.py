@@ -72,6 +72,7 @@ def test_a_messy_site_finishes_in_the_time_its_retry_schedule_needs(redis, tmp_p
     done = {u for u, r in by_url.items() if r.state == "done"}
     assert done == site.expected_done()
     assert len(site.requests["/p/5"]) == 1  # ordinary pages fetched once
+    assert len(site.requests["/timed-out/0"]) == 2  # a 408 is retried, as Scrapy retries it
     failed = {
         u: (r.error_reason, r.error_message) for u, r in by_url.items() if r.state == "failed"
     }

@@ -115,6 +115,7 @@ _BY_REASON: dict[str, tuple[type[Exception], ...]] = {
     "http_4xx": (HttpError,),
     "http_5xx": (HttpError,),
     "http_429": (HttpError,),
+    "http_408": (HttpError,),
     "http_3xx": (HttpError,),
     "dns": (DNSLookupError, CannotResolveHostError),
     "connect_timeout": (TCPTimedOutError, TimeoutError, DownloadTimeoutError),

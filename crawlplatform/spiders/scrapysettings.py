@@ -165,7 +165,7 @@ SETTINGS: tuple[Setting, ...] = (
          "fails its URL (ResponseDataLossError), and never goes to a callback in part"),
     _row("RETRY_HTTP_CODES RETRY_EXCEPTIONS", SET, REFUSED,
          f"{_NO_EQUIVALENT}the platform retries timeouts, refused or reset connections, names "
-         "that do not resolve, 5xx and 429, and handle_httpstatus_list or meta dont_retry "
+         "that do not resolve, 5xx, 429 and 408, and handle_httpstatus_list or meta dont_retry "
          "keeps an answer as it came"),
     _row("REDIRECT_ENABLED METAREFRESH_ENABLED", "on", MAPPED,
          "the platform follows redirects and meta refreshes as Scrapy's middlewares do",

@@ -342,7 +342,7 @@ def page_title(response: Response) -> str:
 
 
 HTTP_ERRORS = (outcomes.ClientError, outcomes.ServerError, outcomes.TooManyRequests,
-               outcomes.RedirectNotFollowed)  # fmt: skip
+               outcomes.RequestTimeout, outcomes.RedirectNotFollowed)  # fmt: skip
 REDIRECTS = (301, 302, 303, 307, 308)
 
 

@@ -148,4 +148,5 @@ def not_retried(kept: dict | None, outcome: outcomes.CrawlOutcome) -> outcomes.C
 
 
 SITE_FAILURES = (outcomes.Timeout, outcomes.ConnectionReset, outcomes.ConnectFailed,
-                 outcomes.DNSFailure, outcomes.ServerError, outcomes.TooManyRequests)  # fmt: skip
+                 outcomes.DNSFailure, outcomes.ServerError, outcomes.TooManyRequests,
+                 outcomes.RequestTimeout)  # fmt: skip

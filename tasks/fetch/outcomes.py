@@ -14,6 +14,7 @@
     │   ├── RobotsUnavailable     robots_unavailable  (robots.txt answered 5xx)
     │   ├── ServerError           http_5xx            overload signal if 503/504 without Retry-After
     │   ├── TooManyRequests       http_429            overload signal without Retry-After
+    │   ├── RequestTimeout        http_408            (the server gave up waiting for the request)
     │   ├── Banned                banned              (a block page: the host's ladder decides)
     │   ├── ProxyFailed           proxy_error         (the job's proxy, not the site: its health)
     │   ├── TaskTimeout           task_timeout        (the page ran past the task's time limit)
@@ -151,6 +152,13 @@ class RobotsUnavailable(Retryable):
 
 class TooManyRequests(Retryable):
     reason, signals_overload = "http_429", True
+
+
+class RequestTimeout(Retryable):
+    """408: the server gave up waiting for the request, as a busy server or a slow path to it
+    makes it do: retried, as Scrapy retries it (``RETRY_HTTP_CODES``)."""
+
+    reason = "http_408"
 
 
 class Banned(Retryable):
@@ -416,6 +424,8 @@ def from_status(status: int, retry_after: float | None) -> CrawlOutcome | None:
     """The outcome of an HTTP status code; None for a success."""
     if status == 429:
         return TooManyRequests(f"HTTP {status}", status=status, retry_after=retry_after)
+    if status == 408:
+        return RequestTimeout(f"HTTP {status}", status=status, retry_after=retry_after)
     if status >= 500:
         return ServerError(f"HTTP {status}", status=status, retry_after=retry_after)
     if status >= 400:
