@@ -11,6 +11,7 @@ import threading
 import time
 from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 import requests
@@ -347,3 +348,29 @@ def test_through_a_proxy_the_guard_checks_the_target_before_the_proxy_is_asked()
         resp = fetch(site.url("/"), user_agent="t", limits=LIMITS, allow=allowed, visitor=visitor)
         assert resp.status == 200 and proxy.requests == 1
         assert site.served["/"][0][0] == "127.0.0.2"  # it came from the proxy's address
+
+
+def _outcome_classes(cls: type) -> list[type]:
+    return [found for sub in cls.__subclasses__() for found in (sub, *_outcome_classes(sub))]
+
+
+def test_every_outcome_is_in_the_docs_table_as_retried_or_not():
+    """The outcomes table of docs/crawling.md names every reason a URL can end with, and
+    says of each whether it is retried as its class is (a table row may name several)."""
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "crawling.md").read_text()
+    table = doc.split("## Outcomes", 1)[1].split("\n## ", 1)[0]
+    retried: dict[str, str] = {}
+    for line in table.splitlines():
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        if len(cells) == 5 and cells[0].startswith("`"):
+            for name in cells[0].replace("`", "").split(","):
+                retried[name.strip()] = cells[2]
+    for cls in _outcome_classes(outcomes.CrawlOutcome):
+        if "reason" not in vars(cls) or cls in (outcomes.Retryable, outcomes.Permanent,
+                                                outcomes.Skip):  # fmt: skip
+            continue  # a kind of outcome, which its subclasses name
+        assert cls.reason in retried, cls.__name__
+        if issubclass(cls, outcomes.Permanent):
+            assert retried[cls.reason] == "no", cls.reason
+        elif issubclass(cls, outcomes.Retryable) and cls is not outcomes.Banned:  # its own policy
+            assert retried[cls.reason].startswith(("yes", "up to")), cls.reason
