@@ -73,12 +73,27 @@ def test_a_definitive_failure_opens_a_never_answered_hosts_circuit_at_once(redis
     assert circuit.open_hosts(1, ["h"]) == {"h": "connection refused"}
 
 
+def test_open_hosts_names_the_open_ones_of_many_with_their_reasons(redis):
+    hosts = [f"h{n}" for n in range(500)]
+    for host, reason in (("h3", "connection refused"), ("h499", "dns"), ("h250", "")):
+        assert circuit.record(1, host, failed=True, reason=reason, definitive=True)
+    circuit.record(1, "h7", failed=True, reason="connect timeout")  # failing, not open
+    expected = {"h3": "connection refused", "h250": "", "h499": "dns"}
+    assert circuit.open_hosts(1, hosts) == expected
+    assert circuit.open_hosts(2, hosts) == {}  # another job's circuits are its own
+    assert circuit.open_hosts(1, []) == {}
+
+
 def test_a_host_that_answered_keeps_its_patience(redis):
     circuit.answered(1, "h")
-    for _ in range(5):  # a restart: refused again and again, within CIRCUIT_MIN_SPAN_S
-        assert not circuit.record(1, "h", failed=True, reason="connection refused",
-                                  definitive=True)  # fmt: skip
-    assert circuit.check(1, "h").state == circuit.CLOSED
+    circuit.record(1, "g", failed=False, answered=True)  # the same mark, with a success
+    for host in ("h", "g"):
+        for _ in range(5):  # a restart: refused again and again, within CIRCUIT_MIN_SPAN_S
+            assert not circuit.record(1, host, failed=True, reason="connection refused",
+                                      definitive=True)  # fmt: skip
+        assert circuit.check(1, host).state == circuit.CLOSED
+    circuit.record(1, "f", failed=False)  # a success that was no answer marks nothing
+    assert circuit.record(1, "f", failed=True, reason="connection refused", definitive=True)
     assert circuit.check(2, "h").state == circuit.CLOSED  # another job: never answered there
     assert circuit.record(2, "h", failed=True, reason="connection refused", definitive=True)
 

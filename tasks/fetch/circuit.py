@@ -65,6 +65,7 @@ _RECORD = (
     + """
 if ARGV[1] == '0' then
   if redis.call('DEL', KEYS[1]) == 1 then redis.call('ZREM', KEYS[3], KEYS[1]) end
+  if ARGV[7] ~= '0' then redis.call('SET', KEYS[2], '1', 'PX', ARGV[7]) end
   return 0
 end
 local h = redis.call('HMGET', KEYS[1], 'fails', 'first', 'open_until')
@@ -119,11 +120,21 @@ def check(job_id: int, host: str, job=None, *, probe: bool = True) -> State:
 
 
 def record(
-    job_id: int, host: str, *, failed: bool, reason: str = "", definitive: bool = False, job=None
+    job_id: int,
+    host: str,
+    *,
+    failed: bool,
+    reason: str = "",
+    definitive: bool = False,
+    answered: bool = False,
+    job=None,
 ) -> bool:
     """Report a request's result for the host; True if this failure opened its circuit.
     ``definitive``: the failure says the host is not there (it opens a never-answered host's
-    circuit at once)."""
+    circuit at once). ``answered``: a success that was an HTTP answer, which marks the host
+    answered (``answered``) in the same round trip."""
+    answered = answered and not failed
+    answered_ms = max(1, int(setting("CIRCUIT_ANSWERED_S", job) * 1000)) if answered else 0
     return bool(
         script(_RECORD)(
             keys=[key(job_id, host), answered_key(job_id, host), OPENED],
@@ -134,6 +145,7 @@ def record(
                 int(setting("CIRCUIT_MIN_SPAN_S", job) * 1000),
                 int(setting("CIRCUIT_COOLDOWN_S", job) * 1000),
                 "1" if definitive else "0",
+                answered_ms,
             ],
         )
     )
@@ -145,18 +157,27 @@ def answered(job_id: int, host: str, job=None) -> None:
     client().set(answered_key(job_id, host), "1", px=max(1, int(ttl * 1000)))
 
 
+_OPEN_OF = (
+    _NOW
+    + """
+local out = {}
+for i, k in ipairs(KEYS) do
+  if tonumber(redis.call('HGET', k, 'open_until') or '0') > now then
+    out[#out + 1] = i
+    out[#out + 1] = redis.call('HGET', k, 'reason') or ''
+  end
+end
+return out
+"""
+)
+
+
 def open_hosts(job_id: int, hosts: list[str]) -> dict[str, str]:
-    """Of ``hosts``, those whose circuit is open now, with the failure that opened it."""
+    """Of ``hosts``, those whose circuit is open now, with the failure that opened it: one
+    round trip, whose answer names only those (the scheduler asks this of every host it looks
+    at, and in a broad crawl nearly every circuit is closed)."""
     if not hosts:
         return {}
-    redis = client()
-    now_s, now_us = redis.time()
-    now_ms = now_s * 1000 + now_us // 1000
-    pipe = redis.pipeline(transaction=False)
-    for host in hosts:
-        pipe.hmget(key(job_id, host), "open_until", "reason")
-    out = {}
-    for host, (until, reason) in zip(hosts, pipe.execute(), strict=True):
-        if until is not None and int(until) > now_ms:
-            out[host] = (reason or b"").decode()
-    return out
+    found = script(_OPEN_OF)(keys=[key(job_id, host) for host in hosts])
+    pairs = zip(found[::2], found[1::2], strict=True)
+    return {hosts[int(i) - 1]: reason.decode() for i, reason in pairs}

@@ -37,7 +37,7 @@ from urllib.parse import urlsplit
 
 from protego import Protego
 
-from tasks.broker import client, script
+from tasks.broker import script
 from tasks.defaults import setting
 from tasks.fetch import circuit, fetching, identity, outcomes, trust
 from tasks.rules import guard, proxy_urls
@@ -122,46 +122,49 @@ def _fetch_through_circuit(url: str, user_agent: str, job) -> dict | None:
             entry.update(open=True, message=f"circuit opened: robots.txt: {entry['message']}")
         return entry
     # the host answered: any failures in a row are over (robots.txt is fetched rarely)
-    circuit.record(job.pk, host, failed=False, job=job)
-    if entry["status"]:
-        circuit.answered(job.pk, host, job)
+    circuit.record(job.pk, host, failed=False, answered=bool(entry["status"]), job=job)
     return entry
 
 
-# The fetch lock is let go only by its holder: one whose lock ran out (a stalled process)
-# must not end the lock another worker has taken since.
-_UNLOCK = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+# A host's robots.txt record in one round trip: the record if it is stored; else the fetch
+# lock, taken for this caller ('': fetch it) unless another worker holds it (nil: wait). The
+# read and the lock are one step: no record stored between them is fetched twice.
+_READ_OR_LOCK = """
+local raw = redis.call('GET', KEYS[1])
+if raw then return raw end
+if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'EX', 60) then return '' end
+return false
+"""
+# The record stored (when there is one) and the lock let go, by its holder only: one whose lock
+# ran out (a stalled process) must not end the lock another worker has taken since.
+_STORE_AND_UNLOCK = """
+if ARGV[2] ~= '' then redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) end
+if redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('DEL', KEYS[2]) end
 return 0
 """
 
 
 def _entry(key: str, url: str, user_agent: str, job) -> tuple[dict | None, bool]:
-    """The cached robots.txt record, fetching it if this worker wins the lock (None: wait),
+    """The stored robots.txt record, fetching it if this worker wins the lock (None: wait),
     and whether a request went to the host for it."""
-    redis = client()
-    raw = redis.get(key)
-    if raw is not None:
-        return json.loads(raw), False
-    token = os.urandom(8).hex()
-    if not redis.set(key + ":lock", token, nx=True, ex=60):
+    token, lock = os.urandom(8).hex(), key + ":lock"
+    raw = script(_READ_OR_LOCK)(keys=[key, lock], args=[token])
+    if raw is None:
         return None, False
+    if raw:
+        return json.loads(raw), False
+    stored, ttl_ms = "", 0
     try:
-        # Another worker may have fetched it, stored it and let the lock go between the read
-        # above and this lock: its copy, not a second request.
-        raw = redis.get(key)
-        if raw is not None:
-            return json.loads(raw), False
         entry = _fetch_through_circuit(url, user_agent, job)
         if entry is None:
             return None, False
         ok = 0 < entry["status"] < 500
         ttl = setting("ROBOTS_TTL_S", job) if ok else setting("ROBOTS_ERROR_TTL_S", job)
         entry["until"] = time.time() + ttl
-        redis.set(key, json.dumps(entry), px=max(1, int(ttl * 1000)))
+        stored, ttl_ms = json.dumps(entry), max(1, int(ttl * 1000))
         return entry, not entry.get("open")  # an open circuit: nothing was sent
     finally:
-        script(_UNLOCK)(keys=[key + ":lock"], args=[token])
+        script(_STORE_AND_UNLOCK)(keys=[key, lock], args=[token, stored, ttl_ms])
 
 
 def _parse(body: str, url: str) -> Protego:
