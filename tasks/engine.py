@@ -273,16 +273,32 @@ def _process_claimed(
     if (state := antibot.warm_session(claimed, cache, host, passage, session)) is not None:
         return state  # the warm-up page took this slot
     fetched = _fetch(claimed, cache, host, passage, session, rendering)
-    banned = antibot.ban(job, host, fetched.resp, fetched.outcome)
+    theirs = _the_spiders_answer(claimed, fetched)
+    banned = None if theirs else antibot.ban(job, host, fetched.resp, fetched.outcome)
     outcome = gates.classify(claimed, cache, host, passage.slot, fetched, banned)
     sessions.save(job.pk, host, passage.who.key, session.jar, session.visitor.set_cookies)
-    if banned is None:
+    if banned is not None:
+        if (state := refusals.judge(claimed, cache, host, passage, session, banned)) is not None:
+            return state  # the identity's refusal (or a warm-up first): it waits, attempt kept
+    elif not theirs:  # the callback's own answer: no refusal, nothing for the ladder to learn
         if (state := refusals.suspected(claimed, cache, host, passage, session, outcome)):
             return state  # a reset or a 503 that refuses the identity: as a ban
         antibot.count_answer(claimed, host, passage, fetched, outcome)
-    elif (state := refusals.judge(claimed, cache, host, passage, session, banned)) is not None:
-        return state  # the identity's refusal (or a warm-up first): it waits, its attempt kept
     return _record(claimed, cache, fetched, banned if banned is not None else outcome, rendering)
+
+
+def _the_spiders_answer(claimed: Claim, fetched: fetching.Fetched) -> bool:
+    """An answer that is not 2xx and whose status the spider request's callback takes
+    (``handle_httpstatus_list``, ``handle_httpstatus_all``, ``HTTPERROR_ALLOWED_CODES``): it
+    goes to the callback as Scrapy gives it, a 403 or a 429 included, not to the anti-bot
+    ladder as a block (``docs/spiders.md``, "How a request runs")."""
+    if not claimed.job.spider:
+        return False
+    answer = fetched.resp if fetched.resp is not None else fetched.outcome
+    status = getattr(answer, "status", None) or 0
+    return not 200 <= status < 300 and status > 0 and callbacks.takes_status(
+        claimed.job, claimed.url.request, status
+    )
 
 
 def _slot_still_its_own(job: CrawlJob, resumed: _Aside) -> bool:

@@ -481,7 +481,11 @@ def test_error_answers_go_to_the_callback_where_the_request_or_spider_handles_th
                     if self.path.startswith("/slow"):
                         time.sleep(2)
                     status = 500 if self.path.startswith("/broken") else 404  # robots.txt too
-                    send(self, status, {}, f"<h1>{status} at {self.path}</h1>".encode() * 3000)
+                    if self.path.startswith("/refused/"):  # what a defended site answers
+                        status = int(self.path.rsplit("/", 1)[1])
+                    retry_after = {"Retry-After": "1"} if status == 503 else {}
+                    send(self, status, retry_after,
+                         f"<h1>{status} at {self.path}</h1>".encode() * 3000)  # fmt: skip
 
                 def log_message(self, *args) -> None:
                     pass
@@ -502,6 +506,9 @@ def test_error_answers_go_to_the_callback_where_the_request_or_spider_handles_th
         ("/broken/4", None, None, True, False),  # dont_retry: its errback after one attempt
         ("/missing/1", 404, "404 at /missing/1", None, None),
         ("/missing/2", None, None, True, False),  # its errback
+        ("/refused/403", 403, "403 at /refused/403", None, None),  # no block: the spider's
+        ("/refused/429", 429, "429 at /refused/429", None, None),
+        ("/refused/503", 503, "503 at /refused/503", None, None),
         ("/slow/1", None, None, False, True),  # download_timeout: 0.5 s, not the job's 30 s
     ]
     rows = {u.removeprefix(site.base): (state, reason, attempts)
@@ -511,7 +518,9 @@ def test_error_answers_go_to_the_callback_where_the_request_or_spider_handles_th
                     "/broken/2": ("done", "", 2), "/missing/2": ("failed", "http_4xx", 1),
                     "/broken/3": ("failed", "http_5xx", 2),
                     "/broken/4": ("failed", "http_5xx", 1),
-                    "/slow/1": ("failed", "read_timeout", 1)}  # fmt: skip
+                    "/slow/1": ("failed", "read_timeout", 1),
+                    "/refused/403": ("done", "", 1), "/refused/429": ("done", "", 2),
+                    "/refused/503": ("done", "", 2)}  # retried first, as Scrapy retries them
     page = Item.objects.get(job=job, data__url=site.url("/missing/1")).url.page
     assert (page.status, page.size) == (404, len("<h1>404 at /missing/1</h1>") * 3000)
 

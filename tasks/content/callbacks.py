@@ -401,6 +401,17 @@ def takes(job: CrawlJob, kept: dict | None) -> Takes:
     return Takes(errors, tuple(s for s in REDIRECTS if s in asked or s in own))
 
 
+def takes_status(job: CrawlJob, kept: dict | None, status: int) -> bool:
+    """Whether the request's callback takes an answer of ``status`` (not 2xx), before the
+    spider object is at hand (``handles``)."""
+    try:
+        cls = spiders.load(job.spider)
+    except spiders.SpiderUnavailable:
+        return False
+    taken = _taken(cls, kept or {}, quiet=True)
+    return taken is None or status in taken
+
+
 def handles(spider: Spider, kept: dict, status: int | None) -> bool:
     """Whether the request's callback takes an answer of ``status`` (not 2xx)."""
     taken = _taken(spider, kept)

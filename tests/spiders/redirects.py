@@ -59,6 +59,10 @@ class Statuses(Spider):
                       errback=self.failed)  # its errback after one attempt
         yield Request(self.base + "/slow/1", meta={"download_timeout": 0.5, "dont_retry": True},
                       errback=self.failed)  # the site answers in 2 s: too late
+        # Statuses the anti-bot ladder takes for blocks: the callback's where it asks for them
+        yield Request(self.base + "/refused/403", meta={"handle_httpstatus_list": [403]})
+        yield Request(self.base + "/refused/429", meta={"handle_httpstatus_list": [429]})
+        yield Request(self.base + "/refused/503", meta={"handle_httpstatus_all": True})
 
     def parse(self, response):
         yield {"url": response.url, "status": response.status,
