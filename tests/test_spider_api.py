@@ -651,7 +651,7 @@ def test_a_callbacks_meta_has_scrapys_depth_latency_and_redirect_urls():
     fetched = fetching.Response(
         url="http://s.test/a", final_url="http://s.test/c", status=200, content_type="text/html",
         content_type_header="text/html", body=b"", truncated=False, elapsed=0.25, headers={},
-        redirects=["http://s.test/b", "http://s.test/c"], http={
+        redirects=["http://s.test/b", "http://s.test/c"], redirect_statuses=[301, 302], http={
             "protocol": "HTTP/1.1", "request": [["User-Agent", "ua/1"], ["Accept", "*/*"]]},
     )  # fmt: skip
     asked = Request("http://s.test/a", meta={"m": 1}, headers={"Accept": "text/html"})
@@ -659,8 +659,18 @@ def test_a_callbacks_meta_has_scrapys_depth_latency_and_redirect_urls():
     assert (response.protocol, response.request.headers.to_unicode_dict()) == (
         "HTTP/1.1", {"Accept": "text/html", "User-Agent": "ua/1"})  # as sent; its own kept
     assert (response.url, response.meta) == ("http://s.test/c", {
-        "m": 1, "depth": 3, "download_latency": 0.25,
-        "redirect_urls": ["http://s.test/a", "http://s.test/b"]})  # fmt: skip
+        "m": 1, "depth": 3, "download_latency": 0.25, "redirect_times": 2,
+        "redirect_urls": ["http://s.test/a", "http://s.test/b"],
+        "redirect_reasons": [301, 302]})  # fmt: skip
+    # As Scrapy's RedirectMiddleware: the response's request is the last hop's, and a POST
+    # that a 302 turned into a GET lost its body and the body's headers.
+    assert (response.request.url, response.request.method) == ("http://s.test/c", "GET")
+    posted = Request("http://s.test/a", method="POST", body=b"q=1", headers={
+        "Content-Type": "application/x-www-form-urlencoded", "X-Mine": "kept"})  # fmt: skip
+    fetched.method, fetched.http = "GET", {}
+    redirected = callbacks.response_of(fetched, posted, 3).request
+    assert (redirected.url, redirected.method, redirected.body) == ("http://s.test/c", "GET", b"")
+    assert redirected.headers.to_unicode_dict() == {"X-Mine": "kept"}
 
 
 def test_items_declare_their_fields_as_scrapys():

@@ -201,11 +201,17 @@ def response_of(resp: fetching.Response, request: Request, depth: int = 0) -> Re
     ``XmlResponse``, ...: ``crawlplatform/spiders/responsetypes.py``), its URL without a
     fragment, as Scrapy's download handler gives it; its ``meta`` has what Scrapy's
     middlewares put there: ``depth``, ``download_latency`` and, after redirects,
-    ``redirect_urls``."""
+    ``redirect_urls``, ``redirect_times`` and ``redirect_reasons``. After redirects its
+    ``request`` is the last hop's, as Scrapy's ``RedirectMiddleware`` makes it: the target's
+    URL, a GET where a redirect turned a POST into one."""
     request.meta["depth"] = depth
     request.meta["download_latency"] = resp.elapsed
     if resp.redirects:
         request.meta["redirect_urls"] = [request.url, *resp.redirects[:-1]]
+        request.meta["redirect_times"] = len(resp.redirects)
+        if len(resp.redirect_statuses) == len(resp.redirects):
+            request.meta["redirect_reasons"] = list(resp.redirect_statuses)
+        request = _redirected(request, resp)
     for name, value in resp.http.get("request") or ():  # as it went out, as Scrapy's has them
         request.headers.setdefault(name, value)
     headers = resp.http.get("response") or list(resp.headers.items())
@@ -214,6 +220,17 @@ def response_of(resp: fetching.Response, request: Request, depth: int = 0) -> Re
     cls = class_for(resp.content_type_header, resp.body, url, disposition)
     return cls(url, status=resp.status, headers=headers, body=resp.body, request=request,
                protocol=resp.http.get("protocol"))
+
+
+def _redirected(request: Request, resp: fetching.Response) -> Request:
+    """The request of a redirect's last hop: its URL, and a GET without the body and the
+    body's headers where a redirect turned the request into one."""
+    redirected = request.replace(url=resp.redirects[-1])
+    if resp.method != request.method:
+        redirected = redirected.replace(method=resp.method, body=b"")
+        for name in refresh.BODY_HEADERS:
+            redirected.headers.pop(name, None)
+    return redirected
 
 
 def new_requests(claimed: Claim, cache: JobCache, spider: Spider, requests: list[Request],
@@ -289,7 +306,7 @@ def _store(claimed: Claim, cache: JobCache, resp: fetching.Response, spider: Spi
     response = response_of(resp, request, claimed.url.depth)
     with stats.bound(stats.Pending(job.pk)) as changed:  # committed with the page, or never
         try:
-            refreshed = refresh.meta_refresh(response, request,
+            refreshed = refresh.meta_refresh(response, response.request,
                                              setting("FETCH_MAX_REDIRECTS", job))  # fmt: skip
             if refreshed is not None:  # as a redirect: no callback on this page
                 yielded = Yielded([], [refreshed])

@@ -23,6 +23,11 @@ def _may_refresh(body: bytes) -> bool:
     return b"refresh" in body[:_REFRESH_WITHIN].lower()
 
 
+# A request's headers about its body, dropped where a redirect turns it into a GET
+BODY_HEADERS = ("Content-Type", "Content-Length", "Content-Encoding", "Content-Language",
+                "Content-Location")  # fmt: skip
+
+
 def meta_refresh(response: Response, request: Request, max_redirects: int) -> Request | None:
     """The request a page's ``<meta http-equiv="refresh">`` sends it on to, as Scrapy's
     ``MetaRefreshMiddleware`` makes it: an HTML answer to a request that is no HEAD and not
@@ -42,8 +47,7 @@ def meta_refresh(response: Response, request: Request, max_redirects: int) -> Re
     if times > max_redirects:
         return None  # the page is the callback's, as Scrapy's is once it gives up
     redirected = request.replace(url=url, method="GET", body=b"", cookies=None)
-    for name in ("Content-Type", "Content-Length", "Content-Encoding", "Content-Language",
-                 "Content-Location"):  # fmt: skip
+    for name in BODY_HEADERS:
         redirected.headers.pop(name, None)
     redirected.meta.update(redirect_times=times, redirect_urls=[
         *request.meta.get("redirect_urls", []), request.url], redirect_reasons=[

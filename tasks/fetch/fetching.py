@@ -77,6 +77,8 @@ class Response:
     truncated: bool
     elapsed: float  # seconds, all hops
     redirects: list[str] = field(default_factory=list)
+    redirect_statuses: list[int] = field(default_factory=list)  # each hop's, when known
+    method: str = "GET"  # of the last hop (a POST a 302 turned into a GET: GET)
     headers: dict[str, str] = field(default_factory=dict)  # of the final answer
     screenshot: bytes | None = None  # a rendered page's picture (PNG)
     raw_body: bytes = b""  # as received, before content decoding (what WARC records keep)
@@ -362,6 +364,7 @@ def fetch(
     current = url
     seen = {url}
     redirects: list[str] = []
+    statuses: list[int] = []
     s = session(allow)
     while True:
         remaining = limits.deadline - (time.monotonic() - started)
@@ -409,6 +412,7 @@ def fetch(
                     raise outcomes.OutOfScope(f"redirect to {target} leaves the job's scope")
                 seen.add(target)
                 redirects.append(target)
+                statuses.append(resp.status_code)
                 current = target
                 if resp.status_code in _BECOMES_GET and method not in ("GET", "HEAD"):
                     method, body = "GET", None
@@ -438,6 +442,8 @@ def fetch(
                 truncated=truncated,
                 elapsed=time.monotonic() - started,
                 redirects=redirects,
+                redirect_statuses=statuses,
+                method=method,
                 headers=dict(resp.headers),
                 raw_body=raw_body,
                 http=_exchange(resp, resp.request.headers),
