@@ -147,7 +147,7 @@ def test_a_spiders_feeds_hold_scrapys_bytes_in_every_format(worker_env, tmp_path
                            output=False)  # fmt: skip
         twins.on_platform(source, "twin_catalogue", worker_env, tmp_path,
                           {"seed": site.url("/p/0"), "side": "platform"},
-                          ["--workers", "2"])  # fmt: skip
+                          ["--workers", "2"], output=False)  # fmt: skip
         stored = {side: {key: s3.get("feeds", f"{side}/{key}")
                          for key in ("twin_catalogue.json", "fields.csv")}
                   for side in ("scrapy", "platform")}  # fmt: skip
@@ -205,7 +205,7 @@ def test_feeds_of_a_crawl_on_two_workers_hold_scrapys_items_in_some_order(worker
         args = {"seed": site.url("/hub")}
         twins.under_scrapy(source, tmp_path, {**args, "side": "scrapy"}, output=False)
         twins.on_platform(source, "twin_hub", worker_env, tmp_path, {**args, "side": "platform"},
-                          ["--workers", "2", "--concurrency", "8"])  # fmt: skip
+                          ["--workers", "2", "--concurrency", "8"], output=False)  # fmt: skip
     for name in ("leaves.csv", "leaves.jsonl"):
         scrapy = (feeds / "scrapy" / name).read_bytes().splitlines(keepends=True)
         ours = (feeds / "platform" / name).read_bytes().splitlines(keepends=True)

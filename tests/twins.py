@@ -97,16 +97,18 @@ def under_scrapy(source: str, tmp_path: Path, args: dict[str, Any] | None = None
 
 def on_platform(source: str, name: str, env: dict[str, str], tmp_path: Path,
                 args: dict[str, Any] | None = None, options: list[str] | None = None,
-                timeout: float = 240) -> Run:  # fmt: skip
+                timeout: float = 240, output: bool = True) -> Run:  # fmt: skip
     """Run spider ``name`` of ``source``, ported, with ``manage.py crawl --spider`` (its
-    module installed by ``CRAWL_SPIDER_MODULES``, as an operator installs one)."""
+    module installed by ``CRAWL_SPIDER_MODULES``, as an operator installs one; ``--output
+    items.jsonl`` unless not ``output``, as it replaces the spider's ``FEEDS``, as ``-O``
+    does)."""
     where = tmp_path / "platform"
     where.mkdir(exist_ok=True)
     (where / "twin_ported.py").write_text(port(source))
     out = where / "items.jsonl"
     done = subprocess.run(
         [sys.executable, "manage.py", "crawl", "--spider", name, *_args(args or {}),
-         "--output", str(out), *(options or [])],
+         *(["--output", str(out)] if output else []), *(options or [])],
         cwd=settings.BASE_DIR, capture_output=True, text=True, timeout=timeout,
         env={**env, "PYTHONPATH": f"{where}:{settings.BASE_DIR}",
              "CRAWL_SPIDER_MODULES": "twin_ported"},
