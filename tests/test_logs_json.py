@@ -62,6 +62,7 @@ def started() -> Iterator[Callable[..., subprocess.Popen]]:
     processes: list[subprocess.Popen] = []
 
     def start(env: dict, out: Path, *argv: str) -> subprocess.Popen:
+        env = {**env, "PYTHONFAULTHANDLER": "1"}  # a SIGABRT writes every thread's stack
         process = subprocess.Popen(argv, cwd=settings.BASE_DIR, env=env, stdin=subprocess.DEVNULL,
                                    stdout=out.with_suffix(".out").open("w"),
                                    stderr=out.with_suffix(".err").open("w"))  # fmt: skip
@@ -74,9 +75,17 @@ def started() -> Iterator[Callable[..., subprocess.Popen]]:
 
 
 def stopped(process: subprocess.Popen, out: Path) -> list[dict]:
-    """Stop ``process`` (SIGTERM) and parse all it wrote, once its relay has passed it on."""
+    """Stop ``process`` (SIGTERM) and parse all it wrote, once its relay has passed it on. One
+    that does not stop within a minute fails the test with its threads' stacks."""
     process.send_signal(signal.SIGTERM)
-    process.wait(timeout=60)
+    try:
+        process.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGABRT)  # its faulthandler writes the stacks (started)
+        process.wait(timeout=30)
+        time.sleep(0.5)
+        stacks = out.with_suffix(".err").read_text()[-8000:]
+        raise AssertionError(f"{out.name} still ran a minute after SIGTERM:\n{stacks}") from None
     time.sleep(0.5)  # the relay writes the last lines after its writer is gone
     return [r for suffix in (".out", ".err")
             for r in records(out.with_suffix(suffix).read_text(), out.name + suffix)]  # fmt: skip
