@@ -499,17 +499,18 @@ def test_error_answers_go_to_the_callback_where_the_request_or_spider_handles_th
         assert job.settings == {"RETRY_MAX_ATTEMPTS": 2}
         run_job(job)
     got = sorted((i["url"].removeprefix(site.base), i.get("status"), i.get("h1"),
-                  i.get("http_error"), i.get("timeout")) for i in kept(job))  # fmt: skip
+                  i.get("http_error"), i.get("timeout"), i.get("raised"))
+                 for i in kept(job))  # fmt: skip
     assert got == [
-        ("/broken/1", 500, "500 at /broken/1", None, None),  # after its retries, as Scrapy's
-        ("/broken/2", 500, "500 at /broken/2", None, None),
-        ("/broken/4", None, None, True, False),  # dont_retry: its errback after one attempt
-        ("/missing/1", 404, "404 at /missing/1", None, None),
-        ("/missing/2", None, None, True, False),  # its errback
-        ("/refused/403", 403, "403 at /refused/403", None, None),  # no block: the spider's
-        ("/refused/429", 429, "429 at /refused/429", None, None),
-        ("/refused/503", 503, "503 at /refused/503", None, None),
-        ("/slow/1", None, None, False, True),  # download_timeout: 0.5 s, not the job's 30 s
+        ("/broken/1", 500, "500 at /broken/1", None, None, None),  # after retries, as Scrapy's
+        ("/broken/2", 500, "500 at /broken/2", None, None, None),
+        ("/broken/4", None, None, True, False, "HttpError"),  # dont_retry: one attempt
+        ("/missing/1", 404, "404 at /missing/1", None, None, None),
+        ("/missing/2", None, None, True, False, "HttpError"),  # its errback
+        ("/refused/403", 403, "403 at /refused/403", None, None, None),  # no block: the spider's
+        ("/refused/429", 429, "429 at /refused/429", None, None, None),
+        ("/refused/503", 503, "503 at /refused/503", None, None, None),
+        ("/slow/1", None, None, False, True, "DownloadTimeoutError"),  # 0.5 s, not the job's 30
     ]
     rows = {u.removeprefix(site.base): (state, reason, attempts)
             for u, state, reason, attempts in FrontierURL.objects.filter(job=job).values_list(

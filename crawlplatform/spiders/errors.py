@@ -158,3 +158,26 @@ def kinds_of(value: BaseException) -> tuple[type[Exception], ...]:
     if not kinds and status is not None and not 200 <= status < 300:
         return (HttpError,)
     return kinds
+
+
+# What Scrapy 2.19 raises into an errback for a request that got no answer, by the outcome's
+# kinds (``kinds_of``), the first found: an errback's ``isinstance(failure.value, ...)`` holds.
+_RAISED = (CannotResolveHostError, DownloadTimeoutError, DownloadConnectionRefusedError,
+           ResponseDataLossError, DownloadFailedError, IgnoreRequest)  # fmt: skip
+
+
+def as_raised(outcome: BaseException) -> Exception | None:
+    """The exception Scrapy 2.19 raises for a request that ended with ``outcome`` before an
+    answer (a timeout, a refused connection, a name that does not resolve, robots.txt, ...),
+    with the outcome's message, ``reason`` and ``status`` and the outcome as its cause; None
+    where Scrapy names none of its own (the platform's outcome stands)."""
+    kinds = kinds_of(outcome)
+    raised = next((kind for kind in _RAISED if kind in kinds), None)
+    if raised is None:
+        return None
+    error = raised(str(outcome))
+    error.reason = getattr(outcome, "reason", "")
+    error.status = getattr(outcome, "status", None)
+    error.__cause__ = outcome
+    return error
+

@@ -25,7 +25,7 @@ from w3lib.encoding import (
 )
 from w3lib.html import get_base_url
 
-from crawlplatform.spiders.errors import HttpError, kinds_of
+from crawlplatform.spiders.errors import HttpError, as_raised, kinds_of
 from crawlplatform.spiders.headers import Headers
 from crawlplatform.spiders.http import Callback, Request, safe_url
 from crawlplatform.spiders.link import Link
@@ -427,9 +427,10 @@ class JsonResponse(TextResponse):
 
 class Failure:
     """What an errback receives, shaped as the Twisted ``Failure`` Scrapy passes: ``value``
-    (the exception the request ended with: the platform's outcome, whose ``reason`` is the
-    URL's outcome code, or for an answer that is not 2xx the ``HttpError`` Scrapy raises, with
-    the outcome's ``reason`` and ``status``), ``request``, ``response`` (the server's answer for
+    (the exception Scrapy 2.19 raises for what the request met: an ``HttpError`` for an
+    answer that is not 2xx, a ``DownloadTimeoutError``, a ``CannotResolveHostError``, ...
+    (``errors.as_raised``), else the platform's outcome; each with the outcome's ``reason``,
+    the URL's outcome code, and ``status``), ``request``, ``response`` (the server's answer for
     an HTTP error: its status, headers and the start of its body; else None), ``check()`` and
     ``getErrorMessage()``."""
 
@@ -438,6 +439,8 @@ class Failure:
         answered = response is not None and not isinstance(value, HttpError)
         if answered and HttpError in kinds_of(value):
             value = _http_error(value, response)
+        elif response is None and not isinstance(value, HttpError):
+            value = as_raised(value) or value
         self.value = value
         self.type = type(value)
         self.request = request

@@ -70,7 +70,8 @@ class Statuses(Spider):
 
     def failed(self, failure):
         yield {"url": failure.request.url, "http_error": http_error(failure),
-               "timeout": bool(failure.check(TimeoutError))}  # fmt: skip
+               "timeout": bool(failure.check(TimeoutError)),
+               "raised": type(failure.value).__name__}  # fmt: skip
 
 
 class Unfollowed(Spider):
