@@ -210,7 +210,7 @@ def write_feed(job: CrawlJob) -> str:
 def write_feeds(job: CrawlJob) -> list[dict]:
     """The job's ``FEEDS`` (``tasks/content/feeds.py``), written by the process that ends its
     run; what each file holds, or why it could not be written (the items stay in the table:
-    ``manage.py export JOB --feeds`` writes them again). None for a job whose
+    ``manage.py export JOB --feeds`` writes them again). Nothing for a job whose
     ``SPIDER_FEEDS`` is off."""
     if not setting("SPIDER_FEEDS", job):
         return []

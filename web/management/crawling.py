@@ -132,6 +132,18 @@ def output_replaces_feeds(spider: str, output: str | None) -> dict:
     return {"SPIDER_FEEDS": False} if spider and output else {}
 
 
+def output_replaces_feeds_again(job: CrawlJob, output: str | None) -> None:
+    """A resumed or recrawled spider job's ``SPIDER_FEEDS`` for this command's run: off with
+    ``--output``, on without it, as each ``scrapy crawl`` decides for its own run."""
+    if not job.spider:
+        return
+    settings = {k: v for k, v in (job.settings or {}).items() if k != "SPIDER_FEEDS"}
+    settings.update(output_replaces_feeds(job.spider, output))
+    if settings != (job.settings or {}):
+        job.settings = settings
+        job.save(update_fields=["settings"])
+
+
 OUTPUT_HELP = ("the output: a file (.jsonl, .csv or .warc, .gz compresses; a spider job's "
                "items: .jsonl, .json, .csv or .xml as Scrapy writes them, or an s3:// URI), - "
                "for standard output, or a format name for standard output in it")

@@ -273,12 +273,14 @@ class Command(PlatformCommand):
             job = crawling.job_named(opts["recrawl"])
             if not jobs.recrawl(job):
                 raise CommandError(f"job {job.pk} is {job.state}; only an ended job is recrawled")
+            crawling.output_replaces_feeds_again(job, opts["output"])
             self.say(f"job {job.pk} ({job.name}): run {job.run} started", crawl_job=job.pk)
             return job
         if opts["resume"] is not None:
             job = crawling.job_named(opts["resume"])
             if job.state in TERMINAL_STATES:
                 raise CommandError(f"job {job.pk} is {job.state}; nothing to resume")
+            crawling.output_replaces_feeds_again(job, opts["output"])
             if fresh_broker:
                 # The private broker starts empty and no other worker can hold a lease on it.
                 n = jobs.requeue_in_flight(job.pk)
