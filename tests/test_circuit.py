@@ -86,7 +86,7 @@ def test_open_hosts_names_the_open_ones_of_many_with_their_reasons(redis):
 
 def test_a_host_that_answered_keeps_its_patience(redis):
     circuit.answered(1, "h")
-    circuit.record(1, "g", failed=False, answered=True)  # the same mark, with a success
+    circuit.record(1, "g", failed=False, http_answer=True)  # the same mark, with a success
     for host in ("h", "g"):
         for _ in range(5):  # a restart: refused again and again, within CIRCUIT_MIN_SPAN_S
             assert not circuit.record(1, host, failed=True, reason="connection refused",

@@ -82,7 +82,7 @@ def stopped(process: subprocess.Popen, out: Path) -> list[dict]:
         process.wait(timeout=60)
     except subprocess.TimeoutExpired:
         process.send_signal(signal.SIGABRT)  # its faulthandler writes the stacks (started)
-        process.wait(timeout=30)
+        ended(process, 30)
         time.sleep(0.5)
         stacks = out.with_suffix(".err").read_text()[-8000:]
         raise AssertionError(f"{out.name} still ran a minute after SIGTERM:\n{stacks}") from None

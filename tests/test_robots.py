@@ -162,7 +162,8 @@ def test_a_worker_waits_while_another_fetches_robots(redis):
 def test_workers_that_miss_the_stored_copy_at_once_fetch_robots_once(redis):
     # Eight workers ask at the same moment, none holding a copy: one takes the lock and
     # fetches; each other one waits (robots_pending) or, asking after the copy was stored,
-    # takes it. A copy stored while another worker's lock is held is taken, not waited for.
+    # takes it (the read and the lock are one step in Redis, so no copy stored between them
+    # is fetched again). A copy stored while another worker's lock is held is taken.
     workers = 8
     barrier = threading.Barrier(workers)
 

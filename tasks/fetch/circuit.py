@@ -119,6 +119,10 @@ def check(job_id: int, host: str, job=None, *, probe: bool = True) -> State:
     return State(state.decode() if isinstance(state, bytes) else state, text, int(retry_ms) / 1000)
 
 
+def _answered_ms(job) -> int:
+    return max(1, int(setting("CIRCUIT_ANSWERED_S", job) * 1000))
+
+
 def record(
     job_id: int,
     host: str,
@@ -126,15 +130,14 @@ def record(
     failed: bool,
     reason: str = "",
     definitive: bool = False,
-    answered: bool = False,
+    http_answer: bool = False,
     job=None,
 ) -> bool:
     """Report a request's result for the host; True if this failure opened its circuit.
     ``definitive``: the failure says the host is not there (it opens a never-answered host's
-    circuit at once). ``answered``: a success that was an HTTP answer, which marks the host
+    circuit at once). ``http_answer``: a success that was an HTTP answer, which marks the host
     answered (``answered``) in the same round trip."""
-    answered = answered and not failed
-    answered_ms = max(1, int(setting("CIRCUIT_ANSWERED_S", job) * 1000)) if answered else 0
+    answered_ms = _answered_ms(job) if http_answer and not failed else 0
     return bool(
         script(_RECORD)(
             keys=[key(job_id, host), answered_key(job_id, host), OPENED],
@@ -153,8 +156,7 @@ def record(
 
 def answered(job_id: int, host: str, job=None) -> None:
     """The host gave an HTTP response in this job: its later refusals get the patience above."""
-    ttl = setting("CIRCUIT_ANSWERED_S", job)
-    client().set(answered_key(job_id, host), "1", px=max(1, int(ttl * 1000)))
+    client().set(answered_key(job_id, host), "1", px=_answered_ms(job))
 
 
 _OPEN_OF = (
@@ -162,9 +164,10 @@ _OPEN_OF = (
     + """
 local out = {}
 for i, k in ipairs(KEYS) do
-  if tonumber(redis.call('HGET', k, 'open_until') or '0') > now then
+  local h = redis.call('HMGET', k, 'open_until', 'reason')
+  if tonumber(h[1] or '0') > now then
     out[#out + 1] = i
-    out[#out + 1] = redis.call('HGET', k, 'reason') or ''
+    out[#out + 1] = h[2] or ''
   end
 end
 return out

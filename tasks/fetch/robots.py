@@ -122,7 +122,7 @@ def _fetch_through_circuit(url: str, user_agent: str, job) -> dict | None:
             entry.update(open=True, message=f"circuit opened: robots.txt: {entry['message']}")
         return entry
     # the host answered: any failures in a row are over (robots.txt is fetched rarely)
-    circuit.record(job.pk, host, failed=False, answered=bool(entry["status"]), job=job)
+    circuit.record(job.pk, host, failed=False, http_answer=bool(entry["status"]), job=job)
     return entry
 
 
