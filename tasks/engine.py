@@ -272,33 +272,35 @@ def _process_claimed(
         return antibot.proxy_failed(claimed, host, passage, exc)
     if (state := antibot.warm_session(claimed, cache, host, passage, session)) is not None:
         return state  # the warm-up page took this slot
-    fetched = _fetch(claimed, cache, host, passage, session, rendering)
-    theirs = _the_spiders_answer(claimed, fetched)
-    banned = None if theirs else antibot.ban(job, host, fetched.resp, fetched.outcome)
+    takes = callbacks.takes(job, claimed.url.request) if job.spider else _NOTHING_TAKEN
+    fetched = _fetch(claimed, cache, host, passage, session, rendering, takes)
+    blocked = antibot.ban(job, host, fetched.resp, fetched.outcome)
+    theirs = _the_spiders_answer(fetched, takes)  # asked for by the callback: no block
+    banned = None if theirs else blocked
     outcome = gates.classify(claimed, cache, host, passage.slot, fetched, banned)
     sessions.save(job.pk, host, passage.who.key, session.jar, session.visitor.set_cookies)
     if banned is not None:
         if (state := refusals.judge(claimed, cache, host, passage, session, banned)) is not None:
             return state  # the identity's refusal (or a warm-up first): it waits, attempt kept
-    elif not theirs:  # the callback's own answer: no refusal, nothing for the ladder to learn
-        if (state := refusals.suspected(claimed, cache, host, passage, session, outcome)):
+    else:
+        if not theirs and (state := refusals.suspected(claimed, cache, host, passage, session,
+                                                       outcome)):  # fmt: skip
             return state  # a reset or a 503 that refuses the identity: as a ban
-        antibot.count_answer(claimed, host, passage, fetched, outcome)
+        antibot.count_answer(claimed, host, passage, fetched, outcome, let_in=blocked is None)
     return _record(claimed, cache, fetched, banned if banned is not None else outcome, rendering)
 
 
-def _the_spiders_answer(claimed: Claim, fetched: fetching.Fetched) -> bool:
+_NOTHING_TAKEN = callbacks.Takes(False, ())  # a crawl's URL: no callback to take answers
+
+
+def _the_spiders_answer(fetched: fetching.Fetched, takes: callbacks.Takes) -> bool:
     """An answer that is not 2xx and whose status the spider request's callback takes
     (``handle_httpstatus_list``, ``handle_httpstatus_all``, ``HTTPERROR_ALLOWED_CODES``): it
     goes to the callback as Scrapy gives it, a 403 or a 429 included, not to the anti-bot
     ladder as a block (``docs/spiders.md``, "How a request runs")."""
-    if not claimed.job.spider:
-        return False
     answer = fetched.resp if fetched.resp is not None else fetched.outcome
     status = getattr(answer, "status", None) or 0
-    return not 200 <= status < 300 and status > 0 and callbacks.takes_status(
-        claimed.job, claimed.url.request, status
-    )
+    return takes.errors and status > 0 and not 200 <= status < 300 and takes.status(status)
 
 
 def _slot_still_its_own(job: CrawlJob, resumed: _Aside) -> bool:
@@ -342,6 +344,7 @@ def _fetch(
     passage: gates.Passage,
     session: antibot.Session,
     rendering: bool,
+    takes: callbacks.Takes,
 ) -> fetching.Fetched:
     """The request, plain or rendered (a recrawl's conditional one if the previous run kept
     validators), sent in ``passage``'s slot of ``host`` (``gates.leave``): its answer, or the
@@ -351,7 +354,6 @@ def _fetch(
     resp = None
     asked = claimed.url.request  # a spider's request: method, headers, body, cookies
     conditional = None if rendering or asked else pages.validators(claimed)
-    takes = callbacks.takes(job, asked) if job.spider else callbacks.Takes(False, ())
     anywhere = bool(asked) and rows.leaves_domains(asked.get("dont_filter"), asked.get("meta"))
     started = time.monotonic()
     metrics.IN_FLIGHT.inc()

@@ -676,6 +676,12 @@ def test_a_callbacks_meta_has_scrapys_depth_latency_and_redirect_urls():
     redirected = callbacks.response_of(fetched, posted, 3).request
     assert (redirected.url, redirected.method, redirected.body) == ("http://s.test/c", "GET", b"")
     assert redirected.headers.to_unicode_dict() == {"X-Mine": "kept"}
+    refreshed = Request("http://s.test/a", meta={"redirect_times": 1, "redirect_urls": [
+        "http://s.test/r"], "redirect_reasons": ["meta refresh"]})  # a meta refresh's request
+    meta = callbacks.response_of(fetched, refreshed, 3).meta
+    assert (meta["redirect_times"], meta["redirect_urls"], meta["redirect_reasons"]) == (
+        3, ["http://s.test/r", "http://s.test/a", "http://s.test/b"],
+        ["meta refresh", 301, 302])  # added to, as Scrapy's middlewares add: the cap holds
 
 
 def test_items_declare_their_fields_as_scrapys():

@@ -201,16 +201,20 @@ def response_of(resp: fetching.Response, request: Request, depth: int = 0) -> Re
     ``XmlResponse``, ...: ``crawlplatform/spiders/responsetypes.py``), its URL without a
     fragment, as Scrapy's download handler gives it; its ``meta`` has what Scrapy's
     middlewares put there: ``depth``, ``download_latency`` and, after redirects,
-    ``redirect_urls``, ``redirect_times`` and ``redirect_reasons``. After redirects its
-    ``request`` is the last hop's, as Scrapy's ``RedirectMiddleware`` makes it: the target's
-    URL, a GET where a redirect turned a POST into one."""
-    request.meta["depth"] = depth
-    request.meta["download_latency"] = resp.elapsed
+    ``redirect_urls``, ``redirect_times`` and ``redirect_reasons``, added to those the request
+    carried (a meta refresh's). After redirects its ``request`` is the last hop's, as Scrapy's
+    ``RedirectMiddleware`` makes it: the target's URL, a GET where a redirect turned a POST
+    into one."""
+    meta = request.meta
+    meta["depth"] = depth
+    meta["download_latency"] = resp.elapsed
     if resp.redirects:
-        request.meta["redirect_urls"] = [request.url, *resp.redirects[:-1]]
-        request.meta["redirect_times"] = len(resp.redirects)
+        meta["redirect_urls"] = [*meta.get("redirect_urls", []), request.url,
+                                 *resp.redirects[:-1]]  # fmt: skip
+        meta["redirect_times"] = meta.get("redirect_times", 0) + len(resp.redirects)
         if len(resp.redirect_statuses) == len(resp.redirects):
-            request.meta["redirect_reasons"] = list(resp.redirect_statuses)
+            meta["redirect_reasons"] = [*meta.get("redirect_reasons", []),
+                                        *resp.redirect_statuses]  # fmt: skip
         request = _redirected(request, resp)
     for name, value in resp.http.get("request") or ():  # as it went out, as Scrapy's has them
         request.headers.setdefault(name, value)
@@ -228,7 +232,7 @@ def _redirected(request: Request, resp: fetching.Response) -> Request:
     redirected = request.replace(url=resp.redirects[-1])
     if resp.method != request.method:
         redirected = redirected.replace(method=resp.method, body=b"")
-        for name in refresh.BODY_HEADERS:
+        for name in fetching.BODY_HEADERS:
             redirected.headers.pop(name, None)
     return redirected
 
@@ -396,6 +400,11 @@ class Takes(NamedTuple):
 
     errors: bool  # it may take an error answer (``handles``): the body is read whole
     redirects: tuple[int, ...]  # the redirect statuses it takes as its answer, not followed
+    statuses: Collection[int] | None = ()  # the error statuses it takes (None: all)
+
+    def status(self, status: int) -> bool:
+        """Whether the callback takes an answer of ``status`` (not 2xx)."""
+        return self.statuses is None or status in self.statuses
 
 
 def takes(job: CrawlJob, kept: dict | None) -> Takes:
@@ -412,21 +421,10 @@ def takes(job: CrawlJob, kept: dict | None) -> Takes:
     errors = taken is None or bool(taken)
     meta = kept.get("meta") or {}
     if meta.get("dont_redirect") or meta.get("handle_httpstatus_all"):
-        return Takes(errors, REDIRECTS)
+        return Takes(errors, REDIRECTS, taken)
     asked = _statuses(meta.get("handle_httpstatus_list", ()), "", quiet=True)
     own = _statuses(getattr(cls, "handle_httpstatus_list", None) or (), "", quiet=True)
-    return Takes(errors, tuple(s for s in REDIRECTS if s in asked or s in own))
-
-
-def takes_status(job: CrawlJob, kept: dict | None, status: int) -> bool:
-    """Whether the request's callback takes an answer of ``status`` (not 2xx), before the
-    spider object is at hand (``handles``)."""
-    try:
-        cls = spiders.load(job.spider)
-    except spiders.SpiderUnavailable:
-        return False
-    taken = _taken(cls, kept or {}, quiet=True)
-    return taken is None or status in taken
+    return Takes(errors, tuple(s for s in REDIRECTS if s in asked or s in own), taken)
 
 
 def handles(spider: Spider, kept: dict, status: int | None) -> bool:
@@ -466,14 +464,19 @@ def _statuses(listed: Any, what: str, quiet: bool) -> Collection[int]:
 
 
 def _answer(claimed: Claim, outcome: outcomes.CrawlOutcome) -> fetching.Response:
-    """An HTTP error's answer (its headers and body, kept with the outcome) as a response."""
-    url = (claimed.url.request or {}).get("url") or claimed.url.url
+    """An HTTP error's answer (its headers and body, kept with the outcome, and the redirects
+    before it) as a response."""
+    kept = claimed.url.request or {}
+    url = kept.get("url") or claimed.url.url
     header = next((v for k, v in outcome.headers.items() if k.lower() == "content-type"), "")
     return fetching.Response(url=url, final_url=outcome.url or url, status=outcome.status or 0,
                              content_type=header.split(";", 1)[0].strip().lower(),
                              content_type_header=header, body=outcome.body,
-                             truncated=outcome.truncated,
-                             elapsed=0.0, headers=dict(outcome.headers))  # fmt: skip
+                             truncated=outcome.truncated, elapsed=0.0,
+                             redirects=list(outcome.redirects),
+                             redirect_statuses=list(outcome.redirect_statuses),
+                             method=outcome.method or kept.get("method", "GET"),
+                             headers=dict(outcome.headers))  # fmt: skip
 
 
 def _errback(claimed: Claim, cache: JobCache, outcome: outcomes.CrawlOutcome, spider: Spider,
@@ -487,7 +490,8 @@ def _errback(claimed: Claim, cache: JobCache, outcome: outcomes.CrawlOutcome, sp
         try:
             if answer is not None:
                 pipes.received(answer)
-            yielded = call(spider, kept["errback"], Failure(outcome, request, answer), {}, job)
+            failure = Failure(outcome, request if answer is None else answer.request, answer)
+            yielded = call(spider, kept["errback"], failure, {}, job)
             new = new_requests(claimed, cache, spider, yielded.requests, pipes.scheduled)
         except (outcomes.SpiderError, outcomes.SpiderTimeout) as exc:
             log.warning("job=%s url=%s: errback failed: %s", job.pk, claimed.url.url, exc)

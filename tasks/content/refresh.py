@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 from w3lib.html import get_meta_refresh
 
 from crawlplatform.spiders import HtmlResponse, Request, Response
+from tasks.fetch import fetching
 
 _REFRESH_WITHIN = 4096 * 4  # bytes that hold the first 4096 characters in any encoding
 
@@ -21,11 +22,6 @@ def _may_refresh(body: bytes) -> bool:
     seventh of what a case-blind regex takes over them (7 µs a 10 KB page, against 42): the
     regex tries every position, where ``bytes.find`` skips ahead."""
     return b"refresh" in body[:_REFRESH_WITHIN].lower()
-
-
-# A request's headers about its body, dropped where a redirect turns it into a GET
-BODY_HEADERS = ("Content-Type", "Content-Length", "Content-Encoding", "Content-Language",
-                "Content-Location")  # fmt: skip
 
 
 def meta_refresh(response: Response, request: Request, max_redirects: int) -> Request | None:
@@ -47,7 +43,7 @@ def meta_refresh(response: Response, request: Request, max_redirects: int) -> Re
     if times > max_redirects:
         return None  # the page is the callback's, as Scrapy's is once it gives up
     redirected = request.replace(url=url, method="GET", body=b"", cookies=None)
-    for name in BODY_HEADERS:
+    for name in fetching.BODY_HEADERS:
         redirected.headers.pop(name, None)
     redirected.meta.update(redirect_times=times, redirect_urls=[
         *request.meta.get("redirect_urls", []), request.url], redirect_reasons=[

@@ -252,12 +252,14 @@ def count_answer(
     passage: gates.Passage,
     fetched: fetching.Fetched,
     outcome: outcomes.CrawlOutcome | None,
+    let_in: bool = True,
 ) -> None:
     """Not a ban: a success for a host the ladder watches if the site answered (its identity's
-    run of rests ends), and the proxy's tally."""
+    run of rests ends), and the proxy's tally. Not ``let_in``: an answer the ladder would
+    take for a block, which a spider's callback asked for: the proxy's tally alone."""
     job, slot, who = claimed.job, passage.slot, passage.who
     answered = fetched.resp is not None or (outcome is not None and bool(outcome.status))
-    if answered and (slot.ladder or slot.ban_streak):  # the site let us in: a success
+    if let_in and answered and (slot.ladder or slot.ban_streak):  # the site let us in
         ladder.signal(job, host, banned=False)
         identity.answered(job, host, who)
     if who.proxy_id:

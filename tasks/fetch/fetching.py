@@ -66,6 +66,12 @@ def limits_for(job: CrawlJob, whole_errors: bool = False,
     )
 
 
+# A request's headers about its body, dropped where a redirect turns it into a GET (as Scrapy's
+# RedirectMiddleware drops them)
+BODY_HEADERS = ("Content-Type", "Content-Length", "Content-Encoding", "Content-Language",
+                "Content-Location")  # fmt: skip
+
+
 @dataclass
 class Response:
     url: str  # the URL asked for
@@ -253,10 +259,17 @@ class Visitor:
 _SESSION_HEADERS = default_headers()
 
 
-def _evidence(failure: outcomes.CrawlOutcome, resp: requests.Response, limits: FetchLimits,
-              started: float) -> outcomes.CrawlOutcome:  # fmt: skip
-    """Attach what the server answered (headers, the start of the body) to an HTTP failure."""
+def _evidence(
+    failure: outcomes.CrawlOutcome,
+    resp: requests.Response,
+    limits: FetchLimits,
+    started: float,
+    hops: tuple[list[str], list[int], str],
+) -> outcomes.CrawlOutcome:
+    """Attach what the server answered (headers, the start of the body) to an HTTP failure,
+    and the redirects followed before it (``hops``: their URLs, statuses, the last method)."""
     failure.headers = dict(resp.headers)
+    failure.redirects, failure.redirect_statuses, failure.method = hops
     try:
         small = FetchLimits(limits.connect_timeout, limits.read_timeout, limits.deadline,
                             limits.evidence_bytes or setting("EVIDENCE_MAX_BYTES"),
@@ -401,7 +414,7 @@ def fetch(
                 failure = outcomes.RedirectNotFollowed(f"HTTP {resp.status_code}",
                                                        status=resp.status_code)  # fmt: skip
                 failure.url = current
-                raise _evidence(failure, resp, limits, started)
+                raise _evidence(failure, resp, limits, started, (redirects, statuses, method))
             if resp.is_redirect and "location" in resp.headers:
                 target = _redirect_target(current, resp.headers["location"])
                 if target in seen:
@@ -416,7 +429,7 @@ def fetch(
                 current = target
                 if resp.status_code in _BECOMES_GET and method not in ("GET", "HEAD"):
                     method, body = "GET", None
-                    for name in ("Content-Type", "Content-Length"):
+                    for name in BODY_HEADERS:
                         headers.pop(name, None)
                 continue
             failure = outcomes.from_status(
@@ -426,7 +439,7 @@ def fetch(
                 failure = outcomes.ProxyFailed("the proxy refused its credentials (HTTP 407)")
             if failure is not None:
                 failure.url = current
-                raise _evidence(failure, resp, limits, started)
+                raise _evidence(failure, resp, limits, started, (redirects, statuses, method))
             try:
                 body, truncated, raw_body = _read_body(resp, limits, started)
             except (requests.RequestException, urllib3.exceptions.HTTPError) as exc:

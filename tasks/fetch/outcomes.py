@@ -91,6 +91,9 @@ class CrawlOutcome(Exception):
         self.body = b""
         self.truncated = False  # the body is not all the answer had (a cap, or cut short)
         self.screenshot: bytes | None = None  # a rendered answer's picture (PNG), for review
+        self.redirects: list[str] = []  # an HTTP failure's: the hops followed before its answer
+        self.redirect_statuses: list[int] = []  # ... and their statuses
+        self.method = ""  # ... and the method its answer was asked with
 
     @property
     def overload(self) -> bool:
