@@ -3,12 +3,13 @@ that a ported errback's ``failure.check(HttpError)``, ``failure.check(TimeoutErr
 TCPTimedOutError)`` (older Scrapy) or ``failure.check(DownloadTimeoutError)`` (Scrapy 2.19)
 takes the branch it takes under Scrapy.
 
-A failure's ``value`` is the platform's outcome (its ``reason`` is the URL's outcome code),
-but for an answer that is not 2xx: that is an ``HttpError``, as Scrapy's ``HttpErrorMiddleware``
-raises it (``isinstance(failure.value, HttpError)`` holds; its ``reason`` and ``status`` are the
-outcome's). ``kinds_of`` gives the classes here that an outcome stands for, and
-``Failure.check`` matches those, and the outcome's own, by class or by name (so Scrapy's and
-Twisted's own classes match too).
+A failure's ``value`` is the exception Scrapy 2.19 raises for what the request met, so that
+``isinstance`` holds as under it: an ``HttpError`` for an answer that is not 2xx, as Scrapy's
+``HttpErrorMiddleware`` raises it; for a request with no answer, the 2.19 class its outcome
+stands for (``as_raised``); else the platform's outcome. Each has the outcome's ``reason`` (the
+URL's outcome code) and ``status`` (``carrying``). ``kinds_of`` gives the classes here that an
+outcome stands for, and ``Failure.check`` matches those, and the outcome's own, by class or by
+name (so Scrapy's and Twisted's own classes match too).
 """
 
 from __future__ import annotations
@@ -173,11 +174,13 @@ def as_raised(outcome: BaseException) -> Exception | None:
     where Scrapy names none of its own (the platform's outcome stands)."""
     kinds = kinds_of(outcome)
     raised = next((kind for kind in _RAISED if kind in kinds), None)
-    if raised is None:
-        return None
-    error = raised(str(outcome))
+    return None if raised is None else carrying(raised(str(outcome)), outcome)
+
+
+def carrying(error: Exception, outcome: BaseException) -> Exception:
+    """``error``, raised for the platform's ``outcome``: with its ``reason`` and ``status``,
+    and the outcome as its cause."""
     error.reason = getattr(outcome, "reason", "")
     error.status = getattr(outcome, "status", None)
     error.__cause__ = outcome
     return error
-

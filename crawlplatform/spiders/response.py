@@ -25,7 +25,7 @@ from w3lib.encoding import (
 )
 from w3lib.html import get_base_url
 
-from crawlplatform.spiders.errors import HttpError, as_raised, kinds_of
+from crawlplatform.spiders.errors import HttpError, as_raised, carrying, kinds_of
 from crawlplatform.spiders.headers import Headers
 from crawlplatform.spiders.http import Callback, Request, safe_url
 from crawlplatform.spiders.link import Link
@@ -437,8 +437,8 @@ class Failure:
     def __init__(self, value: BaseException, request: Request, response: Response | None = None):
         self._outcome = value
         answered = response is not None and not isinstance(value, HttpError)
-        if answered and HttpError in kinds_of(value):
-            value = _http_error(value, response)
+        if answered and HttpError in kinds_of(value):  # as Scrapy's HttpErrorMiddleware
+            value = carrying(HttpError(response, "Ignoring non-200 response"), value)
         elif response is None and not isinstance(value, HttpError):
             value = as_raised(value) or value
         self.value = value
@@ -479,13 +479,3 @@ class Failure:
 
     def __repr__(self) -> str:
         return f"<Failure {self.type.__name__}: {self.value}>"
-
-
-def _http_error(outcome: BaseException, response: Response) -> HttpError:
-    """The ``HttpError`` Scrapy's middleware raises for an answer it does not let through,
-    with the platform's ``outcome`` as its cause and its ``reason`` and ``status``."""
-    error = HttpError(response, "Ignoring non-200 response")
-    error.reason = getattr(outcome, "reason", "")
-    error.status = getattr(outcome, "status", None)
-    error.__cause__ = outcome
-    return error
