@@ -233,7 +233,8 @@ STATS_READ_SHARE = 0.05  # ... or longer: a read is kept its cost / this (a pass
 STATS_PAGE_MAX_NAMES = 1000  # stats one page (or one open, close, start) may change; more raise
 
 # Feeds of spider jobs, Scrapy's settings of these names (tasks/content/feeds.py, docs/spiders.md):
-# a spider's custom_settings of the same name win, as in Scrapy; a job cannot set them
+# a spider's custom_settings of the same name win, as in Scrapy; a job cannot set them (it may
+# turn them off: SPIDER_FEEDS)
 FEEDS = ""  # JSON {URI: options} as Scrapy's FEEDS, written when a spider job's run finishes
 SPIDER_FEEDS = True  # a spider job writes its FEEDS; crawl --output turns it off, as Scrapy's -o
 FEED_EXPORT_ENCODING = ""  # encoding of the feeds ("": UTF-8, JSON's non-ASCII as \u escapes)

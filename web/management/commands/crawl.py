@@ -271,9 +271,9 @@ class Command(PlatformCommand):
     def _job(self, opts: dict, fresh_broker: bool) -> CrawlJob:
         if opts["recrawl"] is not None:
             job = crawling.job_named(opts["recrawl"])
+            crawling.output_replaces_feeds_again(job, opts["output"])  # before its run starts
             if not jobs.recrawl(job):
                 raise CommandError(f"job {job.pk} is {job.state}; only an ended job is recrawled")
-            crawling.output_replaces_feeds_again(job, opts["output"])
             self.say(f"job {job.pk} ({job.name}): run {job.run} started", crawl_job=job.pk)
             return job
         if opts["resume"] is not None:
