@@ -269,3 +269,25 @@ def test_robots_txt_goes_through_the_jobs_proxy_under_its_guard(redis, monkeypat
     assert [who for who, _, _ in site.served["/robots.txt"]] == ["127.0.0.1", "127.0.0.2"]
     assert proxy.requests == 1
     robots.forget()
+
+
+def test_an_answer_a_spider_asked_for_counts_for_its_proxy_and_tells_the_ladder_nothing(redis):
+    # A 403 a spider's callback takes (handle_httpstatus_list) is no block: its proxy answered
+    # (its run of failures ends), but the host did not let a page in (its run of refusals goes
+    # on). An answer that lets a page in ends both.
+    from tasks.fetch import antibot, fetching, gates, ladder, outcomes, politeness
+
+    j, host = job(), "shop.test"
+    who = identity.Identity(AGENTS[0], POOL[0], 0)
+    for _ in range(2):
+        proxies.record(j.pk, who.proxy_id, "errors", job=j)
+    ladder.signal(j, host, banned=True)
+    slot = politeness.Slot(granted=True, wait=0.0, token="", circuit=False, ban_streak=True)
+    refused = outcomes.ClientError("HTTP 403", status=403)
+    fetched = fetching.Fetched(None, refused, 0.1, False)
+    claimed = SimpleNamespace(job=j)
+    antibot.count_answer(claimed, host, gates.Passage(slot, who), fetched, refused, let_in=False)
+    assert redis.hget(proxies.key(j.pk, who.proxy_id), "streak") == b"0"
+    assert redis.hget(ladder.key(j.pk, host), "streak") == b"1"
+    antibot.count_answer(claimed, host, gates.Passage(slot, who), fetched, refused)
+    assert not redis.exists(ladder.key(j.pk, host))
