@@ -660,13 +660,20 @@ def test_a_callbacks_meta_has_scrapys_depth_latency_and_redirect_urls():
             "protocol": "HTTP/1.1", "request": [["User-Agent", "ua/1"], ["Accept", "*/*"]]},
     )  # fmt: skip
     asked = Request("http://s.test/a", meta={"m": 1}, headers={"Accept": "text/html"})
-    response = callbacks.response_of(fetched, asked, 3)
+    response = callbacks.response_of(fetched, asked, 3, 60.0)
     assert (response.protocol, response.request.headers.to_unicode_dict()) == (
         "HTTP/1.1", {"Accept": "text/html", "User-Agent": "ua/1"})  # as sent; its own kept
     assert (response.url, response.meta) == ("http://s.test/c", {
-        "m": 1, "depth": 3, "download_latency": 0.25, "redirect_times": 2,
+        "m": 1, "depth": 3, "download_latency": 0.25, "download_slot": "s.test",
+        "download_timeout": 60.0, "redirect_times": 2,
         "redirect_urls": ["http://s.test/a", "http://s.test/b"],
         "redirect_reasons": [301, 302]})  # fmt: skip
+    # A start request (depth 0) says so, as Scrapy's StartSpiderMiddleware marks it; a request's
+    # own download_timeout is kept, as Scrapy's DownloadTimeoutMiddleware keeps it.
+    started = Request("http://S.test:8080/a", meta={"download_timeout": 2.5})
+    assert {k: v for k, v in callbacks.response_of(fetched, started, 0, 60.0).meta.items()
+            if k in ("download_slot", "download_timeout", "is_start_request")} == {
+        "download_slot": "s.test", "download_timeout": 2.5, "is_start_request": True}  # fmt: skip
     # As Scrapy's RedirectMiddleware: the response's request is the last hop's, and a POST
     # that a 302 turned into a GET lost its body and the body's headers.
     assert (response.request.url, response.request.method) == ("http://s.test/c", "GET")

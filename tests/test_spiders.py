@@ -512,6 +512,14 @@ def test_error_answers_go_to_the_callback_where_the_request_or_spider_handles_th
         ("/refused/503", 503, "503 at /refused/503", None, None, None),
         ("/slow/1", None, None, False, True, "DownloadTimeoutError"),  # 0.5 s, not the job's 30
     ]
+    # What Scrapy 2.19's middlewares and downloader put in a start request's meta before it is
+    # sent, its own download_timeout kept; depth only where an answer came back (Scrapy's
+    # DepthMiddleware sets it on the response).
+    deadline = setting("FETCH_DEADLINE_S", job)
+    assert {i["url"].removeprefix(site.base): i["sent"] for i in kept(job) if "sent" in i} == {
+        "/broken/4": [0, "127.0.0.1", deadline, True],
+        "/missing/2": [0, "127.0.0.1", deadline, True],
+        "/slow/1": [None, "127.0.0.1", 0.5, True]}  # fmt: skip
     rows = {u.removeprefix(site.base): (state, reason, attempts)
             for u, state, reason, attempts in FrontierURL.objects.filter(job=job).values_list(
                 "url", "state", "error_reason", "attempts")}  # fmt: skip

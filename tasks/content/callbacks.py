@@ -28,7 +28,7 @@ import time
 import traceback
 from collections.abc import Callable, Collection, Iterable
 from typing import Any, NamedTuple
-from urllib.parse import urldefrag
+from urllib.parse import urldefrag, urlsplit
 
 from lxml import etree
 
@@ -196,16 +196,19 @@ def call(spider: Spider, name: str, response: Any, kwargs: dict, job: CrawlJob) 
     return Yielded(items, requests, closing)
 
 
-def response_of(resp: fetching.Response, request: Request, depth: int = 0) -> Response:
+def response_of(resp: fetching.Response, request: Request, depth: int = 0,
+                deadline: float | None = None) -> Response:  # fmt: skip
     """What a callback sees of a fetched answer: the class Scrapy gives it (``HtmlResponse``,
     ``XmlResponse``, ...: ``crawlplatform/spiders/responsetypes.py``), its URL without a
     fragment, as Scrapy's download handler gives it; its ``meta`` has what Scrapy's
-    middlewares put there: ``depth``, ``download_latency`` and, after redirects,
+    middlewares and downloader put there: ``depth``, ``download_latency``, ``download_slot``
+    (the host), ``download_timeout`` (the request's own, else the job's ``deadline``),
+    ``is_start_request`` at depth 0 (the spider's start) and, after redirects,
     ``redirect_urls``, ``redirect_times`` and ``redirect_reasons``, added to those the request
     carried (a meta refresh's). After redirects its ``request`` is the last hop's, as Scrapy's
     ``RedirectMiddleware`` makes it: the target's URL, a GET where a redirect turned a POST
     into one."""
-    meta = request.meta
+    meta = sent_meta(request, depth, deadline)
     meta["depth"] = depth
     meta["download_latency"] = resp.elapsed
     if resp.redirects:
@@ -224,6 +227,21 @@ def response_of(resp: fetching.Response, request: Request, depth: int = 0) -> Re
     cls = class_for(resp.content_type_header, resp.body, url, disposition)
     return cls(url, status=resp.status, headers=headers, body=resp.body, request=request,
                protocol=resp.http.get("protocol"))
+
+
+def sent_meta(request: Request, depth: int, deadline: float | None) -> dict:
+    """``request.meta`` with what Scrapy's middlewares and downloader put in it before the
+    download: ``download_slot``, ``download_timeout``, ``is_start_request`` on a start request
+    (depth 0), ``depth`` on any other."""
+    meta = request.meta
+    if depth:
+        meta["depth"] = depth
+    meta.setdefault("download_slot", urlsplit(request.url).hostname or "")
+    if deadline is not None:
+        meta.setdefault("download_timeout", deadline)
+    if depth == 0:
+        meta.setdefault("is_start_request", True)
+    return meta
 
 
 def _redirected(request: Request, resp: fetching.Response) -> Request:
@@ -307,7 +325,7 @@ def _store(claimed: Claim, cache: JobCache, resp: fetching.Response, spider: Spi
     redirect = _redirect(claimed, cache, resp, request)
     if redirect and not redirect_target_free(claimed, redirect.target, redirect.take_queued):
         return duplicate_redirect(claimed, redirect.target, resp.status)  # no callback to run
-    response = response_of(resp, request, claimed.url.depth)
+    response = response_of(resp, request, claimed.url.depth, setting("FETCH_DEADLINE_S", job))
     with stats.bound(stats.Pending(job.pk)) as changed:  # committed with the page, or never
         try:
             refreshed = refresh.meta_refresh(response, response.request,
@@ -483,9 +501,11 @@ def _errback(claimed: Claim, cache: JobCache, outcome: outcomes.CrawlOutcome, sp
              pipes: itempipes.Pipelines) -> str:  # fmt: skip
     job, kept = claimed.job, claimed.url.request or {}
     request = rows.request_of(claimed.url.url, kept, claimed.url.priority)
-    answer = None
+    answer, deadline = None, setting("FETCH_DEADLINE_S", job)
     if outcome.status is not None:  # an HTTP error: failure.value.response
-        answer = response_of(_answer(claimed, outcome), request, claimed.url.depth)
+        answer = response_of(_answer(claimed, outcome), request, claimed.url.depth, deadline)
+    else:
+        sent_meta(request, claimed.url.depth, deadline)
     with stats.bound(stats.Pending(job.pk)) as changed:  # committed with the URL's end
         try:
             if answer is not None:

@@ -46,16 +46,16 @@ def parse_url(job: CrawlJob, url: str, callback: str = "", cb_kwargs: dict | Non
             raise decision.failure
         if not decision.allowed:
             raise outcomes.RobotsDisallowed(f"robots.txt forbids {url} ({decision.reason})")
-    cache = cache_for(job)
+    cache, limits = cache_for(job), fetching.limits_for(job)
     resp = fetching.fetch(
-        url, user_agent=agent, limits=fetching.limits_for(job), allow=guard.allowed(job),
+        url, user_agent=agent, limits=limits, allow=guard.allowed(job),
         in_scope=lambda u: bool(in_scope(cache, u)),
         visitor=fetching.Visitor(headers=dict(job.headers or {})),
     )  # fmt: skip
     if rules:  # called back as a crawl calls back the rule's requests: through _callback
         callback, meta = "_callback", {**(meta or {}), "rule": rule_for(spider, resp.final_url)}
     request = Request(url, callback=callback or None, cb_kwargs=cb_kwargs, meta=meta)
-    response = callbacks.response_of(resp, request)
+    response = callbacks.response_of(resp, request, deadline=limits.deadline)
     yielded = callbacks.call(spider, callback or callbacks.DEFAULT_CALLBACK, response,
                              request.cb_kwargs, job)  # fmt: skip
     pipes = items.Pipelines(spider)

@@ -71,7 +71,9 @@ class Statuses(Spider):
     def failed(self, failure):
         yield {"url": failure.request.url, "http_error": http_error(failure),
                "timeout": bool(failure.check(TimeoutError)),
-               "raised": type(failure.value).__name__}  # fmt: skip
+               "raised": type(failure.value).__name__,
+               "sent": [failure.request.meta.get(key) for key in (
+                   "depth", "download_slot", "download_timeout", "is_start_request")]}  # fmt: skip
 
 
 class Unfollowed(Spider):
