@@ -53,6 +53,13 @@ class Handler(BaseHTTPRequestHandler):
             self.reply(302, Location=f"/chain/{n - 1}") if n else self.reply(200)
         elif path in ("/loop/a", "/loop/b"):
             self.reply(301, Location="/loop/b" if path.endswith("a") else "/loop/a")
+        elif path == "/gate":  # a cookie check: sets one and redirects to the page itself
+            if "checked=1" in (self.headers.get("Cookie") or ""):
+                self.reply(200, b"<title>inside</title>")
+            else:
+                self.reply(302, Location="/gate", Set_Cookie="checked=1; Path=/")
+        elif path == "/gate-forever":  # a new cookie each time: never a loop, never an end
+            self.reply(302, Location="/gate-forever", Set_Cookie=f"n={time.monotonic_ns()}; Path=/")
         elif path == "/bad-location":
             self.reply(302, Location="http://[x")
         elif path == "/offsite":
@@ -187,6 +194,17 @@ def test_too_many_redirects(server):
 def test_redirect_loop_is_told_apart(server):
     with pytest.raises(outcomes.RedirectLoop):
         get(server + "/loop/a")
+
+
+def test_a_redirect_to_itself_with_a_new_cookie_is_no_loop(server):
+    """A site's cookie check sets a cookie and redirects to the page itself: followed with the
+    cookie, the page is reached; only a cookie that changes every time runs into the cap."""
+    resp = get(server + "/gate")
+    gate = server + "/gate"
+    assert (resp.status, resp.final_url, resp.redirects) == (200, gate, [gate])
+    assert b"inside" in resp.body
+    with pytest.raises(outcomes.TooManyRedirects):
+        get(server + "/gate-forever")
 
 
 def test_redirect_out_of_scope_is_not_followed(server):

@@ -5,7 +5,8 @@ Reads ``FETCH_CONNECT_TIMEOUT_S``, ``FETCH_READ_TIMEOUT_S``, ``FETCH_DEADLINE_S`
 leave (pool, name resolution) is ``tasks/fetch/transport.py``.
 
 Redirects are followed here, not by requests, so that the deadline covers every hop, each hop
-is checked against the job's scope, and a loop is told apart from a long chain. Bodies are
+is checked against the job's scope, and a loop (a URL of the chain again, with the same
+cookies) is told apart from a long chain. Bodies are
 read in raw chunks and decoded here (gzip, deflate) with the size cap inside the
 decompressor, so the cap bounds decompressed bytes whatever the library versions. Response
 headers are bounded by http.client (100 headers, 64 KiB a line: ``headers_too_large``).
@@ -338,6 +339,12 @@ def _proxy(asked: str | None, pool: list[str]) -> str | None:
                                    "not set here") from None  # fmt: skip
 
 
+def _jar_state(jar: requests.cookies.RequestsCookieJar) -> frozenset:
+    """The cookies a jar would send: a redirect back to a URL is a loop only if they did not
+    change on the way (a site's cookie check sets one and redirects to the page itself)."""
+    return frozenset((c.domain, c.path, c.name, c.value) for c in jar)
+
+
 # A 301, 302 or 303 to a request other than GET or HEAD is followed with a GET without body,
 # as browsers and Scrapy do; 307 and 308 repeat the request.
 _BECOMES_GET = (301, 302, 303)
@@ -375,7 +382,7 @@ def fetch(
     method, body = asked.method, asked.body or None
     proxies = {"http": visitor.proxy, "https": visitor.proxy} if visitor.proxy else {}
     current = url
-    seen = {url}
+    seen = {(url, _jar_state(visitor.cookies))}
     redirects: list[str] = []
     statuses: list[int] = []
     s = session(allow)
@@ -417,13 +424,14 @@ def fetch(
                 raise _evidence(failure, resp, limits, started, (redirects, statuses, method))
             if resp.is_redirect and "location" in resp.headers:
                 target = _redirect_target(current, resp.headers["location"])
-                if target in seen:
+                visit = (target, _jar_state(visitor.cookies))
+                if visit in seen:
                     raise outcomes.RedirectLoop(f"{current} redirects back to {target}")
                 if len(redirects) >= limits.max_redirects:
                     raise outcomes.TooManyRedirects(f"more than {limits.max_redirects} redirects")
                 if not in_scope(target):
                     raise outcomes.OutOfScope(f"redirect to {target} leaves the job's scope")
-                seen.add(target)
+                seen.add(visit)
                 redirects.append(target)
                 statuses.append(resp.status_code)
                 current = target
