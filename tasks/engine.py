@@ -95,6 +95,7 @@ def _process_claims(claims: list[Claim], job_id: int, rendering: bool) -> list[s
     states: list[str | None] = []
     unstarted, aside = list(claims), []
     began = checked = time.monotonic()
+    slept = gates.slept()
     last: Claim | None = None  # the URL done last
     steps = 0  # URLs done or set aside
     try:
@@ -129,8 +130,12 @@ def _process_claims(claims: list[Claim], job_id: int, rendering: bool) -> list[s
         for claimed in claims:
             leases.let_go(claimed.url.pk)
     if claims:  # work again (new links, retries, URLs given back), or the job's last URL ended
-        # and the slot's time, which sizes the job's fetch messages: a render's is not theirs
-        wakeup.nudge(job_id, time.monotonic() - began, 0 if rendering else len(states))
+        # and the slot's time, which sizes the job's fetch messages: a render's is not theirs,
+        # nor the sleeps for a host's slot, which a larger message spends on its other URLs
+        # (counted, a broad crawl's robots.txt then page, a delay apart, sized its messages
+        # at one URL, each asleep in its slot for the delay: 32 slots made 64 pages/s)
+        busy = time.monotonic() - began - (gates.slept() - slept)
+        wakeup.nudge(job_id, busy, 0 if rendering else len(states))
     return states
 
 

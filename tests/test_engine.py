@@ -253,6 +253,25 @@ def test_a_url_whose_host_slot_opens_later_waits_aside_while_the_message_goes_on
     assert not leases._held
 
 
+def test_a_messages_slot_time_leaves_out_its_sleep_for_a_hosts_slot(redis):
+    """A message of one URL whose host's slot opens a delay later sleeps in its worker slot: the
+    slot time it reports, which sizes the job's messages, leaves that sleep out, since a larger
+    message spends it on its other URLs. (Counted, a broad crawl's robots.txt then page sized
+    its messages at one URL each, every page asleep in its slot for the host's delay.)"""
+    with HostileSite() as polite:
+        job = start(polite, delay=0.6)
+        first, second = _scheduled_on(job, [(polite, "/p/1"), (polite, "/p/2")])
+        pace = wakeup.PACE.format(job=job.pk)
+        assert engine.process_many([first], job.pk) == ["done"]
+        began = time.monotonic()
+        assert engine.process_many([second], job.pk) == ["done"]  # sleeps for its slot
+        wall = time.monotonic() - began
+        reported = float(redis.hget(pace, "s"))
+        assert wall >= 0.6 - ARRIVAL_LAG_S
+        assert reported < wall - 0.4  # both messages' work, without the sleep
+        assert int(redis.hget(pace, "n")) == 2
+
+
 def test_a_request_that_leaves_late_for_its_slot_keeps_the_delay_to_the_next(redis, monkeypatch):
     # /p/1 leaves 0.3 s after its slot opened (a busy worker): /p/2, on time for the slot a
     # delay after /p/1's, would reach the host 0.3 s early, were the next slot not held. (A

@@ -10,6 +10,7 @@ URL's new state when the URL must not be fetched now, else None.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -26,6 +27,12 @@ from web.models import CrawlJob
 
 log = logging.getLogger(__name__)
 Failer = Callable[[Claim, outcomes.CrawlOutcome], str]  # records an outcome, returns the state
+_slept = threading.local()  # seconds this thread has slept for its hosts' slots, in all
+
+
+def slept() -> float:
+    """Seconds this thread has slept in :func:`wait_turn` so far, in all."""
+    return getattr(_slept, "s", 0.0)
 
 
 def robots_txt(claimed: Claim, cache: JobCache, fail: Failer = record_failure) -> str | None:
@@ -80,6 +87,7 @@ def wait_turn(job: CrawlJob, host: str, passage: Passage, opens_at: float | None
     wait = (slot.opens if opens_at is None else opens_at) - time.monotonic()
     if wait > 0:
         time.sleep(wait)  # for the host's slot
+        _slept.s = slept() + wait
     if wait > 0 or opens_at is not None:
         now = replace(identity.current(job, host), jar=who.jar)  # another request may
         if now != who:  # have rotated it meanwhile

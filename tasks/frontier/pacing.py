@@ -119,8 +119,9 @@ class Flow:
 
 class SlotTime:
     """How long a worker slot spends on each of a job's URLs, as its workers report it after
-    each message (``wakeup.PACE``: seconds and URLs, summed): what the workers' slots take
-    per URL measured where it is spent, from a crawl's first pages on. The job's rate tells
+    each message (``wakeup.PACE``: seconds and URLs, summed; a sleep for a host's slot not
+    counted, since a larger message spends it on its other URLs): what the workers' slots
+    take per URL measured where it is spent, from a crawl's first pages on. The job's rate tells
     it only once every slot is busy, which in a crawl's first second it is not."""
 
     def __init__(self) -> None:
