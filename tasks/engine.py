@@ -132,8 +132,9 @@ def _process_claims(claims: list[Claim], job_id: int, rendering: bool) -> list[s
     if claims:  # work again (new links, retries, URLs given back), or the job's last URL ended
         # and the slot's time, which sizes the job's fetch messages: a render's is not theirs,
         # nor the sleeps for a host's slot, which a larger message spends on its other URLs
-        # (counted, a broad crawl's robots.txt then page, a delay apart, sized its messages
-        # at one URL, each asleep in its slot for the delay: 32 slots made 64 pages/s)
+        # (counted, a polite broad crawl's robots.txt then page, a delay apart, sized its
+        # messages at one URL, each page asleep in its slot for the delay). A sleep chosen
+        # over starting another URL (one due within a mean step) is left out with them.
         busy = time.monotonic() - began - (gates.slept() - slept)
         wakeup.nudge(job_id, busy, 0 if rendering else len(states))
     return states

@@ -263,12 +263,12 @@ def test_a_messages_slot_time_leaves_out_its_sleep_for_a_hosts_slot(redis):
         first, second = _scheduled_on(job, [(polite, "/p/1"), (polite, "/p/2")])
         pace = wakeup.PACE.format(job=job.pk)
         assert engine.process_many([first], job.pk) == ["done"]
-        began = time.monotonic()
+        before, began = float(redis.hget(pace, "s")), time.monotonic()
         assert engine.process_many([second], job.pk) == ["done"]  # sleeps for its slot
         wall = time.monotonic() - began
-        reported = float(redis.hget(pace, "s"))
+        reported = float(redis.hget(pace, "s")) - before
         assert wall >= 0.6 - ARRIVAL_LAG_S
-        assert reported < wall - 0.4  # both messages' work, without the sleep
+        assert reported < wall - 0.4  # its work, without the sleep
         assert int(redis.hget(pace, "n")) == 2
 
 

@@ -672,8 +672,9 @@ def test_a_callbacks_meta_has_scrapys_depth_latency_and_redirect_urls():
     # own download_timeout is kept, as Scrapy's DownloadTimeoutMiddleware keeps it.
     started = Request("http://S.test:8080/a", meta={"download_timeout": 2.5})
     assert {k: v for k, v in callbacks.response_of(fetched, started, 0, 60.0).meta.items()
-            if k in ("download_slot", "download_timeout", "is_start_request")} == {
-        "download_slot": "s.test", "download_timeout": 2.5, "is_start_request": True}  # fmt: skip
+            if k in ("depth", "download_slot", "download_timeout", "is_start_request")} == {
+        "depth": 0, "download_slot": "s.test", "download_timeout": 2.5,
+        "is_start_request": True}  # fmt: skip
     # As Scrapy's RedirectMiddleware: the response's request is the last hop's, and a POST
     # that a 302 turned into a GET lost its body and the body's headers.
     assert (response.request.url, response.request.method) == ("http://s.test/c", "GET")
@@ -689,6 +690,26 @@ def test_a_callbacks_meta_has_scrapys_depth_latency_and_redirect_urls():
     assert (meta["redirect_times"], meta["redirect_urls"], meta["redirect_reasons"]) == (
         3, ["http://s.test/r", "http://s.test/a", "http://s.test/b"],
         ["meta refresh", 301, 302])  # added to, as Scrapy's middlewares add: the cap holds
+
+
+def test_a_filled_in_download_timeout_is_not_kept_by_the_requests_that_carry_it():
+    """The job's deadline in response.meta is the platform's, not the request's: a request made
+    with ``meta=response.meta`` is kept without it (fetched under the job's deadline of its
+    own time, which may have been raised since); a request's own is kept."""
+    from tasks.content import callbacks, rows
+    from tasks.fetch import fetching
+
+    fetched = fetching.Response(
+        url="http://s.test/a", final_url="http://s.test/a", status=200, content_type="text/html",
+        content_type_header="text/html", body=b"", truncated=False, elapsed=0.1, headers={})
+    spider = Spider(name="carrier")
+    meta = callbacks.response_of(fetched, Request("http://s.test/a"), 1, 60.0).meta
+    assert meta["download_timeout"] == 60.0
+    carried = rows.record(Request("http://s.test/b", meta=meta), spider)
+    assert "download_timeout" not in carried["meta"] and carried["meta"]["depth"] == 1
+    own = rows.record(Request("http://s.test/c", meta={**meta, "download_timeout": 60.0}), spider)
+    assert own["meta"]["download_timeout"] == 60.0
+    assert rows.download_timeout(carried) is None and rows.download_timeout(own) == 60.0
 
 
 def test_items_declare_their_fields_as_scrapys():

@@ -574,6 +574,13 @@ def test_requests_that_end_before_an_answer_reach_their_errback(installed):
     rows = FrontierURL.objects.filter(job=job).values_list("url", "state", "error_reason")
     ends = {url.removeprefix(site.base): (state, reason) for url, state, reason in rows}
     assert ends["/private/3"] == ends["/private/1"] == ("skipped", "robots")
+    # The request's meta as Scrapy 2.19 has it (run there on such a site): robots.txt's
+    # IgnoreRequest comes before the download's keys; a refused one went to the download.
+    deadline = setting("FETCH_DEADLINE_S", job)
+    sent = {i["url"].removeprefix(site.base).removeprefix(dead): i["sent"] for i in kept(job)
+            if "sent" in i}  # fmt: skip
+    assert sent == {"/private/1": [None, None, None, True], "/private/2": [1, None, None, None],
+                    **{f"/x/{n}": [None, "127.0.0.1", deadline, True] for n in range(3)}}
 
 
 def test_a_jobs_own_fields_win_over_its_spiders_custom_settings(installed):

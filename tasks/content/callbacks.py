@@ -209,7 +209,7 @@ def response_of(resp: fetching.Response, request: Request, depth: int = 0,
     ``RedirectMiddleware`` makes it: the target's URL, a GET where a redirect turned a POST
     into one."""
     meta = sent_meta(request, depth, deadline)
-    meta["depth"] = depth
+    meta.setdefault("depth", 0)  # a start request's, as Scrapy's DepthMiddleware sets it
     meta["download_latency"] = resp.elapsed
     if resp.redirects:
         meta["redirect_urls"] = [*meta.get("redirect_urls", []), request.url,
@@ -229,18 +229,21 @@ def response_of(resp: fetching.Response, request: Request, depth: int = 0,
                protocol=resp.http.get("protocol"))
 
 
-def sent_meta(request: Request, depth: int, deadline: float | None) -> dict:
-    """``request.meta`` with what Scrapy's middlewares and downloader put in it before the
-    download: ``download_slot``, ``download_timeout``, ``is_start_request`` on a start request
-    (depth 0), ``depth`` on any other."""
+def sent_meta(request: Request, depth: int, deadline: float | None,
+              downloading: bool = True) -> dict:  # fmt: skip
+    """``request.meta`` with what Scrapy's middlewares put in it on its way: ``depth`` (beyond
+    the start) and ``is_start_request`` (at depth 0); if it went on to the download,
+    ``download_slot`` (the host, or what the meta carried) and ``download_timeout`` (the
+    request's own, else the job's ``deadline``, marked as filled in: ``rows.FilledTimeout``)."""
     meta = request.meta
     if depth:
         meta["depth"] = depth
-    meta.setdefault("download_slot", urlsplit(request.url).hostname or "")
-    if deadline is not None:
-        meta.setdefault("download_timeout", deadline)
-    if depth == 0:
+    else:
         meta.setdefault("is_start_request", True)
+    if downloading:
+        meta.setdefault("download_slot", urlsplit(request.url).hostname or "")
+        if deadline is not None:
+            meta.setdefault("download_timeout", rows.FilledTimeout(deadline))
     return meta
 
 
@@ -504,8 +507,9 @@ def _errback(claimed: Claim, cache: JobCache, outcome: outcomes.CrawlOutcome, sp
     answer, deadline = None, setting("FETCH_DEADLINE_S", job)
     if outcome.status is not None:  # an HTTP error: failure.value.response
         answer = response_of(_answer(claimed, outcome), request, claimed.url.depth, deadline)
-    else:
-        sent_meta(request, claimed.url.depth, deadline)
+    else:  # robots.txt's refusal is Scrapy's IgnoreRequest, raised before the download
+        sent_meta(request, claimed.url.depth, deadline,
+                  not isinstance(outcome, outcomes.RobotsDisallowed))  # fmt: skip
     with stats.bound(stats.Pending(job.pk)) as changed:  # committed with the URL's end
         try:
             if answer is not None:

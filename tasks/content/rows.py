@@ -25,6 +25,13 @@ UNSAFE_RETRY = "retry_on_timeout"  # meta key: a POST (or other non-GET) is retr
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 
 
+class FilledTimeout(float):
+    """A ``download_timeout`` the platform filled in (the job's deadline, as Scrapy's middleware
+    fills in ``DOWNLOAD_TIMEOUT``), not the request's own: a request that carries it on
+    (``meta=response.meta``) is not kept to it, so that it is fetched under the job's deadline
+    of its own time."""
+
+
 def record(request: Request, spider: Spider) -> dict:
     """A request as its frontier row keeps it (JSON); ValueError says what cannot be kept."""
     callback = _method_name(spider, request, request.callback, request.callback_name)
@@ -39,6 +46,8 @@ def record(request: Request, spider: Spider) -> dict:
             "callback": callback, "errback": errback, "cb_kwargs": request.cb_kwargs,
             "meta": request.meta, "cookies": request.cookies,
             "dont_filter": request.dont_filter}  # fmt: skip
+    if isinstance(request.meta.get("download_timeout"), FilledTimeout):
+        kept["meta"] = {k: v for k, v in request.meta.items() if k != "download_timeout"}
     if not (request.cb_kwargs or request.meta or request.cookies or kept["headers"]):
         return kept  # nothing of the user's to check: a page's links mostly
     try:

@@ -340,8 +340,9 @@ def _proxy(asked: str | None, pool: list[str]) -> str | None:
 
 
 def _jar_state(jar: requests.cookies.RequestsCookieJar) -> frozenset:
-    """The cookies a jar would send: a redirect back to a URL is a loop only if they did not
-    change on the way (a site's cookie check sets one and redirects to the page itself)."""
+    """A jar's cookies (a fetch's own jar, of its host and the hosts it was sent to): a
+    redirect back to a URL is a loop only if they did not change on the way (a site's cookie
+    check sets one and redirects to the page itself)."""
     return frozenset((c.domain, c.path, c.name, c.value) for c in jar)
 
 

@@ -86,8 +86,9 @@ def wait_turn(job: CrawlJob, host: str, passage: Passage, opens_at: float | None
     slot, who = passage
     wait = (slot.opens if opens_at is None else opens_at) - time.monotonic()
     if wait > 0:
+        began = time.monotonic()
         time.sleep(wait)  # for the host's slot
-        _slept.s = slept() + wait
+        _slept.s = slept() + time.monotonic() - began
     if wait > 0 or opens_at is not None:
         now = replace(identity.current(job, host), jar=who.jar)  # another request may
         if now != who:  # have rotated it meanwhile

@@ -127,7 +127,9 @@ class Unreached(Spider):
     def failed(self, failure):
         yield {"url": failure.request.url, "ignored": bool(failure.check(IgnoreRequest)),
                "connect": bool(failure.check(ConnectError)),
-               "refused": bool(failure.check(DownloadConnectionRefusedError))}  # fmt: skip
+               "refused": bool(failure.check(DownloadConnectionRefusedError)),
+               "sent": [failure.request.meta.get(key) for key in (
+                   "depth", "download_slot", "download_timeout", "is_start_request")]}  # fmt: skip
 
 
 class Refreshed(Spider):
