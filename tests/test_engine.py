@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import multiprocessing
 import time
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 from django.utils import timezone
@@ -17,6 +18,7 @@ from tasks.frontier.claims import Claim
 from tasks.rules.urls import host_of
 from tests.conftest import wait_for
 from tests.hostile import HostileSite, page
+from tests.site import LocalSite, send
 from web.models import CrawlJob, FrontierURL, URLState
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -47,6 +49,28 @@ def start(site: HostileSite, **fields):
     job = jobs.create_job([site.url("/")], obey_robots=False, **fields)
     jobs.start(job)
     return job
+
+
+def test_a_cookie_check_that_redirects_to_the_page_itself_stores_the_page(redis):
+    """A site that sets a cookie and redirects to the page itself (a cookie check): the crawl
+    follows it with the cookie and stores the page as the URL's own, not a redirect loop."""
+
+    class Checked(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if "checked=1" in (self.headers.get("Cookie") or ""):
+                send(self, 200, {}, page("Inside"))
+            else:
+                send(self, 302, {"Location": self.path, "Set-Cookie": "checked=1; Path=/"}, b"")
+
+        def log_message(self, *args) -> None:
+            pass
+
+    with LocalSite(Checked) as site:
+        job = jobs.create_job([site.url("/")], obey_robots=False)
+        jobs.start(job)
+        row = run_url(job, site.url("/"))
+    assert (row.state, row.error_reason, row.attempts) == ("done", "", 1)
+    assert (row.page.title, row.page.final_url) == ("Inside", site.url("/"))
 
 
 def test_a_link_that_is_not_a_url_is_dropped_and_the_page_stored(redis):
