@@ -108,6 +108,26 @@ def test_a_page_whose_callback_fails_counts_nothing_and_counts_once_when_run_aga
     assert stat_rows.stats_of(job)["flaky/calls"] == 13  # and counted once
 
 
+def test_what_a_callback_or_errback_yielded_before_it_raised_is_kept_as_under_scrapy(
+    installed,  # noqa: F811
+):
+    """Scrapy 2.19's items for the same spider (run there): the callback's item and request
+    before its exception, the errback's item before its own; counted once, with the URL's
+    failure."""
+    with Site(pages=5) as site:
+        job = jobs.create_job([], spider="half_done", spider_args={"seed": site.url("/p/0")})
+        jobs.start(job)
+        run_job(job)
+    items = sorted((i.data["url"].removeprefix(site.base), i.data["part"])
+                   for i in Item.objects.filter(job=job))  # fmt: skip
+    assert items == [("/missing/0", "missed"), ("/p/0", "first"), ("/p/1", "last")]
+    ends = {u.removeprefix(site.base): (state, reason) for u, state, reason in
+            FrontierURL.objects.filter(job=job).values_list("url", "state", "error_reason")}
+    assert ends == {"/p/0": ("failed", "spider_error"), "/p/1": ("done", ""),
+                    "/missing/0": ("failed", "http_4xx")}  # fmt: skip
+    assert stat_rows.stats_of(job)["item_scraped_count"] == 3
+
+
 def test_a_recrawl_replaces_each_pages_stat_rows_as_it_replaces_its_items(counting):
     with Site(pages=10) as site:
         job = counting_job(site)

@@ -66,6 +66,7 @@ class Yielded(NamedTuple):
     items: list[Any]
     requests: list[Request]
     closing: str | None = None  # the callback raised CloseSpider with this reason
+    raised: outcomes.SpiderError | None = None  # it raised this after yielding the rest
 
 
 def _collect(result: Any, deadline: float, cap: int, into: list) -> None:
@@ -151,9 +152,11 @@ os.register_at_fork(after_in_child=_forget_runners)
 
 def call(spider: Spider, name: str, response: Any, kwargs: dict, job: CrawlJob) -> Yielded:
     """Run ``spider.name(response, **kwargs)`` (an errback: ``(failure)``) and gather what it
-    yields, within ``SPIDER_CALLBACK_TIMEOUT_S``; raises SpiderError or SpiderTimeout. A
-    callback that runs past it keeps its thread (Python cannot stop it): the calling thread
-    takes a new one for its next callbacks."""
+    yields, within ``SPIDER_CALLBACK_TIMEOUT_S``; raises SpiderTimeout past it. A callback that
+    raises gives what it yielded before, with the SpiderError (``raised``), as Scrapy keeps
+    what a generator yielded before its exception. A callback that runs past its time keeps
+    its thread (Python cannot stop it): the calling thread takes a new one for its next
+    callbacks."""
     timeout, cap = setting("SPIDER_CALLBACK_TIMEOUT_S", job), setting("SPIDER_MAX_YIELDS", job)
     deadline = time.monotonic() + timeout
     found: list[Any] = []
@@ -175,12 +178,13 @@ def call(spider: Spider, name: str, response: Any, kwargs: dict, job: CrawlJob) 
         closing = str(error.pop().reason) or "cancelled"  # Scrapy's default reason
         log.info("job=%s: callback %s on %r closes the crawl: %s", job.pk, name, response,
                  closing)  # fmt: skip
+    raised = None
     if error:
         if isinstance(error[0], outcomes.SpiderTimeout):
             raise error[0]
         log.error("job=%s: callback %s raised on %r", job.pk, name, response,
                   exc_info=error[0])  # fmt: skip
-        raise spider_error(error[0], setting("SPIDER_TRACEBACK_LINES")) from None
+        raised = spider_error(error[0], setting("SPIDER_TRACEBACK_LINES"))
     items, requests, odd = [], [], []
     for one in found:
         if isinstance(one, Request):
@@ -193,7 +197,7 @@ def call(spider: Spider, name: str, response: Any, kwargs: dict, job: CrawlJob) 
                   type(odd[0]).__name__, odd[0])  # fmt: skip
     if closing is not None:
         requests = []  # the crawl ends: nothing new is scheduled, as in Scrapy
-    return Yielded(items, requests, closing)
+    return Yielded(items, requests, closing, raised)
 
 
 def response_of(resp: fetching.Response, request: Request, depth: int = 0,
@@ -339,12 +343,17 @@ def _store(claimed: Claim, cache: JobCache, resp: fetching.Response, spider: Spi
                 pipes.received(response)
                 yielded = call(spider, request.callback_name or DEFAULT_CALLBACK, response,
                                request.cb_kwargs, job)  # fmt: skip
+            if yielded.raised is not None and request.meta.get(RETRY_ON_ERROR):
+                raise yielded.raised  # fetched and called again, to the cap: nothing kept
             new = new_requests(claimed, cache, spider, yielded.requests, pipes.scheduled)
         except (outcomes.SpiderError, outcomes.SpiderTimeout) as failure:
             if request.meta.get(RETRY_ON_ERROR):
                 failure.retryable = True  # the spider asks: fetched and called again, to the cap
             return record_failure(claimed, failure)
         kept = [NewItem(*pipes.keep(item, response)) for item in yielded.items]
+    if yielded.raised is not None:  # what it yielded before the raise, with the URL's failure
+        return with_retries(lambda: record_spider_failure(
+            claimed, yielded.raised, new, kept, spider.name, yielded.closing, changed.rows()))
     title = page_title(response)[: setting("TITLE_MAX_CHARS", job)]
     page = pages.page_row(claimed, resp, title, {})
     state = with_retries(lambda: record_spider_page(claimed, page, new, kept, spider.name,
@@ -516,6 +525,9 @@ def _errback(claimed: Claim, cache: JobCache, outcome: outcomes.CrawlOutcome, sp
                 pipes.received(answer)
             failure = Failure(outcome, request if answer is None else answer.request, answer)
             yielded = call(spider, kept["errback"], failure, {}, job)
+            if yielded.raised is not None:  # logged; what it yielded before is kept
+                log.warning("job=%s url=%s: errback failed: %s", job.pk, claimed.url.url,
+                            yielded.raised)  # fmt: skip
             new = new_requests(claimed, cache, spider, yielded.requests, pipes.scheduled)
         except (outcomes.SpiderError, outcomes.SpiderTimeout) as exc:
             log.warning("job=%s url=%s: errback failed: %s", job.pk, claimed.url.url, exc)

@@ -58,6 +58,8 @@ def parse_url(job: CrawlJob, url: str, callback: str = "", cb_kwargs: dict | Non
     response = callbacks.response_of(resp, request, deadline=limits.deadline)
     yielded = callbacks.call(spider, callback or callbacks.DEFAULT_CALLBACK, response,
                              request.cb_kwargs, job)  # fmt: skip
+    if yielded.raised is not None:
+        raise yielded.raised
     pipes = items.Pipelines(spider)
     try:
         kept = [pipes.process(item, response) for item in yielded.items]

@@ -148,3 +148,29 @@ class Flaky(Spider):
             raise RuntimeError("not this time")
         yield {"url": response.url}
         yield from response.follow_all(css="a[href^='/p/']", meta={"retry_on_error": True})
+
+
+class HalfDone(Spider):
+    """A callback and an errback that yield, then raise: what they yielded before is kept, as
+    Scrapy keeps what a generator yielded before its exception (its items through the
+    pipelines, its requests followed). The page's URL ends as ``spider_error``; the errback's
+    keeps its own outcome."""
+
+    name = "half_done"
+    seed = ""  # -a seed=URL: a site's /p/0, whose /missing/0 answers 404
+
+    def start_requests(self):
+        yield Request(self.seed)
+        yield Request(self.seed.replace("/p/0", "/missing/0"), errback=self.missed)
+
+    def parse(self, response):
+        yield {"url": response.url, "part": "first"}
+        yield response.follow("/p/1", callback=self.last)
+        raise RuntimeError("half done")
+
+    def last(self, response):
+        yield {"url": response.url, "part": "last"}
+
+    def missed(self, failure):
+        yield {"url": failure.request.url, "part": "missed"}
+        raise ValueError("an errback that fails")
