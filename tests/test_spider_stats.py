@@ -111,9 +111,9 @@ def test_a_page_whose_callback_fails_counts_nothing_and_counts_once_when_run_aga
 def test_what_a_callback_or_errback_yielded_before_it_raised_is_kept_as_under_scrapy(
     installed,  # noqa: F811
 ):
-    """Scrapy 2.19's items for the same spider (run there): the callback's item and request
-    before its exception, the errback's item before its own; counted once, with the URL's
-    failure."""
+    """Scrapy 2.19's items and counts for the same spider (run there): the callback's item and
+    request before its exception, the errback's item before its own; counted once, with the
+    URL's failure."""
     with Site(pages=5) as site:
         job = jobs.create_job([], spider="half_done", spider_args={"seed": site.url("/p/0")})
         jobs.start(job)
@@ -125,7 +125,10 @@ def test_what_a_callback_or_errback_yielded_before_it_raised_is_kept_as_under_sc
             FrontierURL.objects.filter(job=job).values_list("url", "state", "error_reason")}
     assert ends == {"/p/0": ("failed", "spider_error"), "/p/1": ("done", ""),
                     "/missing/0": ("failed", "http_4xx")}  # fmt: skip
-    assert stat_rows.stats_of(job)["item_scraped_count"] == 3
+    stats = stat_rows.stats_of(job)
+    assert stats["item_scraped_count"] == stats["response_received_count"] == 3
+    assert (stats["spider_exceptions/count"], stats["spider_exceptions/RuntimeError"],
+            stats["spider_exceptions/ValueError"]) == (2, 1, 1)  # fmt: skip
 
 
 def test_a_recrawl_replaces_each_pages_stat_rows_as_it_replaces_its_items(counting):

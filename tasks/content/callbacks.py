@@ -185,6 +185,8 @@ def call(spider: Spider, name: str, response: Any, kwargs: dict, job: CrawlJob) 
         log.error("job=%s: callback %s raised on %r", job.pk, name, response,
                   exc_info=error[0])  # fmt: skip
         raised = spider_error(error[0], setting("SPIDER_TRACEBACK_LINES"))
+        for key in ("count", type(error[0]).__name__):  # Scrapy's counts, kept with the URL
+            spider.crawler.stats.inc_value(f"spider_exceptions/{key}")
     items, requests, odd = [], [], []
     for one in found:
         if isinstance(one, Request):
@@ -343,8 +345,10 @@ def _store(claimed: Claim, cache: JobCache, resp: fetching.Response, spider: Spi
                 pipes.received(response)
                 yielded = call(spider, request.callback_name or DEFAULT_CALLBACK, response,
                                request.cb_kwargs, job)  # fmt: skip
-            if yielded.raised is not None and request.meta.get(RETRY_ON_ERROR):
-                raise yielded.raised  # fetched and called again, to the cap: nothing kept
+            if yielded.raised is not None:
+                yielded.raised.status = resp.status  # answered: counted as Scrapy counts it
+                if request.meta.get(RETRY_ON_ERROR):
+                    raise yielded.raised  # fetched and called again, to the cap: nothing kept
             new = new_requests(claimed, cache, spider, yielded.requests, pipes.scheduled)
         except (outcomes.SpiderError, outcomes.SpiderTimeout) as failure:
             if request.meta.get(RETRY_ON_ERROR):
