@@ -528,10 +528,7 @@ def _errback(claimed: Claim, cache: JobCache, outcome: outcomes.CrawlOutcome, sp
             if answer is not None:
                 pipes.received(answer)
             failure = Failure(outcome, request if answer is None else answer.request, answer)
-            yielded = call(spider, kept["errback"], failure, {}, job)
-            if yielded.raised is not None:  # logged; what it yielded before is kept
-                log.warning("job=%s url=%s: errback failed: %s", job.pk, claimed.url.url,
-                            yielded.raised)  # fmt: skip
+            yielded = call(spider, kept["errback"], failure, {}, job)  # a raise is logged there
             new = new_requests(claimed, cache, spider, yielded.requests, pipes.scheduled)
         except (outcomes.SpiderError, outcomes.SpiderTimeout) as exc:
             log.warning("job=%s url=%s: errback failed: %s", job.pk, claimed.url.url, exc)
