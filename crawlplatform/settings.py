@@ -297,8 +297,9 @@ CELERY_ACCEPT_CONTENT = ["json"]
 # set: that is a new PostgreSQL backend per page. Connections are kept for this many tasks.
 CELERY_DB_REUSE_MAX = env.int("CELERY_DB_REUSE_MAX", default=10_000)
 # Beat's schedule lives in the database (django-celery-beat): jobs' recrawl schedules are
-# rows there (tasks/frontier/schedules.py), beside the entries below.
-CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+# rows there (tasks/frontier/schedules.py), beside the entries below. Its scheduler, made
+# safe to stop while it waits on a query (crawlplatform/beat.py).
+CELERY_BEAT_SCHEDULER = "crawlplatform.beat:Scheduler"
 # Lease sweep and reconcile, also done by the scheduler: beat makes them independent of it.
 CELERY_BEAT_SCHEDULE = {
     "maintain": {"task": "tasks.maintain", "schedule": env.float("MAINTAIN_EVERY_S", default=30.0)},

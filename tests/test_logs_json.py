@@ -215,13 +215,12 @@ def test_a_celery_workers_banner_and_lines_are_json(worker_env, tmp_path, starte
 
 def test_beats_banner_and_lines_are_json(worker_env, tmp_path, started):
     beat = celery_program(started, worker_env, tmp_path, "beat", "--loglevel", "INFO")
-    # stopped once it runs (a SIGTERM while it reads its schedule hangs django-celery-beat)
     wait_for(lambda: "Sending due task" in (tmp_path / "beat.err").read_text(), 90, "beat")
     lines = stopped(beat, tmp_path / "beat")
     printed = [r for r in lines if r["logger"] == "stdout"]  # one write or two (buffered)
     assert printed[0]["message"].startswith("celery beat v") and len(printed) <= 2
     assert "Configuration ->\n" in printed[-1]["message"]
-    assert "DatabaseScheduler" in printed[-1]["message"]
+    assert "crawlplatform.beat.Scheduler" in printed[-1]["message"]
     assert any(r["logger"] == "celery.beat" for r in lines)
 
 
