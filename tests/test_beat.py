@@ -26,6 +26,7 @@ def _waits_on_its_schedule() -> bool:
     """Whether a query of beat's on its schedule's change marker waits for a lock."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                       " AND datname = current_database()"
                        " AND query LIKE '%django_celery_beat_periodictasks%'")  # fmt: skip
         return cursor.fetchone()[0] > 0
 
