@@ -6,6 +6,7 @@ import threading
 from contextlib import contextmanager
 from datetime import timedelta
 
+import psycopg
 import pytest
 from django.db import connection
 from django.utils import timezone
@@ -14,6 +15,7 @@ from tasks.fetch import outcomes
 from tasks.frontier import jobs, requeue, transitions
 from tasks.frontier.claims import Claim, LeaseLost
 from tasks.worker import metrics
+from tests.conftest import database_url, wait_for
 from web.models import CrawlJob, FrontierURL, Item, JobState, Page, URLState
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -385,6 +387,45 @@ def test_urls_given_back_while_a_cancel_commits_end_skipped(job, monkeypatch):
     cancelling.join(10)
     row = FrontierURL.objects.get(pk=url.pk)
     assert (row.state, row.error_reason) == (URLState.SKIPPED, "cancelled")  # not left queued
+
+
+def _waits_on_a_row() -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+            " AND datname = current_database() AND query LIKE '%web_frontierurl%'"
+        )
+        return cursor.fetchone()[0] > 0
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's row locks")
+def test_a_cancel_that_deadlocks_with_a_claim_is_run_again(job):
+    """A claim locks its message's rows in an order of its own (the plan's), the cancel's skip
+    in another: each can hold a row the other waits for, and the database aborts one. An
+    aborted cancel is run again and ends the job; the claim's URLs stay in flight."""
+    transitions.insert_urls(job.pk, ["http://127.0.0.1:9/a", "http://127.0.0.1:9/b"], depth=1)
+    seed, middle, last = FrontierURL.objects.filter(job=job).order_by("depth", "id")
+    ended: list[bool] = []
+
+    def cancel() -> None:
+        try:
+            ended.append(jobs.cancel(CrawlJob.objects.get(pk=job.pk)))
+        finally:
+            connection.close()
+
+    cancelling = threading.Thread(target=cancel)
+    with psycopg.connect(database_url()) as claim:  # a claim's transaction, taking two rows
+        leased = "UPDATE web_frontierurl SET state = 'leased' WHERE id = %s"
+        claim.execute(leased, [last.pk])
+        cancelling.start()  # skips the seed and the middle row, then waits for the last one
+        wait_for(_waits_on_a_row, 10, "the cancel to wait on the claim's row")
+        claim.execute(leased, [seed.pk])  # waits on the cancel: a deadlock, the cancel aborted
+    cancelling.join(30)
+    assert ended == [True]
+    states = dict(FrontierURL.objects.filter(job=job).values_list("id", "state"))
+    assert states == {seed.pk: URLState.LEASED, middle.pk: URLState.SKIPPED,
+                      last.pk: URLState.LEASED}  # fmt: skip
+    assert CrawlJob.objects.get(pk=job.pk).state == JobState.CANCELLED
 
 
 def test_a_timeout_ends_the_url_from_the_timeout_attempt_on(job):

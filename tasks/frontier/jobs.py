@@ -26,6 +26,7 @@ from tasks.content import bodies
 from tasks.defaults import setting
 from tasks.fetch import identity, sessions
 from tasks.frontier import channels, requeue, schedules, spiderjobs, transitions, wakeup, webhooks
+from tasks.frontier.db import with_retries
 from tasks.rules.urls import canonicalize
 from web.models import (
     Checkpoint,
@@ -174,28 +175,39 @@ def resume(job: CrawlJob) -> bool:
     return won
 
 
+def _end(job: CrawlJob, state: str, error: str | None = None) -> bool:
+    """One transaction: ``job`` moves to ``state`` (first: see ``requeue``'s give-back), its
+    URLs not yet fetched are skipped, and its webhook is told. Run again if the database aborts
+    it as a deadlock: the skip waits on rows that claims in flight hold, and a claim locks the
+    rows of its message in an order of its own, so a claim may wait on a row the skip took."""
+
+    def end() -> bool:
+        with transaction.atomic():
+            if not job.transition(state):
+                return False
+            if error is not None:
+                CrawlJob.objects.filter(pk=job.pk).update(error=error[:5000])
+                job.error = error[:5000]
+            requeue.skip(FrontierURL.objects.filter(job_id=job.pk),
+                         requeue.ENDED_JOB_REASON[state])  # fmt: skip
+            webhooks.announce(job)
+        return True
+
+    return bool(with_retries(end))
+
+
 def cancel(job: CrawlJob) -> bool:
     """End ``job``: URLs not yet fetched are skipped; in-flight pages finish and are kept."""
-    with transaction.atomic():
-        if not job.transition(JobState.CANCELLED):
-            return False
-        reason = requeue.ENDED_JOB_REASON[JobState.CANCELLED]
-        requeue.skip(FrontierURL.objects.filter(job_id=job.pk), reason)
-        webhooks.announce(job)
+    if not _end(job, JobState.CANCELLED):
+        return False
     checkpoint(job, "cancel")
     return True
 
 
 def fail(job: CrawlJob, error: str) -> bool:
     """End a running ``job`` that cannot go on (its configuration cannot be applied)."""
-    with transaction.atomic():
-        if not job.transition(JobState.FAILED):
-            return False
-        CrawlJob.objects.filter(pk=job.pk).update(error=error[:5000])
-        job.error = error[:5000]
-        reason = requeue.ENDED_JOB_REASON[JobState.FAILED]
-        requeue.skip(FrontierURL.objects.filter(job_id=job.pk), reason)
-        webhooks.announce(job)
+    if not _end(job, JobState.FAILED, error):
+        return False
     log.error("job=%s failed: %s", job.pk, error)
     checkpoint(job, "failed")
     return True
