@@ -135,6 +135,7 @@ def test_spiders_lists_what_is_installed_and_what_cannot_be_loaded(worker_env):
         "offsite\ttests.spiders.offsite.Offsite",
         "pages\ttests.spiders.pages.Pages",
         "ranked\ttests.spiders.shop.RankedSpider",
+        "redirected_errors\ttests.spiders.redirects.RedirectedErrors",
         "redirects\ttests.spiders.redirects.Redirects",
         "refreshed\ttests.spiders.redirects.Refreshed",
         "search\ttests.spiders.shop.SearchSpider",

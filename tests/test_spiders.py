@@ -422,6 +422,42 @@ def test_a_page_reached_through_redirects_yields_its_items_once(installed, monke
     assert ends["/t/1"] == ends["/t/3"] == "fetched_via_redirect"
 
 
+class RedirectingToErrors(LocalSite):
+    """``/r/x`` redirects to ``/gone/1``, ``/r/y`` to ``/gone/2``; ``/gone/N`` is a 404."""
+
+    TARGETS = {"/r/x": "/gone/1", "/r/y": "/gone/2"}
+
+    def __init__(self) -> None:
+        site = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                if self.path in site.TARGETS:
+                    send(self, 302, {"Location": site.TARGETS[self.path]}, b"")
+                else:
+                    send(self, 404, {}, b"<html><body>gone</body></html>")
+
+            def log_message(self, *args) -> None:
+                pass
+
+        super().__init__(Handler)
+
+
+def test_an_error_answer_reached_through_a_redirect_is_the_errbacks_once(installed):
+    """Scrapy 2.19's items for the same spider and site (``tests/spiders/redirects.py``): a
+    redirect to a URL requested as its own is dropped, its errback not called."""
+    with RedirectingToErrors() as site:
+        job = jobs.create_job([], spider="redirected_errors", spider_args={"base": site.base})
+        jobs.start(job)
+        run_job(job)
+    items = sorted((i["url"].removeprefix(site.base), i["status"],
+                    [u.removeprefix(site.base) for u in i["redirect_urls"]])
+                   for i in kept(job))  # fmt: skip
+    assert items == [("/gone/1", 404, []), ("/gone/2", 404, ["/r/y"])]
+    ends = dict(FrontierURL.objects.filter(job=job).values_list("url", "error_reason"))
+    assert ends[site.url("/r/x")] == "duplicate_redirect"
+
+
 def test_redirects_a_request_keeps_are_its_answer_as_under_scrapy(installed):
     """Scrapy 2.19's items for the same spider and site (``tests/spiders/redirects.py``)."""
     with Redirecting() as site:

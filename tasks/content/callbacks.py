@@ -47,6 +47,7 @@ from tasks.frontier.transitions import (
     duplicate_redirect,
     record_failure,
     redirect_target_free,
+    redirect_target_seen,
 )
 from tasks.frontier.yields import (
     NewItem,
@@ -424,9 +425,23 @@ def _failed(claimed: Claim, cache: JobCache, outcome: outcomes.CrawlOutcome, spi
     kept = claimed.url.request or {}
     if isinstance(outcome, HTTP_ERRORS) and handles(spider, kept, outcome.status):
         return _store(claimed, cache, _answer(claimed, outcome), spider, pipes)
+    target = _seen_target(claimed, cache, outcome)
+    if target:
+        return duplicate_redirect(claimed, target, outcome.status)
     if kept.get("errback"):
         return _errback(claimed, cache, outcome, spider, pipes)
     return record_failure(claimed, outcome)
+
+
+def _seen_target(claimed: Claim, cache: JobCache, outcome: outcomes.CrawlOutcome) -> str:
+    """Where a failed request's redirects led, if the frontier holds that URL as its own (""
+    if not): Scrapy's duplicate filter drops a redirect to it, so neither the failure nor an
+    errback is this request's; the target's own request answers for that URL."""
+    if not outcome.url:
+        return ""
+    request = rows.request_of(claimed.url.url, claimed.url.request, claimed.url.priority)
+    redirect = _redirect(claimed, cache, _answer(claimed, outcome), request)
+    return redirect.target if redirect and redirect_target_seen(claimed, redirect.target) else ""
 
 
 class Takes(NamedTuple):

@@ -385,6 +385,16 @@ def redirect_target_free(claim: Claim, target: str, take_queued: bool = True) ->
     return state is None or _target_free(claim, state, take_queued)
 
 
+def redirect_target_seen(claim: Claim, target: str) -> bool:
+    """Whether the frontier holds the URL this URL's redirect reached as a URL of its own, in
+    any state (not one this URL's redirect took in an earlier run): Scrapy's duplicate filter
+    has seen its request then, and drops a redirect to it."""
+    state = _target_row(FrontierURL.objects.filter(job_id=claim.job.pk, url=target))
+    return state is not None and not (
+        state.error_reason == requeue.FETCHED_VIA_REDIRECT and state.error_message == claim.url.url
+    )
+
+
 def _target_row(rows: QuerySet) -> Any:
     fields = ("state", "error_reason", "error_message", "request")
     return rows.values_list(*fields, named=True).first()

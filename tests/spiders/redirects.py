@@ -76,6 +76,24 @@ class Statuses(Spider):
                    "depth", "download_slot", "download_timeout", "is_start_request")]}  # fmt: skip
 
 
+class RedirectedErrors(Spider):
+    """Requests whose redirects end on an error answer, seen by their errbacks as under Scrapy:
+    a redirect to a URL the crawl requested as its own is dropped (Scrapy's duplicate filter),
+    one to a new URL brings its errback that URL's answer."""
+
+    name = "redirected_errors"
+    base = ""  # -a base=URL
+
+    def start_requests(self):
+        yield Request(self.base + "/gone/1", errback=self.failed)
+        yield Request(self.base + "/r/x", errback=self.failed)  # to /gone/1: dropped
+        yield Request(self.base + "/r/y", errback=self.failed)  # to /gone/2, new: its errback
+
+    def failed(self, failure):
+        yield {"url": failure.request.url, "status": failure.value.response.status,
+               "redirect_urls": failure.request.meta.get("redirect_urls", [])}  # fmt: skip
+
+
 class Unfollowed(Spider):
     """Redirects its requests take as their answer, as Scrapy's ``RedirectMiddleware`` leaves
     them (``dont_redirect``, ``handle_httpstatus_all``, a status in a
