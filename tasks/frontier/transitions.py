@@ -390,14 +390,17 @@ def redirect_target_seen(claim: Claim, target: str) -> bool:
     any state (not one this URL's redirect took in an earlier run): Scrapy's duplicate filter
     has seen its request then, and drops a redirect to it."""
     state = _target_row(FrontierURL.objects.filter(job_id=claim.job.pk, url=target))
-    return state is not None and not (
-        state.error_reason == requeue.FETCHED_VIA_REDIRECT and state.error_message == claim.url.url
-    )
+    return state is not None and _taken_by(state) != claim.url.url
 
 
 def _target_row(rows: QuerySet) -> Any:
     fields = ("state", "error_reason", "error_message", "request")
     return rows.values_list(*fields, named=True).first()
+
+
+def _taken_by(state: Any) -> str | None:
+    """The URL whose redirect took a target's row (``fetched_via_redirect``), if one did."""
+    return state.error_message if state.error_reason == requeue.FETCHED_VIA_REDIRECT else None
 
 
 def _target_free(claim: Claim, state: Any, take_queued: bool) -> bool:
@@ -406,9 +409,7 @@ def _target_free(claim: Claim, state: Any, take_queued: bool) -> bool:
     if state.state == URLState.QUEUED:
         return take_queued and state.request is None
     fetched_as_itself = state.state in (URLState.SCHEDULED, URLState.LEASED, URLState.DONE)
-    taken_by_another = (
-        state.error_reason == requeue.FETCHED_VIA_REDIRECT and state.error_message != claim.url.url
-    )
+    taken_by_another = _taken_by(state) not in (None, claim.url.url)
     return not (fetched_as_itself or taken_by_another)
 
 
