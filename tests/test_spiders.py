@@ -429,9 +429,11 @@ class RedirectingToErrors(LocalSite):
 
     def __init__(self) -> None:
         site = self
+        self.asked: list[str] = []
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
+                site.asked.append(self.path)
                 if self.path in site.TARGETS:
                     send(self, 302, {"Location": site.TARGETS[self.path]}, b"")
                 else:
@@ -443,9 +445,15 @@ class RedirectingToErrors(LocalSite):
         super().__init__(Handler)
 
 
-def test_an_error_answer_reached_through_a_redirect_is_the_errbacks_once(installed):
+@pytest.mark.parametrize("looked", ["before the errback", "only in the commit"])
+def test_an_error_answer_reached_through_a_redirect_is_the_errbacks_once(
+    installed, monkeypatch, looked
+):
     """Scrapy 2.19's items for the same spider and site (``tests/spiders/redirects.py``): a
-    redirect to a URL requested as its own is dropped, its errback not called."""
+    redirect to a URL requested as its own is dropped, its errback not called; a URL first
+    reached through a redirect is seen, and a request for it later is dropped."""
+    if looked == "only in the commit":  # the target inserted between the look and the commit
+        monkeypatch.setattr(callbacks, "redirect_target_seen", lambda *args: False)
     with RedirectingToErrors() as site:
         job = jobs.create_job([], spider="redirected_errors", spider_args={"base": site.base})
         jobs.start(job)
@@ -456,6 +464,8 @@ def test_an_error_answer_reached_through_a_redirect_is_the_errbacks_once(install
     assert items == [("/gone/1", 404, []), ("/gone/2", 404, ["/r/y"])]
     ends = dict(FrontierURL.objects.filter(job=job).values_list("url", "error_reason"))
     assert ends[site.url("/r/x")] == "duplicate_redirect"
+    assert ends[site.url("/gone/2")] == "fetched_via_redirect"  # seen: asked for once only
+    assert site.asked.count("/gone/2") == 1
 
 
 def test_redirects_a_request_keeps_are_its_answer_as_under_scrapy(installed):

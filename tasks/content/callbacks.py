@@ -53,6 +53,7 @@ from tasks.frontier.yields import (
     NewItem,
     NewRequest,
     Redirect,
+    record_reached,
     record_spider_failure,
     record_spider_page,
 )
@@ -425,23 +426,27 @@ def _failed(claimed: Claim, cache: JobCache, outcome: outcomes.CrawlOutcome, spi
     kept = claimed.url.request or {}
     if isinstance(outcome, HTTP_ERRORS) and handles(spider, kept, outcome.status):
         return _store(claimed, cache, _answer(claimed, outcome), spider, pipes)
-    target = _seen_target(claimed, cache, outcome)
-    if target:
-        return duplicate_redirect(claimed, target, outcome.status)
+    reached = _reached(claimed, cache, outcome)
+    if reached and redirect_target_seen(claimed, reached):
+        return duplicate_redirect(claimed, reached, outcome.status)
     if kept.get("errback"):
-        return _errback(claimed, cache, outcome, spider, pipes)
+        return _errback(claimed, cache, outcome, spider, pipes, reached)
+    if reached:
+        return with_retries(lambda: record_reached(claimed, outcome, reached))
     return record_failure(claimed, outcome)
 
 
-def _seen_target(claimed: Claim, cache: JobCache, outcome: outcomes.CrawlOutcome) -> str:
-    """Where a failed request's redirects led, if the frontier holds that URL as its own (""
-    if not): Scrapy's duplicate filter drops a redirect to it, so neither the failure nor an
-    errback is this request's; the target's own request answers for that URL."""
+def _reached(claimed: Claim, cache: JobCache, outcome: outcomes.CrawlOutcome) -> str | None:
+    """The URL of the job a failed request's redirects led to, where the failure came, for a
+    request Scrapy's duplicate filter would have seen there (a GET without a body, not
+    ``dont_filter``). If the frontier holds it as its own, Scrapy's filter drops the redirect:
+    neither the failure nor an errback is this request's. Else it is, and the URL is marked
+    as seen (``record_reached``)."""
     if not outcome.url:
-        return ""
+        return None
     request = rows.request_of(claimed.url.url, claimed.url.request, claimed.url.priority)
     redirect = _redirect(claimed, cache, _answer(claimed, outcome), request)
-    return redirect.target if redirect and redirect_target_seen(claimed, redirect.target) else ""
+    return redirect.target if redirect else None
 
 
 class Takes(NamedTuple):
@@ -529,7 +534,7 @@ def _answer(claimed: Claim, outcome: outcomes.CrawlOutcome) -> fetching.Response
 
 
 def _errback(claimed: Claim, cache: JobCache, outcome: outcomes.CrawlOutcome, spider: Spider,
-             pipes: itempipes.Pipelines) -> str:  # fmt: skip
+             pipes: itempipes.Pipelines, reached: str | None) -> str:  # fmt: skip
     job, kept = claimed.job, claimed.url.request or {}
     request = rows.request_of(claimed.url.url, kept, claimed.url.priority)
     answer, deadline = None, setting("FETCH_DEADLINE_S", job)
@@ -547,7 +552,10 @@ def _errback(claimed: Claim, cache: JobCache, outcome: outcomes.CrawlOutcome, sp
             new = new_requests(claimed, cache, spider, yielded.requests, pipes.scheduled)
         except (outcomes.SpiderError, outcomes.SpiderTimeout) as exc:
             log.warning("job=%s url=%s: errback failed: %s", job.pk, claimed.url.url, exc)
+            if reached:
+                return with_retries(lambda: record_reached(claimed, outcome, reached))
             return record_failure(claimed, outcome)
         items = [NewItem(*pipes.keep(item, answer)) for item in yielded.items]
     return with_retries(lambda: record_spider_failure(claimed, outcome, new, items, spider.name,
-                                                      yielded.closing, changed.rows()))  # fmt: skip
+                                                      yielded.closing, changed.rows(),
+                                                      reached))  # fmt: skip

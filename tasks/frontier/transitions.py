@@ -361,21 +361,43 @@ def take_redirect_target(claim: Claim, target: str, take_queued: bool = True) ->
             return True
         state = _target_row(rows)
         if state is None:
-            try:
-                with transaction.atomic():  # a savepoint: a concurrent insert wins the race
-                    FrontierURL.objects.create(
-                        job_id=claim.job.pk, url=target, host=host_of(target),
-                        depth=claim.url.depth, state=URLState.SKIPPED,
-                        error_reason=requeue.FETCHED_VIA_REDIRECT, error_message=claim.url.url,
-                        discovered_from_id=claim.url.pk, not_before=timezone.now(), released=True,
-                    )  # fmt: skip
+            if _insert_taken(claim, target):
                 return True
-            except IntegrityError:
-                continue  # inserted meanwhile: looked at again
+            continue  # inserted meanwhile: looked at again
         free = _target_free(claim, state, take_queued)
         if not (free and state.state == URLState.QUEUED):
             return free
     return False  # a target that keeps changing under this URL: fetched as itself
+
+
+def mark_redirect_target(claim: Claim, target: str) -> bool:
+    """Inside the transaction that ends this URL with a failure its redirects reached at
+    ``target``: that URL is marked as seen, its row taken by this URL (``fetched_via_redirect``),
+    so that a later request for it is dropped as Scrapy's duplicate filter drops it. False if
+    the frontier holds it as a URL of its own by now: a redirect to it is dropped instead."""
+    rows = FrontierURL.objects.filter(job_id=claim.job.pk, url=target)
+    for _ in range(3):
+        state = _target_row(rows)
+        if state is not None:
+            return _taken_by(state) == claim.url.url
+        if _insert_taken(claim, target):
+            return True
+    return False
+
+
+def _insert_taken(claim: Claim, target: str) -> bool:
+    """The target's row, inserted as taken by this URL; False if one was inserted meanwhile."""
+    try:
+        with transaction.atomic():  # a savepoint: a concurrent insert wins the race
+            FrontierURL.objects.create(
+                job_id=claim.job.pk, url=target, host=host_of(target), depth=claim.url.depth,
+                state=URLState.SKIPPED, error_reason=requeue.FETCHED_VIA_REDIRECT,
+                error_message=claim.url.url, discovered_from_id=claim.url.pk,
+                not_before=timezone.now(), released=True,
+            )  # fmt: skip
+    except IntegrityError:
+        return False
+    return True
 
 
 def redirect_target_free(claim: Claim, target: str, take_queued: bool = True) -> bool:

@@ -26,6 +26,7 @@ from tasks.frontier.pages import TRUNCATED, finish_done, record_spider_statement
 from tasks.frontier.transitions import (
     ROBOTS_FORBIDDEN,
     duplicate_redirect,
+    mark_redirect_target,
     record_failure,
     take_redirect_target,
 )
@@ -107,16 +108,30 @@ def record_spider_failure(
     spider: str,
     closing: str | None = None,
     changed: Sequence[stats.StatRow] = (),
+    reached: str | None = None,
 ) -> str:
     """One transaction: the URL ended with ``outcome``, what its errback yielded and the
-    stats it ``changed`` (and, if it raised CloseSpider, the crawl's end: ``close``)."""
+    stats it ``changed`` (and, if it raised CloseSpider, the crawl's end: ``close``).
+    ``reached``: the URL its redirects led to, where the failure came (``record_reached``)."""
     with transaction.atomic():
+        if reached is not None and not mark_redirect_target(claim, reached):
+            return duplicate_redirect(claim, reached, outcome.status)
         state = record_failure(claim, outcome)
         _add(claim, requests, items, spider, timezone.now(), changed)
         if closing is not None:
             close(claim, closing)
     _added(claim, requests)
     return state
+
+
+def record_reached(claim: Claim, outcome: outcomes.CrawlOutcome, reached: str) -> str:
+    """One transaction: the URL ended with ``outcome`` at ``reached``, a URL its redirects led
+    to, which is marked as seen (``mark_redirect_target``); if the frontier holds that URL as
+    its own by now, this URL is skipped as a duplicate redirect instead."""
+    with transaction.atomic():
+        if not mark_redirect_target(claim, reached):
+            return duplicate_redirect(claim, reached, outcome.status)
+        return record_failure(claim, outcome)
 
 
 def record_spider_page(

@@ -79,7 +79,7 @@ class Statuses(Spider):
 class RedirectedErrors(Spider):
     """Requests whose redirects end on an error answer, seen by their errbacks as under Scrapy:
     a redirect to a URL the crawl requested as its own is dropped (Scrapy's duplicate filter),
-    one to a new URL brings its errback that URL's answer."""
+    one to a new URL brings its errback that URL's answer, and marks that URL as seen."""
 
     name = "redirected_errors"
     base = ""  # -a base=URL
@@ -92,6 +92,8 @@ class RedirectedErrors(Spider):
     def failed(self, failure):
         yield {"url": failure.request.url, "status": failure.value.response.status,
                "redirect_urls": failure.request.meta.get("redirect_urls", [])}  # fmt: skip
+        if failure.request.meta.get("redirect_urls"):  # its target again: seen, dropped
+            yield Request(failure.request.url, errback=self.failed)
 
 
 class Unfollowed(Spider):
