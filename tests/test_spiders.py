@@ -383,14 +383,17 @@ class Redirecting(LocalSite):
                     send(self, 301 if self.path < "/r/c" else 302,
                          {"Location": site.TARGETS[self.path]}, b"")  # fmt: skip
                     return
-                links = site.LINKS if self.path == "/" else []
-                body = "".join(f'<a href="{href}">{href}</a>' for href in links)
-                send(self, 200, {}, f"<html><body>{body}</body></html>".encode())
+                send(self, *site.page(self.path))
 
             def log_message(self, *args) -> None:
                 pass
 
         super().__init__(Handler)
+
+    def page(self, path: str) -> tuple[int, dict, bytes]:
+        links = self.LINKS if path == "/" else []
+        body = "".join(f'<a href="{href}">{href}</a>' for href in links)
+        return 200, {}, f"<html><body>{body}</body></html>".encode()
 
 
 @pytest.mark.parametrize("looked", ["before the callback", "only in the commit"])
@@ -422,27 +425,13 @@ def test_a_page_reached_through_redirects_yields_its_items_once(installed, monke
     assert ends["/t/1"] == ends["/t/3"] == "fetched_via_redirect"
 
 
-class RedirectingToErrors(LocalSite):
-    """``/r/x`` redirects to ``/gone/1``, ``/r/y`` to ``/gone/2``; ``/gone/N`` is a 404."""
+class RedirectingToErrors(Redirecting):
+    """``/r/x`` redirects to ``/gone/1``, ``/r/y`` to ``/gone/2``; every other page is a 404."""
 
     TARGETS = {"/r/x": "/gone/1", "/r/y": "/gone/2"}
 
-    def __init__(self) -> None:
-        site = self
-        self.asked: list[str] = []
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                site.asked.append(self.path)
-                if self.path in site.TARGETS:
-                    send(self, 302, {"Location": site.TARGETS[self.path]}, b"")
-                else:
-                    send(self, 404, {}, b"<html><body>gone</body></html>")
-
-            def log_message(self, *args) -> None:
-                pass
-
-        super().__init__(Handler)
+    def page(self, path: str) -> tuple[int, dict, bytes]:
+        return 404, {}, b"<html><body>gone</body></html>"
 
 
 @pytest.mark.parametrize("looked", ["before the errback", "only in the commit"])
