@@ -431,6 +431,11 @@ def _failed(claimed: Claim, cache: JobCache, outcome: outcomes.CrawlOutcome, spi
         return duplicate_redirect(claimed, reached, outcome.status)
     if kept.get("errback"):
         return _errback(claimed, cache, outcome, spider, pipes, reached)
+    return _record_failed(claimed, outcome, reached)
+
+
+def _record_failed(claimed: Claim, outcome: outcomes.CrawlOutcome, reached: str | None) -> str:
+    """The URL's failure, with the URL its redirects reached marked as seen (``_reached``)."""
     if reached:
         return with_retries(lambda: record_reached(claimed, outcome, reached))
     return record_failure(claimed, outcome)
@@ -552,9 +557,7 @@ def _errback(claimed: Claim, cache: JobCache, outcome: outcomes.CrawlOutcome, sp
             new = new_requests(claimed, cache, spider, yielded.requests, pipes.scheduled)
         except (outcomes.SpiderError, outcomes.SpiderTimeout) as exc:
             log.warning("job=%s url=%s: errback failed: %s", job.pk, claimed.url.url, exc)
-            if reached:
-                return with_retries(lambda: record_reached(claimed, outcome, reached))
-            return record_failure(claimed, outcome)
+            return _record_failed(claimed, outcome, reached)
         items = [NewItem(*pipes.keep(item, answer)) for item in yielded.items]
     return with_retries(lambda: record_spider_failure(claimed, outcome, new, items, spider.name,
                                                       yielded.closing, changed.rows(),
