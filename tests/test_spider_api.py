@@ -20,7 +20,9 @@ from crawlplatform.spiders import (
     Spider,
     TextResponse,
     XmlResponse,
+    signals,
 )
+from crawlplatform.spiders.settings import Crawler, Settings
 from tasks.content import items
 
 PAGE = b"""<html><head><base href="/shop/"><title>T</title></head><body>
@@ -351,6 +353,12 @@ def test_items_of_every_kind_become_json_and_a_drop_has_its_reason():
     assert items.as_json(Book("T", 1.5)) == {"title": "T", "price": 1.5}
     assert items.as_json(Author("A")) == {"name": "A"}
     assert items._drop_reason(DropItem("no price")) == "no price"
+    quiet = DropItem("duplicate", log_level="DEBUG")  # Scrapy 2.19's form
+    assert (items._drop_reason(quiet), quiet.log_level) == ("duplicate", "DEBUG")
+    assert items._drop_reason(DropItem("seen", "INFO")) == "seen"
+    for not_json in (float("nan"), float("inf"), [float("-inf")]):  # PostgreSQL's JSON has none
+        with pytest.raises(ValueError, match="not JSON compliant"):
+            items.as_json({"v": not_json})
 
 
 def test_response_json_reads_utf8_whatever_the_charset_and_text_follows_it():
@@ -836,6 +844,46 @@ def test_pipelines_take_the_item_as_yielded_with_or_without_the_spider_and_close
     assert pipes.process(Book("U")) == ({"title": "U", "price": None}, "no price")
     pipes.close()
     assert CLOSED == ["stamped", "priced"]  # as Scrapy: the last opened closes first
+
+
+def test_pipelines_given_as_classes_run_those_of_one_order_as_given():
+    class Mark:
+        def process_item(self, item):
+            return {**item, "order": [*item.get("order", []), type(self).__name__]}
+
+    class Z(Mark):
+        pass
+
+    class A(Mark):
+        pass
+
+    class Script(Spider):  # a one-file ``runspider`` script names its classes themselves
+        name = "script"
+        custom_settings = {"ITEM_PIPELINES": {Z: 300, A: 300}}
+
+    assert items.Pipelines(Script()).process({"title": "T"}) == (
+        {"title": "T", "order": ["Z", "A"]}, "")  # fmt: skip
+
+
+def test_an_item_is_stored_as_item_scraped_handlers_leave_it_and_one_not_json_alone_is_dropped():
+    class Signed(Spider):
+        name = "signed"
+
+        @classmethod
+        def from_crawler(cls, crawler, *args, **kwargs):
+            spider = super().from_crawler(crawler, *args, **kwargs)
+            crawler.signals.connect(spider.sign, signal=signals.item_scraped)
+            return spider
+
+        def sign(self, item):
+            item["sig"] = item["n"] * 10
+
+    crawler = Crawler(Settings({}), None)
+    spider = crawler.spider = Signed.from_crawler(crawler)
+    pipes = items.Pipelines(spider)
+    assert pipes.process({"n": 1}) == ({"n": 1, "sig": 10}, "")
+    kept, reason = pipes.process({"n": 2, "ratio": float("nan")})
+    assert (kept, reason.split(":")[0]) == ({"repr": "{'n': 2, 'ratio': nan}"}, items.NOT_JSON)
 
 
 class FromCrawler:

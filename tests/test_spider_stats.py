@@ -36,7 +36,7 @@ from tasks.frontier.scheduler import finish_if_done
 from tests.site import Site
 from tests.spiders.counting import Heard
 from tests.test_spiders import installed, run_job  # noqa: F401 (the fixture)
-from web.models import CrawlJob, FrontierURL, Item, Page, Stat, URLState
+from web.models import CrawlJob, FrontierURL, Item, Page, Stat, StatKind, URLState
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -251,12 +251,31 @@ def test_values_that_are_not_json_and_counts_that_are_not_numbers_are_refused(db
             collector.set_value("x", object())
         with pytest.raises(TypeError, match="inc_value takes a number, not str"):
             collector.inc_value("x", "1")
+        with pytest.raises(TypeError, match="stat 'x': Out of range float values"):
+            collector.set_value("x", float("nan"))  # PostgreSQL's JSON has no NaN
+        with pytest.raises(TypeError, match="stat 'x': Out of range float values"):
+            collector.max_value("x", {"ratio": float("inf")})
         collector.inc_value("a", spider=Spider("s"))  # Scrapy's spider argument is taken
         collector.inc_value("b")
         with pytest.raises(ValueError, match="a page may change STATS_PAGE_MAX_NAMES"):
             collector.inc_value("c")
         with pytest.raises(ValueError, match="a stat's name is a text"):
             collector.inc_value("n" * 201)
+
+
+def test_a_count_of_a_text_is_refused_as_in_python_and_one_that_races_it_leaves_the_text(db):
+    job = jobs.create_job([], spider="counting")
+    collector = job_stats.JobStats(job.pk)
+    with job_stats.bound(job_stats.Pending(job.pk)) as page:
+        collector.set_value("label", "text")
+        with pytest.raises(TypeError, match="stat 'label': inc_value on a str value"):
+            collector.inc_value("label")
+        collector.inc_value("flags", True)  # Python's 0 + True
+    collector.commit(page)
+    job_stats.JobStats(job.pk).inc_value("label", 2)  # a worker that never read the text
+    assert {k: v for k, v in collector.get_stats().items() if k in ("label", "flags")} == {
+        "label": "text", "flags": 1}  # fmt: skip
+    assert stat_rows.fold({StatKind.SET: True, StatKind.INC: 1}) == 2
 
 
 # Signals ---------------------------------------------------------------------------------

@@ -22,7 +22,11 @@ from crawlplatform.spiders.settings import Crawler
 
 class DropItem(Exception):
     """Raised by a pipeline's ``process_item``: the item is not stored; the message is the
-    reason it is counted under."""
+    reason it is counted under. ``log_level``: Scrapy's, kept on the exception."""
+
+    def __init__(self, message: str = "", log_level: str | None = None) -> None:
+        super().__init__(message)
+        self.log_level = log_level
 
 
 class Spider:

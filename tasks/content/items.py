@@ -133,13 +133,14 @@ def order_of(value: Any) -> list | dict | None:
 def as_json(item: Any) -> dict:
     """The item as a JSON object (dates as ISO text, decimals as text)."""
     fields = item if isinstance(item, dict) else _adapter()(item).asdict()
-    return json.loads(json.dumps(fields, default=_plain))
+    return json.loads(json.dumps(fields, default=_plain, allow_nan=False))
 
 
-def _ordered(spider: Spider, name: str) -> list[tuple[float, str]]:
+def _ordered(spider: Spider, name: str) -> list[tuple[float, str | type]]:
     """The components of setting ``name`` (``ITEM_PIPELINES``, ``EXTENSIONS``), the operator's
-    and the spider's, by order."""
-    chosen: dict[str, float | None] = {}
+    and the spider's, by order; those of one order as they were given (Scrapy's stable sort).
+    A spider's may name a component by its path or be the class itself."""
+    chosen: dict[str | type, float | None] = {}
     for entry in filter(None, (e.strip() for e in setting(name).split(","))):
         path, _, order = entry.partition(":")
         chosen[path] = float(order) if order else OPERATOR_ORDER
@@ -148,7 +149,8 @@ def _ordered(spider: Spider, name: str) -> list[tuple[float, str]]:
         chosen.update(own)
     else:
         chosen.update({path: n for n, path in enumerate(own)})
-    return sorted((order, path) for path, order in chosen.items() if order is not None)
+    given = [(order, path) for path, order in chosen.items() if order is not None]
+    return sorted(given, key=lambda entry: entry[0])
 
 
 def _made(crawler: Crawler, name: str, kind: str) -> list[tuple[float, Any]]:
@@ -157,16 +159,19 @@ def _made(crawler: Crawler, name: str, kind: str) -> list[tuple[float, Any]]:
     return [(order, component) for order, component in made if component is not None]
 
 
-def _load(path: str, crawler: Crawler, kind: str) -> Any:
-    """The component at ``path``: made by its ``from_crawler(crawler)`` (or the older
-    ``from_settings(settings)``) if it has one, as Scrapy makes it, else by its class; None
-    if it raised ``NotConfigured`` (it stays off)."""
-    module, _, name = path.rpartition(".")
-    try:
-        cls = getattr(importlib.import_module(module), name)
-    except Exception as exc:
-        raise PipelineProblem(f"{kind} {path!r} cannot be loaded: "
-                              f"{type(exc).__name__}: {exc}") from exc  # fmt: skip
+def _load(path: str | type, crawler: Crawler, kind: str) -> Any:
+    """The component at ``path`` (or the class itself): made by its ``from_crawler(crawler)``
+    (or the older ``from_settings(settings)``) if it has one, as Scrapy makes it, else by its
+    class; None if it raised ``NotConfigured`` (it stays off)."""
+    if isinstance(path, str):
+        module, _, name = path.rpartition(".")
+        try:
+            cls = getattr(importlib.import_module(module), name)
+        except Exception as exc:
+            raise PipelineProblem(f"{kind} {path!r} cannot be loaded: "
+                                  f"{type(exc).__name__}: {exc}") from exc  # fmt: skip
+    else:
+        cls, path = path, f"{path.__module__}.{path.__qualname__}"
     if not inspect.isclass(cls):
         return cls
     try:
@@ -269,7 +274,9 @@ class Pipelines:
             self._send(sent.item_dropped, item=yielded, response=response,
                        exception=DropItem(TOO_LARGE), spider=self.spider)  # fmt: skip
             return {"size": len(json.dumps(data))}, TOO_LARGE, None
-        self._send(sent.item_scraped, item=item, response=response, spider=self.spider)
+        if self.signals.heard(sent.item_scraped):
+            self._send(sent.item_scraped, item=item, response=response, spider=self.spider)
+            data = _after_handlers(item, data)
         return data, "", field_names(item, data)
 
     def _dropped(self, yielded: Any, item: Any, response: Any,
@@ -342,6 +349,20 @@ def _takes_spider(method: Any, given: int) -> bool:
     required = [p for p in parameters if p.kind in kinds and p.default is p.empty]
     variadic = any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in parameters)
     return len(required) > given or variadic
+
+
+def _after_handlers(item: Any, data: dict) -> dict:
+    """The item as ``item_scraped``'s handlers left it (Scrapy's feeds write it after the
+    handlers connected before theirs), or as it was if they made it no JSON or too large."""
+    try:
+        changed = as_json(item)
+    except (TypeError, ValueError) as exc:
+        log.warning("an item_scraped handler made an item no JSON (%s): kept as it was", exc)
+        return data
+    if len(json.dumps(changed)) > setting("ITEM_MAX_BYTES"):
+        log.warning("an item_scraped handler made an item too large: kept as it was")
+        return data
+    return changed
 
 
 def _kept(item: Any) -> dict:

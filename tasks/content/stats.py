@@ -96,18 +96,20 @@ def _plain(value: Any) -> Any:
 
 
 def _as_json(name: str, value: Any) -> Any:
-    if value is None or isinstance(value, str | int | float | bool):
+    if value is None or isinstance(value, str | int | bool):
         return value
     try:
-        return json.loads(json.dumps(value, default=_plain))
+        return json.loads(json.dumps(value, default=_plain, allow_nan=False))
     except (TypeError, ValueError) as exc:
         raise TypeError(f"stat {name!r}: {exc} (stats are kept as JSON)") from None
 
 
 def _number(name: str, value: Any) -> int | float:
-    if isinstance(value, bool) or not isinstance(value, int | float | decimal.Decimal):
+    if not isinstance(value, int | float | decimal.Decimal):
         raise TypeError(f"stat {name!r}: inc_value takes a number, not {type(value).__name__}")
-    return float(value) if isinstance(value, decimal.Decimal) else value
+    if isinstance(value, bool):
+        return int(value)
+    return _as_json(name, float(value) if isinstance(value, decimal.Decimal) else value)
 
 
 class JobStats(StatsCollector):
@@ -140,6 +142,16 @@ class JobStats(StatsCollector):
                 if value is not MISSING:
                     found[name] = value
         return dict(sorted(found.items()))
+
+    def _known(self, key: str) -> Any:
+        """Stat ``key`` as far as this process knows it without reading the job's rows: as
+        they were last read, changed by this page."""
+        pending = self._bound()
+        kept = self._read.get("rows")
+        value = MISSING
+        if kept is not None and (pending is None or not pending.cleared):
+            value = rows.fold(kept[1].get(key), value)
+        return value if pending is None else rows.fold(pending.changes.get(key), value)
 
     def _rows(self, pending: Pending | None) -> Groups:
         return self._cached("rows", pending, lambda: rows.aggregate(self.job_id))
@@ -178,6 +190,9 @@ class JobStats(StatsCollector):
 
     def inc_value(self, key: str, count: int = 1, start: int = 0, spider: Any = None) -> None:
         count = _number(key, count)
+        known = self._known(key)
+        if known is not MISSING and not rows.is_number(known):
+            raise TypeError(f"stat {key!r}: inc_value on a {type(known).__name__} value")
         if start and self.get_value(key, MISSING) is MISSING:
             self._change(key, StatKind.START, _number(key, start))
         self._change(key, StatKind.INC, count)

@@ -186,6 +186,11 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def is_number(value: Any) -> bool:
+    """What ``inc_value`` adds to: a number, or a bool (as Python adds to one)."""
+    return isinstance(value, int | float)
+
+
 def _number(value: Decimal | None) -> int | float | None:
     """A sum or bound the database computed, as the JSON numbers it came from: an int where
     they were (no fractional digits), else a float."""
@@ -201,7 +206,9 @@ def fold(changes: dict[str, Any] | None, base: Any = MISSING) -> Any:
     value = changes.get(StatKind.SET, base)
     if StatKind.INC in changes:
         start = changes.get(StatKind.START, 0)
-        value = (start if value is MISSING else value) + changes[StatKind.INC]
+        counted = start if value is MISSING else value
+        if is_number(counted):  # else another worker's set_value came first: its text stays
+            value = counted + changes[StatKind.INC]
     for kind in (StatKind.MAX, StatKind.MIN):
         if kind in changes:
             value = changes[kind] if value is MISSING else _compared(value, changes[kind], kind)
