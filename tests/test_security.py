@@ -147,6 +147,10 @@ class Bombs(BaseHTTPRequestHandler):
             "/deflate": ("deflate", zlib.compress),
             "/raw-deflate": ("deflate", lambda b: zlib.compress(b)[2:-4]),
             "/brotli": ("br", lambda b: b"not really brotli"),
+            "/gzip-twice": ("gzip, gzip", lambda b: gzip.compress(gzip.compress(b))),
+            "/utf8": ("UTF-8", lambda b: b"<p>plain</p>"),  # names servers send for none
+            "/none": ("none", lambda b: b"<p>plain</p>"),
+            "/identity-gzip": ("identity, gzip", lambda b: gzip.compress(b"<p>plain</p>")),
         }
         if self.path in encoders:
             coding, encode = encoders[self.path]
@@ -206,9 +210,15 @@ def test_a_decompression_bomb_is_cut_at_the_cap_inside_the_decoder(bombs, path):
     assert peak < 8 << 20  # 20 MiB inflated never sat in memory
 
 
-def test_an_encoding_that_was_not_asked_for_fails_readably(bombs):
-    with pytest.raises(outcomes.ProtocolError, match="unsupported Content-Encoding 'br'"):
-        fetch(bombs + "/brotli", user_agent="t", limits=LIMITS, allow=ALLOW)
+@pytest.mark.parametrize(("path", "coding"), [("/brotli", "br"), ("/gzip-twice", "gzip, gzip")])
+def test_an_encoding_that_was_not_asked_for_fails_readably(bombs, path, coding):
+    with pytest.raises(outcomes.ProtocolError, match=f"unsupported Content-Encoding '{coding}'"):
+        fetch(bombs + path, user_agent="t", limits=LIMITS, allow=ALLOW)
+
+
+@pytest.mark.parametrize("path", ["/utf8", "/none", "/identity-gzip"])
+def test_a_coding_name_no_compression_has_is_passed_over_as_browsers_and_scrapy_do(bombs, path):
+    assert fetch(bombs + path, user_agent="t", limits=LIMITS, allow=ALLOW).body == b"<p>plain</p>"
 
 
 @pytest.mark.parametrize("path", ["/many-headers", "/long-header"])

@@ -657,6 +657,27 @@ def test_a_callback_gets_the_response_class_scrapy_gives_the_answer(content_type
     assert type(response).__name__ == cls
 
 
+@pytest.mark.parametrize(("coding", "left", "cls"), [  # as Scrapy's HttpCompressionMiddleware
+    ("gzip", [], "XmlResponse"),  # undone by the fetch: gone from the headers
+    ("identity", [b"identity"], "TextResponse"),  # left on: the class from the URL and body
+    ("UTF-8", [b"utf-8"], "TextResponse"),
+])  # fmt: skip
+def test_a_coding_the_fetch_undid_is_gone_from_the_headers_and_one_left_on_decides_the_class(
+    coding, left, cls
+):
+    from tasks.content import callbacks
+    from tasks.fetch import fetching
+
+    fetched = fetching.Response(
+        url="http://s.test/a", final_url="http://s.test/a", status=200, content_type="",
+        content_type_header="application/xml", body=b"<r/>", truncated=False, elapsed=0.1,
+        headers={}, http={"response": [["Content-Type", "application/xml"],
+                                       ["Content-Encoding", coding]]},
+    )  # fmt: skip
+    response = callbacks.response_of(fetched, Request("http://s.test/a"), 0)
+    assert (response.headers.getlist("Content-Encoding"), type(response).__name__) == (left, cls)
+
+
 def test_a_callbacks_meta_has_scrapys_depth_latency_and_redirect_urls():
     from tasks.content import callbacks
     from tasks.fetch import fetching

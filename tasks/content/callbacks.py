@@ -230,9 +230,16 @@ def response_of(resp: fetching.Response, request: Request, depth: int = 0,
     for name, value in resp.http.get("request") or ():  # as it went out, as Scrapy's has them
         request.headers.setdefault(name, value)
     headers = resp.http.get("response") or list(resp.headers.items())
+    encoding = ", ".join(v for k, v in headers if k.lower() == "content-encoding")
+    left = fetching.left_encoded(encoding)
+    if encoding:  # what the fetch undid is gone from the headers, as Scrapy's middleware does
+        headers = [(k, v) for k, v in headers if k.lower() != "content-encoding"]
+        headers += [("Content-Encoding", coding) for coding in left]
     url = urldefrag(resp.final_url)[0]
     disposition = next((v for k, v in headers if k.lower() == "content-disposition"), "")
-    cls = class_for(resp.content_type_header, resp.body, url, disposition)
+    # An encoding left on the body: Scrapy's class comes from the URL and the body instead.
+    content_type = "" if left else resp.content_type_header
+    cls = class_for(content_type, resp.body, url, disposition)
     return cls(url, status=resp.status, headers=headers, body=resp.body, request=request,
                protocol=resp.http.get("protocol"))
 

@@ -124,15 +124,20 @@ class _Decoder:
     A 20 KiB gzip can hold 20 MiB of zeros: the cap must hold inside the decompressor, whatever
     the urllib3 version, so each step may produce at most what is still allowed (zlib's
     ``max_length``). gzip (several members too) and deflate (zlib-wrapped or raw, as servers
-    send both) are accepted; anything else was not asked for and fails the fetch.
+    send both) are undone; a name no compression has (``identity``, ``none``, ``UTF-8``, as
+    servers send them) is passed over, the body read as it came, as browsers and Scrapy read
+    it; a compression that was not asked for (brotli, zstd), or two, fails the fetch: the body
+    cannot be read.
     """
 
     def __init__(self, encoding: str, limit: int) -> None:
-        codings = [c.strip().lower() for c in encoding.split(",")]
-        codings = [c for c in codings if c and c != "identity"]
-        if len(codings) > 1 or (codings and codings[0] not in _CODINGS):
+        codings = [c for c in _codings(encoding) if c != "identity"]
+        undone = []
+        while codings and codings[-1] in _CODINGS:
+            undone.append(codings.pop())
+        if len(undone) > 1 or _COMPRESSIONS.intersection(codings):
             raise outcomes.ProtocolError(f"unsupported Content-Encoding {encoding[:100]!r}")
-        self.kind = _CODINGS[codings[0]] if codings else ""
+        self.kind = _CODINGS[undone[0]] if undone else ""
         self.limit = limit
         self.size = 0
         self.raw_deflate = False
@@ -173,6 +178,21 @@ class _Decoder:
 
 
 _CODINGS = {"gzip": "gzip", "x-gzip": "gzip", "deflate": "deflate"}
+_COMPRESSIONS = frozenset({*_CODINGS, "br", "zstd", "compress", "x-compress"})
+
+
+def _codings(content_encoding: str) -> list[str]:
+    return [c for c in (c.strip().lower() for c in content_encoding.split(",")) if c]
+
+
+def left_encoded(content_encoding: str) -> list[str]:
+    """The codings of a ``Content-Encoding`` that a spider's response still carries, as
+    Scrapy's ``HttpCompressionMiddleware`` leaves them: those from the last one it does not
+    undo on (gzip and deflate undone from the last; ``identity`` or an unknown name stops)."""
+    codings = _codings(content_encoding)
+    while codings and codings[-1] in _CODINGS:
+        codings.pop()
+    return codings
 
 
 def decode(raw: bytes, content_encoding: str, limit: int) -> bytes:
