@@ -99,6 +99,8 @@ class Handler(BaseHTTPRequestHandler):
             self.reply(200, (self.headers.get("Cookie") or "-").encode())
         elif path == "/echo":
             self.reply(200, "\n".join(f"{k}: {v}" for k, v in self.headers.items()).encode())
+        elif path.startswith("/as-sent/"):  # the request's target as it came on the wire
+            self.reply(200, path.encode())
 
 
 @pytest.fixture(scope="module")
@@ -178,6 +180,16 @@ def test_a_request_carries_its_user_agent_and_visitor_headers_in_a_fixed_order(s
     }  # fmt: skip
     assert len(names) == len(set(names)) and names.index("x-team") < names.index("if-none-match")
     assert ["User-Agent", "test"] in resp.http["request"]
+
+
+@pytest.mark.parametrize(("given", "sent"), [  # as Scrapy and browsers send them
+    ("/as-sent/%7Eb%41.html?x=%7E%41", "/as-sent/%7Eb%41.html?x=%7E%41"),
+    ("/as-sent/a/./b/../c", "/as-sent/a/./b/../c"),
+    ("/as-sent/%2e%2e", "/as-sent/%2E%2E"),  # urllib3 writes an escape's digits in capitals
+    ("/as-sent/a b?q=é", "/as-sent/a%20b?q=%C3%A9"),  # what needs escaping is escaped
+])  # fmt: skip
+def test_a_urls_path_and_query_go_out_as_given(server, given, sent):
+    assert get(server + given).body == sent.encode()
 
 
 def test_redirect_chain_is_followed_and_recorded(server):

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import base64
 import email.utils
+import re
 import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC
 from typing import NamedTuple
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urljoin, urlsplit, urlunsplit
 
 import requests
 import urllib3
@@ -99,6 +100,23 @@ class Fetched(NamedTuple):
     outcome: outcomes.CrawlOutcome | None
     elapsed: float  # seconds
     conditional: bool  # sent a recrawl's validators (a 304 keeps the previous page)
+
+
+_URI = re.compile(r"[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=%]*\Z")  # RFC 3986's characters
+
+
+def as_given(prepared: str, url: str) -> str:
+    """The URL a request goes to: requests' ``prepared`` one (its host made ASCII, ...) with
+    the path and query of ``url`` as they were given, when that needs no escaping; requests
+    would decode ``%7E`` to ``~`` and drop ``./`` segments, where Scrapy and browsers send
+    them as the page wrote them (a signed query may depend on it)."""
+    if prepared == url:
+        return prepared
+    given = urlsplit(url)
+    if not _URI.match(given.path) or not _URI.match(given.query):
+        return prepared
+    made = urlsplit(prepared)
+    return urlunsplit((made.scheme, made.netloc, given.path or "/", given.query, made.fragment))
 
 
 def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
@@ -418,6 +436,7 @@ def fetch(
             prepared = requests.PreparedRequest()
             prepared.prepare(method=method, url=current, headers=headers, data=body,
                              cookies=visitor.cookies)  # fmt: skip
+            prepared.url = as_given(prepared.url, current)
             resp = s.send(prepared, timeout=timeout, allow_redirects=False, stream=True,
                           proxies=proxies, verify=limits.verify, cert=None)  # fmt: skip
         except requests.RequestException as exc:
