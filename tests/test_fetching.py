@@ -17,7 +17,7 @@ import pytest
 import requests
 
 from tasks.fetch import outcomes, transport
-from tasks.fetch.fetching import FetchLimits, Visitor, fetch, parse_retry_after
+from tasks.fetch.fetching import Asked, FetchLimits, Visitor, fetch, parse_retry_after
 from tasks.rules import guard
 
 LIMITS = FetchLimits(
@@ -180,6 +180,12 @@ def test_a_request_carries_its_user_agent_and_visitor_headers_in_a_fixed_order(s
     }  # fmt: skip
     assert len(names) == len(set(names)) and names.index("x-team") < names.index("if-none-match")
     assert ["User-Agent", "test"] in resp.http["request"]
+
+
+def test_a_header_a_spider_gives_twice_goes_with_both_values(server):
+    asked = Asked(headers=(("X-List", "a"), ("x-list", "b"), ("Accept", "text/html")))
+    echoed = get(server + "/echo", request=asked).body.decode().splitlines()
+    assert {"X-List: a, b", "Accept: text/html"} <= set(echoed)
 
 
 @pytest.mark.parametrize(("given", "sent"), [  # as Scrapy and browsers send them

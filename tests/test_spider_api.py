@@ -212,6 +212,16 @@ def test_json_and_form_requests_replace_their_data_as_scrapys():
         ("POST", "http://a.test/s", b"q=y"), ("GET", "http://a.test/s?q=z", b"")]  # fmt: skip
 
 
+def test_a_json_request_keeps_its_dumps_kwargs_and_data_wins_over_a_body_of_none():
+    unsorted = JsonRequest("http://a.test/", data={"b": 1}, dumps_kwargs={"sort_keys": False})
+    replaced = unsorted.replace(data={"z": 1, "y": 2})
+    moved = unsorted.replace(url="http://a.test/other")
+    assert (replaced.body, replaced.dumps_kwargs, moved.body, moved.dumps_kwargs) == (
+        b'{"z": 1, "y": 2}', {"sort_keys": False}, b'{"b": 1}', {"sort_keys": False})  # fmt: skip
+    posted = JsonRequest("http://a.test/", data={"x": 1}, body=None)
+    assert (posted.method, posted.body) == ("POST", b'{"x": 1}')  # Scrapy 2.19's
+
+
 def test_headers_change_as_scrapys():
     r = Request("http://x.test/", headers={"Accept": "a", "Cookie": None})
     r.headers.update({"authorization": "Bearer tok"}, X_Num=1)
@@ -221,6 +231,8 @@ def test_headers_change_as_scrapys():
     del copy["AUTHORIZATION"]
     assert (copy.get("Accept"), copy.get("Authorization"), r.headers["Accept"]) == (
         b"b", None, b"a")  # fmt: skip
+    assert (copy.get("Nope", "d"), copy.get("Nope", ["d", "e"]), copy.get("Nope", "")) == (
+        b"d", b"e", b"")  # a default made bytes, as Scrapy's: .get(name, "").decode() works
     assert r.headers.pop("x_num") == [b"1"] and "X_Num" not in r.headers
     assert r.headers.pairs() == [("Accept", "a"), ("Authorization", "Bearer tok")]  # no Cookie
     assert "Cookie" in r.headers.copy() and r.headers.copy()["Cookie"] is None  # as Scrapy's

@@ -65,7 +65,12 @@ class Headers(dict):
         return isinstance(name, str | bytes) and super().__contains__(self._key(name))
 
     def get(self, name: str | bytes, default: Any = None) -> Any:
-        return self[name] if name in self else default
+        """The last value of ``name``; else ``default``, made bytes as Scrapy's (the last of a
+        list's)."""
+        if name in self:
+            return self[name]
+        defaults = default if isinstance(default, list | tuple) else [default]
+        return next((self._value(v) for v in reversed(defaults) if v is not None), None)
 
     def getlist(self, name: str | bytes, default: list | None = None) -> list[bytes]:
         return list(super().get(self._key(name), default or []))

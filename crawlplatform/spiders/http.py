@@ -209,12 +209,17 @@ class Request:
             "cb_kwargs": self.cb_kwargs,
         }  # fmt: skip
         fields.update(changes)
-        if remade:
+        dumps_kwargs = getattr(self, "_dumps_kwargs", None)  # a JsonRequest's, kept as Scrapy's
+        if dumps_kwargs is not None and issubclass(cls, JsonRequest):
+            remade.setdefault("dumps_kwargs", dumps_kwargs)
+        if {"data", "formdata"} & remade.keys():
             if "body" not in changes:
                 del fields["body"]
             return cls(**fields, **remade)
         copy = cls.__new__(cls)
         Request.__init__(copy, **fields)  # the body as it is, not encoded again
+        if "dumps_kwargs" in remade:
+            copy._dumps_kwargs = {"sort_keys": True, **remade["dumps_kwargs"]}
         return copy
 
     def copy(self) -> Request:
@@ -244,12 +249,18 @@ class JsonRequest(Request):
         dumps_kwargs: dict | None = None,
         **kwargs: Any,
     ) -> None:
-        if data is not None and "body" not in kwargs:
-            kwargs["body"] = json.dumps(data, **{"sort_keys": True, **(dumps_kwargs or {})})
+        self._dumps_kwargs = {"sort_keys": True, **(dumps_kwargs or {})}
+        if data is not None and kwargs.get("body") is None:
+            kwargs["body"] = json.dumps(data, **self._dumps_kwargs)
             kwargs.setdefault("method", "POST")
         super().__init__(url, *args, **kwargs)
         self.headers.setdefault("Content-Type", "application/json")
         self.headers.setdefault("Accept", "application/json, text/javascript, */*; q=0.01")
+
+    @property
+    def dumps_kwargs(self) -> dict:
+        """What ``json.dumps`` is given for ``data``, here and in a ``replace``'s."""
+        return self._dumps_kwargs
 
 
 class FormRequest(Request):

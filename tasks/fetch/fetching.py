@@ -367,6 +367,19 @@ class Asked:
         return cls(kept.get("method", "GET"), body, headers, kept_redirects)
 
 
+def _joined(pairs: tuple[tuple[str, str], ...]) -> CaseInsensitiveDict:
+    """A request's headers with a repeated name's values on one line, as HTTP reads them
+    (Scrapy sends a line each; a ``Cookie``'s joined by ``; ``)."""
+    joined: dict[str, tuple[str, str]] = {}  # by lower-cased name: the first name given, values
+    for name, value in pairs:
+        key = name.lower()
+        if key in joined:
+            first, before = joined[key]
+            name, value = first, before + ("; " if key == "cookie" else ", ") + value
+        joined[key] = (name, value)
+    return CaseInsensitiveDict(joined.values())
+
+
 def _proxy(asked: str | None, pool: list[str]) -> str | None:
     """The proxy URL (credentials filled) of the job's proxy a request's meta names."""
     template = proxies.requested(asked, pool)
@@ -415,7 +428,7 @@ def fetch(
     headers = CaseInsensitiveDict(_SESSION_HEADERS)
     headers.update(visitor.headers)
     asked = request or Asked()
-    headers.update(dict(asked.headers))  # a spider's headers, its identity's user agent kept
+    headers.update(_joined(asked.headers))  # a spider's headers, its identity's user agent kept
     headers.update({"User-Agent": user_agent, "Accept-Encoding": "gzip, deflate"})
     headers.update(conditional or {})
     method, body = asked.method, asked.body or None
