@@ -15,6 +15,7 @@ from tasks import engine
 from tasks.content import callbacks, spiders
 from tasks.defaults import setting
 from tasks.frontier import jobs
+from tests import chaos
 from tests.conftest import wait_for
 from tests.shop import Shop, expected_products, expected_stock
 from tests.site import LocalSite, Site, send
@@ -426,9 +427,15 @@ def test_a_page_reached_through_redirects_yields_its_items_once(installed, monke
 
 
 class RedirectingToErrors(Redirecting):
-    """``/r/x`` redirects to ``/gone/1``, ``/r/y`` to ``/gone/2``; every other page is a 404."""
+    """``/r/x`` redirects to ``/gone/1``, ``/r/y`` to ``/gone/2``, ``/r/loop1`` to
+    ``/r/loop2`` and back, ``/r/off`` to another host, ``/r/refused`` to a port nothing
+    listens on; every other page is a 404."""
 
-    TARGETS = {"/r/x": "/gone/1", "/r/y": "/gone/2"}
+    def __init__(self) -> None:
+        super().__init__()
+        self.TARGETS = {"/r/x": "/gone/1", "/r/y": "/gone/2", "/r/loop1": "/r/loop2",
+                        "/r/loop2": "/r/loop1", "/r/off": f"http://localhost:{self.server.server_address[1]}/t/1",
+                        "/r/refused": f"http://127.0.0.1:{chaos.free_port()}/x"}  # fmt: skip
 
     def page(self, path: str) -> tuple[int, dict, bytes]:
         return 404, {}, b"<html><body>gone</body></html>"
@@ -440,21 +447,27 @@ def test_an_error_answer_reached_through_a_redirect_is_the_errbacks_once(
 ):
     """Scrapy 2.19's items for the same spider and site (``tests/spiders/redirects.py``): a
     redirect to a URL requested as its own is dropped, its errback not called; a URL first
-    reached through a redirect is seen, and a request for it later is dropped."""
+    reached through a redirect is seen, and a request for it later is dropped; a redirect
+    loop or one off the domains is dropped; a hop that cannot connect is the errback's, with
+    the hop's request."""
     if looked == "only in the commit":  # the target inserted between the look and the commit
         monkeypatch.setattr(callbacks, "redirect_target_seen", lambda *args: False)
     with RedirectingToErrors() as site:
         job = jobs.create_job([], spider="redirected_errors", spider_args={"base": site.base})
         jobs.start(job)
         run_job(job)
-    items = sorted((i["url"].removeprefix(site.base), i["status"],
+    items = sorted((i["url"].removeprefix(site.base), i["status"], i["raised"],
                     [u.removeprefix(site.base) for u in i["redirect_urls"]])
                    for i in kept(job))  # fmt: skip
-    assert items == [("/gone/1", 404, []), ("/gone/2", 404, ["/r/y"])]
+    refused = site.TARGETS["/r/refused"]
+    assert items == [("/gone/1", 404, "HttpError", []), ("/gone/2", 404, "HttpError", ["/r/y"]),
+                     (refused, None, "DownloadConnectionRefusedError", ["/r/refused"])]  # fmt: skip
     ends = dict(FrontierURL.objects.filter(job=job).values_list("url", "error_reason"))
     assert ends[site.url("/r/x")] == "duplicate_redirect"
     assert ends[site.url("/gone/2")] == "fetched_via_redirect"  # seen: asked for once only
     assert site.asked.count("/gone/2") == 1
+    assert (ends[site.url("/r/loop1")], ends[site.url("/r/off")]) == (
+        "redirect_loop", "out_of_scope")  # no errback: Scrapy's filters drop the hop  # fmt: skip
 
 
 def test_redirects_a_request_keeps_are_its_answer_as_under_scrapy(installed):

@@ -219,14 +219,7 @@ def response_of(resp: fetching.Response, request: Request, depth: int = 0,
     meta = sent_meta(request, depth, deadline)
     meta.setdefault("depth", 0)  # a start request's, as Scrapy's DepthMiddleware sets it
     meta["download_latency"] = resp.elapsed
-    if resp.redirects:
-        meta["redirect_urls"] = [*meta.get("redirect_urls", []), request.url,
-                                 *resp.redirects[:-1]]  # fmt: skip
-        meta["redirect_times"] = meta.get("redirect_times", 0) + len(resp.redirects)
-        if len(resp.redirect_statuses) == len(resp.redirects):
-            meta["redirect_reasons"] = [*meta.get("redirect_reasons", []),
-                                        *resp.redirect_statuses]  # fmt: skip
-        request = _redirected(request, resp)
+    request = _redirected(request, resp)
     for name, value in resp.http.get("request") or ():  # as it went out, as Scrapy's has them
         request.headers.setdefault(name, value)
     headers = resp.http.get("response") or list(resp.headers.items())
@@ -262,11 +255,22 @@ def sent_meta(request: Request, depth: int, deadline: float | None,
     return meta
 
 
-def _redirected(request: Request, resp: fetching.Response) -> Request:
-    """The request of a redirect's last hop: its URL, and a GET without the body and the
-    body's headers where a redirect turned the request into one."""
+def _redirected(request: Request, resp: fetching.Response | outcomes.CrawlOutcome) -> Request:
+    """The request of the last hop of ``resp``'s redirects (an answer's, or a failure's that
+    came after them): its URL, its ``meta``'s ``redirect_urls``, ``redirect_times`` and
+    ``redirect_reasons`` added to those it carried (a meta refresh's), and a GET without the
+    body and the body's headers where a redirect turned the request into one."""
+    if not resp.redirects:
+        return request
+    meta = request.meta
+    meta["redirect_urls"] = [*meta.get("redirect_urls", []), request.url,
+                             *resp.redirects[:-1]]  # fmt: skip
+    meta["redirect_times"] = meta.get("redirect_times", 0) + len(resp.redirects)
+    if len(resp.redirect_statuses) == len(resp.redirects):
+        meta["redirect_reasons"] = [*meta.get("redirect_reasons", []),
+                                    *resp.redirect_statuses]  # fmt: skip
     redirected = request.replace(url=resp.redirects[-1])
-    if resp.method != request.method:
+    if resp.method and resp.method != request.method:
         redirected = redirected.replace(method=resp.method, body=b"")
         for name in fetching.BODY_HEADERS:
             redirected.headers.pop(name, None)
@@ -436,9 +440,15 @@ def _failed(claimed: Claim, cache: JobCache, outcome: outcomes.CrawlOutcome, spi
     reached = _reached(claimed, cache, outcome)
     if reached and redirect_target_seen(claimed, reached):
         return duplicate_redirect(claimed, reached, outcome.status)
-    if kept.get("errback"):
+    if kept.get("errback") and not (isinstance(outcome, _FILTERED) and not kept.get("dont_filter")):
         return _errback(claimed, cache, outcome, spider, pipes, reached)
     return _record_failed(claimed, outcome, reached)
+
+
+# A redirect back to a hop already taken, or off the job's domains: Scrapy's duplicate and
+# offsite filters drop the redirected request before its download, and no errback hears of
+# it (unless the request is dont_filter, which both filters let through).
+_FILTERED = (outcomes.RedirectLoop, outcomes.OutOfScope)
 
 
 def _record_failed(claimed: Claim, outcome: outcomes.CrawlOutcome, reached: str | None) -> str:
@@ -555,6 +565,7 @@ def _errback(claimed: Claim, cache: JobCache, outcome: outcomes.CrawlOutcome, sp
     else:  # robots.txt's refusal is Scrapy's IgnoreRequest, raised before the download
         sent_meta(request, claimed.url.depth, deadline,
                   not isinstance(outcome, outcomes.RobotsDisallowed))  # fmt: skip
+        request = _redirected(request, outcome)  # a hop's failure: the hop's request
     with stats.bound(stats.Pending(job.pk)) as changed:  # committed with the URL's end
         try:
             if answer is not None:

@@ -457,6 +457,8 @@ def fetch(
             if proxies:
                 failure = outcomes.through_proxy(failure, exc)
             failure.url = current  # a redirect hop may have failed on another host
+            failure.redirects, failure.redirect_statuses = list(redirects), list(statuses)
+            failure.method = method
             raise failure from None
         except trust.Misconfigured as exc:  # the operator's TLS settings: retried once fixed
             raise outcomes.InternalError(f"TLS settings: {exc}"[:500]) from None

@@ -198,6 +198,10 @@ def host_failure(claimed: Claim, outcome: outcomes.CrawlOutcome) -> outcomes.Cra
     if opened:
         log.warning("job=%s host=%s unreachable (%s): circuit open", job.pk, failed_host,
                     outcome.summary)  # fmt: skip
-        return outcomes.HostUnreachable.because(
+        unreachable = outcomes.HostUnreachable.because(
             outcome.summary, f"{outcome.summary} (circuit opened: {outcome})"[:2000])
+        unreachable.url, unreachable.method = outcome.url, outcome.method  # where it failed
+        unreachable.redirects, unreachable.redirect_statuses = (outcome.redirects,
+                                                                outcome.redirect_statuses)
+        return unreachable
     return outcome

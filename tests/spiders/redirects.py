@@ -88,9 +88,14 @@ class RedirectedErrors(Spider):
         yield Request(self.base + "/gone/1", errback=self.failed)
         yield Request(self.base + "/r/x", errback=self.failed)  # to /gone/1: dropped
         yield Request(self.base + "/r/y", errback=self.failed)  # to /gone/2, new: its errback
+        yield Request(self.base + "/r/loop1", errback=self.failed)  # back to itself: dropped
+        yield Request(self.base + "/r/off", errback=self.failed)  # off the domains: dropped
+        yield Request(self.base + "/r/refused", errback=self.failed)  # the hop's failure
 
     def failed(self, failure):
-        yield {"url": failure.request.url, "status": failure.value.response.status,
+        answer = getattr(failure.value, "response", None)
+        yield {"url": failure.request.url, "status": answer.status if answer else None,
+               "raised": type(failure.value).__name__,
                "redirect_urls": failure.request.meta.get("redirect_urls", [])}  # fmt: skip
         if failure.request.meta.get("redirect_urls"):  # its target again: seen, dropped
             yield Request(failure.request.url, errback=self.failed)
