@@ -234,7 +234,8 @@ def test_xml_feed_nodes_are_scrapys(iterator, itertag, content_type, body):
 
     def parse_node(self, response, node):
         return {"node": node.get(), "ids": node.xpath(".//g:id/text()").getall(),
-                "title": node.xpath("title/text()").get()}  # fmt: skip
+                "title": node.xpath("title/text()").get(), "class": type(node).__name__,
+                "base": getattr(node.root, "base", None)}  # fmt: skip
 
     attributes = {"name": "f", "iterator": iterator, "itertag": itertag, "parse_node": parse_node,
                   "namespaces": [("g", "http://base.google.com/ns/1.0")]}  # fmt: skip

@@ -806,6 +806,10 @@ def test_html_and_xml_responses_parse_as_their_names_say():
     html = HtmlResponse("http://x.test/", body=b"<p>x", headers={"Content-Type": "text/xml"})
     assert (html.selector.type, Response("http://x.test/", body=body, headers={
         "Content-Type": "application/atom+xml"}).selector.type) == ("html", "xml")  # fmt: skip
+    # a TextResponse (text/plain, say) is parsed as its body reads, as since Scrapy 2.18
+    kinds = [TextResponse("http://x.test/", body=text, headers={"Content-Type": "text/plain"})
+             .selector.type for text in (b'{"a": 1}', body, b"<p>x", b"plain")]  # fmt: skip
+    assert kinds == ["json", "xml", "html", "html"]
 
 
 def test_a_callback_wrapped_without_functools_wraps_is_kept_by_the_name_the_spider_has():

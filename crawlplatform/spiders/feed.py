@@ -12,10 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-import parsel
-
 from crawlplatform.spiders.errors import NotSupported
 from crawlplatform.spiders.response import Response, TextResponse
+from crawlplatform.spiders.selector import Selector
 from crawlplatform.spiders.spider import Spider
 from crawlplatform.spiders.utils import arg_to_iter, csviter, xmliter_lxml
 
@@ -40,14 +39,14 @@ class XMLFeedSpider(Spider):
         mended, say) and return another."""
         return response
 
-    def parse_node(self, response: Response, selector: parsel.Selector) -> Any:
+    def parse_node(self, response: Response, selector: Selector) -> Any:
         """Called with each node's selector: yields (or returns) items and requests. A spider
         overrides it (an older spider's ``parse_item`` is called instead, if it has one)."""
         if hasattr(self, "parse_item"):
             return self.parse_item(response, selector)
         raise NotImplementedError
 
-    def parse_nodes(self, response: Response, nodes: Iterable[parsel.Selector]) -> Any:
+    def parse_nodes(self, response: Response, nodes: Iterable[Selector]) -> Any:
         """``parse_node`` for each node, what each yields through ``process_results``."""
         for selector in nodes:
             ret = arg_to_iter(self.parse_node(response, selector))
@@ -55,26 +54,25 @@ class XMLFeedSpider(Spider):
 
     def _parse(self, response: Response, **kwargs: Any) -> Any:
         response = self.adapt_response(response)
-        nodes: Iterable[parsel.Selector]
+        nodes: Iterable[Selector]
         if self.iterator == "iternodes":
             nodes = self._iternodes(response)
         elif self.iterator in ("xml", "html"):
             if not isinstance(response, TextResponse):
                 raise ValueError("Response content isn't text")
-            selector = parsel.Selector(text=response.text, type=self.iterator,
-                                       base_url=response.base)  # fmt: skip
+            selector = Selector(response, type=self.iterator)  # Scrapy's, as its spider's
             self._register_namespaces(selector)
             nodes = selector.xpath(f"//{self.itertag}")
         else:
             raise NotSupported("Unsupported node iterator")
         return self.parse_nodes(response, nodes)
 
-    def _iternodes(self, response: Response) -> Iterable[parsel.Selector]:
+    def _iternodes(self, response: Response) -> Iterable[Selector]:
         for node in xmliter_lxml(response, self.itertag):
             self._register_namespaces(node)
             yield node
 
-    def _register_namespaces(self, selector: parsel.Selector) -> None:
+    def _register_namespaces(self, selector: Selector) -> None:
         for prefix, uri in self.namespaces:
             selector.register_namespace(prefix, uri)
 

@@ -35,7 +35,8 @@ class Response:
     """A fetched answer as a callback sees it (parsed as XML if its ``Content-Type`` says
     XML, else as HTML)."""
 
-    _kind: str | None = None  # parsed as: "html", "xml", or by the Content-Type
+    _kind: str | None = None  # parsed as: "html", "xml", "json"; or by the Content-Type (a
+    # Response), the body (a TextResponse)
 
     def __init__(
         self,
@@ -145,6 +146,8 @@ class Response:
         if self._selector is None:
             content_type = (self.headers.get("Content-Type") or b"").decode("latin-1").lower()
             kind = self._kind or _kind_of(content_type)
+            if self._kind is None and isinstance(self, TextResponse):
+                kind = None  # Scrapy 2.18 on: parsel tells JSON, XML and HTML by the body
             if kind == "html" and self._parses_as_text():
                 self._selector = parsel.Selector(body=self.body, encoding="utf-8", type=kind,
                                                  base_url=self.url)  # fmt: skip

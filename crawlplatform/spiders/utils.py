@@ -23,9 +23,9 @@ from typing import Any
 from urllib.parse import urljoin
 
 import lxml.etree
-import parsel
 
 from crawlplatform.spiders.response import Response, TextResponse
+from crawlplatform.spiders.selector import Selector
 
 logger = logging.getLogger(__name__)
 
@@ -158,7 +158,7 @@ def gzip_magic_number(response: Response) -> bool:
 
 
 def xmliter_lxml(obj: Response | str | bytes, nodename: str, namespace: str | None = None,
-                 prefix: str = "x") -> Iterator[parsel.Selector]:  # fmt: skip
+                 prefix: str = "x") -> Iterator[Selector]:  # fmt: skip
     """A selector for each ``nodename`` element of the XML in ``obj``, read as a stream: each
     node is parsed on its own once its end tag is read, and freed. ``nodename`` may be
     ``prefix:name``, the prefix as the document declares it; or give ``namespace`` (the
@@ -183,7 +183,7 @@ def xmliter_lxml(obj: Response | str | bytes, nodename: str, namespace: str | No
             continue
         nodetext = lxml.etree.tostring(data, encoding="unicode")
         data.clear()
-        xs = parsel.Selector(text=nodetext, type="xml")
+        xs = Selector(text=nodetext, type="xml")  # Scrapy's, as its xmliter_lxml gives
         if namespace:
             xs.register_namespace(prefix, namespace)
         yield xs.xpath(selxpath)[0]
