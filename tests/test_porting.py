@@ -134,6 +134,26 @@ def test_every_scrapy_setting_has_a_row():
     assert scrapysettings.NAMES == scrapys | older  # older Scrapy's, which spiders still set
 
 
+def test_a_name_the_job_does_not_set_reads_as_scrapys_default():
+    from scrapy.settings import default_settings
+
+    from crawlplatform.spiders.scrapydefaults import DEFAULTS
+    from crawlplatform.spiders.settings import Settings
+
+    scrapys = {name: value for name, value in vars(default_settings).items() if name.isupper()}
+    left_out = {"TEMPLATES_DIR", "USER_AGENT", "RETRY_EXCEPTIONS"}  # a path, the job's, classes
+    assert DEFAULTS == {name: value for name, value in scrapys.items() if name not in left_out}
+    settings = Settings({"CONCURRENT_ITEMS": 7, "FLAG": "true"})
+    assert (settings.get("BOT_NAME"), settings.getint("CONCURRENT_ITEMS"),
+            settings.getbool("COOKIES_ENABLED"), settings.getlist("RETRY_HTTP_CODES"),
+            settings.get("MONGO_URI", "mongodb://x"), settings["NOPE"]) == (
+        "scrapybot", 7, True, [500, 502, 503, 504, 522, 524, 408, 429], "mongodb://x", None)
+    assert settings.getbool("FLAG") and "BOT_NAME" in settings and "NOPE" not in settings
+    with pytest.raises(ValueError, match="no boolean"):
+        Settings({"FLAG": "TRUE"}).getbool("FLAG")  # Scrapy's spellings only
+    assert settings.copy().getint("CONCURRENT_ITEMS") == 7
+
+
 def test_mapped_settings_name_what_they_set_and_carried_ones_are_read():
     from tasks import defaults
 

@@ -14,6 +14,7 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from crawlplatform.spiders.scrapydefaults import DEFAULTS
 from crawlplatform.spiders.signalmanager import SignalManager
 from crawlplatform.spiders.stats import StatsCollector
 
@@ -25,24 +26,27 @@ class Settings(Mapping):
         self._values = dict(values or {})
 
     def __getitem__(self, name: str) -> Any:
-        return self._values.get(name)  # Scrapy's: a missing name is None, not a KeyError
+        return self.get(name)  # Scrapy's: a missing name is None, not a KeyError
 
     def __contains__(self, name: object) -> bool:
-        return name in self._values
+        return name in self._values or name in DEFAULTS
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._values)
+        return iter({**DEFAULTS, **self._values})
 
     def __len__(self) -> int:
-        return len(self._values)
+        return len({**DEFAULTS, **self._values})
 
     def get(self, name: str, default: Any = None) -> Any:
-        return self._values.get(name, default)
+        """The job's value of ``name``, else Scrapy 2.19's default, else ``default``."""
+        if name in self._values:
+            return self._values[name]
+        return DEFAULTS.get(name, default)
 
     def getbool(self, name: str, default: bool = False) -> bool:
         value = self.get(name, default)
-        if isinstance(value, str) and value.lower() in ("true", "false"):
-            return value.lower() == "true"
+        if value in ("True", "true", "False", "false"):  # Scrapy's spellings, and only those
+            return value in ("True", "true")
         try:
             return bool(int(value))
         except ValueError:
@@ -65,7 +69,10 @@ class Settings(Mapping):
         return json.loads(value) if isinstance(value, str) else dict(value)
 
     def copy_to_dict(self) -> dict[str, Any]:
-        return dict(self._values)
+        return {**DEFAULTS, **self._values}
+
+    def copy(self) -> Settings:
+        return Settings(self._values)
 
 
 BaseSettings = Settings  # Scrapy's base class of its settings: one class here
