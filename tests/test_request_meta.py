@@ -97,3 +97,15 @@ def test_without_dont_merge_cookies_the_jars_cookies_replace_a_cookie_header():
     assert asked.headers == (("X-A", "b"),)
     assert sorted(c.name for c in visitor.cookies) == ["own", "session"]
     assert [c.name for c in visitor.set_cookies] == ["own"]  # kept in the jar, as Scrapy's
+
+
+def test_a_requests_cookies_are_kept_for_its_paths_directory_or_the_domain_and_path_they_name():
+    kept = {"url": "http://s.test/echo/b/second", "cookies": [
+        {"name": "here", "value": "1"}, {"name": "site", "value": "2", "path": "/"},
+        {"name": "wide", "value": "3", "domain": "s.test", "path": "/"}]}  # fmt: skip
+    visitor = fetching.Visitor()
+    fetching.Asked.of(kept, visitor, ())
+    assert {c.name: (c.domain, c.path) for c in visitor.cookies} == {
+        "here": ("s.test", "/echo/b"), "site": ("s.test", "/"), "wide": (".s.test", "/")}
+    sent = requests.Request("GET", "http://s.test/echo/a/third", cookies=visitor.cookies)
+    assert sent.prepare().headers["Cookie"] == "site=2; wide=3"  # as Scrapy's jar sends them

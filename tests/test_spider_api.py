@@ -259,7 +259,8 @@ def test_requests_and_responses_copy_and_replace_as_scrapys():
                 meta={"k": 1})  # fmt: skip
     copy = r.copy()
     copy.meta["k"] = 2
-    assert (copy.url, copy.cookies, r.meta) == ("http://x.test/", {"a": "1"}, {"k": 1})
+    assert (copy.url, copy.cookies, r.meta) == (  # the cookies as given, as Scrapy's
+        "http://x.test/", [{"name": "a", "value": "1", "domain": "x.test"}], {"k": 1})
     page = HtmlResponse("http://x.test/", body="<p>café</p>", encoding="latin-1",
                         headers={"Set-Cookie": ["a=1", "b=2"]})  # fmt: skip
     assert (page.body, page.text, page.css("p::text").get()) == (b"<p>caf\xe9</p>",

@@ -163,7 +163,7 @@ class Request:
         if body:
             self.body = body.encode(encoding) if isinstance(body, str) else body
         if cookies:
-            self._cookies = _cookie_dict(cookies)
+            self._cookies = _cookies(cookies)
         if meta:
             self._meta = dict(meta)
         if priority:
@@ -229,13 +229,13 @@ class Request:
         return f"<{self.method} {self.url}>"
 
 
-def _cookie_dict(cookies: Mapping[str, str] | Iterable[Mapping[str, Any]]) -> dict[str, str]:
-    """A request's cookies as name and value: from a dict, or from Scrapy's list of dicts
-    (``name``, ``value``; their ``domain`` and ``path`` do not matter to cookies sent with
-    this request only)."""
+def _cookies(cookies: Mapping[str, str] | Iterable[Mapping[str, Any]]) -> dict | list[dict]:
+    """A request's cookies as it was given them: a dict of names and values, or Scrapy's list
+    of dicts (``name``, ``value`` and the ``domain`` and ``path`` the jar keeps them for)."""
     if isinstance(cookies, Mapping):
         return dict(cookies)
-    return {str(c["name"]): str(c["value"]) for c in cookies}
+    return [{k: str(v) for k, v in c.items() if k in ("name", "value", "domain", "path")}
+            for c in cookies]  # fmt: skip
 
 
 class JsonRequest(Request):

@@ -19,7 +19,7 @@ import email.utils
 import re
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC
 from typing import NamedTuple
@@ -356,15 +356,29 @@ class Asked:
             visitor.proxy = _proxy(meta["proxy"], list(proxies or []))
         if meta.get("dont_merge_cookies"):  # Scrapy's cookie middleware steps aside
             visitor.cookies, visitor.set_cookies = _Unkept(), _Unkept()
-        host = urlsplit(kept.get("url") or "").hostname or ""
-        for name, value in (kept.get("cookies") or {}).items():
+        for name, value, domain, path in _given_cookies(kept.get("cookies"), kept.get("url")):
             for jar in (visitor.cookies, visitor.set_cookies):  # replacing the jar's own
-                jar.set(name, str(value), domain=host, path="/")
+                jar.set(name, value, domain=domain, path=path)
         body = base64.b64decode(kept.get("body") or "")
         headers = tuple(map(tuple, kept.get("headers") or ()))
         if not meta.get("dont_merge_cookies"):  # the jar's cookies go, not a header of its own
             headers = tuple(h for h in headers if h[0].lower() != "cookie")
         return cls(kept.get("method", "GET"), body, headers, kept_redirects)
+
+
+def _given_cookies(given: dict | list | None, url: str | None) -> Iterator[tuple[str, ...]]:
+    """A request's cookies as Scrapy's cookie middleware keeps them: for the domain (and its
+    subdomains) and path each names, else for the request's host and the directory of its
+    URL's path (``http.cookiejar``'s default, as for a cookie the site set there)."""
+    parts = urlsplit(url or "")
+    path = parts.path or "/"
+    here = path[: path.rfind("/")] or "/"
+    if isinstance(given, dict):
+        given = [{"name": name, "value": value} for name, value in given.items()]
+    for cookie in given or []:
+        domain = cookie.get("domain")
+        domain = ("." + domain.lstrip(".")) if domain else (parts.hostname or "")
+        yield str(cookie["name"]), str(cookie["value"]), domain, cookie.get("path") or here
 
 
 def _joined(pairs: tuple[tuple[str, str], ...]) -> CaseInsensitiveDict:
