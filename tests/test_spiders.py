@@ -663,10 +663,14 @@ def test_a_spiders_settings_read_what_its_job_does_under_scrapys_names(installed
              "CONCURRENT_REQUESTS_PER_DOMAIN", "DEFAULT_REQUEST_HEADERS", "USER_AGENT",
              "RETRY_TIMES", "REDIRECT_MAX_TIMES", "DOWNLOAD_TIMEOUT"]  # fmt: skip
     read = [[spiders.create(job).settings.get(name) for name in names] for job in (plain, own)]
-    assert read[0] == [True, 4, 0, 0.0, 0, {}, setting("USER_AGENT"),
+    scrapys = {"Accept": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8",
+               "Accept-Language": "en"}  # sent as Scrapy's DefaultHeadersMiddleware sends them
+    assert read[0] == [True, 4, 0, 0.0, 0, scrapys, setting("USER_AGENT"),
                        setting("RETRY_MAX_ATTEMPTS") - 1, setting("FETCH_MAX_REDIRECTS"),
                        setting("FETCH_DEADLINE_S")]  # fmt: skip
-    assert read[1] == [False, 7, 50, 0.5, 3, {"Accept-Language": "de"}, "ua/1", 1, 3, 2.5]
+    assert read[1] == [False, 7, 50, 0.5, 3, {**scrapys, "Accept-Language": "de"}, "ua/1", 1, 3,
+                       2.5]  # fmt: skip
+    assert plain.headers == scrapys  # the job's own, as its fetches send them
 
 
 def test_a_requests_cookies_are_kept_for_the_requests_after_it(installed):
