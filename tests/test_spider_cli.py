@@ -134,6 +134,7 @@ def test_spiders_lists_what_is_installed_and_what_cannot_be_loaded(worker_env):
         "odd_settings\ttests.spiders.shop.OddSettingsSpider",
         "offsite\ttests.spiders.offsite.Offsite",
         "pages\ttests.spiders.pages.Pages",
+        "posted_redirects\ttests.spiders.redirects.PostedRedirects",
         "ranked\ttests.spiders.shop.RankedSpider",
         "redirected_errors\ttests.spiders.redirects.RedirectedErrors",
         "redirects\ttests.spiders.redirects.Redirects",

@@ -470,6 +470,34 @@ def test_an_error_answer_reached_through_a_redirect_is_the_errbacks_once(
         "redirect_loop", "out_of_scope")  # no errback: Scrapy's filters drop the hop  # fmt: skip
 
 
+def test_a_post_a_redirect_turns_into_a_get_is_that_get_to_the_duplicate_filter(installed):
+    """Scrapy 2.19's items for the same spider and site (``tests/spiders/redirects.py``)."""
+
+    class Posted(Redirecting):
+        TARGETS = {"/r/1": "/t/1"}
+
+        def __init__(self) -> None:
+            super().__init__()
+            site, handler = self, self.server.RequestHandlerClass
+
+            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+                self.rfile.read(int(self.headers["Content-Length"]))
+                site.asked.append(f"POST {self.path}")
+                send(self, 303, {"Location": "/t/" + self.path.rsplit("/", 1)[1]}, b"")
+
+            handler.do_POST = do_POST
+
+    with Posted() as site:
+        job = jobs.create_job([], spider="posted_redirects", spider_args={"base": site.base})
+        jobs.start(job)
+        run_job(job)
+    items = sorted((i["url"].removeprefix(site.base), i["method"]) for i in kept(job))
+    assert items == [("/t/1", "GET"), ("/t/2", "GET")]  # each once
+    ends = {url.removeprefix(site.base).split("#")[0]: reason for url, reason in
+            FrontierURL.objects.filter(job=job).values_list("url", "error_reason")}  # fmt: skip
+    assert (ends["/r/1"], ends["/post/2"]) == ("duplicate_redirect", "duplicate_redirect")
+
+
 def test_redirects_a_request_keeps_are_its_answer_as_under_scrapy(installed):
     """Scrapy 2.19's items for the same spider and site (``tests/spiders/redirects.py``)."""
     with Redirecting() as site:

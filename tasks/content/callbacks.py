@@ -384,10 +384,12 @@ def _store(claimed: Claim, cache: JobCache, resp: fetching.Response, spider: Spi
 def _redirect(claimed: Claim, cache: JobCache, resp: fetching.Response,
               request: Request) -> Redirect | None:  # fmt: skip
     """Where the request's redirects led, if its page is to be stored once: a GET without a
-    body, not ``dont_filter`` (whose target's key is its canonical URL, as its own is), that
-    ended on another URL of the job's scope. A queued row of the target may be taken only by
-    a plain row (a GET for ``parse``), which runs the callback it would have run."""
-    if resp.final_url == claimed.url.url or not rows.plain_get(request):
+    body, or a request a redirect turned into one (Scrapy's filter sees that GET), not
+    ``dont_filter`` (whose target's key is its canonical URL, as its own is), that ended on
+    another URL of the job's scope. A queued row of the target may be taken only by a plain
+    row (a GET for ``parse``), which runs the callback it would have run."""
+    became_get = resp.method == "GET" and request.method != "GET" and not request.dont_filter
+    if resp.final_url == claimed.url.url or not (rows.plain_get(request) or became_get):
         return None
     target = in_scope(cache, resp.final_url)
     if not target or target == claimed.url.url:

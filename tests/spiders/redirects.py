@@ -6,6 +6,7 @@ from __future__ import annotations
 from crawlplatform.spiders import (
     ConnectError,
     DownloadConnectionRefusedError,
+    FormRequest,
     HttpError,
     IgnoreRequest,
     Request,
@@ -173,3 +174,23 @@ class Refreshed(Spider):
     def parse(self, response, tag):
         yield {"url": response.url, "tag": tag,
                "redirect_urls": response.meta.get("redirect_urls", [])}  # fmt: skip
+
+
+class PostedRedirects(Spider):
+    """A POST that a 303 turns into a GET of its target is that GET to Scrapy's duplicate
+    filter: a GET redirected to that target later is dropped, and a POST redirected to a page
+    fetched before is dropped."""
+
+    name = "posted_redirects"
+    base = ""  # -a base=URL
+
+    def start_requests(self):
+        yield FormRequest(self.base + "/post/1", formdata={"q": "1"}, cb_kwargs={"then": "/r/1"})
+        yield Request(self.base + "/t/2", cb_kwargs={"then": "/post/2"})
+
+    def parse(self, response, then=None):
+        yield {"url": response.url, "method": response.request.method}
+        if then == "/post/2":  # after /t/2 was called back: a POST that a 303 sends to it
+            yield FormRequest(self.base + then, formdata={"q": "2"})
+        elif then:  # after the POST reached /t/1: a GET that a 302 sends to it
+            yield Request(self.base + then)
