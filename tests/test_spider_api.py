@@ -341,8 +341,10 @@ def test_requests_keep_callbacks_by_name_and_bodies_as_bytes():
                                                                          {"k": 2})  # fmt: skip
     with pytest.raises(TypeError):
         Request("http://x.test/", callback=lambda r: None)
-    with pytest.raises(ValueError, match="Missing scheme"):
-        Request("/relative")
+    for url in ("/relative", "127.0.0.1:8080/x", "mailto:a@b.test"):  # Scrapy 2.19's refusals
+        with pytest.raises(ValueError, match="Missing scheme"):
+            Request(url)
+    assert Request("data:,x").url == "data:,x" and Request("about:blank").url == "about:blank"
     post = JsonRequest("http://x.test/api", data={"b": 1, "a": [2]})
     assert (post.method, json.loads(post.body)) == ("POST", {"a": [2], "b": 1})
     unsorted = JsonRequest("http://x.test/", data={"b": "\xe9", "a": 1},

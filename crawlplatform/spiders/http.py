@@ -147,7 +147,7 @@ class Request:
         if not (meta and meta.get("verbatim_url")):  # Scrapy's way to keep a URL as it is
             plain = encoding == "utf-8" or (url.isascii() and _ascii_compatible(encoding))
             url = safe_url(url) if plain else safe_url_string(url, encoding)
-        if ":" not in url:  # Scrapy's own check, cheap enough for every link of a page
+        if "://" not in url and not url.startswith(("about:", "data:")):  # Scrapy's own check
             raise ValueError(f"Missing scheme in request url: {url}")
         self.url = url
         self.callback = callback
