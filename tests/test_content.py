@@ -535,7 +535,7 @@ def test_admin_exports_shows_stored_bodies_with_rules_tried_and_deletes_in_batch
         job=job, url=url, final_url=url.url, status=200, size=46, elapsed_ms=1,
         fetched_at=timezone.now(), content_hash="0" * 64, content_type="text/html",
         data={"title": "Stored", "links": ["/x"]}, body_key=bodies.put(job.pk, raw),
-        http={"protocol": "HTTP/1.1", "reason": "OK", "request": [],
+        http={"protocol": "HTTP/1.1", "reason": "OK", "request": [], "ip": "127.0.0.1",
               "response": [["Content-Encoding", "gzip"], ["Content-Type", "text/html"]]},
     )  # fmt: skip
     shown = admin_client.get(f"/admin/web/page/{page.pk}/change/").content.decode()
@@ -552,6 +552,7 @@ def test_admin_exports_shows_stored_bodies_with_rules_tried_and_deletes_in_batch
         if fmt == "warc":
             records = list(ArchiveIterator(io.BytesIO(content)))
             assert [r.rec_type for r in records] == ["warcinfo", "response", "request"]
+            assert records[1].rec_headers.get_header("WARC-IP-Address") == "127.0.0.1"
 
     chosen = {"action": "delete_selected", "_selected_action": [job.pk]}
     confirm = admin_client.post("/admin/web/crawljob/", chosen)

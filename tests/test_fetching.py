@@ -119,6 +119,7 @@ def get(url: str, **kw):
 def test_ok(server):
     resp = get(server + "/ok")
     assert (resp.status, resp.content_type, resp.truncated) == (200, "text/html", False)
+    assert resp.http["ip"] == "127.0.0.1"  # the address that answered
 
 
 def test_a_kept_alive_connection_serves_whichever_thread_fetches_next():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import json
 from urllib.parse import urljoin
 
@@ -701,12 +702,14 @@ def test_a_callbacks_meta_has_scrapys_depth_latency_and_redirect_urls():
         url="http://s.test/a", final_url="http://s.test/c", status=200, content_type="text/html",
         content_type_header="text/html", body=b"", truncated=False, elapsed=0.25, headers={},
         redirects=["http://s.test/b", "http://s.test/c"], redirect_statuses=[301, 302], http={
-            "protocol": "HTTP/1.1", "request": [["User-Agent", "ua/1"], ["Accept", "*/*"]]},
+            "protocol": "HTTP/1.1", "request": [["User-Agent", "ua/1"], ["Accept", "*/*"]],
+            "ip": "127.0.0.2"},
     )  # fmt: skip
     asked = Request("http://s.test/a", meta={"m": 1}, headers={"Accept": "text/html"})
     response = callbacks.response_of(fetched, asked, 3, 60.0)
     assert (response.protocol, response.request.headers.to_unicode_dict()) == (
         "HTTP/1.1", {"Accept": "text/html", "User-Agent": "ua/1"})  # as sent; its own kept
+    assert response.ip_address == ipaddress.ip_address("127.0.0.2")
     assert (response.url, response.meta) == ("http://s.test/c", {
         "m": 1, "depth": 3, "download_latency": 0.25, "download_slot": "s.test",
         "download_timeout": 60.0, "redirect_times": 2,

@@ -340,6 +340,8 @@ def _exchange(writer: WARCWriter, record: dict) -> list:
     ] or [("Content-Type", record["page__content_type"] or "application/octet-stream")]
     status = f"{record['page__status']} {http.get('reason') or 'OK'}"
     warc_headers = {"WARC-Date": date}
+    if http.get("ip"):
+        warc_headers["WARC-IP-Address"] = http["ip"]
     if record["page__truncated"]:
         warc_headers["WARC-Truncated"] = "length"
     response = writer.create_warc_record(

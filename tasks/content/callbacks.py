@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import inspect
+import ipaddress
 import logging
 import os
 import queue
@@ -233,8 +234,10 @@ def response_of(resp: fetching.Response, request: Request, depth: int = 0,
     # An encoding left on the body: Scrapy's class comes from the URL and the body instead.
     content_type = "" if left else resp.content_type_header
     cls = class_for(content_type, resp.body, url, disposition)
+    peer = resp.http.get("ip")
     return cls(url, status=resp.status, headers=headers, body=resp.body, request=request,
-               protocol=resp.http.get("protocol"))
+               protocol=resp.http.get("protocol"),
+               ip_address=ipaddress.ip_address(peer) if peer else None)  # fmt: skip
 
 
 def sent_meta(request: Request, depth: int, deadline: float | None,

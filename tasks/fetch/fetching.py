@@ -252,16 +252,28 @@ def _read_body(
 _SECRET_HEADERS = {"cookie", "authorization", "proxy-authorization"}  # never recorded
 
 
-def _exchange(resp: requests.Response, sent: dict[str, str]) -> dict:
-    """The request as sent (without credentials and cookies) and the response's status line
-    and headers, in order (for WARC)."""
+def _exchange(resp: requests.Response, sent: dict[str, str], peer: str | None) -> dict:
+    """The request as sent (without credentials and cookies), the response's status line and
+    headers, in order, and the address that answered (for WARC)."""
     version = getattr(resp.raw, "version", 11)
-    return {
+    exchange = {
         "protocol": "HTTP/1.0" if version == 10 else "HTTP/1.1",
         "reason": resp.reason or "",
         "request": [[k, v] for k, v in sent.items() if k.lower() not in _SECRET_HEADERS],
         "response": [[k, v] for k, v in resp.raw.headers.items()],
     }
+    if peer:
+        exchange["ip"] = peer
+    return exchange
+
+
+def _peer(resp: requests.Response) -> str | None:
+    """The address the answer comes from (a proxy's, through one), read while its connection
+    is open: Scrapy's ``response.ip_address``, WARC's ``WARC-IP-Address``."""
+    try:
+        return resp.raw.connection.sock.getpeername()[0]
+    except (AttributeError, OSError, IndexError, TypeError):
+        return None
 
 
 def _redirect_target(current: str, location: str) -> str:
@@ -484,6 +496,7 @@ def fetch(
             where = f"redirect to {current[:200]!r}" if redirects else f"{current[:200]!r}"
             raise outcomes.InvalidURL(f"{where} is not a valid URL: {exc}"[:500]) from None
         with resp:
+            peer = _peer(resp)
             visitor.cookies.update(resp.cookies)
             visitor.set_cookies.update(resp.cookies)
             if resp.is_redirect and resp.status_code in asked.kept_redirects:
@@ -536,5 +549,5 @@ def fetch(
                 method=method,
                 headers=dict(resp.headers),
                 raw_body=raw_body,
-                http=_exchange(resp, resp.request.headers),
+                http=_exchange(resp, resp.request.headers, peer),
             )
