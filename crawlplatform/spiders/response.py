@@ -35,8 +35,9 @@ class Response:
     """A fetched answer as a callback sees it (parsed as XML if its ``Content-Type`` says
     XML, else as HTML)."""
 
-    _kind: str | None = None  # parsed as: "html", "xml", "json"; or by the Content-Type (a
-    # Response), the body (a TextResponse)
+    # Parsed as "html", "xml" or "json"; None: by the Content-Type (a Response) or the body
+    # (a TextResponse).
+    _kind: str | None = None
 
     def __init__(
         self,

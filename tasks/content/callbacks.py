@@ -437,6 +437,12 @@ def failed(claimed: Claim, cache: JobCache, outcome: outcomes.CrawlOutcome) -> s
                                                                pipes), outcome)  # fmt: skip
 
 
+# A redirect back to a hop already taken, or off the job's domains: Scrapy's duplicate and
+# offsite filters drop the redirected request before its download, and no errback hears of
+# it (unless the request is dont_filter, which both filters let through).
+_FILTERED = (outcomes.RedirectLoop, outcomes.OutOfScope)
+
+
 def _failed(claimed: Claim, cache: JobCache, outcome: outcomes.CrawlOutcome, spider: Spider,
             pipes: itempipes.Pipelines) -> str:  # fmt: skip
     kept = claimed.url.request or {}
@@ -445,15 +451,10 @@ def _failed(claimed: Claim, cache: JobCache, outcome: outcomes.CrawlOutcome, spi
     reached = _reached(claimed, cache, outcome)
     if reached and redirect_target_seen(claimed, reached):
         return duplicate_redirect(claimed, reached, outcome.status)
-    if kept.get("errback") and not (isinstance(outcome, _FILTERED) and not kept.get("dont_filter")):
+    filtered = isinstance(outcome, _FILTERED) and not kept.get("dont_filter")
+    if kept.get("errback") and not filtered:
         return _errback(claimed, cache, outcome, spider, pipes, reached)
     return _record_failed(claimed, outcome, reached)
-
-
-# A redirect back to a hop already taken, or off the job's domains: Scrapy's duplicate and
-# offsite filters drop the redirected request before its download, and no errback hears of
-# it (unless the request is dont_filter, which both filters let through).
-_FILTERED = (outcomes.RedirectLoop, outcomes.OutOfScope)
 
 
 def _record_failed(claimed: Claim, outcome: outcomes.CrawlOutcome, reached: str | None) -> str:
