@@ -454,7 +454,8 @@ def fetch(
     headers = CaseInsensitiveDict(_SESSION_HEADERS)
     headers.update(visitor.headers)
     asked = request or Asked()
-    headers.update(_joined(asked.headers))  # a spider's headers, its identity's user agent kept
+    if asked.headers:  # a spider's headers, its identity's user agent kept
+        headers.update(_joined(asked.headers))
     headers.update({"User-Agent": user_agent, "Accept-Encoding": "gzip, deflate"})
     headers.update(conditional or {})
     method, body = asked.method, asked.body or None
