@@ -184,7 +184,11 @@ def test_a_settings_verdict_follows_its_value():
         ITEM_PIPELINES={"myproject.pipelines.Clean": 300}, LOG_LEVEL="INFO", RETRY_TIMES=0,
         USER_AGENT="bot/1.0", REFERRER_POLICY="no-referrer", DUPEFILTER_CLASS=None,
     )  # fmt: skip
-    assert accepted == ({"RETRY_MAX_ATTEMPTS": 1, "USER_AGENT": "bot/1.0"}, {}, [])
+    scrapys_headers = {"headers": {  # no DEFAULT_REQUEST_HEADERS: Scrapy's own
+        "Accept": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8",
+        "Accept-Language": "en"}}  # fmt: skip
+    assert accepted == ({"RETRY_MAX_ATTEMPTS": 1, "USER_AGENT": "bot/1.0"}, scrapys_headers, [])
+    assert taken(DEFAULT_REQUEST_HEADERS={"Accept": "*/*"}).fields == {"headers": {"Accept": "*/*"}}
     refused = {
         "DOWNLOADER_MIDDLEWARES": {"myproject.middlewares.RotateProxy": 543},
         "SPIDER_MIDDLEWARES": {"myproject.middlewares.Tag": 50},

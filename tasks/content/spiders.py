@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 
 from crawlplatform.spiders import Spider, scrapysettings
 from crawlplatform.spiders.porting import MAPPED, REFUSED
+from crawlplatform.spiders.scrapydefaults import DEFAULTS
 from crawlplatform.spiders.settings import Crawler, Settings
 from tasks import defaults
 from tasks.content import feeds, stats
@@ -283,4 +284,6 @@ def custom_settings(spider_cls: type[Spider]) -> Custom:
             problems.append(f"{name}: {value!r} cannot be taken")
             continue
         (fields if name in SCRAPY_FIELDS else settings)[target[0]] = converted
+    # Unset, DEFAULT_REQUEST_HEADERS is Scrapy's own, which its DefaultHeadersMiddleware sends.
+    fields.setdefault("headers", dict(DEFAULTS["DEFAULT_REQUEST_HEADERS"]))
     return Custom(settings, fields, problems)

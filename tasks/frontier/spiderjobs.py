@@ -20,7 +20,6 @@ from urllib.parse import urlsplit
 from django.core.files.base import ContentFile
 
 from crawlplatform.spiders import Request, Spider
-from crawlplatform.spiders.scrapydefaults import DEFAULTS
 from tasks import defaults
 from tasks.content import bodies, callbacks, feeds, rows, spiders, stats
 from tasks.content import items as itempipes
@@ -122,10 +121,8 @@ def plan(job: CrawlJob) -> Start:
         raise SpiderProblem(f"spider {job.spider!r} custom_settings: " + "; ".join(problems)
                             + hint)  # fmt: skip
     settings = {**custom.settings, **(job.settings or {})}
-    # DEFAULT_REQUEST_HEADERS, Scrapy's own (Accept, Accept-Language) unless the spider sets
-    # it, as its DefaultHeadersMiddleware sends them: the job's own headers win
-    given = custom.fields.get("headers", DEFAULTS["DEFAULT_REQUEST_HEADERS"])
-    custom.fields["headers"] = {**given, **(job.headers or {})}
+    # DEFAULT_REQUEST_HEADERS (Scrapy's own if the spider sets none): the job's own headers win
+    custom.fields["headers"] = {**custom.fields["headers"], **(job.headers or {})}
     fields = {field: value for field, value in custom.fields.items()
               if field == "headers" or getattr(job, field) == _default(field)}  # fmt: skip
     for field, value in fields.items():
