@@ -398,6 +398,27 @@ def _waits_on_a_row() -> bool:
         return cursor.fetchone()[0] > 0
 
 
+def test_an_open_circuit_fails_a_hosts_queued_urls_but_leaves_those_with_an_errback(job):
+    """The release fails the queued URLs of a host whose circuit is open, at once; a spider's
+    request with an errback is released instead: its worker's gate fails it and calls the
+    errback, as Scrapy calls one for every request."""
+    from tasks.frontier import release
+
+    asked = {"plain": None, "no errback": {"url": "http://dead.test/b", "errback": None},
+             "errback": {"url": "http://dead.test/c", "errback": "failed"}}  # fmt: skip
+    rows = {name: FrontierURL.objects.create(job=job, url=f"http://dead.test/{name}",
+                                             host="dead.test", depth=1, request=request)
+            for name, request in asked.items()}  # fmt: skip
+    by_host = {"dead.test": [release.Candidate(row.pk, 1, "dead.test", False, row.url, "")
+                             for row in rows.values()]}  # fmt: skip
+    job.spider = "counting"
+    release._fail_open_hosts(job, by_host, {"dead.test": "connection refused"})
+    states = {name: FrontierURL.objects.get(pk=row.pk).state for name, row in rows.items()}
+    assert states == {"plain": URLState.FAILED, "no errback": URLState.FAILED,
+                      "errback": URLState.QUEUED}  # fmt: skip
+    assert [row.id for row in by_host["dead.test"]] == [rows["errback"].pk]  # released
+
+
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's row locks")
 def test_a_cancel_that_deadlocks_with_a_claim_is_run_again(job):
     """A claim locks its message's rows in an order of its own (the plan's), the cancel's skip

@@ -28,7 +28,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
 from django.db import IntegrityError, connection, transaction
-from django.db.models import DateTimeField, F, QuerySet, Value
+from django.db.models import DateTimeField, F, Q, QuerySet, Value
 from django.db.models.functions import Coalesce, Concat
 from django.utils import timezone
 
@@ -543,8 +543,13 @@ def give_up(claim: Claim) -> str:
 
 
 def fail_host(job_id: int, host: str, outcome: outcomes.CrawlOutcome) -> int:
-    """Every queued URL of ``host`` fails with ``outcome`` (its circuit is open)."""
-    return FrontierURL.objects.filter(job_id=job_id, host=host, state=URLState.QUEUED).update(
+    """Every queued URL of ``host`` fails with ``outcome`` (its circuit is open), but for a
+    spider's request with an errback: released, its worker fails it at the circuit's gate and
+    calls the errback, as Scrapy calls one for every request."""
+    no_errback = Q(request__isnull=True) | Q(request__errback=None) | Q(
+        request__errback__isnull=True)  # fmt: skip
+    queued = FrontierURL.objects.filter(job_id=job_id, host=host, state=URLState.QUEUED)
+    return queued.filter(no_errback).update(
         state=URLState.FAILED,
         error_reason=outcome.reason,
         error_message=str(outcome)[:2000],
