@@ -380,7 +380,7 @@ def _fetch(
             **kwargs,
         )
     except outcomes.CrawlOutcome as exc:
-        outcome = rows.not_retried(asked, exc)
+        outcome = rows.not_retried(asked, exc, claimed.attempt)
     finally:
         metrics.IN_FLIGHT.dec()
         elapsed = time.monotonic() - started

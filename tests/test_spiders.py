@@ -581,6 +581,7 @@ def test_error_answers_go_to_the_callback_where_the_request_or_spider_handles_th
         ("/broken/1", 500, "500 at /broken/1", None, None, None),  # after retries, as Scrapy's
         ("/broken/2", 500, "500 at /broken/2", None, None, None),
         ("/broken/4", None, None, True, False, "HttpError"),  # dont_retry: one attempt
+        ("/broken/5", None, None, True, False, "HttpError"),  # max_retry_times 0: the same
         ("/missing/1", 404, "404 at /missing/1", None, None, None),
         ("/missing/2", None, None, True, False, "HttpError"),  # its errback
         ("/refused/403", 403, "403 at /refused/403", None, None, None),  # no block: the spider's
@@ -594,6 +595,7 @@ def test_error_answers_go_to_the_callback_where_the_request_or_spider_handles_th
     deadline = setting("FETCH_DEADLINE_S", job)
     assert {i["url"].removeprefix(site.base): i["sent"] for i in kept(job) if "sent" in i} == {
         "/broken/4": [0, "127.0.0.1", deadline, True],
+        "/broken/5": [0, "127.0.0.1", deadline, True],
         "/missing/2": [0, "127.0.0.1", deadline, True],
         "/slow/1": [None, "127.0.0.1", 0.5, True]}  # fmt: skip
     rows = {u.removeprefix(site.base): (state, reason, attempts)
@@ -602,10 +604,13 @@ def test_error_answers_go_to_the_callback_where_the_request_or_spider_handles_th
     assert rows == {"/missing/1": ("done", "", 1), "/broken/1": ("done", "", 2),
                     "/broken/2": ("done", "", 2), "/missing/2": ("failed", "http_4xx", 1),
                     "/broken/3": ("failed", "http_5xx", 2),
-                    "/broken/4": ("failed", "http_5xx", 1),
+                    "/broken/4": ("failed", "http_5xx", 1), "/broken/5": ("failed", "http_5xx", 1),
                     "/slow/1": ("failed", "read_timeout", 1),
                     "/refused/403": ("done", "", 1), "/refused/429": ("done", "", 2),
                     "/refused/503": ("done", "", 2)}  # retried first, as Scrapy retries them
+    retried = {i["url"].removeprefix(site.base) for i in kept(job) if i.get("retry_times")}
+    assert retried == {"/broken/1", "/broken/2", "/refused/429", "/refused/503"}  # once each
+    assert {i["retry_times"] for i in kept(job) if i.get("retry_times")} == {1}
     page = Item.objects.get(job=job, data__url=site.url("/missing/1")).url.page
     assert (page.status, page.size) == (404, len("<h1>404 at /missing/1</h1>") * 3000)
 

@@ -343,10 +343,19 @@ def store(claimed: Claim, cache: JobCache, resp: fetching.Response) -> str:
                                                               pipes), None)  # fmt: skip
 
 
+def _request_of(claimed: Claim) -> Request:
+    """The request the claimed row stands for; after retries, its ``meta``'s ``retry_times``
+    says how many, as Scrapy's ``RetryMiddleware`` counts them (a deferral uses no attempt)."""
+    request = rows.request_of(claimed.url.url, claimed.url.request, claimed.url.priority)
+    if claimed.attempt > 1:
+        request.meta["retry_times"] = claimed.attempt - 1
+    return request
+
+
 def _store(claimed: Claim, cache: JobCache, resp: fetching.Response, spider: Spider,
            pipes: itempipes.Pipelines) -> str:  # fmt: skip
     job = claimed.job
-    request = rows.request_of(claimed.url.url, claimed.url.request, claimed.url.priority)
+    request = _request_of(claimed)
     redirect = _redirect(claimed, cache, resp, request)
     if redirect and not redirect_target_free(claimed, redirect.target, redirect.take_queued):
         return duplicate_redirect(claimed, redirect.target, resp.status)  # no callback to run
@@ -472,8 +481,7 @@ def _reached(claimed: Claim, cache: JobCache, outcome: outcomes.CrawlOutcome) ->
     as seen (``record_reached``)."""
     if not outcome.url:
         return None
-    request = rows.request_of(claimed.url.url, claimed.url.request, claimed.url.priority)
-    redirect = _redirect(claimed, cache, _answer(claimed, outcome), request)
+    redirect = _redirect(claimed, cache, _answer(claimed, outcome), _request_of(claimed))
     return redirect.target if redirect else None
 
 
@@ -564,7 +572,7 @@ def _answer(claimed: Claim, outcome: outcomes.CrawlOutcome) -> fetching.Response
 def _errback(claimed: Claim, cache: JobCache, outcome: outcomes.CrawlOutcome, spider: Spider,
              pipes: itempipes.Pipelines, reached: str | None) -> str:  # fmt: skip
     job, kept = claimed.job, claimed.url.request or {}
-    request = rows.request_of(claimed.url.url, kept, claimed.url.priority)
+    request = _request_of(claimed)
     answer, deadline = None, setting("FETCH_DEADLINE_S", job)
     if outcome.status is not None:  # an HTTP error: failure.value.response
         answer = response_of(_answer(claimed, outcome), request, claimed.url.depth, deadline)

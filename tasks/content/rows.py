@@ -138,20 +138,25 @@ def download_timeout(kept: dict | None) -> float | None:
     return None
 
 
-def not_retried(kept: dict | None, outcome: outcomes.CrawlOutcome) -> outcomes.CrawlOutcome:
-    """A spider request's ``outcome``, not retried where the request says so: a timed-out
-    request that is not safe to send twice (a POST, say) fails at once unless its ``meta``
-    says ``retry_on_timeout`` (the server may have acted on it); with ``dont_retry`` in its
-    ``meta`` (Scrapy's), what the site did (a timeout, a refused or reset connection, a name
-    that does not resolve, a 5xx or 429) is not retried. What the platform did (its database
-    away, a lost worker) is retried still."""
+def not_retried(kept: dict | None, outcome: outcomes.CrawlOutcome,
+                attempt: int) -> outcomes.CrawlOutcome:  # fmt: skip
+    """A spider request's ``outcome`` at its ``attempt``, not retried where the request says
+    so: a timed-out request that is not safe to send twice (a POST, say) fails at once unless
+    its ``meta`` says ``retry_on_timeout`` (the server may have acted on it); with
+    ``dont_retry`` in its ``meta`` (Scrapy's), what the site did (a timeout, a refused or
+    reset connection, a name that does not resolve, a 5xx or 429) is not retried, nor past
+    its ``max_retry_times`` retries (Scrapy's key; the job's attempts still bound it). What
+    the platform did (its database away, a lost worker) is retried still."""
     if not kept:
         return outcome
     meta = kept.get("meta") or {}
     if (isinstance(outcome, outcomes.Timeout) and kept.get("method") not in SAFE_METHODS
             and not meta.get(UNSAFE_RETRY)):  # fmt: skip
         outcome.retryable = False
-    if meta.get("dont_retry") and isinstance(outcome, SITE_FAILURES):
+    most = meta.get("max_retry_times")
+    retries = most if isinstance(most, int) and not isinstance(most, bool) else None
+    site = isinstance(outcome, SITE_FAILURES)
+    if site and (meta.get("dont_retry") or (retries is not None and attempt > retries)):
         outcome.retryable = False
     return outcome
 

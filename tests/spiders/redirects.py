@@ -58,6 +58,8 @@ class Statuses(Spider):
         yield Request(self.base + "/broken/3")  # neither: the URL fails
         yield Request(self.base + "/broken/4", meta={"dont_retry": True},
                       errback=self.failed)  # its errback after one attempt
+        yield Request(self.base + "/broken/5", meta={"max_retry_times": 0},
+                      errback=self.failed)  # the same, by Scrapy's other key
         yield Request(self.base + "/slow/1", meta={"download_timeout": 0.5, "dont_retry": True},
                       errback=self.failed)  # the site answers in 2 s: too late
         # Statuses the anti-bot ladder takes for blocks: the callback's where it asks for them
@@ -67,12 +69,14 @@ class Statuses(Spider):
 
     def parse(self, response):
         yield {"url": response.url, "status": response.status,
-               "h1": response.css("h1::text").get()}
+               "h1": response.css("h1::text").get(),
+               "retry_times": response.meta.get("retry_times")}
 
     def failed(self, failure):
         yield {"url": failure.request.url, "http_error": http_error(failure),
                "timeout": bool(failure.check(TimeoutError)),
                "raised": type(failure.value).__name__,
+               "retry_times": failure.request.meta.get("retry_times"),
                "sent": [failure.request.meta.get(key) for key in (
                    "depth", "download_slot", "download_timeout", "is_start_request")]}  # fmt: skip
 
