@@ -844,6 +844,25 @@ def test_close_spider_ends_the_crawl_with_what_pages_in_flight_add_not_fetched(i
     assert CrawlJob.objects.get(pk=job.pk).close_reason == ""
 
 
+def test_close_spider_in_start_keeps_what_it_yielded_before_and_ends_the_crawl(installed):
+    from tasks.frontier.scheduler import finish_if_done
+    from tests.spiders.pages import Enough
+
+    Enough.ended.clear()
+    with Site(pages=5) as site:
+        job = jobs.create_job([], spider="enough_at_start", spider_args={
+            "seed": site.url("/p/0")})  # fmt: skip
+        assert jobs.start(job)
+        run_job(job)
+        assert sum(site.hits.values()) == 0  # its request not fetched
+    job.refresh_from_db()
+    assert finish_if_done(job)  # nothing pending: the scheduler's next pass ends it
+    job.refresh_from_db()
+    assert (job.state, job.error, job.close_reason) == ("finished", "", "from_start")
+    assert kept(job) == [{"started": True}]
+    assert (job.pk, "from_start") in Enough.ended  # closed by the start: no worker opened it
+
+
 def test_close_spider_in_an_errback_commits_with_the_urls_failure(installed):
     with Site(pages=40) as site:
         job = jobs.create_job([], spider="enough_on_error", spider_args={

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 from django.core.files.base import ContentFile
 
-from crawlplatform.spiders import Request, Spider
+from crawlplatform.spiders import CloseSpider, Request, Spider
 from tasks import defaults
 from tasks.content import bodies, callbacks, feeds, rows, spiders, stats
 from tasks.content import items as itempipes
@@ -49,20 +49,26 @@ class Start(NamedTuple):
     fields: dict  # job fields the spider's Scrapy settings set (delay, obey_robots, ...)
     state: dict  # attributes start() set, which every worker's spider is given
     stats: list[StatRow]  # what the start changed in the job's stats (crawler.stats)
+    closing: str | None = None  # start() raised CloseSpider with this reason
 
 
-def _gather(spider: Spider, job: CrawlJob) -> list:
-    """What ``spider.start()`` yields, within the callback's time bound."""
+def _gather(spider: Spider, job: CrawlJob) -> tuple[list, str | None]:
+    """What ``spider.start()`` yields, within the callback's time bound, and the reason of a
+    ``CloseSpider`` it raised (what it yielded before is kept, as Scrapy keeps it)."""
     found: list = []
     deadline = time.monotonic() + setting("SPIDER_CALLBACK_TIMEOUT_S", job)
     cap = setting("SPIDER_MAX_YIELDS", job)
+    closing: list[str] = []
 
     async def drain() -> None:
-        async for one in spider.start():
-            callbacks.keep_yielded(one, deadline, cap, found)
+        try:
+            async for one in spider.start():
+                callbacks.keep_yielded(one, deadline, cap, found)
+        except CloseSpider as exc:
+            closing.append(str(exc.reason) or "cancelled")
 
     asyncio.run(drain())
-    return found
+    return found, (closing[0] if closing else None)
 
 
 def _default(field: str) -> object:
@@ -132,7 +138,7 @@ def plan(job: CrawlJob) -> Start:
             spider = spiders.create(job)
             pipes = itempipes.Pipelines(spider)  # one that cannot be made fails the job
             before = _as_json(vars(spider))
-            yielded = _gather(spider, job)
+            yielded, closing = _gather(spider, job)
             state = _state(spider, before)
             if setting("SPIDER_FEEDS", job) and (unwritable := feeds.problems(spider)):
                 raise SpiderProblem(f"spider {job.spider!r} feeds: " + "; ".join(unwritable))
@@ -142,14 +148,18 @@ def plan(job: CrawlJob) -> Start:
             raise SpiderProblem(
                 str(callbacks.spider_error(exc, setting("SPIDER_TRACEBACK_LINES")))
             ) from exc
-        start = _started(job, spider, pipes, yielded, settings, fields, state)
-    return start._replace(stats=changed.rows())
+        if closing is not None:  # the crawl ends at its start: its requests are not fetched
+            log.info("job=%s: start() closes the crawl: %s", job.pk, closing)
+            yielded = [one for one in yielded if not isinstance(one, Request)]
+        start = _started(job, spider, pipes, yielded, settings, fields, state, closing)
+    return start._replace(stats=changed.rows(), closing=closing)
 
 
 def _started(job: CrawlJob, spider: Spider, pipes: itempipes.Pipelines, yielded: list,
-             settings: dict, fields: dict, state: dict) -> Start:  # fmt: skip
+             settings: dict, fields: dict, state: dict, closing: str | None) -> Start:  # fmt: skip
     """The start's requests in the job's scope (each sent as ``request_scheduled``) and its
-    items through the pipelines, which are then closed."""
+    items through the pipelines, which are then closed (and the spider too, ``closed`` and
+    ``spider_closed``, if the start ended the crawl: no worker will open them)."""
     requests = [r for r in yielded if isinstance(r, Request)]
     domains = list(job.allowed_domains or getattr(spider, "allowed_domains", None) or
                    sorted({urlsplit(r.url).hostname or "" for r in requests} - {""}))  # fmt: skip
@@ -172,7 +182,7 @@ def _started(job: CrawlJob, spider: Spider, pipes: itempipes.Pipelines, yielded:
         queued.setdefault(row_key, NewRequest(row_key, rows.stored(kept, row_key), None,
                                              rows.rank(request)))  # fmt: skip
     items = [pipes.keep(i) for i in yielded if not isinstance(i, Request)]
-    pipes.close()
+    pipes.close(closing)
     return Start(list(queued.values()), items, settings, domains, fields, state, [])
 
 
@@ -182,6 +192,7 @@ def begin(job: CrawlJob, start: Start) -> None:
     CrawlJob.objects.filter(pk=job.pk).update(settings=start.settings,
                                               allowed_domains=start.domains,
                                               spider_state=start.state,
+                                              close_reason=(start.closing or "")[:200],
                                               **start.fields)  # fmt: skip
     insert_requests(job.pk, start.requests, 0, None)
     Item.objects.bulk_create([Item(job_id=job.pk, spider=job.spider, data=data, dropped=dropped,

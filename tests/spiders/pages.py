@@ -57,6 +57,18 @@ class EnoughOnError(Enough):
         raise CloseSpider("a page is gone")
 
 
+class EnoughAtStart(Enough):
+    """Its start ends the crawl after an item and a request, as a Scrapy spider's ``start()``
+    may (the item kept, the request not fetched)."""
+
+    name = "enough_at_start"
+
+    async def start(self):
+        yield {"started": True}
+        yield Request(self.seed)
+        raise CloseSpider("from_start")
+
+
 class Journal:
     """Writes each open_spider and close_spider, with the process, to the spider's journal."""
 
