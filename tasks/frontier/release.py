@@ -155,14 +155,13 @@ def _fail_open_hosts(
         failed = transitions.fail_host(job.pk, host, unreachable)
         log.warning("job=%s host=%s circuit open (%s): %d queued URLs failed", job.pk, host,
                     reason, failed)  # fmt: skip
-        ids = [row.id for row in by_host[host]]
-        left = set(FrontierURL.objects.filter(pk__in=ids, state=URLState.QUEUED)
-                   .values_list("id", flat=True)) if job.spider else set()  # fmt: skip
-        by_host[host] = [row for row in by_host[host] if row.id in left]  # errbacks: released
-        if not by_host[host]:
+        if job.spider:  # its requests with an errback stay queued: released to the gate
+            ids = [row.id for row in by_host[host]]
+            left = FrontierURL.objects.filter(pk__in=ids, state=URLState.QUEUED)
+            kept = set(left.values_list("id", flat=True))
+            by_host[host] = [row for row in by_host[host] if row.id in kept]
+        if not job.spider or not by_host[host]:
             del by_host[host]
-
-
 
 
 def _messages(

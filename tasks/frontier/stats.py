@@ -182,13 +182,14 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
 def is_number(value: Any) -> bool:
     """What ``inc_value`` adds to: a number, or a bool (as Python adds to one)."""
     return isinstance(value, int | float)
+
+
+def _is_number(value: Any) -> bool:
+    """A number as JSON has it (the query's comparisons): a bool is none."""
+    return is_number(value) and not isinstance(value, bool)
 
 
 def _number(value: Decimal | None) -> int | float | None:
