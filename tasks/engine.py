@@ -405,13 +405,15 @@ def _record(
     rendering: bool,
 ) -> str:
     """The URL's outcome if the fetch ended in one; else its page, unchanged or stored."""
+    if outcome is None and fetched.resp.status == 304 and fetched.conditional:
+        return record_unchanged(claimed)  # the previous run's page stands
+    if outcome is None and claimed.job.spider:
+        outcome = callbacks.unfollowed(fetched.resp)  # a 3xx answer left as it came
     if outcome is not None:
         state = _fail(claimed, outcome, cache)
         log.info("job=%s url=%s outcome=%s state=%s", claimed.job.pk, claimed.url.url,
                  outcome.reason, state)  # fmt: skip
         return state
-    if fetched.resp.status == 304 and fetched.conditional:
-        return record_unchanged(claimed)  # the previous run's page stands
     metrics.FETCHED_BYTES.inc(len(fetched.resp.raw_body or fetched.resp.body))
     if claimed.job.spider:
         return callbacks.store(claimed, cache, fetched.resp)  # the spider's callback decides

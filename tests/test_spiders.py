@@ -365,8 +365,9 @@ class Redirecting(LocalSite):
     """``/`` links to ``/r/X``, each redirecting to a ``/t/N`` (or to ``/a/5``), and to
     some of those targets; ``/r/e`` (a ``dont_filter`` request) and ``/r/a`` both lead to
     ``/t/1``, ``/r/c1`` and ``/r/c2`` to ``/t/3``, ``/r/g`` (another callback) to ``/t/7``,
-    ``/r/h`` to ``/t/8`` (requested for another callback).
-    Two spellings of one query URL too. ``asked``: the paths requested, as sent."""
+    ``/r/h`` to ``/t/8`` (requested for another callback); ``/s/N`` answers status N with
+    no ``Location``. Two spellings of one query URL too. ``asked``: the paths requested, as
+    sent."""
 
     TARGETS = {"/r/a": "/t/1", "/r/b": "/t/2", "/r/c1": "/t/3", "/r/c2": "/t/3", "/r/e": "/t/1",
                "/r/f": "/a/5", "/r/g": "/t/7", "/r/h": "/t/8"}  # fmt: skip
@@ -383,6 +384,10 @@ class Redirecting(LocalSite):
                 if self.path in site.TARGETS:
                     send(self, 301 if self.path < "/r/c" else 302,
                          {"Location": site.TARGETS[self.path]}, b"")  # fmt: skip
+                    return
+                if self.path.startswith("/s/"):  # a 3xx with no Location: not followed
+                    status = int(self.path[3:])
+                    send(self, status, {}, b"" if status == 304 else b"<p>choose</p>")
                     return
                 send(self, *site.page(self.path))
 
@@ -511,11 +516,14 @@ def test_redirects_a_request_keeps_are_its_answer_as_under_scrapy(installed):
         ("/r/c1", 302, "/t/3", None),
         ("/r/c2", 302, None, True),  # not handled: its errback, with HttpError
         ("/r/e", 302, "/t/1", None),
+        ("/s/300", 300, "", None),  # in the request's list: its callback
+        ("/s/304", 304, None, True),  # not followed, not handled: its errback, with HttpError
         ("/t/7", 200, "", None),
     ]
     assert [path for path in site.asked if path.startswith("/t")] == ["/t/7"]
     ends = dict(FrontierURL.objects.filter(job=job).values_list("url", "error_reason"))
     assert ends[site.url("/r/c2")] == "http_3xx"
+    assert ends[site.url("/s/302")] == "http_3xx"  # no Location, no errback: no callback
 
 
 def test_requests_beyond_the_domains_go_where_scrapys_offsite_filter_lets_them(installed):

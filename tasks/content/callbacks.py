@@ -428,6 +428,20 @@ HTTP_ERRORS = (outcomes.ClientError, outcomes.ServerError, outcomes.TooManyReque
 REDIRECTS = (301, 302, 303, 307, 308)
 
 
+def unfollowed(resp: fetching.Response) -> outcomes.RedirectNotFollowed | None:
+    """A spider request's answer that is not 2xx and that the fetch did not follow (a 3xx
+    with no ``Location``, a 300, 304, 305 or 306): as after Scrapy's ``RedirectMiddleware``,
+    it is an HTTP error answer, which goes to the callback only if it takes the status, else
+    to the errback (``HttpError``), else nowhere. None for a 2xx answer."""
+    if 200 <= resp.status < 300:
+        return None
+    answer = outcomes.RedirectNotFollowed(f"HTTP {resp.status}", status=resp.status)
+    answer.url, answer.method, answer.headers = resp.final_url, resp.method, dict(resp.headers)
+    answer.body, answer.truncated = resp.body, resp.truncated
+    answer.redirects, answer.redirect_statuses = list(resp.redirects), list(resp.redirect_statuses)
+    return answer
+
+
 def for_the_spider(claimed: Claim, outcome: outcomes.CrawlOutcome) -> bool:
     """Whether a spider request's ``outcome`` may be the spider's to see, once it ends the
     URL: the request has an errback, or the outcome is an HTTP error answer, which a callback

@@ -109,7 +109,8 @@ class RedirectedErrors(Spider):
 class Unfollowed(Spider):
     """Redirects its requests take as their answer, as Scrapy's ``RedirectMiddleware`` leaves
     them (``dont_redirect``, ``handle_httpstatus_all``, a status in a
-    ``handle_httpstatus_list``), to its callback where they are handled, else its errback."""
+    ``handle_httpstatus_list``; a 3xx it never follows), to its callback where they are
+    handled, else its errback."""
 
     name = "unfollowed"
     base = ""  # -a base=URL
@@ -122,6 +123,10 @@ class Unfollowed(Spider):
         yield Request(self.base + "/r/e", meta={"handle_httpstatus_all": True})
         yield Request(self.base + "/r/a")  # a 301: in the spider's list
         yield Request(self.base + "/r/g")  # a 302: followed
+        # 3xx answers no redirect follows: HTTP errors, as after Scrapy's RedirectMiddleware
+        yield Request(self.base + "/s/300", meta={"handle_httpstatus_list": [300]})
+        yield Request(self.base + "/s/304", errback=self.failed)
+        yield Request(self.base + "/s/302")  # no Location: neither callback nor errback
 
     def parse(self, response):
         yield {"url": response.url, "status": response.status,
