@@ -125,6 +125,7 @@ def test_spiders_lists_what_is_installed_and_what_cannot_be_loaded(worker_env):
         "counting\ttests.spiders.counting.Counting",
         "crawl_rules\ttests.spiders.rules.CrawlRules",
         "deaf\ttests.spiders.counting.Deaf",
+        "depths\ttests.spiders.redirects.Depths",
         "enough\ttests.spiders.pages.Enough",
         "enough_at_start\ttests.spiders.pages.EnoughAtStart",
         "enough_on_error\ttests.spiders.pages.EnoughOnError",

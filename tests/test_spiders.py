@@ -769,6 +769,34 @@ def test_a_meta_refresh_is_followed_as_scrapys_middleware_follows_it(installed):
                    ("/refresh/quiet", "quiet", [])]  # fmt: skip
 
 
+def test_depths_are_scrapys_across_refreshes_resets_and_errbacks(installed):
+    """Scrapy 2.19's items for the same spider and site (``tests/spiders/redirects.py``,
+    ``DEPTH_LIMIT`` 1): the page a refresh leads to is at its start page's depth, so its
+    links are fetched; ``depth_reset`` and an errback's request after a refused connection
+    start at 0, no start request, and their links at 1 are fetched too."""
+    links = {"/landing": ["/a"], "/a": ["/b"], "/reset": ["/r1"], "/r1": ["/r2"],
+             "/after": ["/after/1"], "/after/1": ["/after/2"]}  # fmt: skip
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            head = '<meta http-equiv="refresh" content="0; url=/landing">' if (
+                self.path == "/refresh") else ""  # fmt: skip
+            body = "".join(f'<a href="{href}">x</a>' for href in links.get(self.path, []))
+            send(self, 200, {}, f"<html><head>{head}</head><body>{body}</body></html>".encode())
+
+        def log_message(self, *args) -> None:
+            pass
+
+    with LocalSite(Handler) as site:
+        job = jobs.create_job([], spider="depths", spider_args={
+            "base": site.base, "dead": f"http://127.0.0.1:{chaos.free_port()}"})  # fmt: skip
+        jobs.start(job)
+        run_job(job)
+    items = sorted((i["url"].removeprefix(site.base), i["depth"], i["start"]) for i in kept(job))
+    assert items == [("/a", 1, False), ("/after", 0, False), ("/after/1", 1, False),
+                     ("/landing", 0, True), ("/r1", 1, False), ("/reset", 0, False)]  # fmt: skip
+
+
 def test_a_spider_page_cut_at_fetch_max_bytes_is_noted_truncated_as_a_crawls(installed):
     class Large(BaseHTTPRequestHandler):
         def do_GET(self) -> None:

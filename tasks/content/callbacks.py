@@ -206,18 +206,18 @@ def call(spider: Spider, name: str, response: Any, kwargs: dict, job: CrawlJob) 
 
 
 def response_of(resp: fetching.Response, request: Request, depth: int = 0,
-                deadline: float | None = None) -> Response:  # fmt: skip
+                deadline: float | None = None, start: bool | None = None) -> Response:  # fmt: skip
     """What a callback sees of a fetched answer: the class Scrapy gives it (``HtmlResponse``,
     ``XmlResponse``, ...: ``crawlplatform/spiders/responsetypes.py``), its URL without a
     fragment, as Scrapy's download handler gives it; its ``meta`` has what Scrapy's
     middlewares and downloader put there: ``depth``, ``download_latency``, ``download_slot``
     (the host), ``download_timeout`` (the request's own, else the job's ``deadline``),
-    ``is_start_request`` at depth 0 (the spider's start) and, after redirects,
+    ``is_start_request`` for a start request (``start``; None: at depth 0) and, after redirects,
     ``redirect_urls``, ``redirect_times`` and ``redirect_reasons``, added to those the request
     carried (a meta refresh's). After redirects its ``request`` is the last hop's, as Scrapy's
     ``RedirectMiddleware`` makes it: the target's URL, a GET where a redirect turned a POST
     into one."""
-    meta = sent_meta(request, depth, deadline)
+    meta = sent_meta(request, depth, deadline, start=start)
     meta.setdefault("depth", 0)  # a start request's, as Scrapy's DepthMiddleware sets it
     meta["download_latency"] = resp.elapsed
     request = _redirected(request, resp)
@@ -241,16 +241,19 @@ def response_of(resp: fetching.Response, request: Request, depth: int = 0,
 
 
 def sent_meta(request: Request, depth: int, deadline: float | None,
-              downloading: bool = True) -> dict:  # fmt: skip
+              downloading: bool = True, start: bool | None = None) -> dict:  # fmt: skip
     """``request.meta`` with what Scrapy's middlewares put in it on its way: ``depth`` (beyond
-    the start) and ``is_start_request`` (at depth 0); if it went on to the download,
-    ``download_slot`` (the host, or what the meta carried) and ``download_timeout`` (the
-    request's own, else the job's ``deadline``, marked as filled in: ``rows.FilledTimeout``)."""
+    the start) and ``is_start_request`` (a start request: ``start``, None: at depth 0); if it
+    went on to the download, ``download_slot`` (the host, or what the meta carried) and
+    ``download_timeout`` (the request's own, else the job's ``deadline``, marked as filled
+    in: ``rows.FilledTimeout``)."""
     meta = request.meta
-    if depth:
-        meta["depth"] = depth
-    else:
+    if start is None:
+        start = depth == 0
+    if start:
         meta.setdefault("is_start_request", True)
+    else:
+        meta["depth"] = depth
     if downloading:
         meta.setdefault("download_slot", urlsplit(request.url).hostname or "")
         if deadline is not None:
@@ -281,19 +284,28 @@ def _redirected(request: Request, resp: fetching.Response | outcomes.CrawlOutcom
 
 
 def new_requests(claimed: Claim, cache: JobCache, spider: Spider, requests: list[Request],
-                 scheduled: Callable[[Request], bool]) -> list[NewRequest]:  # fmt: skip
+                 scheduled: Callable[[Request], bool],
+                 depth: int | None = None) -> list[NewRequest]:  # fmt: skip
     """The frontier rows of what a callback yielded: in the job's scope and depth, each once,
     those robots.txt forbids entering skipped (unless they have an errback: their claim's
     robots.txt gate ends them, and the errback sees it, as Scrapy's ``IgnoreRequest``). A
     request that cannot be kept fails the URL. ``scheduled`` sends ``request_scheduled`` for
     each request in scope, before duplicates are dropped, as Scrapy's engine sends it before
-    its scheduler's filter; False leaves the request out."""
+    its scheduler's filter; False leaves the request out.
+
+    A request's depth is the page's plus one, or 0 with ``depth_reset`` in its ``meta``
+    (Scrapy 2.18's ``DepthMiddleware``, which takes the key out), unless ``depth`` gives it:
+    a meta refresh's request is its page's, as a redirect's is; an errback's after a failure
+    with no answer is 0, as Scrapy's skips that middleware. One beyond the job's depth is
+    left out."""
     job = claimed.job
-    if claimed.url.depth >= job.max_depth:
-        return []
     out: dict[str, NewRequest] = {}
     judged: dict[str, str] = {}  # row key -> its URL, for the robots.txt this worker holds
     for n, request in enumerate(requests):
+        reset = request.meta.pop("depth_reset", False)
+        own = depth if depth is not None else 0 if reset else claimed.url.depth + 1
+        if own > job.max_depth:
+            continue  # as Scrapy's DepthMiddleware drops it
         canonical = in_scope(cache, request.url,
                              rows.leaves_domains(request.dont_filter, request.meta))  # fmt: skip
         if not canonical:
@@ -303,7 +315,7 @@ def new_requests(claimed: Claim, cache: JobCache, spider: Spider, requests: list
         if rows.plain_get(request) and (canonical in out or canonical in cache.committed):
             continue  # yielded before on this page, or already in the frontier
         try:
-            kept = rows.record(request, spider)
+            kept = rows.record(request, spider, restarted=own == 0)
         except Exception as exc:  # what the spider put in it: its error, not the worker's
             raise outcomes.SpiderError(f"{type(exc).__name__}: {exc}"[:2000]) from None
         unique = f"{claimed.url.pk}.{n}" if request.dont_filter else ""
@@ -312,7 +324,8 @@ def new_requests(claimed: Claim, cache: JobCache, spider: Spider, requests: list
             continue  # the first of the same requests is the one kept
         if job.obey_robots and not kept["errback"]:
             judged[row_key] = canonical
-        out[row_key] = NewRequest(row_key, rows.stored(kept, row_key), None, rows.rank(request))
+        out[row_key] = NewRequest(row_key, rows.stored(kept, row_key), None, rows.rank(request),
+                                  own)  # fmt: skip
     refused = robots.forbidden(job, judged.values())
     return [r._replace(skip=ROBOTS_FORBIDDEN) if judged.get(r.key) in refused else r
             for r in out.values()]  # fmt: skip
@@ -359,7 +372,8 @@ def _store(claimed: Claim, cache: JobCache, resp: fetching.Response, spider: Spi
     redirect = _redirect(claimed, cache, resp, request)
     if redirect and not redirect_target_free(claimed, redirect.target, redirect.take_queued):
         return duplicate_redirect(claimed, redirect.target, resp.status)  # no callback to run
-    response = response_of(resp, request, claimed.url.depth, setting("FETCH_DEADLINE_S", job))
+    response = response_of(resp, request, claimed.url.depth, setting("FETCH_DEADLINE_S", job),
+                           rows.started(claimed.url.depth, claimed.url.request))  # fmt: skip
     with stats.bound(stats.Pending(job.pk)) as changed:  # committed with the page, or never
         try:
             refreshed = refresh.meta_refresh(response, response.request,
@@ -374,7 +388,8 @@ def _store(claimed: Claim, cache: JobCache, resp: fetching.Response, spider: Spi
                 yielded.raised.status = resp.status  # answered: counted as Scrapy counts it
                 if request.meta.get(RETRY_ON_ERROR):
                     raise yielded.raised  # fetched and called again, to the cap: nothing kept
-            new = new_requests(claimed, cache, spider, yielded.requests, pipes.scheduled)
+            new = new_requests(claimed, cache, spider, yielded.requests, pipes.scheduled,
+                               claimed.url.depth if refreshed is not None else None)  # fmt: skip
         except (outcomes.SpiderError, outcomes.SpiderTimeout) as failure:
             if request.meta.get(RETRY_ON_ERROR):
                 failure.retryable = True  # the spider asks: fetched and called again, to the cap
@@ -588,11 +603,12 @@ def _errback(claimed: Claim, cache: JobCache, outcome: outcomes.CrawlOutcome, sp
     job, kept = claimed.job, claimed.url.request or {}
     request = _request_of(claimed)
     answer, deadline = None, setting("FETCH_DEADLINE_S", job)
+    depth, start = claimed.url.depth, rows.started(claimed.url.depth, kept)
     if outcome.status is not None:  # an HTTP error: failure.value.response
-        answer = response_of(_answer(claimed, outcome), request, claimed.url.depth, deadline)
+        answer = response_of(_answer(claimed, outcome), request, depth, deadline, start)
     else:  # robots.txt's refusal is Scrapy's IgnoreRequest, raised before the download
-        sent_meta(request, claimed.url.depth, deadline,
-                  not isinstance(outcome, outcomes.RobotsDisallowed))  # fmt: skip
+        sent_meta(request, depth, deadline, not isinstance(outcome, outcomes.RobotsDisallowed),
+                  start)  # fmt: skip
         request = _redirected(request, outcome)  # a hop's failure: the hop's request
     with stats.bound(stats.Pending(job.pk)) as changed:  # committed with the URL's end
         try:
@@ -600,7 +616,8 @@ def _errback(claimed: Claim, cache: JobCache, outcome: outcomes.CrawlOutcome, sp
                 pipes.received(answer)
             failure = Failure(outcome, request if answer is None else answer.request, answer)
             yielded = call(spider, kept["errback"], failure, {}, job)  # a raise is logged there
-            new = new_requests(claimed, cache, spider, yielded.requests, pipes.scheduled)
+            new = new_requests(claimed, cache, spider, yielded.requests, pipes.scheduled,
+                               None if answer is not None else 0)  # fmt: skip
         except (outcomes.SpiderError, outcomes.SpiderTimeout) as exc:
             log.warning("job=%s url=%s: errback failed: %s", job.pk, claimed.url.url, exc)
             return _record_failed(claimed, outcome, reached)

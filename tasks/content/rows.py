@@ -32,8 +32,9 @@ class FilledTimeout(float):
     of its own time."""
 
 
-def record(request: Request, spider: Spider) -> dict:
-    """A request as its frontier row keeps it (JSON); ValueError says what cannot be kept."""
+def record(request: Request, spider: Spider, restarted: bool = False) -> dict:
+    """A request as its frontier row keeps it (JSON); ValueError says what cannot be kept.
+    ``restarted``: a request at depth 0 that is no start request (``started``)."""
     callback = _method_name(spider, request, request.callback, request.callback_name)
     if callback == "parse" and type(spider)._parse is Spider._parse:
         callback = None  # the default callback by another name: the row may be a plain one
@@ -46,6 +47,8 @@ def record(request: Request, spider: Spider) -> dict:
             "callback": callback, "errback": errback, "cb_kwargs": request.cb_kwargs,
             "meta": request.meta, "cookies": request.cookies,
             "dont_filter": request.dont_filter}  # fmt: skip
+    if restarted:
+        kept["restarted"] = True
     if isinstance(request.meta.get("download_timeout"), FilledTimeout):
         kept["meta"] = {k: v for k, v in request.meta.items() if k != "download_timeout"}
     if not (request.cb_kwargs or request.meta or request.cookies or kept["headers"]):
@@ -94,8 +97,15 @@ def stored(kept: dict, row_key: str) -> dict | None:
     plain = (kept["url"].partition("#")[0] in (row_key, row_key.removesuffix("/"))
              and kept["method"] == "GET" and not kept["body"] and not kept["headers"]
              and kept["callback"] is None and not kept["errback"] and not kept["cb_kwargs"]
-             and not kept["meta"] and not kept["cookies"] and not kept["dont_filter"])  # fmt: skip
+             and not kept["meta"] and not kept["cookies"] and not kept["dont_filter"]
+             and not kept.get("restarted"))  # fmt: skip
     return None if plain else kept
+
+
+def started(depth: int, kept: dict | None) -> bool:
+    """Whether a row at ``depth`` holds one of the spider's start requests: at depth 0, and
+    not a request that a ``depth_reset`` or an errback's failure put there (``record``)."""
+    return depth == 0 and not (kept or {}).get("restarted")
 
 
 def rank(request: Request) -> int:

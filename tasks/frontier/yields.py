@@ -42,6 +42,7 @@ class NewRequest(NamedTuple):
     request: dict | None  # method, headers, body, callback, ...; None: a plain GET for parse
     skip: outcomes.Skip | None  # enters ended with this outcome (robots.txt forbids it)
     priority: int = 0  # released before lower ones (the frontier's column's range)
+    depth: int | None = None  # its own depth (see ``callbacks.new_requests``); None: the page's + 1
 
 
 class Redirect(NamedTuple):
@@ -68,10 +69,11 @@ _DELETE_ITEMS_SQL = f"DELETE FROM {Item._meta.db_table} WHERE url_id = %s"  # no
 def insert_requests(job_id: int, requests: Sequence[NewRequest], depth: int,
                     parent_id: int | None) -> int:  # fmt: skip
     """Frontier rows for requests (sorted, as every insert of links is, so that two pages
-    inserting the same keys take the index's locks in the same order); how many were new."""
+    inserting the same keys take the index's locks in the same order), at ``depth`` unless a
+    request has its own; how many were new."""
     now = timezone.now()
     rows = [
-        (job_id, r.key, host_of(r.key), depth,
+        (job_id, r.key, host_of(r.key), depth if r.depth is None else r.depth,
          URLState.QUEUED if r.skip is None else URLState.SKIPPED, 0, now,
          "" if r.skip is None else r.skip.reason, "" if r.skip is None else str(r.skip), now,
          parent_id, r.request, r.priority)
@@ -153,8 +155,11 @@ def record_spider_page(
     its target is fetched as its own URL, or another redirect took it, this URL is skipped as
     ``duplicate_redirect`` with nothing of what the callback yielded, as Scrapy's duplicate
     filter drops a redirect to a request it has seen. ``closing``: the callback raised
-    CloseSpider with this reason (``close``, in the same transaction)."""
-    if connection.vendor == "postgresql" and redirect is None and closing is None:
+    CloseSpider with this reason (``close``, in the same transaction). Requests of a depth
+    of their own (a meta refresh's, ``depth_reset``) take the plain statements too."""
+    below = claim.url.depth + 1
+    if (connection.vendor == "postgresql" and redirect is None and closing is None
+            and all(r.depth in (None, below) for r in requests)):  # fmt: skip
         ordered = sorted(requests, key=lambda r: r.key)
         record_spider_statement(
             claim, page, [(r.key, r.request, r.priority) for r in ordered if r.skip is None],

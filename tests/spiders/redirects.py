@@ -203,3 +203,28 @@ class PostedRedirects(Spider):
             yield FormRequest(self.base + then, formdata={"q": "2"})
         elif then:  # after the POST reached /t/1: a GET that a 302 sends to it
             yield Request(self.base + then)
+
+
+class Depths(Spider):
+    """Depths as Scrapy 2.19's ``DepthMiddleware`` gives them under ``DEPTH_LIMIT`` 1: a meta
+    refresh keeps its page's depth (a redirect's request), ``depth_reset`` starts again at 0,
+    and so does a request an errback yields after a failure with no answer."""
+
+    name = "depths"
+    base = ""  # -a base=URL
+    dead = ""  # -a dead=URL: a port nothing listens on
+    custom_settings = {"DEPTH_LIMIT": 1}
+
+    def start_requests(self):
+        yield Request(self.base + "/refresh")  # refreshes to /landing
+        yield Request(self.dead + "/x", errback=self.failed)
+
+    def parse(self, response):
+        yield {"url": response.url, "depth": response.meta["depth"],
+               "start": response.meta.get("is_start_request", False)}  # fmt: skip
+        yield from response.follow_all(css="a")
+        if response.url.endswith("/a"):
+            yield Request(self.base + "/reset", meta={"depth_reset": True})
+
+    def failed(self, failure):
+        yield Request(self.base + "/after")
