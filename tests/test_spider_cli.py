@@ -15,9 +15,10 @@ import pytest
 from django.conf import settings
 from scrapy.exporters import CsvItemExporter
 
+from tasks.frontier.stats import stats_of
 from tests.shop import Shop, expected_products, expected_stock
 from tests.site import LocalSite, Site, send
-from web.models import CrawlJob, JobState
+from web.models import CrawlJob, Item, JobState
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -97,6 +98,18 @@ def test_a_crawl_its_spider_closes_finishes_with_the_pages_in_flight_and_says_wh
     assert (job.state, job.stats["close_reason"]) == (JobState.FINISHED, "enough pages")
     items = [json.loads(line)["url"] for line in out.read_text().splitlines()]
     assert site.url("/p/40") in items and len(items) == len(set(items)) < 300
+
+
+def test_a_spider_job_ended_by_its_max_pages_finishes_as_closespider_pagecount(worker_env):
+    """``--max-pages`` (a spider's ``CLOSESPIDER_PAGECOUNT``): the ``finish_reason`` stat
+    (and what the spider's closed() is told) is ``closespider_pagecount``, as under Scrapy."""
+    with Site(pages=40) as site:
+        done = manage(worker_env, "crawl", "--spider", "enough", "-a", f"seed={site.url('/p/0')}",
+                      "-a", "last=99", "--max-pages", "3")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    job = CrawlJob.objects.get(spider="enough")
+    assert job.state == JobState.FINISHED and 0 < Item.objects.filter(job=job).count() <= 3
+    assert stats_of(job)["finish_reason"] == "closespider_pagecount"
 
 
 def test_crawl_output_replaces_the_feeds_as_scrapys_o_does(worker_env, tmp_path):

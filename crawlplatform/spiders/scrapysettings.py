@@ -137,7 +137,9 @@ SETTINGS: tuple[Setting, ...] = (
     _row("DEPTH_LIMIT", ANY, MAPPED, "how deep requests go from the start, 0 as deep as the "
          f"platform allows{_UNLESS_GIVEN}", "the job's `max_depth`"),
     _row("CLOSESPIDER_PAGECOUNT", ANY, MAPPED,
-         f"the pages after which the job ends, 0 for no such end{_UNLESS_GIVEN}",
+         "the requests after which the job ends, failed ones counted too where Scrapy counts "
+         "answers, its finish_reason closespider_pagecount as Scrapy's, 0 for no such end"
+         f"{_UNLESS_GIVEN}",
          "the job's `max_pages`"),
     _row("DEFAULT_REQUEST_HEADERS", ANY, MAPPED,
          "headers sent with every request, those the job sets itself winning",

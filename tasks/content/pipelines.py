@@ -22,6 +22,7 @@ from crawlplatform.spiders import Spider
 from tasks.content import items as itempipes
 from tasks.defaults import setting
 from tasks.frontier.claims import Claim
+from tasks.frontier.stats import finish_reason
 from web.models import CrawlJob, JobState
 
 log = logging.getLogger(__name__)
@@ -67,11 +68,6 @@ def give_back(held: _Held) -> None:
     close_ended_soon()
 
 
-# A run's end as a spider's ``closed(reason)`` is told it (Scrapy's reasons): the CloseSpider
-# reason if its spider ended it; a run that was recrawled since, or a job deleted, finished.
-_CLOSED_AS = {JobState.CANCELLED: "cancelled", JobState.FAILED: "failed"}
-
-
 def close_ended(every: float | None = None) -> None:
     """Close this process's pipelines of every job run that ended (finished, cancelled, failed,
     deleted, or recrawled since), so that ``close_spider`` runs when the job ends, not when the
@@ -82,16 +78,16 @@ def close_ended(every: float | None = None) -> None:
     _looked[0] = time.monotonic()
     runs = list(_pipelines)  # those opened while the database answers are looked at next time
     jobs = CrawlJob.objects.filter(pk__in={job for job, _ in runs})
-    found = list(jobs.values_list("pk", "run", "state", "close_reason"))
-    states = {(pk, run): state for pk, run, state, _ in found}
-    closed_by = {(pk, run): reason for pk, run, _, reason in found if reason}
-    for ended in (run for run in runs if states.get(run) not in LIVE_STATES):
+    found = jobs.values_list("pk", "run", "state", "close_reason", "max_pages", "released")
+    states = {(pk, run): (state, *rest) for pk, run, state, *rest in found}
+    for ended in (run for run in runs if states.get(run, ("",))[0] not in LIVE_STATES):
         with _opened:
             held = _pipelines.pop(ended, None)
             if held is None:
                 continue
             held.ended = True
-            held.reason = closed_by.get(ended) or _CLOSED_AS.get(states.get(ended), "finished")
+            # Scrapy's reasons; a run recrawled since, or a job deleted, finished
+            held.reason = finish_reason(*states.get(ended, ("", "", None, 0)))
             unused = not held.users
         with logs.about(crawl_job=ended[0]):  # its lines, close_spider's too, name the job
             log.info("job=%s run=%s: its item pipelines are closed", *ended)

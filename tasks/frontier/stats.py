@@ -223,6 +223,19 @@ BUILTIN_NAMES = frozenset({"start_time", "finish_time", "elapsed_time_seconds",
                            "response_received_count", "request_depth_max"})  # fmt: skip
 _FINISHED_AS = {JobState.FINISHED: "finished", JobState.CANCELLED: "cancelled",
                 JobState.FAILED: "failed"}  # fmt: skip
+
+
+def finish_reason(state: str, close_reason: str, max_pages: int | None, released: int) -> str:
+    """How a run ended, as Scrapy names it: the reason of the CloseSpider that ended it,
+    ``closespider_pagecount`` if it finished at its ``max_pages`` (Scrapy's
+    ``CLOSESPIDER_PAGECOUNT``), else by its state (a run recrawled since: finished)."""
+    if close_reason:
+        return close_reason
+    if state == JobState.FINISHED and max_pages and released >= max_pages:
+        return "closespider_pagecount"
+    return _FINISHED_AS.get(state, "finished")
+
+
 PIPELINE_ERROR = "pipeline_error"  # Scrapy's item_error, not a drop (tasks/content/items.py)
 SCHEMA = "schema"  # counted by kind, not by the path and message after it
 
@@ -242,7 +255,8 @@ def builtin(job: CrawlJob) -> dict[str, Any]:
         out["finish_time"] = job.finished_at
         if job.started_at is not None:
             out["elapsed_time_seconds"] = (job.finished_at - job.started_at).total_seconds()
-        out["finish_reason"] = job.close_reason or _FINISHED_AS[job.state]
+        out["finish_reason"] = finish_reason(job.state, job.close_reason, job.max_pages,
+                                             job.released)  # fmt: skip
     kept, dropped = 0, Counter()
     for reason, n in Item.objects.filter(job_id=job.pk).values_list("dropped").annotate(
             n=Count("id")).order_by():  # fmt: skip
