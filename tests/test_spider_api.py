@@ -16,6 +16,7 @@ from crawlplatform.spiders import (
     FormRequest,
     HtmlResponse,
     JsonRequest,
+    NotSupported,
     Request,
     Response,
     Spider,
@@ -377,9 +378,26 @@ def test_items_of_every_kind_become_json_and_a_drop_has_its_reason():
             items.as_json({"v": not_json})
 
 
+def test_a_response_whose_body_is_not_text_has_no_text_nor_selectors_as_scrapys():
+    """Scrapy 2.19's ``Response`` (an image, a PDF, ``application/octet-stream``): a callback
+    that reads it as a page raises, and follows only the URLs it is given."""
+    r = Response("http://x.test/a/b.bin", body=b"\x00<a href=x>",
+                 headers={"Content-Type": "application/octet-stream"})  # fmt: skip
+    with pytest.raises(AttributeError, match="isn't text"):
+        r.text  # noqa: B018 (the property raises)
+    for query in (r.css, r.xpath, r.jmespath):
+        with pytest.raises(NotSupported, match="isn't text"):
+            query("a")
+    with pytest.raises(TypeError):
+        r.follow_all(css="a")
+    assert r.follow("c").url == "http://x.test/a/c"
+    assert [q.url for q in r.follow_all(["d", "/e"])] == ["http://x.test/a/d", "http://x.test/e"]
+
+
 def test_response_json_reads_utf8_whatever_the_charset_and_text_follows_it():
-    r = Response("http://x.test/", headers={"Content-Type": "application/json; charset=latin-1"},
-                 body='{"name": "café"}'.encode("latin-1"))  # fmt: skip
+    r = TextResponse("http://x.test/",
+                     headers={"Content-Type": "application/json; charset=latin-1"},
+                     body='{"name": "café"}'.encode("latin-1"))  # fmt: skip
     assert r.json() == {"name": "café"} and r.encoding == "cp1252"
     utf8 = r.replace(body='{"name": "café"}'.encode())  # a charset JSON has no use for
     assert (utf8.json(), utf8.text) == ({"name": "café"}, '{"name": "cafÃ©"}')  # as Scrapy's
@@ -398,7 +416,7 @@ def test_urljoin_is_scrapys_for_every_kind_of_href():
              "\t", "#a\tb", "d\n#f", "?q#\r", "mailto:x#", "https://h/d#", "http://h/d;#f",
              "d?#f", "///d", "http:///d"]  # fmt: skip
     for base in bases:
-        for response in (Response(base), Response("http://other/x/y")):  # the cache is shared
+        for response in (TextResponse(base), TextResponse("http://other/x/y")):  # one cache
             for href in hrefs:
                 expected = urljoin(safe_url_string(response.url), href)
                 assert response.urljoin(href) == expected, (response.url, href)
@@ -585,7 +603,7 @@ def test_a_spider_pages_title_is_the_one_a_crawls_page_has(head, title):
 
     body = f"<html><head>{head}</head><body>{'<p>x</p>' * 500}</body></html>".encode()
     headers = {"Content-Type": "text/html; charset=utf-8"}
-    response = Response("http://s.test/", body=body, headers=headers)
+    response = TextResponse("http://s.test/", body=body, headers=headers)
     assert callbacks.page_title(response) == ""
     response.css("p")
     expected = parsing.parse_html(body, headers["Content-Type"], response.url, "ua").title
@@ -621,7 +639,7 @@ def test_the_tree_is_the_one_parsel_builds_from_the_text_as_in_scrapy(body, char
     from w3lib.encoding import html_to_unicode
 
     header = f"text/html; charset={charset}"
-    response = Response("http://x.test/", headers={"Content-Type": header}, body=body)
+    response = TextResponse("http://x.test/", headers={"Content-Type": header}, body=body)
     expected = parsel.Selector(text=html_to_unicode(header, body)[1], type="html")
     assert response.css("::text").getall() == expected.css("::text").getall()
     assert response.xpath("//p").getall() == expected.xpath("//p").getall()
@@ -797,7 +815,7 @@ def test_items_declare_their_fields_as_scrapys():
 
 def test_a_json_response_has_a_json_selector_for_jmespath_as_scrapys():
     body = b'{"results": [{"name": "a"}, {"name": "b"}], "next": "/api?page=2"}'
-    api = Response("http://x.test/api", headers={"Content-Type": "application/json"}, body=body)
+    api = TextResponse("http://x.test/api", headers={"Content-Type": "application/json"}, body=body)
     assert (api.selector.type, api.jmespath("results[*].name").getall()) == ("json", ["a", "b"])
     assert api.jmespath("next").get() == "/api?page=2"
     with pytest.raises(ValueError, match="Cannot use css on a Selector of type 'json'"):
@@ -810,7 +828,7 @@ def test_html_and_xml_responses_parse_as_their_names_say():
     xml.selector.register_namespace("a", "http://www.w3.org/2005/Atom")
     assert (xml.selector.type, xml.xpath("//a:title/text()").get()) == ("xml", "T")
     html = HtmlResponse("http://x.test/", body=b"<p>x", headers={"Content-Type": "text/xml"})
-    assert (html.selector.type, Response("http://x.test/", body=body, headers={
+    assert (html.selector.type, TextResponse("http://x.test/", body=body, headers={
         "Content-Type": "application/atom+xml"}).selector.type) == ("html", "xml")  # fmt: skip
     # a TextResponse (text/plain, say) is parsed as its body reads, as since Scrapy 2.18
     kinds = [TextResponse("http://x.test/", body=text, headers={"Content-Type": "text/plain"})

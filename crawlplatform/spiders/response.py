@@ -25,18 +25,18 @@ from w3lib.encoding import (
 )
 from w3lib.html import get_base_url
 
-from crawlplatform.spiders.errors import HttpError, as_raised, carrying, kinds_of
+from crawlplatform.spiders.errors import HttpError, NotSupported, as_raised, carrying, kinds_of
 from crawlplatform.spiders.headers import Headers
 from crawlplatform.spiders.http import Callback, Request, safe_url
 from crawlplatform.spiders.link import Link
 
 
 class Response:
-    """A fetched answer as a callback sees it (parsed as XML if its ``Content-Type`` says
-    XML, else as HTML)."""
+    """A fetched answer as a callback sees it. One whose body is not text (an image, a PDF:
+    ``crawlplatform/spiders/responsetypes.py``) has no ``text`` and no selectors, as under
+    Scrapy; ``TextResponse`` and its classes have them."""
 
-    # Parsed as "html", "xml" or "json"; None: by the Content-Type (a Response) or the body
-    # (a TextResponse).
+    # Parsed as "html", "xml" or "json"; None: by the body (a TextResponse)
     _kind: str | None = None
 
     def __init__(
@@ -106,6 +106,47 @@ class Response:
             raise AttributeError("Response.cb_kwargs not available: no request")
         return self.request.cb_kwargs
 
+    def urljoin(self, url: str) -> str:
+        """``url`` made absolute against the answer's URL (a body that is not text has no
+        ``<base href>``)."""
+        return urljoin(self.url, url)
+
+    @property
+    def text(self) -> str:
+        raise AttributeError("Response content isn't text")
+
+    def css(self, *args: Any, **kwargs: Any) -> parsel.SelectorList:
+        raise NotSupported("Response content isn't text")
+
+    def jmespath(self, *args: Any, **kwargs: Any) -> parsel.SelectorList:
+        raise NotSupported("Response content isn't text")
+
+    def xpath(self, *args: Any, **kwargs: Any) -> parsel.SelectorList:
+        raise NotSupported("Response content isn't text")
+
+    def follow(self, url: str | Link, callback: Callback = None, **kwargs: Any) -> Request:
+        """A request for ``url`` (relative to the answer's URL, or a ``Link``), with the
+        arguments of ``Request``."""
+        if isinstance(url, Link):
+            url = url.url
+        elif url is None:
+            raise ValueError("url can't be None")
+        cls = kwargs.pop("cls", Request)
+        return cls(self.urljoin(url), callback=callback, **kwargs)
+
+    def follow_all(self, urls: Iterable[str | Link], callback: Callback = None,
+                   **kwargs: Any) -> Iterator[Request]:  # fmt: skip
+        """Requests for each of ``urls``."""
+        if not hasattr(urls, "__iter__"):
+            raise TypeError("'urls' argument must be an iterable")
+        return (self.follow(url, callback=callback, **kwargs) for url in urls)
+
+
+class TextResponse(Response):
+    """An answer with a text body: decoded, parsed on first use (by the ``Content-Type``'s
+    kind for a class of its own, else by the body, as Scrapy 2.18 on), joined against its
+    ``<base href>``."""
+
     @property
     def text(self) -> str:
         if self._text is None:
@@ -145,10 +186,7 @@ class Response:
     @property
     def selector(self) -> parsel.Selector:
         if self._selector is None:
-            content_type = (self.headers.get("Content-Type") or b"").decode("latin-1").lower()
-            kind = self._kind or _kind_of(content_type)
-            if self._kind is None and isinstance(self, TextResponse):
-                kind = None  # Scrapy 2.18 on: parsel tells JSON, XML and HTML by the body
+            kind = self._kind  # None: parsel tells JSON, XML and HTML by the body (Scrapy 2.18)
             if kind == "html" and self._parses_as_text():
                 self._selector = parsel.Selector(body=self.body, encoding="utf-8", type=kind,
                                                  base_url=self.url)  # fmt: skip
@@ -330,16 +368,6 @@ def join_alone(url: str, parsed: ParseResult, scheme: str) -> str | None:
 _joined = lru_cache(maxsize=4096)(urljoin)  # the joins that need the whole base
 
 
-def _kind_of(content_type: str) -> str:
-    """What a response is parsed as, by its ``Content-Type`` (lowered), as Scrapy's response
-    classes have it: XML, JSON (a ``json`` selector, which ``jmespath`` queries), else HTML."""
-    if "html" in content_type:
-        return "html"
-    if "xml" in content_type:
-        return "xml"
-    return "json" if "json" in content_type else "html"
-
-
 def _encoding_of(content_type: str, body: bytes) -> tuple[str, int]:
     """The body's encoding, as Scrapy's ``TextResponse.encoding`` names it, and its byte order
     mark's length (tests/test_spider_api.py holds Scrapy 2.19's results)."""
@@ -405,10 +433,6 @@ def _url_from_selector(sel: parsel.Selector) -> str:
     if tag in ("a", "link"):
         raise ValueError(f"<{tag}> element has no href attribute: {sel}")
     raise ValueError(f"Only <a> and <link> elements are supported; got <{tag}>")
-
-
-class TextResponse(Response):
-    """Scrapy's name for a response with a text body: the same class here."""
 
 
 class HtmlResponse(TextResponse):
