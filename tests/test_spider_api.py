@@ -394,6 +394,29 @@ def test_a_response_whose_body_is_not_text_has_no_text_nor_selectors_as_scrapys(
     assert [q.url for q in r.follow_all(["d", "/e"])] == ["http://x.test/a/d", "http://x.test/e"]
 
 
+def test_request_from_curl_is_scrapys():
+    """Scrapy 2.19's requests for the same commands."""
+    made = Request.from_curl(
+        "curl 'https://api.test/v1/items?page=2' -H 'Accept: application/json' "
+        "-H 'Cookie: sid=abc; theme=dark' --compressed", meta={"m": 1})  # fmt: skip
+    assert (made.method, made.url, made.headers.getlist("Accept"), made.cookies, made.meta) == (
+        "GET", "https://api.test/v1/items?page=2", [b"application/json"],
+        {"sid": "abc", "theme": "dark"}, {"m": 1})  # fmt: skip
+    posted = Request.from_curl("curl example.test/search -d 'q=shoes' -d 'size=9'")
+    assert (posted.method, posted.url, posted.body) == (
+        "POST", "http://example.test/search", b"q=shoes&size=9")  # fmt: skip
+    put = Request.from_curl("curl -X PUT http://h.test/x --data-raw '$hello' -u user:pa:ss "
+                            "-b 'a=1; b=2' -b cookies.txt")  # fmt: skip
+    assert (put.method, put.body, put.cookies, put.headers["Authorization"]) == (
+        "PUT", b"hello", {"a": "1", "b": "2"}, b"Basic dXNlcjpwYTpzcw==")  # fmt: skip
+    with pytest.warns(UserWarning, match="Unrecognized options: --insecure, -L"):
+        Request.from_curl("curl http://h.test/ --insecure -L")
+    with pytest.raises(ValueError, match="Unrecognized options: --insecure"):
+        Request.from_curl("curl http://h.test/ --insecure", ignore_unknown_options=False)
+    with pytest.raises(ValueError, match='must start with "curl"'):
+        Request.from_curl("wget http://h.test/")
+
+
 def test_response_json_reads_utf8_whatever_the_charset_and_text_follows_it():
     r = TextResponse("http://x.test/",
                      headers={"Content-Type": "application/json; charset=latin-1"},

@@ -30,6 +30,7 @@ from typing import Any
 
 from crawlplatform.spiders import http, porting, signals
 from crawlplatform.spiders.crawl import CrawlSpider, Rule
+from crawlplatform.spiders.curl import curl_to_request_kwargs
 from crawlplatform.spiders.errors import (
     CannotResolveHostError,
     CloseSpider,
@@ -144,6 +145,7 @@ __all__ = [
     "XmlResponse",
     "arg_to_iter",
     "csviter",
+    "curl_to_request_kwargs",
     "gunzip",
     "gzip_magic_number",
     "signals",

@@ -22,6 +22,7 @@ from w3lib.html import strip_html5_whitespace
 from w3lib.url import safe_url_string
 
 from crawlplatform.spiders import porting
+from crawlplatform.spiders.curl import curl_to_request_kwargs
 from crawlplatform.spiders.headers import Headers
 
 Callback = Callable[..., Any] | str | None
@@ -193,6 +194,13 @@ class Request:
     @property
     def errback_name(self) -> str | None:
         return self._errback
+
+    @classmethod
+    def from_curl(cls, curl_command: str, ignore_unknown_options: bool = True,
+                  **kwargs: Any) -> Request:  # fmt: skip
+        """The request a curl command makes (``curl.py``), as Scrapy's ``from_curl``: its
+        method, URL, headers, cookies and body, ``kwargs`` over them."""
+        return cls(**{**curl_to_request_kwargs(curl_command, ignore_unknown_options), **kwargs})
 
     def replace(self, **changes: Any) -> Request:
         """A copy with some arguments changed, as Scrapy's ``Request.replace`` (``cls``: of

@@ -103,7 +103,7 @@ NAMES: tuple[Name, ...] = (
           "the utilities behind the sitemap and feed spiders, with Scrapy's results on the "
           "same bytes"),
     _name("scrapy.utils.python.to_unicode scrapy.utils.python.to_bytes "
-          "scrapy.utils.misc.arg_to_iter", CARRIED,
+          "scrapy.utils.misc.arg_to_iter scrapy.utils.curl.curl_to_request_kwargs", CARRIED,
           "the same small functions, with Scrapy's arguments and results"),
     _name("scrapy.signals scrapy.signalmanager.SignalManager scrapy.signals.spider_opened "
           "scrapy.signals.spider_closed scrapy.signals.item_scraped scrapy.signals.item_dropped "
@@ -237,8 +237,6 @@ NAMES: tuple[Name, ...] = (
           _MEMORY),
     _name("scrapy.utils.httpobj.urlparse_cached", REFUSED,
           "urllib.parse.urlsplit(response.url) gives the parts of a response's URL"),
-    _name("scrapy.utils.curl.curl_to_request_kwargs", REFUSED,
-          "write the Request from the curl command's URL, method, headers and body"),
     _name("scrapy.spidermiddlewares.base.BaseSpiderMiddleware "
           "scrapy.spidermiddlewares.metacopy.MetaCopyDetectionMiddleware", REFUSED,
           "spider middlewares do not run: what a callback yields goes to the frontier and its "
