@@ -14,6 +14,7 @@ from w3lib.url import safe_url_string
 from crawlplatform.spiders import (
     DropItem,
     FormRequest,
+    Headers,
     HtmlResponse,
     JsonRequest,
     NotSupported,
@@ -240,6 +241,17 @@ def test_headers_change_as_scrapys():
     assert "Cookie" in r.headers.copy() and r.headers.copy()["Cookie"] is None  # as Scrapy's
     r.headers.update([("Accept", "b"), ("accept", "c")])
     assert r.headers.getlist("Accept") == [b"b", b"c"]
+
+
+def test_headers_setlist_setdefault_and_their_text_forms_are_scrapys():
+    """Scrapy 2.19's results for the same calls."""
+    h = Headers({"A": "1"})
+    assert (h.setdefault("a", "x"), h.setdefault("B", "y"), h.setlistdefault("C", ["p", "q"])) == (
+        [b"1"], [b"y"], [b"p", b"q"])  # fmt: skip
+    assert h.to_string() == b"A: 1\r\nB: y\r\nC: p\r\nC: q"
+    assert h.to_tuple_list() == [("A", "1"), ("B", "y"), ("C", "p"), ("C", "q")]
+    h.setlist("a", ["u", "v"])
+    assert (h.getlist("A"), h.has_key("c")) == ([b"u", b"v"], True)
 
 
 def test_response_headers_are_scrapys_bytes_keyed_lists():

@@ -6,6 +6,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from requests.structures import CaseInsensitiveDict
+from w3lib.http import headers_dict_to_raw
 
 
 class Headers(dict):
@@ -75,10 +76,20 @@ class Headers(dict):
     def getlist(self, name: str | bytes, default: list | None = None) -> list[bytes]:
         return list(super().get(self._key(name), default or []))
 
-    def setdefault(self, name: str | bytes, default: Any = None) -> bytes:
+    has_key = __contains__
+
+    def setdefault(self, name: str | bytes, default: Any = None) -> list[bytes]:
+        """The values of ``name``, set to ``default`` first if it has none (Scrapy's gives
+        the list)."""
         if name not in self:
             self[name] = default
-        return self[name]
+        return super().__getitem__(self._key(name))
+
+    def setlist(self, name: str | bytes, values: Iterable) -> None:
+        self[name] = list(values)
+
+    def setlistdefault(self, name: str | bytes, default: Iterable = ()) -> list[bytes]:
+        return self.setdefault(name, list(default))
 
     def items(self) -> Iterator[tuple[bytes, list[bytes]]]:  # type: ignore[override]
         return ((k, self.getlist(k)) for k in self.keys())
@@ -90,6 +101,15 @@ class Headers(dict):
         """Every (name, value) as text, repeated headers once per value."""
         return [(k.decode("latin-1"), v.decode("latin-1")) for k in self.keys()
                 for v in self.getlist(k)]  # fmt: skip
+
+    def to_tuple_list(self) -> list[tuple[str, str]]:
+        """Every (name, value) as text in the headers' encoding, as Scrapy's."""
+        return [(k.decode(self.encoding), v.decode(self.encoding)) for k in self.keys()
+                for v in self.getlist(k)]  # fmt: skip
+
+    def to_string(self) -> bytes:
+        """The headers as they go on the wire (``Name: value`` lines)."""
+        return headers_dict_to_raw(self)
 
     def to_unicode_dict(self) -> CaseInsensitiveDict:
         """Names and values as text, a repeated header's values joined by ``,``, in a
