@@ -434,13 +434,14 @@ def test_a_page_reached_through_redirects_yields_its_items_once(installed, monke
 class RedirectingToErrors(Redirecting):
     """``/r/x`` redirects to ``/gone/1``, ``/r/y`` to ``/gone/2``, ``/r/loop1`` to
     ``/r/loop2`` and back, ``/r/off`` to another host, ``/r/refused`` to a port nothing
-    listens on; every other page is a 404."""
+    listens on, ``/r/mN`` to ``/r/mN+1``; every other page is a 404."""
 
     def __init__(self) -> None:
         super().__init__()
         self.TARGETS = {"/r/x": "/gone/1", "/r/y": "/gone/2", "/r/loop1": "/r/loop2",
                         "/r/loop2": "/r/loop1", "/r/off": f"http://localhost:{self.server.server_address[1]}/t/1",
-                        "/r/refused": f"http://127.0.0.1:{chaos.free_port()}/x"}  # fmt: skip
+                        "/r/refused": f"http://127.0.0.1:{chaos.free_port()}/x",
+                        **{f"/r/m{n}": f"/r/m{n + 1}" for n in range(5)}}  # fmt: skip
 
     def page(self, path: str) -> tuple[int, dict, bytes]:
         return 404, {}, b"<html><body>gone</body></html>"
@@ -453,8 +454,8 @@ def test_an_error_answer_reached_through_a_redirect_is_the_errbacks_once(
     """Scrapy 2.19's items for the same spider and site (``tests/spiders/redirects.py``): a
     redirect to a URL requested as its own is dropped, its errback not called; a URL first
     reached through a redirect is seen, and a request for it later is dropped; a redirect
-    loop or one off the domains is dropped; a hop that cannot connect is the errback's, with
-    the hop's request."""
+    loop or one off the domains is dropped; a hop that cannot connect, or one redirect too
+    many (``IgnoreRequest``), is the errback's, with the hop's request."""
     if looked == "only in the commit":  # the target inserted between the look and the commit
         monkeypatch.setattr(callbacks, "redirect_target_seen", lambda *args: False)
     with RedirectingToErrors() as site:
@@ -466,7 +467,9 @@ def test_an_error_answer_reached_through_a_redirect_is_the_errbacks_once(
                    for i in kept(job))  # fmt: skip
     refused = site.TARGETS["/r/refused"]
     assert items == [("/gone/1", 404, "HttpError", []), ("/gone/2", 404, "HttpError", ["/r/y"]),
+                     ("/r/m3", None, "IgnoreRequest", ["/r/m0", "/r/m1", "/r/m2"]),
                      (refused, None, "DownloadConnectionRefusedError", ["/r/refused"])]  # fmt: skip
+    assert "/r/m4" not in site.asked  # REDIRECT_MAX_TIMES 3: the 4th hop is not taken
     ends = dict(FrontierURL.objects.filter(job=job).values_list("url", "error_reason"))
     assert ends[site.url("/r/x")] == "duplicate_redirect"
     assert ends[site.url("/gone/2")] == "fetched_via_redirect"  # seen: asked for once only

@@ -126,6 +126,7 @@ _BY_REASON: dict[str, tuple[type[Exception], ...]] = {
     "host_unreachable": (ConnectError,),
     "connection_reset": (ConnectionLost, ResponseNeverReceived, DownloadFailedError),
     "protocol_error": (ResponseNeverReceived, DownloadFailedError),
+    "too_many_redirects": (IgnoreRequest,),
     "robots": (IgnoreRequest,),
     "out_of_scope": (IgnoreRequest,),
     "blocked_address": (IgnoreRequest,),

@@ -511,7 +511,11 @@ def fetch(
                 if visit in seen:
                     raise outcomes.RedirectLoop(f"{current} redirects back to {target}")
                 if len(redirects) >= limits.max_redirects:
-                    raise outcomes.TooManyRedirects(f"more than {limits.max_redirects} redirects")
+                    failure = outcomes.TooManyRedirects(
+                        f"max redirections reached: more than {limits.max_redirects}")
+                    failure.url, failure.method = current, method  # the last hop's
+                    failure.redirects, failure.redirect_statuses = redirects, statuses
+                    raise failure
                 if not in_scope(target):
                     raise outcomes.OutOfScope(f"redirect to {target} leaves the job's scope")
                 seen.add(visit)

@@ -88,8 +88,10 @@ class RedirectedErrors(Spider):
 
     name = "redirected_errors"
     base = ""  # -a base=URL
+    custom_settings = {"REDIRECT_MAX_TIMES": 3}
 
     def start_requests(self):
+        yield Request(self.base + "/r/m0", errback=self.failed)  # a 4th hop: IgnoreRequest
         yield Request(self.base + "/gone/1", errback=self.failed)
         yield Request(self.base + "/r/x", errback=self.failed)  # to /gone/1: dropped
         yield Request(self.base + "/r/y", errback=self.failed)  # to /gone/2, new: its errback
