@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import json
 import re
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
 from tasks.fetch import render
 from tests.antibot import AntiBotSite, ForwardProxy
 from tests.conftest import crawl_to_end
+from tests.site import LocalSite, send
 from web.models import FrontierURL, Page, Review
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -262,3 +264,38 @@ def test_a_url_refused_whatever_asks_ends_parked_after_the_patience(redis, tmp_p
         assert reviews.count() == 6 and all(r.status == 403 and r.body for r in reviews)
         assert all("past BAN_PATIENCE_S" in r.url.error_message for r in reviews)
         assert took < 3.0 + 10.0, took
+
+
+@pytest.mark.parametrize("nearby", ["home page", "page that fails"])
+def test_a_page_refused_to_everyone_is_its_own_whatever_else_the_host_answers(
+    redis, tmp_path, nearby
+):
+    """A 403 to everyone: the seed itself, when no page was let in yet (its host's home page
+    is asked instead, and let in), or a page whose nearest page that was let in answers 500
+    now (the site answered: the identity is let in). Either way the refusal is the page's
+    own: it spends its attempts and is parked, with no wait for a ban that is not there."""
+    asked: dict[str, int] = {}
+
+    class Docs(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            asked[self.path] = n = asked.get(self.path, 0) + 1
+            if self.path == "/docs/secret":
+                send(self, 403, {}, b"<html><body>Forbidden</body></html>")
+            elif self.path == "/docs/page" and n > 1:  # stored once, then the server fails
+                send(self, 500, {}, b"<html><body>Internal error</body></html>")
+            else:
+                body = '<a href="/docs/page">p</a><a href="/docs/secret">s</a>'
+                send(self, 200, {}, f"<html><body>{body}</body></html>".encode())
+
+        def log_message(self, *args) -> None:
+            pass
+
+    with LocalSite(Docs) as site:
+        seed = site.url("/docs/secret" if nearby == "home page" else "/")
+        job, took = crawl_to_end(seed, tmp_path, {}, timeout=60, max_depth=2, concurrency=1,
+                                 settings={**PATIENT, "BAN_PATIENCE_S": 20.0})  # fmt: skip
+    row = FrontierURL.objects.get(job=job, url=site.url("/docs/secret"))
+    tries = row.attempts
+    assert (row.state, row.error_reason) == ("needs_review", "banned"), row.error_message
+    assert tries > 1 and "BAN_PATIENCE_S" not in row.error_message, row.error_message
+    assert asked["/docs/secret"] == tries and took < 15, (asked, took)

@@ -18,7 +18,7 @@ from scrapy.exporters import CsvItemExporter
 from tasks.frontier.stats import stats_of
 from tests.shop import Shop, expected_products, expected_stock
 from tests.site import LocalSite, Site, send
-from web.models import CrawlJob, Item, JobState
+from web.models import CrawlJob, FrontierURL, Item, JobState
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -112,6 +112,46 @@ def test_a_spider_job_ended_by_its_max_pages_finishes_as_closespider_pagecount(w
     assert stats_of(job)["finish_reason"] == "closespider_pagecount"
 
 
+def test_a_page_refused_to_everyone_among_404s_a_spider_takes_is_the_pages_own(worker_env):
+    """A 403 among pages and 404s that the spider's callback takes (``handle_httpstatus_list``):
+    the identity it refused is let in by the nearest page with a 2xx answer, not asked a
+    404 of the spider's again, so the refusal is the page's own. It spends its attempts and
+    is parked for review; nothing waits for a ban that is not there (the spider's
+    ``BAN_PATIENCE_S`` would park it with its first attempt), and each other page is asked
+    once, the one nearest it once more a refusal."""
+    asked: dict[str, int] = {}
+    pages = [f"/docs/p{n:02}" for n in range(10)] + [f"/docs/q{n:02}" for n in range(5)]
+
+    class Docs(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            asked[self.path] = asked.get(self.path, 0) + 1
+            links = "".join(f'<a href="{p}">{p}</a>' for p in [*pages, "/docs/q02x"])
+            if self.path == "/docs/":
+                send(self, 200, {}, f"<html><body>{links}</body></html>".encode())
+            elif self.path.startswith("/docs/p"):
+                send(self, 200, {}, b"<html><title>page</title><body>text</body></html>")
+            elif self.path == "/docs/q02x":
+                send(self, 403, {}, b"<html><body>Forbidden</body></html>")
+            else:
+                send(self, 404, {}, b"<html><body>Not found</body></html>")
+
+        def log_message(self, *args) -> None:
+            pass
+
+    with LocalSite(Docs) as site:
+        done = manage(worker_env, "crawl", "--spider", "pages_and_404",
+                      "-a", f"seed={site.url('/docs/')}")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    job = CrawlJob.objects.get(spider="pages_and_404")
+    row = FrontierURL.objects.get(job=job, url=site.url("/docs/q02x"))
+    tries = int(worker_env.get("CRAWL_RETRY_MAX_ATTEMPTS", 4))
+    assert (row.state, row.error_reason, row.attempts) == ("needs_review", "banned", tries)
+    assert "BAN_PATIENCE_S" not in row.error_message, row.error_message
+    assert asked["/docs/q02x"] == tries and asked["/docs/p09"] == 1 + tries  # its nearest 2xx
+    assert all(asked[p] == 1 for p in pages if p != "/docs/p09"), asked
+    assert Item.objects.filter(job=job).count() == 1 + len(pages)  # the 404s' items too
+
+
 def test_crawl_output_replaces_the_feeds_as_scrapys_o_does(worker_env, tmp_path):
     """With ``--output`` a spider job writes its items there alone, as ``scrapy crawl -o``
     writes no ``FEEDS`` of the spider's or the project's; a run without it (the job's
@@ -149,6 +189,7 @@ def test_spiders_lists_what_is_installed_and_what_cannot_be_loaded(worker_env):
         "odd_settings\ttests.spiders.shop.OddSettingsSpider",
         "offsite\ttests.spiders.offsite.Offsite",
         "pages\ttests.spiders.pages.Pages",
+        "pages_and_404\ttests.spiders.pages.PagesAnd404",
         "posted_redirects\ttests.spiders.redirects.PostedRedirects",
         "ranked\ttests.spiders.shop.RankedSpider",
         "redirected_errors\ttests.spiders.redirects.RedirectedErrors",

@@ -23,8 +23,9 @@ when that was found to be the page's, is the page's again; a 429, or a 503 that 
 come back, is the identity's; so is any refusal of an identity already parked (a request of
 it in flight when it was banned). Otherwise the identity asks at once for the page of the
 host nearest to the URL that was let in before (its neighbour in the frontier's order: the
-same section, where a site bans by section): let in, the refusal was the page's; refused
-too, the identity's. A connection reset, or a 502 or 503
+same section, where a site bans by section; the home page where none was yet): answered
+(a page, or an error answer such as a 404), the refusal was the page's; refused too (a
+block page, a reset, a 502 or 503, no answer at all), the identity's. A connection reset, or a 502 or 503
 without ``Retry-After`` (what a proxy answers when the site reset it; a site that says it is
 busy), is the URL's own error unless that same question is refused (or the identity is
 parked).
@@ -54,6 +55,7 @@ from tasks.fetch import (
     outcomes,
     politeness,
     proxies,
+    robots,
     sessions,
 )
 from tasks.frontier import review
@@ -138,16 +140,25 @@ def parked(claimed: Claim, host: str, who: identity.Identity) -> bool:
 
 def nearest_let_in(claimed: Claim) -> str | None:
     """The URL of the host nearest to this one (the longest common start, among its two
-    neighbours in the frontier's order) whose page was let in: a page of the same section
-    where the host has one. None if the host let none in yet."""
+    neighbours in the frontier's order) whose page was let in with a 2xx answer to a GET (not
+    a spider's error answer or other request, which a GET of its URL would not get again): a
+    page of the same section where the host has one. Where the host let none in yet, its
+    home page, unless that is this URL or robots.txt keeps the job out of it; else None."""
     url = claimed.url.url
     parts = urlsplit(url)
     origin = f"{parts.scheme}://{parts.netloc}"
-    done = FrontierURL.objects.filter(job_id=claimed.job.pk, state=URLState.DONE)
+    done = FrontierURL.objects.filter(job_id=claimed.job.pk, state=URLState.DONE,
+                                      http_status__gte=200, http_status__lt=300)  # fmt: skip
+    done = done.exclude(url__contains="#")  # a spider's POST, say: its key is no URL to GET
     below = done.filter(url__gte=origin + "/", url__lt=url).order_by("-url")
     above = done.filter(url__gt=url, url__lt=origin + "0").order_by("url")  # "0" follows "/"
     found = [u for q in (below, above) if (u := q.values_list("url", flat=True).first())]
-    return max(found, key=lambda u: len(os.path.commonprefix([u, url])), default=None)
+    if found:
+        return max(found, key=lambda u: len(os.path.commonprefix([u, url])))
+    home = origin + "/"
+    if home == url or (claimed.job.obey_robots and robots.forbidden(claimed.job, [home])):
+        return None
+    return home
 
 
 def let_in_nearby(
@@ -158,8 +169,10 @@ def let_in_nearby(
     session: antibot.Session,
 ) -> bool | None:
     """Ask, as the identity that was refused, for the page nearest the URL that was let in
-    before: True if it is let in again, False if it is refused or fails, None if there is
-    nothing to ask (the host let no page in yet)."""
+    before (``nearest_let_in``): True if the site answers it (a page, or an error answer such
+    as a 404 or a 500: the identity is let in), False if that answer is a block page too, or
+    may be a refusal itself (a 502 or 503, a reset, a timeout), None if there is nothing to
+    ask."""
     job, who = claimed.job, passage.who
     nearest = nearest_let_in(claimed)
     if nearest is None:
@@ -168,7 +181,10 @@ def let_in_nearby(
     if answer is None:
         return None
     sessions.save(job.pk, host, who.key, session.jar, session.visitor.set_cookies)
-    return isinstance(answer, fetching.Response) and antibot.ban(job, host, answer, None) is None
+    if isinstance(answer, fetching.Response):
+        return antibot.ban(job, host, answer, None) is None
+    answered = answer.status is not None and answer.status not in _SUSPECT
+    return answered and antibot.ban(job, host, None, answer) is None
 
 
 def identity_refused(

@@ -112,3 +112,11 @@ class Stateful(Spider):
     def parse(self, response):
         yield {"url": response.url, "categories": self.categories, "limit": self.limit,
                "matcher": hasattr(self, "matcher")}  # fmt: skip
+
+
+class PagesAnd404(Pages):
+    """``Pages``, its callback taking 404 answers too, with little patience for bans."""
+
+    name = "pages_and_404"
+    handle_httpstatus_list = [404]
+    custom_settings = {"BAN_PATIENCE_S": 20}
