@@ -25,10 +25,10 @@ it in flight when it was banned). Otherwise the identity asks at once for the pa
 host nearest to the URL that was let in before (its neighbour in the frontier's order: the
 same section, where a site bans by section; the home page where none was yet): answered
 (a page, or an error answer such as a 404), the refusal was the page's; refused too (a
-block page, a reset, a 502 or 503, no answer at all), the identity's. A connection reset, or a 502 or 503
-without ``Retry-After`` (what a proxy answers when the site reset it; a site that says it is
-busy), is the URL's own error unless that same question is refused (or the identity is
-parked).
+block page, a reset, a 502 or 503, no answer at all), the identity's. A connection reset,
+or a 502 or 503 without ``Retry-After`` (what a proxy answers when the site reset it; a
+site that says it is busy), is the URL's own error unless that same question is refused
+(or the identity is parked).
 
 Patience (``BAN_PATIENCE_S``, a job may set it): a host that has let no page in for that long,
 or would not before its first park lapses, ends: its waiting URLs are parked for review as
