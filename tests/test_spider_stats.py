@@ -91,6 +91,19 @@ def test_what_a_callback_a_pipeline_and_signal_handlers_count_is_the_jobs_once_p
     assert pages == done  # each page's changes are rows of that page
 
 
+def test_an_error_answer_nothing_takes_is_heard_as_received_all_the_same(counting):
+    """Scrapy's engine sends ``response_received`` for every answer: a 404 that neither a
+    callback nor an errback takes too. What its handler counts commits with the URL's end."""
+    with Site(pages=3) as site:
+        job = jobs.create_job([], spider="counting", spider_args={"seed": site.url("/missing/1")})
+        jobs.start(job)
+        run_job(job)
+    stats = stat_rows.stats_of(job)
+    assert FrontierURL.objects.get(job=job).error_reason == "http_4xx"
+    assert stats["heard/response_received"] == stats["response_received_count"] == 1
+    assert [kwargs["response"].status for kwargs in heard("response_received")] == [404]
+
+
 def test_a_page_whose_callback_fails_counts_nothing_and_counts_once_when_run_again(
     installed,  # noqa: F811
 ):

@@ -492,7 +492,23 @@ def _failed(claimed: Claim, cache: JobCache, outcome: outcomes.CrawlOutcome, spi
     filtered = isinstance(outcome, _FILTERED) and not kept.get("dont_filter")
     if kept.get("errback") and not filtered:
         return _errback(claimed, cache, outcome, spider, pipes, reached)
+    if isinstance(outcome, HTTP_ERRORS):
+        return _unhandled(claimed, outcome, spider, pipes, reached)
     return _record_failed(claimed, outcome, reached)
+
+
+def _unhandled(claimed: Claim, outcome: outcomes.CrawlOutcome, spider: Spider,
+               pipes: itempipes.Pipelines, reached: str | None) -> str:  # fmt: skip
+    """An HTTP error answer that neither a callback nor an errback takes: ``response_received``
+    hears it all the same, as Scrapy's engine sends it for every answer (the response made
+    only if a handler listens), and what its handlers change commits with the URL's end."""
+    with stats.bound(stats.Pending(claimed.job.pk)) as changed:
+        pipes.received(lambda: response_of(_answer(claimed, outcome), _request_of(claimed),
+                                           claimed.url.depth))  # fmt: skip
+    if not changed.rows():
+        return _record_failed(claimed, outcome, reached)
+    return with_retries(lambda: record_spider_failure(claimed, outcome, [], [], spider.name,
+                                                      None, changed.rows(), reached))  # fmt: skip
 
 
 def _record_failed(claimed: Claim, outcome: outcomes.CrawlOutcome, reached: str | None) -> str:

@@ -286,8 +286,10 @@ class Pipelines:
         return _kept(item), _drop_reason(exc), None
 
     def received(self, response: Any) -> None:
-        """``response_received``: the answer that goes to a callback or errback now."""
+        """``response_received``: the answer that goes to a callback or errback now (a
+        callable that makes it: an answer that goes to neither, made only if heard)."""
         if self.signals.heard(sent.response_received):
+            response = response() if callable(response) else response
             with self.lock:
                 self._send(sent.response_received, response=response,
                            request=response.request, spider=self.spider)  # fmt: skip
