@@ -800,6 +800,20 @@ def test_depths_are_scrapys_across_refreshes_resets_and_errbacks(installed):
                      ("/landing", 0, True), ("/r1", 1, False), ("/reset", 0, False)]  # fmt: skip
 
 
+def test_settings_a_spiders_update_settings_sets_are_its_custom_settings(installed):
+    """A spider that overrides ``update_settings`` (Scrapy's classmethod): what it sets, by
+    Scrapy's priorities, is what its callbacks read and what the job keeps to."""
+    with Site(pages=30) as site:
+        job = jobs.create_job([], spider="updating", spider_args={"seed": site.url("/p/0")})
+        jobs.start(job)
+        job.refresh_from_db()
+        run_job(job)
+    items = kept(job)
+    assert job.max_depth == 1 and items
+    assert {(i["a"], i["b"]) for i in items} == {("a", "b")}
+    assert max(i["depth"] for i in items) == 1
+
+
 def test_a_spider_page_cut_at_fetch_max_bytes_is_noted_truncated_as_a_crawls(installed):
     class Large(BaseHTTPRequestHandler):
         def do_GET(self) -> None:

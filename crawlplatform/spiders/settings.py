@@ -77,6 +77,54 @@ class Settings(Mapping):
 
 BaseSettings = Settings  # Scrapy's base class of its settings: one class here
 
+# Scrapy's names of setting priorities: a value set at a lower one than a name holds is ignored
+SETTINGS_PRIORITIES = {"default": 0, "command": 10, "addon": 15, "project": 20, "spider": 30,
+                       "cmdline": 40}  # fmt: skip
+
+
+class UpdatedSettings(Settings):
+    """What a spider's ``update_settings(settings)`` classmethod is given: Scrapy's setters
+    with its priorities (``set``, ``setdict``, ``update``, ``setdefault``, ``[name] =``,
+    ``delete``, ``getpriority``). ``changed()`` is what was set, which the job takes as the
+    spider's ``custom_settings``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._priorities: dict[str, int] = {}
+
+    def set(self, name: str, value: Any, priority: int | str = "project") -> None:
+        level = SETTINGS_PRIORITIES[priority] if isinstance(priority, str) else int(priority)
+        if level >= self._priorities.get(name, 0):
+            self._values[name], self._priorities[name] = value, level
+
+    def setdict(self, values: Mapping[str, Any], priority: int | str = "project") -> None:
+        for name, value in values.items():
+            self.set(name, value, priority)
+
+    update = setdict
+
+    def setdefault(self, name: str, default: Any = None, priority: int | str = "project") -> Any:
+        if name not in self._values:
+            self.set(name, default, priority)
+        return self.get(name)
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        self.set(name, value)
+
+    def delete(self, name: str, priority: int | str = "project") -> None:
+        level = SETTINGS_PRIORITIES[priority] if isinstance(priority, str) else int(priority)
+        if level >= self._priorities.get(name, 0):
+            self._values.pop(name, None)
+            self._priorities.pop(name, None)
+
+    def getpriority(self, name: str) -> int | None:
+        if name in self._values:
+            return self._priorities[name]
+        return SETTINGS_PRIORITIES["default"] if name in DEFAULTS else None
+
+    def changed(self) -> dict[str, Any]:
+        return dict(self._values)
+
 
 class Crawler:
     """What ``from_crawler`` is given: the job's ``settings``, its ``spider``, ``stats`` and

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 from crawlplatform.spiders.http import Request
 from crawlplatform.spiders.response import Response
-from crawlplatform.spiders.settings import Crawler
+from crawlplatform.spiders.settings import Crawler, UpdatedSettings
 
 
 class DropItem(Exception):
@@ -54,6 +54,19 @@ class Spider:
         spider = cls(*args, **kwargs)
         spider._set_crawler(crawler)
         return spider
+
+    @classmethod
+    def update_settings(cls, settings: UpdatedSettings) -> None:
+        """Scrapy's: the spider's ``custom_settings`` put in ``settings`` at the spider's
+        priority. A spider may override it to set others too; what it leaves set is what
+        the job takes as its ``custom_settings``."""
+        settings.setdict(cls.custom_settings or {}, priority="spider")
+
+    @staticmethod
+    def close(spider: Spider, reason: str) -> Any:
+        """Scrapy's: the spider's ``closed(reason)``, if it has one."""
+        closed = getattr(spider, "closed", None)
+        return closed(reason) if callable(closed) else None
 
     def _set_crawler(self, crawler: Crawler) -> None:
         self.crawler = crawler

@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 from crawlplatform.spiders import Spider, scrapysettings
 from crawlplatform.spiders.porting import MAPPED, REFUSED
 from crawlplatform.spiders.scrapydefaults import DEFAULTS
-from crawlplatform.spiders.settings import Crawler, Settings
+from crawlplatform.spiders.settings import Crawler, Settings, UpdatedSettings
 from tasks import defaults
 from tasks.content import feeds, stats
 from tasks.defaults import setting
@@ -135,8 +135,24 @@ def load(name: str) -> type[Spider]:
             why = f"spider {name!r} cannot be loaded"
         errors = "".join(f"\n{s.source} failed to import:\n{s.error}" for s in broken)
         raise SpiderUnavailable(why + errors)
-    _classes[name] = spider.cls
-    return spider.cls
+    _classes[name] = cls = _updated(spider.cls)
+    return cls
+
+
+def _updated(cls: type[Spider]) -> type[Spider]:
+    """``cls`` with the settings its own ``update_settings`` classmethod sets as its
+    ``custom_settings``, which every reader of the spider's settings reads (Scrapy applies
+    them the same way, once, before the crawl); SpiderUnavailable if it raises."""
+    if getattr(cls.update_settings, "__func__", None) is Spider.update_settings.__func__:
+        return cls
+    updated = UpdatedSettings()
+    try:
+        cls.update_settings(updated)
+    except Exception as exc:  # the spider's code
+        raise SpiderUnavailable(f"spider {cls.name!r}: its update_settings raised "
+                                f"{type(exc).__name__}: {exc}") from None  # fmt: skip
+    cls.custom_settings = updated.changed()
+    return cls
 
 
 def create(job: CrawlJob) -> Spider:

@@ -120,3 +120,27 @@ class PagesAnd404(Pages):
     name = "pages_and_404"
     handle_httpstatus_list = [404]
     custom_settings = {"BAN_PATIENCE_S": 20}
+
+
+class Updating(Spider):
+    """Sets settings in its own ``update_settings``, as a Scrapy spider may: its callbacks
+    read them and the job keeps to its ``DEPTH_LIMIT``."""
+
+    name = "updating"
+    seed = ""  # -a seed=URL
+    custom_settings = {"MY_A": "a"}
+
+    @classmethod
+    def update_settings(cls, settings):
+        super().update_settings(settings)
+        settings.set("MY_B", "b", priority="spider")
+        settings.set("DEPTH_LIMIT", 1, priority="spider")
+        settings.set("MY_A", "lower", priority="project")  # below the spider's: ignored
+
+    def start_requests(self):
+        yield Request(self.seed)
+
+    def parse(self, response):
+        yield {"url": response.url, "depth": response.meta["depth"],
+               "a": self.settings.get("MY_A"), "b": self.settings.get("MY_B")}  # fmt: skip
+        yield from response.follow_all(css="a")
