@@ -680,12 +680,19 @@ def test_the_tree_is_the_one_parsel_builds_from_the_text_as_in_scrapy(body, char
     assert response.xpath("//p").getall() == expected.xpath("//p").getall()
 
 
-def test_what_a_callback_yields_that_is_no_request_or_item_is_logged_and_the_rest_kept(caplog):
+def test_what_a_callback_yields_that_is_no_request_goes_to_the_pipelines_as_in_scrapy():
+    """Scrapy 2.19 sends anything but a request (and None) to the item pipelines: one may make
+    an item of it; what leaves them as no item is dropped as ``not_an_item``."""
     from tasks.content import callbacks
     from web.models import CrawlJob
 
+    class Wrapping:
+        def process_item(self, item):
+            return {"text": item} if isinstance(item, str) else item
+
     class Odd(Spider):
         name = "odd"
+        custom_settings = {"ITEM_PIPELINES": {Wrapping: 100}}
 
         def parse(self, response):
             yield "text"
@@ -694,9 +701,13 @@ def test_what_a_callback_yields_that_is_no_request_or_item_is_logged_and_the_res
             yield None
             yield Request("http://s.test/next")
 
-    found = callbacks.call(Odd(), "parse", Response("http://s.test/0"), {}, CrawlJob(pk=1))
-    assert found.items == [{"a": 1}] and [r.url for r in found.requests] == ["http://s.test/next"]
-    assert "yielded 2 things that are no request or item (the first: str 'text')" in caplog.text
+    spider = Odd()
+    found = callbacks.call(spider, "parse", Response("http://s.test/0"), {}, CrawlJob(pk=1))
+    assert found.items == ["text", {"a": 1}, ["a", "list"]]
+    assert [r.url for r in found.requests] == ["http://s.test/next"]
+    pipes = items.Pipelines(spider)
+    assert [pipes.process(one) for one in found.items] == [
+        ({"text": "text"}, ""), ({"a": 1}, ""), ({"repr": "['a', 'list']"}, "not_an_item")]
 
 
 @pytest.mark.parametrize(("content_type", "body", "cls"), [  # Scrapy 2.19's responsetypes

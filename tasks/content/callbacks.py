@@ -190,16 +190,9 @@ def call(spider: Spider, name: str, response: Any, kwargs: dict, job: CrawlJob) 
         raised = spider_error(error[0], setting("SPIDER_TRACEBACK_LINES"))
         for key in ("count", type(error[0]).__name__):  # Scrapy's counts, kept with the URL
             spider.crawler.stats.inc_value(f"spider_exceptions/{key}")
-    items, requests, odd = [], [], []
-    for one in found:
-        if isinstance(one, Request):
-            requests.append(one)
-        else:
-            (items if itempipes.is_item(one) else odd).append(one)
-    if odd:  # as Scrapy: logged, left out, the rest kept
-        log.error("job=%s: callback %s on %r yielded %d things that are no request or item "
-                  "(the first: %s %.200r); left out", job.pk, name, response, len(odd),
-                  type(odd[0]).__name__, odd[0])  # fmt: skip
+    items, requests = [], []
+    for one in found:  # anything but a request goes to the pipelines, as in Scrapy 2.19
+        (requests if isinstance(one, Request) else items).append(one)
     if closing is not None:
         requests = []  # the crawl ends: nothing new is scheduled, as in Scrapy
     return Yielded(items, requests, closing, raised)

@@ -55,6 +55,7 @@ PIPELINE_ERROR = "pipeline_error"
 SCHEMA = "schema"
 TOO_LARGE = "too_large"
 NOT_JSON = "not_serialisable"
+NOT_ITEM = "not_an_item"  # a string, say, that the pipelines did not make an item
 
 
 class PipelineProblem(Exception):
@@ -266,6 +267,8 @@ class Pipelines:
                 self._send(sent.item_error, item=yielded, response=response,
                            spider=self.spider, failure=Failure(exc, request, response))  # fmt: skip
                 return _kept(item), PIPELINE_ERROR, None
+        if not is_item(item):  # Scrapy's pipelines get anything: none made this an item
+            return self._dropped(yielded, item, response, DropItem(NOT_ITEM))
         try:
             data = as_json(item)
         except (TypeError, ValueError) as exc:
