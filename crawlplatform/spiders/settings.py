@@ -82,6 +82,10 @@ SETTINGS_PRIORITIES = {"default": 0, "command": 10, "addon": 15, "project": 20, 
                        "cmdline": 40}  # fmt: skip
 
 
+def _level(priority: int | str) -> int:
+    return SETTINGS_PRIORITIES[priority] if isinstance(priority, str) else int(priority)
+
+
 class UpdatedSettings(Settings):
     """What a spider's ``update_settings(settings)`` classmethod is given: Scrapy's setters
     with its priorities (``set``, ``setdict``, ``update``, ``setdefault``, ``[name] =``,
@@ -93,7 +97,7 @@ class UpdatedSettings(Settings):
         self._priorities: dict[str, int] = {}
 
     def set(self, name: str, value: Any, priority: int | str = "project") -> None:
-        level = SETTINGS_PRIORITIES[priority] if isinstance(priority, str) else int(priority)
+        level = _level(priority)
         if level >= self._priorities.get(name, 0):
             self._values[name], self._priorities[name] = value, level
 
@@ -112,8 +116,7 @@ class UpdatedSettings(Settings):
         self.set(name, value)
 
     def delete(self, name: str, priority: int | str = "project") -> None:
-        level = SETTINGS_PRIORITIES[priority] if isinstance(priority, str) else int(priority)
-        if level >= self._priorities.get(name, 0):
+        if _level(priority) >= self._priorities.get(name, 0):
             self._values.pop(name, None)
             self._priorities.pop(name, None)
 

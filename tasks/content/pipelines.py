@@ -68,6 +68,9 @@ def give_back(held: _Held) -> None:
     close_ended_soon()
 
 
+_GONE = ("", "", None, 0)  # the end of a run recrawled since, or of a deleted job: finished
+
+
 def close_ended(every: float | None = None) -> None:
     """Close this process's pipelines of every job run that ended (finished, cancelled, failed,
     deleted, or recrawled since), so that ``close_spider`` runs when the job ends, not when the
@@ -79,15 +82,14 @@ def close_ended(every: float | None = None) -> None:
     runs = list(_pipelines)  # those opened while the database answers are looked at next time
     jobs = CrawlJob.objects.filter(pk__in={job for job, _ in runs})
     found = jobs.values_list("pk", "run", "state", "close_reason", "max_pages", "released")
-    states = {(pk, run): (state, *rest) for pk, run, state, *rest in found}
-    for ended in (run for run in runs if states.get(run, ("",))[0] not in LIVE_STATES):
+    ends = {(pk, run): end for pk, run, *end in found}  # how finish_reason reads a run's end
+    for ended in (run for run in runs if ends.get(run, _GONE)[0] not in LIVE_STATES):
         with _opened:
             held = _pipelines.pop(ended, None)
             if held is None:
                 continue
             held.ended = True
-            # Scrapy's reasons; a run recrawled since, or a job deleted, finished
-            held.reason = finish_reason(*states.get(ended, ("", "", None, 0)))
+            held.reason = finish_reason(*ends.get(ended, _GONE))  # Scrapy's reasons
             unused = not held.users
         with logs.about(crawl_job=ended[0]):  # its lines, close_spider's too, name the job
             log.info("job=%s run=%s: its item pipelines are closed", *ended)
