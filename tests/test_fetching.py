@@ -12,6 +12,7 @@ import time
 from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import quote, unquote
 
 import pytest
 import requests
@@ -101,6 +102,8 @@ class Handler(BaseHTTPRequestHandler):
             self.reply(200, "\n".join(f"{k}: {v}" for k, v in self.headers.items()).encode())
         elif path.startswith("/as-sent/"):  # the request's target as it came on the wire
             self.reply(200, path.encode())
+        elif path.startswith("/to/"):  # a redirect to the URL that follows
+            self.reply(302, Location=unquote(path[len("/to/") :]))
 
 
 @pytest.fixture(scope="module")
@@ -224,6 +227,20 @@ def test_a_redirect_to_itself_with_a_new_cookie_is_no_loop(server):
     assert b"inside" in resp.body
     with pytest.raises(outcomes.TooManyRedirects):
         get(server + "/gate-forever")
+
+
+def test_credentials_given_as_headers_go_through_a_redirect_only_where_they_were_meant_for(
+    server,
+):
+    """As browsers and Scrapy's RedirectMiddleware: a request's ``Authorization`` and
+    ``Cookie`` headers follow a redirect on the same host, not one to another host."""
+    asked = Asked(headers=(("Authorization", "Bearer t0ken"), ("Cookie", "sid=1")))
+    same = get(server + "/to/" + quote(server + "/echo"), request=asked).body.decode()
+    assert "Authorization: Bearer t0ken" in same and "Cookie: sid=1" in same
+    elsewhere = server.replace("127.0.0.1", "localhost") + "/echo"
+    moved = get(server + "/to/" + quote(elsewhere), request=asked)
+    assert moved.final_url == elsewhere
+    assert "t0ken" not in moved.body.decode() and "sid=1" not in moved.body.decode()
 
 
 def test_redirect_out_of_scope_is_not_followed(server):

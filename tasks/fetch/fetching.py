@@ -276,6 +276,24 @@ def _peer(resp: requests.Response) -> str | None:
         return None
 
 
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _credentials_for(headers: CaseInsensitiveDict, source: str, target: str) -> None:
+    """Credentials given as headers go on through a redirect only where they were meant for,
+    as browsers and Scrapy's ``RedirectMiddleware`` send them: ``Authorization`` to the same
+    scheme, host and port; a ``Cookie`` header to the same host, not from https to http. (The
+    cookie jar's own cookies go where their domains say.)"""
+    if "Authorization" not in headers and "Cookie" not in headers:
+        return
+    was, now = urlsplit(source), urlsplit(target)
+    if (was.scheme, was.hostname, was.port or _DEFAULT_PORTS.get(was.scheme)) != (
+            now.scheme, now.hostname, now.port or _DEFAULT_PORTS.get(now.scheme)):  # fmt: skip
+        headers.pop("Authorization", None)
+    if was.hostname != now.hostname or now.scheme not in (was.scheme, "https"):
+        headers.pop("Cookie", None)
+
+
 def _redirect_target(current: str, location: str) -> str:
     try:
         target = urljoin(current, location.strip())
@@ -521,6 +539,7 @@ def fetch(
                 seen.add(visit)
                 redirects.append(target)
                 statuses.append(resp.status_code)
+                _credentials_for(headers, current, target)
                 current = target
                 if resp.status_code in _BECOMES_GET and method not in ("GET", "HEAD"):
                     method, body = "GET", None
