@@ -174,6 +174,7 @@ def test_crawl_output_replaces_the_feeds_as_scrapys_o_does(worker_env, tmp_path)
 def test_spiders_lists_what_is_installed_and_what_cannot_be_loaded(worker_env):
     done = manage(worker_env, "spiders")
     assert done.stdout.splitlines() == [
+        "carrying\ttests.spiders.pages.Carrying",
         "consent\ttests.spiders.cookies.Consent",
         "counting\ttests.spiders.counting.Counting",
         "crawl_rules\ttests.spiders.rules.CrawlRules",

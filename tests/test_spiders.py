@@ -118,6 +118,17 @@ def test_a_request_whose_meta_is_not_json_fails_the_page_that_yielded_it(install
     assert not Item.objects.filter(job=job).exists()  # nothing of the page is kept
 
 
+def test_what_json_has_no_type_for_in_meta_and_cb_kwargs_comes_back_as_it_was(installed):
+    """A Decimal, a set, a date and a tuple carried in ``meta`` and ``cb_kwargs`` reach the
+    callback with their types, as under Scrapy."""
+    with Site(pages=3) as site:
+        job = jobs.create_job([], spider="carrying", spider_args={"seed": site.url("/p/0")})
+        jobs.start(job)
+        run_job(job)
+    assert kept(job) == [{"price": "9.90", "seen": [1, 2], "when": "2026-01-02", "pair": [1, 2],
+                          "types": ["Decimal", "set", "date", "tuple"]}]  # fmt: skip
+
+
 def test_two_posts_with_different_bodies_are_two_requests_and_the_same_body_one(installed):
     with Shop() as shop:
         job = jobs.create_job([], spider="search", spider_args={"base": shop.base})

@@ -13,6 +13,8 @@ among what it yielded, or ``start.N``), so that the same page run again yields t
 from __future__ import annotations
 
 import base64
+import datetime
+import decimal
 import hashlib
 import json
 from typing import Any
@@ -53,6 +55,7 @@ def record(request: Request, spider: Spider, restarted: bool = False) -> dict:
         kept["meta"] = {k: v for k, v in request.meta.items() if k != "download_timeout"}
     if not (request.cb_kwargs or request.meta or request.cookies or kept["headers"]):
         return kept  # nothing of the user's to check: a page's links mostly
+    kept["meta"], kept["cb_kwargs"] = _tagged(kept["meta"]), _tagged(kept["cb_kwargs"])
     try:
         text = json.dumps(kept, allow_nan=False)
     except (TypeError, ValueError) as exc:
@@ -133,10 +136,60 @@ def request_of(url: str, kept: dict | None, priority: int = 0) -> Request:
         return Request(url, priority=priority)
     return Request(kept.get("url") or url, callback=kept.get("callback"),
                    method=kept.get("method", "GET"), headers=kept.get("headers"),
-                   body=base64.b64decode(kept.get("body") or ""), meta=kept.get("meta"),
-                   cookies=kept.get("cookies"), priority=priority,
-                   dont_filter=kept.get("dont_filter", False), errback=kept.get("errback"),
-                   cb_kwargs=kept.get("cb_kwargs"))  # fmt: skip
+                   body=base64.b64decode(kept.get("body") or ""),
+                   meta=_untagged(kept.get("meta")), cookies=kept.get("cookies"),
+                   priority=priority, dont_filter=kept.get("dont_filter", False),
+                   errback=kept.get("errback"),
+                   cb_kwargs=_untagged(kept.get("cb_kwargs")))  # fmt: skip
+
+
+# Values of meta and cb_kwargs that JSON has no type for, kept as {_TYPE: name, "v": JSON}
+# and made again when the request is (a partial item's Decimal price, a date, a set of seen
+# IDs, a tuple: what a Scrapy spider carries in them, which Scrapy's memory keeps as they are)
+_TYPE = "__crawlplatform_type__"
+_MADE = {
+    "decimal": decimal.Decimal, "datetime": datetime.datetime.fromisoformat,
+    "date": datetime.date.fromisoformat, "time": datetime.time.fromisoformat,
+    "bytes": base64.b64decode, "tuple": lambda v: tuple(_untagged(v)),
+    "set": lambda v: set(_untagged(v)), "frozenset": lambda v: frozenset(_untagged(v)),
+}  # fmt: skip
+
+
+def _tagged(value: Any) -> Any:
+    """``value`` with what JSON has no type for tagged (``_MADE``'s types); anything else
+    left as it is, for ``json.dumps`` to take or refuse."""
+    if isinstance(value, dict):
+        return {k: _tagged(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_tagged(v) for v in value]
+    for kind, name in _CONTAINERS:
+        if isinstance(value, kind):
+            return {_TYPE: name, "v": [_tagged(v) for v in value]}
+    for kind, name, text in _SCALARS:  # a datetime before a date: it is one
+        if isinstance(value, kind):
+            return {_TYPE: name, "v": text(value)}
+    return value
+
+
+_CONTAINERS = ((tuple, "tuple"), (frozenset, "frozenset"), (set, "set"))
+_SCALARS = (
+    (decimal.Decimal, "decimal", str),
+    (datetime.datetime, "datetime", datetime.datetime.isoformat),
+    (datetime.date, "date", datetime.date.isoformat),
+    (datetime.time, "time", datetime.time.isoformat),
+    (bytes, "bytes", lambda b: base64.b64encode(b).decode()),
+)
+
+
+def _untagged(value: Any) -> Any:
+    """``value`` as ``_tagged`` took it."""
+    if isinstance(value, dict):
+        if _TYPE in value and value[_TYPE] in _MADE:
+            return _MADE[value[_TYPE]](value["v"])
+        return {k: _untagged(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_untagged(v) for v in value]
+    return value
 
 
 def download_timeout(kept: dict | None) -> float | None:

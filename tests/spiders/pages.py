@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import re
+from datetime import date
+from decimal import Decimal
 
 from crawlplatform.spiders import CloseSpider, Request, Spider
 
@@ -144,3 +146,25 @@ class Updating(Spider):
         yield {"url": response.url, "depth": response.meta["depth"],
                "a": self.settings.get("MY_A"), "b": self.settings.get("MY_B")}  # fmt: skip
         yield from response.follow_all(css="a")
+
+
+class Carrying(Spider):
+    """Carries what JSON has no type for in ``meta`` and ``cb_kwargs`` (a partial item's
+    Decimal price, a set, a date, a tuple), as Scrapy spiders do."""
+
+    name = "carrying"
+    seed = ""  # -a seed=URL
+
+    def start_requests(self):
+        yield Request(self.seed)
+
+    def parse(self, response):
+        yield response.follow("/p/1", callback=self.parse_item,
+                              meta={"item": {"price": Decimal("9.90"), "seen": {1, 2}}},
+                              cb_kwargs={"when": date(2026, 1, 2), "pair": (1, 2)})  # fmt: skip
+
+    def parse_item(self, response, when, pair):
+        item = response.meta["item"]
+        yield {"price": str(item["price"]), "seen": sorted(item["seen"]),
+               "when": when.isoformat(), "pair": list(pair),
+               "types": [type(x).__name__ for x in (item["price"], item["seen"], when, pair)]}

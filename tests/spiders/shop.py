@@ -137,7 +137,8 @@ class StubbornSpider(Spider):
 
 
 class UnkeepableSpider(Spider):
-    """Yields a request whose meta is not JSON: its page fails, naming the request."""
+    """Yields a request whose meta cannot be kept (an object of its own): its page fails,
+    naming the request."""
 
     name = "unkeepable"
 
@@ -146,7 +147,7 @@ class UnkeepableSpider(Spider):
 
     def parse(self, response):
         yield {"kept": "never"}
-        yield Request(f"{self.base}/account", meta={"seen": {1, 2}})
+        yield Request(f"{self.base}/account", meta={"seen": object()})
 
 
 class RankedSpider(Spider):
