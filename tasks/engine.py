@@ -324,7 +324,9 @@ def _through_gates(
 ) -> str | gates.Passage:
     """robots.txt, the host's slot, its circuit and the render step: the URL's new state if one
     of them ends it, else what the slot let through."""
-    if claimed.job.obey_robots and (state := gates.robots_txt(claimed, cache, fail)) is not None:
+    obeys = claimed.job.obey_robots and not rows.ignores_robots(
+        (claimed.url.request or {}).get("meta"))  # fmt: skip
+    if obeys and (state := gates.robots_txt(claimed, cache, fail)) is not None:
         return state  # robots.txt forbids it, or cannot be read now
     return _slot(claimed, host, rendering, fail)
 

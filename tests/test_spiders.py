@@ -639,7 +639,8 @@ def test_error_answers_go_to_the_callback_where_the_request_or_spider_handles_th
 
 def test_requests_that_end_before_an_answer_reach_their_errback(installed):
     """robots.txt (``IgnoreRequest``), a refused host and its open circuit (``ConnectError``):
-    as under Scrapy, where each raises into the request's errback."""
+    as under Scrapy, where each raises into the request's errback; a request with
+    ``dont_obey_robotstxt`` is fetched whatever robots.txt says, as Scrapy fetches it."""
 
     class Guarded(LocalSite):
         def __init__(self) -> None:
@@ -670,6 +671,7 @@ def test_requests_that_end_before_an_answer_reach_their_errback(installed):
         ("/open/1", 200, None, None, None),
         ("/private/1", None, True, False, False),
         ("/private/2", None, True, False, False),  # yielded by a callback: its claim's gate
+        ("/private/4", 200, None, None, None),  # dont_obey_robotstxt: fetched all the same
         ("/x/0", None, False, True, True),
         ("/x/1", None, False, True, True),
         ("/x/2", None, False, True, True),

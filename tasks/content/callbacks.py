@@ -315,7 +315,7 @@ def new_requests(claimed: Claim, cache: JobCache, spider: Spider, requests: list
         row_key = rows.key(canonical, kept, unique)
         if row_key in out:
             continue  # the first of the same requests is the one kept
-        if job.obey_robots and not kept["errback"]:
+        if job.obey_robots and not kept["errback"] and not rows.ignores_robots(request.meta):
             judged[row_key] = canonical
         out[row_key] = NewRequest(row_key, rows.stored(kept, row_key), None, rows.rank(request),
                                   own)  # fmt: skip

@@ -124,6 +124,13 @@ def leaves_domains(dont_filter: bool, meta: Any) -> bool:
     return bool(dont_filter or (isinstance(meta, dict) and meta.get("allow_offsite")))
 
 
+def ignores_robots(meta: Any) -> bool:
+    """Whether a request's ``meta`` says ``dont_obey_robotstxt``: Scrapy's
+    ``RobotsTxtMiddleware`` lets it through whatever robots.txt says (a job may ignore
+    robots.txt as a whole too)."""
+    return bool(isinstance(meta, dict) and meta.get("dont_obey_robotstxt"))
+
+
 def plain_get(request: Request) -> bool:
     """A request whose frontier key is its canonical URL."""
     return request.method == "GET" and not request.body and not request.dont_filter

@@ -160,6 +160,7 @@ class Unreached(Spider):
         yield {"url": response.url, "status": response.status}
         yield response.follow("/private/2", errback=self.failed)  # its claim's gate ends it
         yield response.follow("/private/3")  # no errback: skipped as it is yielded
+        yield response.follow("/private/4", meta={"dont_obey_robotstxt": True})  # fetched
 
     def failed(self, failure):
         yield {"url": failure.request.url, "ignored": bool(failure.check(IgnoreRequest)),
