@@ -299,3 +299,30 @@ def test_a_page_refused_to_everyone_is_its_own_whatever_else_the_host_answers(
     assert (row.state, row.error_reason) == ("needs_review", "banned"), row.error_message
     assert tries > 1 and "BAN_PATIENCE_S" not in row.error_message, row.error_message
     assert asked["/docs/secret"] == tries and took < 15, (asked, took)
+
+
+def test_the_page_asked_nearby_is_one_let_in_by_a_get_a_recrawls_304_included(redis):
+    """The nearby question goes to the nearest page of the section a GET of its URL let in: a
+    2xx page or a recrawl's unchanged one (304), not a spider's 404 or POST; the home page
+    only where the host let none in."""
+    from tasks.fetch import refusals
+    from tasks.frontier import jobs
+    from tasks.frontier.claims import Claim
+
+    job = jobs.create_job(["http://s.test/"], obey_robots=False)
+    rows = {"/": (None, "queued"), "/shop/a": (304, "done"), "/shop/b": (200, "done"),
+            "/shop/c": (404, "done"), "/shop/c#POST:0a": (200, "done"), "/shop/d": (None, "leased")}
+    made = {path: FrontierURL.objects.update_or_create(
+        job=job, url="http://s.test" + path,
+        defaults={"host": "s.test", "state": state, "http_status": status})[0]
+        for path, (status, state) in rows.items()}  # fmt: skip
+
+    def nearest() -> str | None:
+        claimed = Claim(url=made["/shop/d"], job=job, attempt=1, run=job.run)
+        return refusals.nearest_let_in(claimed)
+
+    assert nearest() == "http://s.test/shop/b"  # /shop/c (a 404) and its POST passed over
+    FrontierURL.objects.filter(pk=made["/shop/b"].pk).update(state="failed")
+    assert nearest() == "http://s.test/shop/a"  # unchanged in a recrawl: let in
+    FrontierURL.objects.filter(pk=made["/shop/a"].pk).update(state="failed")
+    assert nearest() == "http://s.test/"  # none let in: the home page

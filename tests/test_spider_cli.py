@@ -118,7 +118,7 @@ def test_a_page_refused_to_everyone_among_404s_a_spider_takes_is_the_pages_own(w
     404 of the spider's again, so the refusal is the page's own. It spends its attempts and
     is parked for review; nothing waits for a ban that is not there (the spider's
     ``BAN_PATIENCE_S`` would park it with its first attempt), and each other page is asked
-    once, the one nearest it once more a refusal."""
+    once, but for a question to a page nearby at each refusal."""
     asked: dict[str, int] = {}
     pages = [f"/docs/p{n:02}" for n in range(10)] + [f"/docs/q{n:02}" for n in range(5)]
 
@@ -147,8 +147,11 @@ def test_a_page_refused_to_everyone_among_404s_a_spider_takes_is_the_pages_own(w
     tries = int(worker_env.get("CRAWL_RETRY_MAX_ATTEMPTS", 4))
     assert (row.state, row.error_reason, row.attempts) == ("needs_review", "banned", tries)
     assert "BAN_PATIENCE_S" not in row.error_message, row.error_message
-    assert asked["/docs/q02x"] == tries and asked["/docs/p09"] == 1 + tries  # its nearest 2xx
-    assert all(asked[p] == 1 for p in pages if p != "/docs/p09"), asked
+    assert asked["/docs/q02x"] == tries
+    let_in = [p for p in ["/docs/", *pages] if not p.startswith("/docs/q")]
+    # a question nearby at each refusal, and a warm-up visit (no session yet) at the first
+    assert tries <= sum(asked[p] - 1 for p in let_in) <= tries + 1, asked
+    assert all(asked[p] == 1 for p in pages if p.startswith("/docs/q")), asked  # 404s once
     assert Item.objects.filter(job=job).count() == 1 + len(pages)  # the 404s' items too
 
 

@@ -42,6 +42,7 @@ import logging
 import os
 from urllib.parse import urlsplit
 
+from django.db.models import Q
 from django.utils import timezone
 
 from tasks.content.links import JobCache
@@ -140,15 +141,16 @@ def parked(claimed: Claim, host: str, who: identity.Identity) -> bool:
 
 def nearest_let_in(claimed: Claim) -> str | None:
     """The URL of the host nearest to this one (the longest common start, among its two
-    neighbours in the frontier's order) whose page was let in with a 2xx answer to a GET (not
-    a spider's error answer or other request, which a GET of its URL would not get again): a
+    neighbours in the frontier's order) whose page was let in with a 2xx answer to a GET (or
+    a recrawl's 304; not a spider's error answer or other request, which a GET of its URL
+    would not get again): a
     page of the same section where the host has one. Where the host let none in yet, its
     home page, unless that is this URL or robots.txt keeps the job out of it; else None."""
     url = claimed.url.url
     parts = urlsplit(url)
     origin = f"{parts.scheme}://{parts.netloc}"
-    done = FrontierURL.objects.filter(job_id=claimed.job.pk, state=URLState.DONE,
-                                      http_status__gte=200, http_status__lt=300)  # fmt: skip
+    done = FrontierURL.objects.filter(job_id=claimed.job.pk, state=URLState.DONE).filter(
+        Q(http_status__gte=200, http_status__lt=300) | Q(http_status=304))  # 304: a recrawl's
     done = done.exclude(url__contains="#")  # a spider's POST, say: its key is no URL to GET
     below = done.filter(url__gte=origin + "/", url__lt=url).order_by("-url")
     above = done.filter(url__gt=url, url__lt=origin + "0").order_by("url")  # "0" follows "/"
