@@ -29,7 +29,7 @@ from django.db import DatabaseError, InterfaceError, OperationalError, connectio
 from redis.exceptions import RedisError
 
 from crawlplatform import logs
-from tasks.content import callbacks, pages, rows
+from tasks.content import answers, callbacks, pages, rows
 from tasks.content.links import JobCache, cache_for, in_scope
 from tasks.defaults import setting
 from tasks.fetch import antibot, fetching, gates, outcomes, politeness, refusals, render, sessions
@@ -278,7 +278,7 @@ def _process_claimed(
         return antibot.proxy_failed(claimed, host, passage, exc)
     if (state := antibot.warm_session(claimed, cache, host, passage, session)) is not None:
         return state  # the warm-up page took this slot
-    takes = callbacks.takes(job, claimed.url.request) if job.spider else _NOTHING_TAKEN
+    takes = answers.takes(job, claimed.url.request) if job.spider else _NOTHING_TAKEN
     fetched = _fetch(claimed, cache, host, passage, session, rendering, takes)
     blocked = antibot.ban(job, host, fetched.resp, fetched.outcome)
     theirs = _the_spiders_answer(fetched, takes)  # asked for by the callback: no block
@@ -296,10 +296,10 @@ def _process_claimed(
     return _record(claimed, cache, fetched, banned if banned is not None else outcome, rendering)
 
 
-_NOTHING_TAKEN = callbacks.Takes(False, ())  # a crawl's URL: no callback to take answers
+_NOTHING_TAKEN = answers.Takes(False, ())  # a crawl's URL: no callback to take answers
 
 
-def _the_spiders_answer(fetched: fetching.Fetched, takes: callbacks.Takes) -> bool:
+def _the_spiders_answer(fetched: fetching.Fetched, takes: answers.Takes) -> bool:
     """An answer that is not 2xx and whose status the spider request's callback takes
     (``handle_httpstatus_list``, ``handle_httpstatus_all``, ``HTTPERROR_ALLOWED_CODES``): it
     goes to the callback as Scrapy gives it, a 403 or a 429 included, not to the anti-bot
@@ -352,7 +352,7 @@ def _fetch(
     passage: gates.Passage,
     session: antibot.Session,
     rendering: bool,
-    takes: callbacks.Takes,
+    takes: answers.Takes,
 ) -> fetching.Fetched:
     """The request, plain or rendered (a recrawl's conditional one if the previous run kept
     validators), sent in ``passage``'s slot of ``host`` (``gates.leave``): its answer, or the
@@ -410,7 +410,7 @@ def _record(
     if outcome is None and fetched.resp.status == 304 and fetched.conditional:
         return record_unchanged(claimed)  # the previous run's page stands
     if outcome is None and claimed.job.spider:
-        outcome = callbacks.unfollowed(fetched.resp)  # a 3xx answer left as it came
+        outcome = answers.unfollowed(fetched.resp)  # a 3xx answer left as it came
     if outcome is not None:
         state = _fail(claimed, outcome, cache)
         log.info("job=%s url=%s outcome=%s state=%s", claimed.job.pk, claimed.url.url,

@@ -27,7 +27,7 @@ import queue
 import threading
 import time
 import traceback
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 from urllib.parse import urldefrag, urlsplit
 
@@ -35,8 +35,8 @@ from lxml import etree
 
 from crawlplatform.spiders import CloseSpider, Failure, Request, Response, Spider
 from crawlplatform.spiders.responsetypes import class_for
+from tasks.content import answers, pages, pipelines, refresh, rows, spiders, stats
 from tasks.content import items as itempipes
-from tasks.content import pages, pipelines, refresh, rows, spiders, stats
 from tasks.content.links import JobCache, in_scope
 from tasks.defaults import setting
 from tasks.fetch import fetching, outcomes, robots
@@ -431,30 +431,12 @@ def page_title(response: Response) -> str:
     return " ".join("".join(found[0].itertext()).split()) if found else ""
 
 
-HTTP_ERRORS = (outcomes.ClientError, outcomes.ServerError, outcomes.TooManyRequests,
-               outcomes.RequestTimeout, outcomes.RedirectNotFollowed)  # fmt: skip
-REDIRECTS = (301, 302, 303, 307, 308)
-
-
-def unfollowed(resp: fetching.Response) -> outcomes.RedirectNotFollowed | None:
-    """A spider request's answer that is not 2xx and that the fetch did not follow (a 3xx
-    with no ``Location``, a 300, 304, 305 or 306): as after Scrapy's ``RedirectMiddleware``,
-    it is an HTTP error answer, which goes to the callback only if it takes the status, else
-    to the errback (``HttpError``), else nowhere. None for a 2xx answer."""
-    if 200 <= resp.status < 300:
-        return None
-    answer = outcomes.RedirectNotFollowed(f"HTTP {resp.status}", status=resp.status)
-    answer.url, answer.method, answer.headers = resp.final_url, resp.method, dict(resp.headers)
-    answer.body, answer.truncated = resp.body, resp.truncated
-    answer.redirects, answer.redirect_statuses = list(resp.redirects), list(resp.redirect_statuses)
-    return answer
-
-
 def for_the_spider(claimed: Claim, outcome: outcomes.CrawlOutcome) -> bool:
     """Whether a spider request's ``outcome`` may be the spider's to see, once it ends the
     URL: the request has an errback, or the outcome is an HTTP error answer, which a callback
     may ask for (``handle_httpstatus_list``)."""
-    return bool((claimed.url.request or {}).get("errback") or isinstance(outcome, HTTP_ERRORS))
+    errback = (claimed.url.request or {}).get("errback")
+    return bool(errback or isinstance(outcome, answers.HTTP_ERRORS))
 
 
 def failed(claimed: Claim, cache: JobCache, outcome: outcomes.CrawlOutcome) -> str:
@@ -477,7 +459,7 @@ _FILTERED = (outcomes.RedirectLoop, outcomes.OutOfScope)
 def _failed(claimed: Claim, cache: JobCache, outcome: outcomes.CrawlOutcome, spider: Spider,
             pipes: itempipes.Pipelines) -> str:  # fmt: skip
     kept = claimed.url.request or {}
-    if isinstance(outcome, HTTP_ERRORS) and handles(spider, kept, outcome.status):
+    if isinstance(outcome, answers.HTTP_ERRORS) and answers.handles(spider, kept, outcome.status):
         return _store(claimed, cache, _answer(claimed, outcome), spider, pipes)
     reached = _reached(claimed, cache, outcome)
     if reached and redirect_target_seen(claimed, reached):
@@ -485,7 +467,7 @@ def _failed(claimed: Claim, cache: JobCache, outcome: outcomes.CrawlOutcome, spi
     filtered = isinstance(outcome, _FILTERED) and not kept.get("dont_filter")
     if kept.get("errback") and not filtered:
         return _errback(claimed, cache, outcome, spider, pipes, reached)
-    if isinstance(outcome, HTTP_ERRORS):
+    if isinstance(outcome, answers.HTTP_ERRORS):
         return _unhandled(claimed, outcome, spider, pipes, reached)
     return _record_failed(claimed, outcome, reached)
 
@@ -521,74 +503,6 @@ def _reached(claimed: Claim, cache: JobCache, outcome: outcomes.CrawlOutcome) ->
         return None
     redirect = _redirect(claimed, cache, _answer(claimed, outcome), _request_of(claimed))
     return redirect.target if redirect else None
-
-
-class Takes(NamedTuple):
-    """What a spider request's fetch must know of its callback beforehand."""
-
-    errors: bool  # it may take an error answer (``handles``): the body is read whole
-    redirects: tuple[int, ...]  # the redirect statuses it takes as its answer, not followed
-    statuses: Collection[int] | None = ()  # the error statuses it takes (None: all)
-
-    def status(self, status: int) -> bool:
-        """Whether the callback takes an answer of ``status`` (not 2xx)."""
-        return self.statuses is None or status in self.statuses
-
-
-def takes(job: CrawlJob, kept: dict | None) -> Takes:
-    """What the request's callback takes (one look at the spider's class per fetch). The
-    redirects are kept as Scrapy's ``RedirectMiddleware`` decides: all of them with
-    ``dont_redirect`` or ``handle_httpstatus_all`` in its ``meta``, else those in the
-    request's or the spider's ``handle_httpstatus_list``."""
-    kept = kept or {}
-    try:
-        cls = spiders.load(job.spider)
-    except spiders.SpiderUnavailable:
-        return Takes(False, ())  # the callback's side says so, with the reason
-    taken = _taken(cls, kept, quiet=True)
-    errors = taken is None or bool(taken)
-    meta = kept.get("meta") or {}
-    if meta.get("dont_redirect") or meta.get("handle_httpstatus_all"):
-        return Takes(errors, REDIRECTS, taken)
-    asked = _statuses(meta.get("handle_httpstatus_list", ()), "", quiet=True)
-    own = _statuses(getattr(cls, "handle_httpstatus_list", None) or (), "", quiet=True)
-    return Takes(errors, tuple(s for s in REDIRECTS if s in asked or s in own), taken)
-
-
-def handles(spider: Spider, kept: dict, status: int | None) -> bool:
-    """Whether the request's callback takes an answer of ``status`` (not 2xx)."""
-    taken = _taken(spider, kept)
-    return taken is None or status in taken
-
-
-def _taken(holder: Spider | type[Spider], kept: dict,
-           quiet: bool = False) -> Collection[int] | None:  # fmt: skip
-    """The error statuses a request's callback takes (None: all), as Scrapy's
-    ``HttpErrorMiddleware`` decides: the request's ``meta`` (``handle_httpstatus_all``, or
-    its ``handle_httpstatus_list``), else ``HTTPERROR_ALLOW_ALL`` in the spider's
-    ``custom_settings``, else the spider's ``handle_httpstatus_list``, else
-    ``HTTPERROR_ALLOWED_CODES`` in its ``custom_settings``. A list that is no list of
-    statuses takes none (logged unless ``quiet``)."""
-    meta, custom = kept.get("meta") or {}, holder.custom_settings or {}
-    if meta.get("handle_httpstatus_all"):
-        return None
-    if "handle_httpstatus_list" in meta:
-        return _statuses(meta["handle_httpstatus_list"], "meta handle_httpstatus_list", quiet)
-    if custom.get("HTTPERROR_ALLOW_ALL"):
-        return None
-    own = getattr(holder, "handle_httpstatus_list", None)
-    if own is None:
-        return _statuses(custom.get("HTTPERROR_ALLOWED_CODES", ()), "HTTPERROR_ALLOWED_CODES",
-                         quiet)  # fmt: skip
-    return _statuses(own, f"spider {holder.name}'s handle_httpstatus_list", quiet)
-
-
-def _statuses(listed: Any, what: str, quiet: bool) -> Collection[int]:
-    if isinstance(listed, list | tuple | set | frozenset | range):
-        return listed
-    if not quiet:
-        log.error("%s must be a list of HTTP statuses, not %.100r: it takes none", what, listed)
-    return ()
 
 
 def _answer(claimed: Claim, outcome: outcomes.CrawlOutcome) -> fetching.Response:
