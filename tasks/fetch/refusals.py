@@ -143,9 +143,9 @@ def nearest_let_in(claimed: Claim) -> str | None:
     """The URL of the host nearest to this one (the longest common start, among its two
     neighbours in the frontier's order) whose page was let in with a 2xx answer to a GET (or
     a recrawl's 304; not a spider's error answer or other request, which a GET of its URL
-    would not get again): a
-    page of the same section where the host has one. Where the host let none in yet, its
-    home page, unless that is this URL or robots.txt keeps the job out of it; else None."""
+    would not get again): a page of the same section where the host has one. Where the host
+    let none in yet, its home page, unless that is this URL or robots.txt keeps the job out
+    of it; else None."""
     url = claimed.url.url
     parts = urlsplit(url)
     origin = f"{parts.scheme}://{parts.netloc}"

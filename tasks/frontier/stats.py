@@ -223,6 +223,8 @@ BUILTIN_NAMES = frozenset({"start_time", "finish_time", "elapsed_time_seconds",
                            "response_received_count", "request_depth_max"})  # fmt: skip
 _FINISHED_AS = {JobState.FINISHED: "finished", JobState.CANCELLED: "cancelled",
                 JobState.FAILED: "failed"}  # fmt: skip
+PIPELINE_ERROR = "pipeline_error"  # Scrapy's item_error, not a drop (tasks/content/items.py)
+SCHEMA = "schema"  # counted by kind, not by the path and message after it
 
 
 def finish_reason(state: str, close_reason: str, max_pages: int | None, released: int) -> str:
@@ -234,10 +236,6 @@ def finish_reason(state: str, close_reason: str, max_pages: int | None, released
     if state == JobState.FINISHED and max_pages and released >= max_pages:
         return "closespider_pagecount"
     return _FINISHED_AS.get(state, "finished")
-
-
-PIPELINE_ERROR = "pipeline_error"  # Scrapy's item_error, not a drop (tasks/content/items.py)
-SCHEMA = "schema"  # counted by kind, not by the path and message after it
 
 
 def is_builtin(name: str) -> bool:
