@@ -882,6 +882,25 @@ def test_html_and_xml_responses_parse_as_their_names_say():
     assert kinds == ["json", "xml", "html", "html"]
 
 
+def test_what_json_has_no_type_for_in_meta_and_cb_kwargs_is_made_again_from_the_row():
+    """A request's row keeps a Decimal, datetimes, dates, times, sets, frozensets, tuples and
+    bytes tagged (JSON), and the request made from it has them as they were."""
+    import datetime
+    import decimal
+
+    from tasks.content import rows
+
+    carried = {"price": decimal.Decimal("9.90"), "at": datetime.datetime(2026, 1, 2, 3, 4, 5,
+               tzinfo=datetime.UTC), "day": datetime.date(2026, 1, 2),
+               "time": datetime.time(1, 2), "seen": {1, 2}, "frozen": frozenset({"a"}),
+               "pair": (1, (2, 3)), "raw": b"\x00x", "list": [decimal.Decimal(1)], "none": None}
+    spider = Spider(name="s")
+    kept = rows.record(Request("http://s.test/x", meta={"item": carried},
+                               cb_kwargs={"pair": (1, 2)}), spider)  # fmt: skip
+    made = rows.request_of("http://s.test/x", json.loads(json.dumps(kept)))
+    assert made.meta == {"item": carried} and made.cb_kwargs == {"pair": (1, 2)}
+
+
 def test_a_callback_wrapped_without_functools_wraps_is_kept_by_the_name_the_spider_has():
     from tasks.content import rows
 

@@ -11,6 +11,7 @@ from http.server import BaseHTTPRequestHandler
 import pytest
 from django.utils import timezone
 
+from crawlplatform.spiders import Spider
 from tasks import engine
 from tasks.content import callbacks, spiders
 from tasks.defaults import setting
@@ -825,6 +826,19 @@ def test_settings_a_spiders_update_settings_sets_are_its_custom_settings(install
     assert job.max_depth == 1 and items
     assert {(i["a"], i["b"]) for i in items} == {("a", "b")}
     assert max(i["depth"] for i in items) == 1
+
+
+def test_a_spider_whose_update_settings_raises_is_unavailable_saying_why(installed):
+    class Raising(Spider):
+        name = "raising_settings"
+
+        @classmethod
+        def update_settings(cls, settings):
+            raise RuntimeError("no settings today")
+
+    with pytest.raises(spiders.SpiderUnavailable, match="update_settings raised RuntimeError: "
+                       "no settings today"):  # fmt: skip
+        spiders._updated(Raising)
 
 
 def test_a_spider_page_cut_at_fetch_max_bytes_is_noted_truncated_as_a_crawls(installed):
