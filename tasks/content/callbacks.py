@@ -480,10 +480,11 @@ def _unhandled(claimed: Claim, outcome: outcomes.CrawlOutcome, spider: Spider,
     with stats.bound(stats.Pending(claimed.job.pk)) as changed:
         pipes.received(lambda: response_of(_answer(claimed, outcome), _request_of(claimed),
                                            claimed.url.depth))  # fmt: skip
-    if not changed.rows():
+    counted = changed.rows()
+    if not counted:
         return _record_failed(claimed, outcome, reached)
     return with_retries(lambda: record_spider_failure(claimed, outcome, [], [], spider.name,
-                                                      None, changed.rows(), reached))  # fmt: skip
+                                                      None, counted, reached))  # fmt: skip
 
 
 def _record_failed(claimed: Claim, outcome: outcomes.CrawlOutcome, reached: str | None) -> str:
