@@ -367,7 +367,7 @@ def _fetch(
     metrics.IN_FLIGHT.inc()
     try:
         kwargs = {"conditional": conditional} if conditional else {}
-        if (asked or takes.redirects) and not rendering:
+        if job.spider and not rendering:  # a spider's request, as Scrapy's middlewares see it
             kwargs["request"] = fetching.Asked.of(asked, session.visitor, takes.redirects,
                                                   job.proxies)  # fmt: skip
         get = render.fetch if rendering else fetching.fetch

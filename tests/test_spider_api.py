@@ -91,6 +91,20 @@ def test_encoding_and_text_are_scrapys(content_type, body, encoding, text):
     assert r.text == text
 
 
+@pytest.mark.parametrize(
+    "given, body",
+    [  # Scrapy 2.19's TextResponse: the given encoding named, the byte order mark decoding
+        ("utf-8", b"\xef\xbb\xbf<p>bom</p>"),
+        ("latin-1", b"\xef\xbb\xbf<p>bom</p>"),
+        ("utf-16", "\ufeff<p>bom</p>".encode("utf-16-le")),
+        ("utf-8", "\ufeff<p>bom</p>"),
+    ],
+)
+def test_a_byte_order_mark_is_no_part_of_the_text_whatever_encoding_was_given(given, body):
+    r = TextResponse("http://s.test/", body=body, encoding=given)
+    assert (r.encoding, r.text) == (given, "<p>bom</p>")
+
+
 def test_links_are_escaped_in_the_pages_encoding_and_in_utf8_where_it_cannot_spell_them():
     """Scrapy 2.19's URLs; where it raises UnicodeEncodeError (a character the page's
     encoding lacks), the link is kept, escaped in UTF-8."""

@@ -382,7 +382,8 @@ class Redirecting(LocalSite):
     sent."""
 
     TARGETS = {"/r/a": "/t/1", "/r/b": "/t/2", "/r/c1": "/t/3", "/r/c2": "/t/3", "/r/e": "/t/1",
-               "/r/f": "/a/5", "/r/g": "/t/7", "/r/h": "/t/8"}  # fmt: skip
+               "/r/f": "/a/5", "/r/g": "/t/7", "/r/h": "/t/8", "/r/m": "mailto:a@example.com",
+               "/r/n": "ftp://127.0.0.1/f"}  # fmt: skip
     LINKS = ["/r/a", "/t/1", "/r/b", "/r/c1", "/r/c2", "/a/5", "/r/f", "/t/7",
              "/q?b=2&a=1&flag", "/q?a=1&b=2&flag="]  # fmt: skip
 
@@ -525,15 +526,17 @@ def test_redirects_a_request_keeps_are_its_answer_as_under_scrapy(installed):
         jobs.start(job)
         run_job(job)
     items = sorted((i["url"].removeprefix(site.base), i["status"], i.get("location"),
-                    i.get("http_error")) for i in kept(job))  # fmt: skip
+                    i.get("http_error"), i.get("raised")) for i in kept(job))  # fmt: skip
     assert items == [
-        ("/r/a", 301, "/t/1", None),
-        ("/r/c1", 302, "/t/3", None),
-        ("/r/c2", 302, None, True),  # not handled: its errback, with HttpError
-        ("/r/e", 302, "/t/1", None),
-        ("/s/300", 300, "", None),  # in the request's list: its callback
-        ("/s/304", 304, None, True),  # not followed, not handled: its errback, with HttpError
-        ("/t/7", 200, "", None),
+        ("/r/a", 301, "/t/1", None, None),
+        ("/r/c1", 302, "/t/3", None, None),
+        ("/r/c2", 302, None, True, "HttpError"),  # not handled: its errback, with HttpError
+        ("/r/e", 302, "/t/1", None, None),
+        ("/r/m", None, None, False, "ValueError"),  # mailto: no request Scrapy can make
+        ("/r/n", 302, None, True, "HttpError"),  # ftp: the 3xx as it came
+        ("/s/300", 300, "", None, None),  # in the request's list: its callback
+        ("/s/304", 304, None, True, "HttpError"),  # not followed, not handled: its errback
+        ("/t/7", 200, "", None, None),
     ]
     assert [path for path in site.asked if path.startswith("/t")] == ["/t/7"]
     ends = dict(FrontierURL.objects.filter(job=job).values_list("url", "error_reason"))
@@ -826,6 +829,9 @@ def test_settings_a_spiders_update_settings_sets_are_its_custom_settings(install
     assert job.max_depth == 1 and items
     assert {(i["a"], i["b"]) for i in items} == {("a", "b")}
     assert max(i["depth"] for i in items) == 1
+    # As Scrapy 2.19 sends them: no Accept where DEFAULT_REQUEST_HEADERS has none
+    assert {tuple(i["sent"]) for i in items} == {("Accept-Encoding", "Accept-Language",
+                                                 "Connection", "User-Agent")}  # fmt: skip
 
 
 def test_a_spider_whose_update_settings_raises_is_unavailable_saying_why(installed):

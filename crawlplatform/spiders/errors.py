@@ -130,6 +130,7 @@ _BY_REASON: dict[str, tuple[type[Exception], ...]] = {
     "robots": (IgnoreRequest,),
     "out_of_scope": (IgnoreRequest,),
     "blocked_address": (IgnoreRequest,),
+    "invalid_url": (ValueError,),  # as Scrapy's Request raises for a URL it cannot make
 }
 
 
@@ -165,7 +166,7 @@ def kinds_of(value: BaseException) -> tuple[type[Exception], ...]:
 # What Scrapy 2.19 raises into an errback for a request that got no answer, by the outcome's
 # kinds (``kinds_of``), the first found: an errback's ``isinstance(failure.value, ...)`` holds.
 _RAISED = (CannotResolveHostError, DownloadTimeoutError, DownloadConnectionRefusedError,
-           ResponseDataLossError, DownloadFailedError, IgnoreRequest)  # fmt: skip
+           ResponseDataLossError, DownloadFailedError, IgnoreRequest, ValueError)  # fmt: skip
 
 
 def as_raised(outcome: BaseException) -> Exception | None:

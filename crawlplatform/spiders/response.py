@@ -167,13 +167,18 @@ class TextResponse(Response):
         """The text, or its first ``chars`` characters, decoded from four bytes a character
         where that gives more than ``chars`` of them (one cut short at the end is past those
         kept); else from the whole body (an encoding that spends more, as ISO-2022-JP's
-        escapes do)."""
-        encoding = _codec(self.encoding)  # finds the byte order mark too
-        if chars is not None and self._bom + 4 * chars < len(self.body):
-            head = to_unicode(self.body[self._bom : self._bom + 4 * chars], encoding)
+        escapes do). A byte order mark decides, whatever encoding was given (as w3lib's
+        ``html_to_unicode`` decodes Scrapy's text), and is no part of the text."""
+        encoding, start = _codec(self.encoding), self._bom  # finds the byte order mark too
+        if self._given_encoding is not None:
+            marked, bom = read_bom(self.body)
+            if marked is not None and bom is not None:
+                encoding, start = marked, len(bom)
+        if chars is not None and start + 4 * chars < len(self.body):
+            head = to_unicode(self.body[start : start + 4 * chars], encoding)
             if len(head) > chars:
                 return head[:chars]
-        return to_unicode(self.body[self._bom :], encoding)[:chars]
+        return to_unicode(self.body[start:], encoding)[:chars]
 
     def json(self) -> Any:
         """The body parsed as JSON, from its bytes (UTF-8, -16 or -32, whatever the

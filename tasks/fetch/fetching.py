@@ -296,14 +296,18 @@ def _credentials_for(headers: CaseInsensitiveDict, source: str, target: str) -> 
 
 def _redirect_target(current: str, location: str) -> str:
     try:
-        target = urljoin(current, location.strip())
+        return urljoin(current, location.strip())
     except ValueError as exc:  # e.g. "http://[x": not a URL at all
         raise outcomes.InvalidURL(
             f"redirect to {location[:200]!r} is not a valid URL: {exc}"
         ) from None
-    if not target.lower().startswith(("http://", "https://")):
-        raise outcomes.InvalidURL(f"redirect to a non-HTTP URL {target[:200]!r}")
-    return target
+
+
+def _a_request_url(url: str) -> bool:
+    """Whether Scrapy makes a request of a redirect's ``url`` that is no http(s) URL (its
+    ``RedirectMiddleware`` then leaves the 3xx as the answer); one with no ``://``, as a
+    ``mailto:``, it cannot make (a ``ValueError``, "Missing scheme")."""
+    return "://" in url or url.startswith(("data:", "about:"))
 
 
 @dataclass
@@ -470,6 +474,8 @@ def fetch(
     visitor = visitor or Visitor()
     started = time.monotonic()
     headers = CaseInsensitiveDict(_SESSION_HEADERS)
+    if request is not None:  # a spider's: the Accept its DEFAULT_REQUEST_HEADERS give, if any
+        del headers["Accept"]
     headers.update(visitor.headers)
     asked = request or Asked()
     if asked.headers:  # a spider's headers, its identity's user agent kept
@@ -518,13 +524,19 @@ def fetch(
             peer = _peer(resp)
             visitor.cookies.update(resp.cookies)
             visitor.set_cookies.update(resp.cookies)
-            if resp.is_redirect and resp.status_code in asked.kept_redirects:
+            target = None
+            if resp.is_redirect and resp.status_code not in asked.kept_redirects:
+                target = _redirect_target(current, resp.headers["location"])
+                if not target.lower().startswith(("http://", "https://")):
+                    if request is None or not _a_request_url(target):
+                        raise outcomes.InvalidURL(f"redirect to a non-HTTP URL {target[:200]!r}")
+                    target = None  # a spider's answer as it came, as Scrapy's leaves it
+            if resp.is_redirect and target is None:
                 failure = outcomes.RedirectNotFollowed(f"HTTP {resp.status_code}",
                                                        status=resp.status_code)  # fmt: skip
                 failure.url = current
                 raise _evidence(failure, resp, limits, started, (redirects, statuses, method))
-            if resp.is_redirect and "location" in resp.headers:
-                target = _redirect_target(current, resp.headers["location"])
+            if target is not None:
                 visit = (target, _jar_state(visitor.cookies))
                 if visit in seen:
                     raise outcomes.RedirectLoop(f"{current} redirects back to {target}")

@@ -126,7 +126,8 @@ class PagesAnd404(Pages):
 
 class Updating(Spider):
     """Sets settings in its own ``update_settings``, as a Scrapy spider may: its callbacks
-    read them and the job keeps to its ``DEPTH_LIMIT``."""
+    read them, the job keeps to its ``DEPTH_LIMIT`` and sends its headers (no ``Accept``
+    among them: none is sent)."""
 
     name = "updating"
     seed = ""  # -a seed=URL
@@ -138,13 +139,15 @@ class Updating(Spider):
         settings.set("MY_B", "b", priority="spider")
         settings.set("DEPTH_LIMIT", 1, priority="spider")
         settings.set("MY_A", "lower", priority="project")  # below the spider's: ignored
+        settings.set("DEFAULT_REQUEST_HEADERS", {"Accept-Language": "fr"}, priority="spider")
 
     def start_requests(self):
         yield Request(self.seed)
 
     def parse(self, response):
         yield {"url": response.url, "depth": response.meta["depth"],
-               "a": self.settings.get("MY_A"), "b": self.settings.get("MY_B")}  # fmt: skip
+               "a": self.settings.get("MY_A"), "b": self.settings.get("MY_B"),
+               "sent": sorted(response.request.headers.to_unicode_dict())}  # fmt: skip
         yield from response.follow_all(css="a")
 
 

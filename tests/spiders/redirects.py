@@ -129,14 +129,20 @@ class Unfollowed(Spider):
         yield Request(self.base + "/s/300", meta={"handle_httpstatus_list": [300]})
         yield Request(self.base + "/s/304", errback=self.failed)
         yield Request(self.base + "/s/302")  # no Location: neither callback nor errback
+        # a redirect to no http(s) URL: the answer as it came; to no URL Scrapy can request
+        # (no "://"): Request's ValueError
+        yield Request(self.base + "/r/n", errback=self.failed)
+        yield Request(self.base + "/r/m", errback=self.failed)
 
     def parse(self, response):
         yield {"url": response.url, "status": response.status,
                "location": (response.headers.get("Location") or b"").decode()}  # fmt: skip
 
     def failed(self, failure):
+        response = getattr(failure.value, "response", None)
         yield {"url": failure.request.url, "http_error": http_error(failure),
-               "status": failure.value.response.status}  # fmt: skip
+               "status": response and response.status,
+               "raised": type(failure.value).__name__}  # fmt: skip
 
 
 class Unreached(Spider):
