@@ -120,14 +120,17 @@ def test_a_request_whose_meta_is_not_json_fails_the_page_that_yielded_it(install
 
 
 def test_what_json_has_no_type_for_in_meta_and_cb_kwargs_comes_back_as_it_was(installed):
-    """A Decimal, a set, a date and a tuple carried in ``meta`` and ``cb_kwargs`` reach the
-    callback with their types, as under Scrapy."""
+    """A Decimal, a set, a date, a tuple, an ``Item`` and a dataclass carried in ``meta`` and
+    ``cb_kwargs`` reach the callback with their types, as under Scrapy: a loader given the
+    item applies its fields' processors (Scrapy 2.19's item for the same spider and site)."""
     with Site(pages=3) as site:
         job = jobs.create_job([], spider="carrying", spider_args={"seed": site.url("/p/0")})
         jobs.start(job)
         run_job(job)
     assert kept(job) == [{"price": "9.90", "seen": [1, 2], "when": "2026-01-02", "pair": [1, 2],
-                          "types": ["Decimal", "set", "date", "tuple"]}]  # fmt: skip
+                          "book": {"title": "Page 1", "price": "9.90"}, "pages": [0],
+                          "types": ["Decimal", "set", "date", "tuple", "Book", "Decimal", "Seen",
+                                    "date"]}]  # fmt: skip
 
 
 def test_two_posts_with_different_bodies_are_two_requests_and_the_same_body_one(installed):

@@ -17,7 +17,11 @@ import datetime
 import decimal
 import hashlib
 import json
+import logging
+import sys
 from typing import Any
+
+from itemadapter import ItemAdapter
 
 from crawlplatform.spiders import Request, Spider
 from tasks.defaults import setting
@@ -25,6 +29,8 @@ from tasks.fetch import outcomes
 
 UNSAFE_RETRY = "retry_on_timeout"  # meta key: a POST (or other non-GET) is retried on a timeout
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
+
+log = logging.getLogger(__name__)
 
 
 class FilledTimeout(float):
@@ -163,12 +169,21 @@ _MADE = {
 
 
 def _tagged(value: Any) -> Any:
-    """``value`` with what JSON has no type for tagged (``_MADE``'s types); anything else
-    left as it is, for ``json.dumps`` to take or refuse."""
-    if isinstance(value, dict):
+    """``value`` with what JSON has no type for tagged (``_MADE``'s types, and an item of a
+    class of its own: an ``Item``, a dataclass, an attrs or pydantic item, ``_item_class``);
+    anything else left as it is, for ``json.dumps`` to take or refuse."""
+    if value is None or isinstance(value, str | int | float):
+        return value
+    if type(value) is dict:
         return {k: _tagged(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_tagged(v) for v in value]
+    made = _item_class(value)
+    if made is not None:
+        return {_TYPE: "item", "class": made,
+                "v": {k: _tagged(v) for k, v in ItemAdapter(value).items()}}  # fmt: skip
+    if isinstance(value, dict):
+        return {k: _tagged(v) for k, v in value.items()}
     for kind, name in _CONTAINERS:
         if isinstance(value, kind):
             return {_TYPE: name, "v": [_tagged(v) for v in value]}
@@ -188,9 +203,40 @@ _SCALARS = (
 )
 
 
+def _item_class(value: Any) -> str | None:
+    """Where an item's class is found again (``module:qualified name``), for an item that is
+    no plain dict; None for anything else."""
+    if not ItemAdapter.is_item(value):
+        return None
+    cls = type(value)
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def _item(made: dict) -> Any:
+    """The item ``_tagged`` kept, of its class again, found among the modules the worker
+    has imported (the spider's, and those it imports: no module is imported for a row). A
+    class not found, or one its fields no longer make, gives the fields as a dict (logged)."""
+    fields = {k: _untagged(v) for k, v in made["v"].items()}
+    module, _, name = made["class"].partition(":")
+    cls: Any = sys.modules.get(module)
+    for part in name.split("."):
+        cls = getattr(cls, part, None)
+    try:
+        if isinstance(cls, type):
+            return cls(**fields)
+    except (TypeError, ValueError, KeyError) as exc:
+        log.warning("meta or cb_kwargs: item of %s not made again (%s): a dict given",
+                    made["class"], exc)  # fmt: skip
+        return fields
+    log.warning("meta or cb_kwargs: item class %s not found: a dict given", made["class"])
+    return fields
+
+
 def _untagged(value: Any) -> Any:
     """``value`` as ``_tagged`` took it."""
     if isinstance(value, dict):
+        if value.get(_TYPE) == "item":
+            return _item(value)
         if _TYPE in value and value[_TYPE] in _MADE:
             return _MADE[value[_TYPE]](value["v"])
         return {k: _untagged(v) for k, v in value.items()}

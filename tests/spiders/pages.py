@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from datetime import date
 from decimal import Decimal
 
-from crawlplatform.spiders import CloseSpider, Request, Spider
+from itemloaders.processors import TakeFirst
+
+from crawlplatform.spiders import CloseSpider, Field, Item, ItemLoader, Request, Spider
 
 
 class Pages(Spider):
@@ -151,9 +154,21 @@ class Updating(Spider):
         yield from response.follow_all(css="a")
 
 
+class Book(Item):
+    title = Field(output_processor=TakeFirst())
+    price = Field(output_processor=TakeFirst())
+
+
+@dataclass
+class Seen:
+    at: date
+    pages: list[int]
+
+
 class Carrying(Spider):
     """Carries what JSON has no type for in ``meta`` and ``cb_kwargs`` (a partial item's
-    Decimal price, a set, a date, a tuple), as Scrapy spiders do."""
+    Decimal price, a set, a date, a tuple; a partial ``Item`` that a loader fills with its
+    fields' processors; a dataclass), as Scrapy spiders do."""
 
     name = "carrying"
     seed = ""  # -a seed=URL
@@ -163,11 +178,19 @@ class Carrying(Spider):
 
     def parse(self, response):
         yield response.follow("/p/1", callback=self.parse_item,
-                              meta={"item": {"price": Decimal("9.90"), "seen": {1, 2}}},
-                              cb_kwargs={"when": date(2026, 1, 2), "pair": (1, 2)})  # fmt: skip
+                              meta={"item": {"price": Decimal("9.90"), "seen": {1, 2}},
+                                    "book": Book(price=Decimal("9.90"))},
+                              cb_kwargs={"when": date(2026, 1, 2), "pair": (1, 2),
+                                         "seen": Seen(date(2026, 1, 3), [0])})  # fmt: skip
 
-    def parse_item(self, response, when, pair):
+    def parse_item(self, response, when, pair, seen):
         item = response.meta["item"]
+        loader = ItemLoader(item=response.meta["book"], response=response)
+        loader.add_css("title", "title::text")
+        book = loader.load_item()
         yield {"price": str(item["price"]), "seen": sorted(item["seen"]),
                "when": when.isoformat(), "pair": list(pair),
-               "types": [type(x).__name__ for x in (item["price"], item["seen"], when, pair)]}
+               "book": {"title": book["title"], "price": str(book["price"])},
+               "pages": seen.pages,
+               "types": [type(x).__name__ for x in (item["price"], item["seen"], when, pair,
+                                                    book, book["price"], seen, seen.at)]}
