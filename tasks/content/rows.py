@@ -21,8 +21,6 @@ import logging
 import sys
 from typing import Any
 
-from itemadapter import ItemAdapter
-
 from crawlplatform.spiders import Request, Spider
 from tasks.defaults import setting
 from tasks.fetch import outcomes
@@ -170,7 +168,7 @@ _MADE = {
 
 def _tagged(value: Any) -> Any:
     """``value`` with what JSON has no type for tagged (``_MADE``'s types, and an item of a
-    class of its own: an ``Item``, a dataclass, an attrs or pydantic item, ``_item_class``);
+    class of its own: an ``Item``, a dataclass, an attrs or pydantic item);
     anything else left as it is, for ``json.dumps`` to take or refuse."""
     if value is None or isinstance(value, str | int | float):
         return value
@@ -178,18 +176,16 @@ def _tagged(value: Any) -> Any:
         return {k: _tagged(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_tagged(v) for v in value]
-    made = _item_class(value)
-    if made is not None:
-        return {_TYPE: "item", "class": made,
-                "v": {k: _tagged(v) for k, v in ItemAdapter(value).items()}}  # fmt: skip
-    if isinstance(value, dict):
-        return {k: _tagged(v) for k, v in value.items()}
     for kind, name in _CONTAINERS:
         if isinstance(value, kind):
             return {_TYPE: name, "v": [_tagged(v) for v in value]}
     for kind, name, text in _SCALARS:  # a datetime before a date: it is one
         if isinstance(value, kind):
             return {_TYPE: name, "v": text(value)}
+    made = _item_of_a_class(value)
+    if made is not None:
+        cls, fields = made
+        return {_TYPE: "item", "class": cls, "v": {k: _tagged(v) for k, v in fields.items()}}
     return value
 
 
@@ -203,13 +199,16 @@ _SCALARS = (
 )
 
 
-def _item_class(value: Any) -> str | None:
-    """Where an item's class is found again (``module:qualified name``), for an item that is
-    no plain dict; None for anything else."""
+def _item_of_a_class(value: Any) -> tuple[str, dict] | None:
+    """Where an item that is no plain dict finds its class again (``module:qualified
+    name``), and its fields; None for anything else. (itemadapter, which imports every item
+    library installed, is imported by the first such value, not for a spider's dicts.)"""
+    from itemadapter import ItemAdapter
+
     if not ItemAdapter.is_item(value):
         return None
     cls = type(value)
-    return f"{cls.__module__}:{cls.__qualname__}"
+    return f"{cls.__module__}:{cls.__qualname__}", dict(ItemAdapter(value).items())
 
 
 def _item(made: dict) -> Any:
