@@ -112,6 +112,19 @@ def test_a_spider_job_ended_by_its_max_pages_finishes_as_closespider_pagecount(w
     assert stats_of(job)["finish_reason"] == "closespider_pagecount"
 
 
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_items_on_standard_output_are_all_it_holds_whatever_the_spider_prints(worker_env,
+                                                                              log_format):
+    with Site(pages=4) as site:
+        done = manage({**worker_env, "LOG_FORMAT": log_format}, "crawl", "--spider", "printing",
+                      "-a", f"seed={site.url('/p/0')}", "--concurrency", "2", "-o", "jsonl")
+    assert done.returncode == 0, done.stderr
+    items = [json.loads(line) for line in done.stdout.splitlines()]  # nothing else
+    assert {item["url"] for item in items} >= {site.url(f"/p/{i}") for i in range(4)}
+    for printed in ("starting http", "opened printing", "closed printing"):  # this process's
+        assert printed in done.stderr  # (the workers' go to their logs)
+
+
 def test_a_page_refused_to_everyone_among_404s_a_spider_takes_is_the_pages_own(worker_env):
     """A 403 among pages and 404s that the spider's callback takes (``handle_httpstatus_list``):
     the identity it refused is let in by the nearest page with a 2xx answer, not asked a
@@ -195,6 +208,7 @@ def test_spiders_lists_what_is_installed_and_what_cannot_be_loaded(worker_env):
         "pages\ttests.spiders.pages.Pages",
         "pages_and_404\ttests.spiders.pages.PagesAnd404",
         "posted_redirects\ttests.spiders.redirects.PostedRedirects",
+        "printing\ttests.spiders.pages.Printing",
         "ranked\ttests.spiders.shop.RankedSpider",
         "redirected_errors\ttests.spiders.redirects.RedirectedErrors",
         "redirects\ttests.spiders.redirects.Redirects",

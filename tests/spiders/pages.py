@@ -26,6 +26,33 @@ class Pages(Spider):
         yield from response.follow_all(css="a")
 
 
+class Printing(Pages):
+    """``Pages``, printing as scripts do: in its start requests, its callbacks, and its
+    pipeline's ``open_spider`` and ``close_spider``."""
+
+    name = "printing"
+    custom_settings = {"ITEM_PIPELINES": {"tests.spiders.pages.PrintingPipeline": 100}}
+
+    def start_requests(self):
+        print("starting", self.seed)
+        yield from super().start_requests()
+
+    def parse(self, response):
+        print("parsing", response.url)
+        yield from super().parse(response)
+
+
+class PrintingPipeline:
+    def open_spider(self, spider):
+        print("opened", spider.name)
+
+    def process_item(self, item, spider):
+        return item
+
+    def close_spider(self, spider):
+        print("closed", spider.name)
+
+
 class Enough(Spider):
     """Pages ``/p/N`` until ``/p/{last}``, which ends the crawl (CloseSpider) after its item."""
 

@@ -420,6 +420,26 @@ def feed_line(feed: dict) -> str:
     return f"{feed['format']} feed ({feed['items']} items) written to {feed['uri']}{left_out}"
 
 
+class ResultsApart:
+    """Standard output kept for the results alone (``--output -``): until ``back``, what else
+    is written to it, by this process (a spider's ``print()`` in its start requests or
+    pipelines, a library's) or by the workers it starts, goes to standard error."""
+
+    def __init__(self) -> None:
+        sys.stdout.flush()
+        self._kept: int | None = os.dup(1)
+        os.dup2(2, 1)
+
+    def back(self) -> None:
+        """Standard output is the results' again (once what runs spider code has stopped)."""
+        if self._kept is None:
+            return
+        sys.stdout.flush()
+        os.dup2(self._kept, 1)
+        os.close(self._kept)
+        self._kept = None
+
+
 def write_output(job: CrawlJob, fmt: str, target: str, say: Say) -> None:
     """The job's results (a spider job's items, as Scrapy's ``-O``) to ``target`` (``-``:
     standard output); what was written, said."""

@@ -243,6 +243,7 @@ class Command(PlatformCommand):
             raise CommandError("--concurrency must be at least 1")
         step("command loaded")
         self.say = Say(self.stderr, log)
+        self.apart = crawling.ResultsApart() if output is not None and output[1] == "-" else None
         # The private redis-server starts in the background: until the job is created, which
         # needs it, this process prepares its workers and its database.
         embedded = EmbeddedRedis(settings.DATA_DIR) if settings.EMBEDDED_REDIS else None
@@ -265,6 +266,8 @@ class Command(PlatformCommand):
         finally:
             if embedded is not None:
                 embedded.stop()
+            if self.apart is not None:
+                self.apart.back()
         if code:
             sys.exit(code)
 
@@ -412,6 +415,8 @@ class Command(PlatformCommand):
                 signal.signal(sig, handler)
             scheduler.shutdown()
             thread.join(timeout=10)
+            if self.apart is not None:  # what runs spider code has stopped
+                self.apart.back()
         crawling.with_database(job.refresh_from_db, "reading the job")
         counts = crawling.with_database(lambda: jobs.counts(job.pk), "counting URLs")
         elapsed = time.monotonic() - started
