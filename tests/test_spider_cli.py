@@ -204,6 +204,7 @@ def test_spiders_lists_what_is_installed_and_what_cannot_be_loaded(worker_env):
         "half_done\ttests.spiders.counting.HalfDone",
         "journaled\ttests.spiders.pages.Journaled",
         "odd_settings\ttests.spiders.shop.OddSettingsSpider",
+        "one_loop\ttests.spiders.pages.OneLoop",
         "offsite\ttests.spiders.offsite.Offsite",
         "pages\ttests.spiders.pages.Pages",
         "pages_and_404\ttests.spiders.pages.PagesAnd404",

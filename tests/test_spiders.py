@@ -133,6 +133,18 @@ def test_what_json_has_no_type_for_in_meta_and_cb_kwargs_comes_back_as_it_was(in
                                     "date"]}]  # fmt: skip
 
 
+def test_async_callbacks_and_pipelines_share_one_loop_as_on_scrapys_reactor(installed):
+    """What async code made in one call (a connection, a client session) serves the next: a
+    worker runs every coroutine of the spider and its pipelines on one loop."""
+    with Site(pages=12) as site:
+        job = jobs.create_job([], spider="one_loop", spider_args={"seed": site.url("/p/0")})
+        jobs.start(job)
+        run_job(job)
+    items = kept(job)
+    assert len(items) >= 12
+    assert {(i["callback_loops"], i["pipeline_same_loop"]) for i in items} == {(1, True)}
+
+
 def test_two_posts_with_different_bodies_are_two_requests_and_the_same_body_one(installed):
     with Shop() as shop:
         job = jobs.create_job([], spider="search", spider_args={"base": shop.base})

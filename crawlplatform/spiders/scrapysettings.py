@@ -195,8 +195,8 @@ SETTINGS: tuple[Setting, ...] = (
          "needs another reactor cannot run here"),
     _row("ASYNCIO_EVENT_LOOP TWISTED_REACTOR_ENABLED FORCE_CRAWLER_PROCESS "
          "REACTOR_THREADPOOL_MAXSIZE", ANY, MAPPED,
-         "a worker runs callbacks in its own threads, an async one on asyncio's default event "
-         "loop", "the worker's threads"),
+         "a worker runs callbacks in its own threads, and every coroutine of the spider and "
+         "its pipelines on one asyncio event loop of its own", "the worker's threads"),
     _row("DOWNLOADER_MIDDLEWARES", _OWN, REFUSED,
          "a downloader middleware of the spider's own cannot run, as every fetch goes through "
          "the platform's transport: user agents, proxies, headers, retries and rendering are "

@@ -15,13 +15,13 @@ Connecting to a signal the platform never sends raises ``NotSupported``, saying 
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import logging
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from crawlplatform.spiders import loop
 from crawlplatform.spiders.errors import NotSupported
 from crawlplatform.spiders.signals import NOT_SENT
 
@@ -133,10 +133,6 @@ class SignalManager:
 
 
 def _settle(result: Any) -> Any:
-    """A receiver's coroutine, awaited on a loop of its own (the platform sends from the
-    worker's threads, where no loop runs)."""
-
-    async def wait() -> Any:
-        return await result
-
-    return asyncio.run(wait())
+    """A receiver's coroutine, awaited on the process's loop (``loop.py``: the platform sends
+    from the worker's threads, where none runs)."""
+    return loop.run(result)

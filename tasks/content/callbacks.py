@@ -17,7 +17,6 @@ own, ``_Runner``, a new one after a timeout). Neither is retried unless the requ
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import inspect
 import ipaddress
@@ -33,7 +32,7 @@ from urllib.parse import urldefrag, urlsplit
 
 from lxml import etree
 
-from crawlplatform.spiders import CloseSpider, Failure, Request, Response, Spider
+from crawlplatform.spiders import CloseSpider, Failure, Request, Response, Spider, loop
 from crawlplatform.spiders.responsetypes import class_for
 from tasks.content import answers, pages, pipelines, refresh, rows, spiders, stats
 from tasks.content import items as itempipes
@@ -78,11 +77,7 @@ def _collect(result: Any, deadline: float, cap: int, into: list) -> None:
     if result is None:
         return
     if inspect.isawaitable(result) and not inspect.isasyncgen(result):
-
-        async def wait() -> Any:
-            return await result
-
-        _collect(asyncio.run(wait()), deadline, cap, into)
+        _collect(loop.run(result), deadline, cap, into)
         return
     if inspect.isasyncgen(result):
 
@@ -90,7 +85,7 @@ def _collect(result: Any, deadline: float, cap: int, into: list) -> None:
             async for one in result:
                 keep_yielded(one, deadline, cap, into)
 
-        asyncio.run(drain())
+        loop.run(drain())
         return
     if isinstance(result, Request) or itempipes.is_item(result):
         keep_yielded(result, deadline, cap, into)

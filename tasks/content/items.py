@@ -29,7 +29,6 @@ locks of its own; the signal handlers run under the same lock.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import datetime
 import decimal
@@ -43,7 +42,15 @@ from contextlib import nullcontext
 from functools import cache
 from typing import Any
 
-from crawlplatform.spiders import DropItem, Failure, IgnoreRequest, Item, NotConfigured, Spider
+from crawlplatform.spiders import (
+    DropItem,
+    Failure,
+    IgnoreRequest,
+    Item,
+    NotConfigured,
+    Spider,
+    loop,
+)
 from crawlplatform.spiders import signals as sent
 from crawlplatform.spiders.settings import Crawler, Settings
 from tasks.defaults import setting
@@ -384,11 +391,8 @@ def _drop_reason(exc: DropItem) -> str:
 
 
 def _settle(result: Any) -> Any:
-    """A pipeline method's result, awaited if it is a coroutine (``async def``)."""
+    """A pipeline method's result, awaited if it is a coroutine (``async def``), on the
+    process's loop (``crawlplatform/spiders/loop.py``)."""
     if inspect.isawaitable(result):
-
-        async def wait() -> Any:
-            return await result
-
-        return asyncio.run(wait())
+        return loop.run(result)
     return result

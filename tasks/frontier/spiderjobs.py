@@ -10,7 +10,6 @@ fail the job at once with the reason (and the traceback) in its error.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import time
@@ -19,7 +18,7 @@ from urllib.parse import urlsplit
 
 from django.core.files.base import ContentFile
 
-from crawlplatform.spiders import CloseSpider, Request, Spider
+from crawlplatform.spiders import CloseSpider, Request, Spider, loop
 from tasks import defaults
 from tasks.content import bodies, callbacks, feeds, rows, spiders, stats
 from tasks.content import items as itempipes
@@ -67,7 +66,7 @@ def _gather(spider: Spider, job: CrawlJob) -> tuple[list, str | None]:
         except CloseSpider as exc:
             closing.append(str(exc.reason) or "cancelled")
 
-    asyncio.run(drain())
+    loop.run(drain())
     return found, (closing[0] if closing else None)
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 from dataclasses import dataclass
@@ -51,6 +52,36 @@ class PrintingPipeline:
 
     def close_spider(self, spider):
         print("closed", spider.name)
+
+
+class OneLoop(Pages):
+    """``Pages`` whose async code keeps what it made, as on Scrapy's one loop: its async
+    callbacks and its pipeline's ``open_spider`` and ``process_item`` see one running loop
+    in each process (a connection or a client session made in one serves the next)."""
+
+    name = "one_loop"
+    custom_settings = {"ITEM_PIPELINES": {"tests.spiders.pages.OneLoopPipeline": 100}}
+    loops: list = []
+
+    async def parse(self, response):
+        running = asyncio.get_running_loop()
+        if running not in self.loops:
+            self.loops.append(running)  # kept alive: a loop's id is not another's
+        await asyncio.sleep(0)
+        for one in super().parse(response):
+            if isinstance(one, dict):
+                one["callback_loops"] = len(self.loops)
+            yield one
+
+
+class OneLoopPipeline:
+    async def open_spider(self, spider):
+        self.opened_on = asyncio.get_running_loop()
+
+    async def process_item(self, item, spider):
+        await asyncio.sleep(0)
+        item["pipeline_same_loop"] = asyncio.get_running_loop() is self.opened_on
+        return item
 
 
 class Enough(Spider):

@@ -1,0 +1,74 @@
+"""The one event loop a process runs its spiders' async code on, as Scrapy's asyncio reactor
+runs all of it on one: a connection, a client session or a pool an ``async def`` pipeline's
+``open_spider`` makes serves its ``process_item`` and the spider's async callbacks after it.
+
+The loop runs in a thread of its own, started on first use in each process (a forked child
+starts its own); a worker's threads hand it their coroutines and wait for the results, so
+that the coroutines of several threads run on it side by side. A coroutine that the loop's
+own thread asks for (an async signal receiver sent from an async callback) cannot wait on
+the loop it runs on: it runs on a loop of its own, in a thread of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import Awaitable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+_lock = threading.Lock()
+_loop: asyncio.AbstractEventLoop | None = None
+_thread: threading.Thread | None = None
+
+
+def _forget() -> None:
+    global _loop, _thread
+    _loop, _thread = None, None  # its thread is not in a forked child
+
+
+os.register_at_fork(after_in_child=_forget)
+
+
+def _running() -> asyncio.AbstractEventLoop:
+    global _loop, _thread
+    with _lock:
+        if _loop is None:
+            loop = asyncio.new_event_loop()
+            _thread = threading.Thread(target=loop.run_forever, name="spider-asyncio",
+                                       daemon=True)  # fmt: skip
+            _thread.start()
+            _loop = loop
+        return _loop
+
+
+def run(awaitable: Awaitable[T]) -> T:
+    """``awaitable``'s result, awaited on the process's loop; what it raises is raised here."""
+
+    async def wait() -> T:
+        return await awaitable
+
+    loop = _running()
+    if threading.current_thread() is _thread:
+        return _apart(wait())
+    return asyncio.run_coroutine_threadsafe(wait(), loop).result()
+
+
+def _apart(coroutine: Any) -> Any:
+    """A coroutine asked for on the loop's own thread, run to its end on a loop of its own."""
+    done: dict[str, Any] = {}
+
+    def main() -> None:
+        try:
+            done["result"] = asyncio.run(coroutine)
+        except BaseException as exc:  # noqa: BLE001 (raised again in the asking thread)
+            done["raised"] = exc
+
+    thread = threading.Thread(target=main, name="spider-asyncio-nested", daemon=True)
+    thread.start()
+    thread.join()
+    if "raised" in done:
+        raise done["raised"]
+    return done["result"]
