@@ -254,8 +254,11 @@ SETTINGS: tuple[Setting, ...] = (
          "token the job's settings set"),
     _row("STATS_CLASS", ANY, REFUSED, "a job's stats are one collector kept in the database "
          "over every worker (crawler.stats), with no class of the spider's own"),
-    _row("DOWNLOADER_STATS STATS_DUMP DEPTH_STATS_VERBOSE", ANY, MAPPED, BUILT_IN_STATS,
-         "the job's built-in stats"),
+    _row("DOWNLOADER_STATS STATS_DUMP", ANY, MAPPED, BUILT_IN_STATS, "the job's built-in stats"),
+    _row("DEPTH_STATS_VERBOSE", ANY, MAPPED, "the job's built-in stats hold request_depth_max, "
+         "not the request_depth_count/N counts it adds: Scrapy counts each request yielded, "
+         "duplicates too, where the frontier keeps each request once", "the job's built-in "
+         "stats"),
     _row("LOG_ENABLED LOG_FILE LOG_FILE_APPEND LOG_FORMAT LOG_DATEFORMAT LOG_LEVEL LOG_STDOUT "
          "LOG_SHORT_NAMES LOG_ENCODING LOG_COLOR LOG_FORMATTER LOG_INSTALL_ROOT_HANDLER "
          "LOG_VERSIONS LOGSTATS_INTERVAL PERIODIC_LOG_DELTA PERIODIC_LOG_STATS "
