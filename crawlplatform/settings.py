@@ -105,6 +105,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "web.middleware.ProbeMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "web.middleware.NulMiddleware",
     # Static files (the admin's styles) in every mode, DEBUG off included: nothing else
     # serves them when the web runs alone (runserver, gunicorn, compose, k8s).
     "whitenoise.middleware.WhiteNoiseMiddleware",

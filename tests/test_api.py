@@ -267,6 +267,11 @@ def test_jobs_pages_and_urls_are_cursor_paginated_and_filtered(alice):
     missing, _ = _all(api, f"/api/jobs/{job.pk}/pages/?status=404&content_type=text/plain")
     assert len(missing) == 30 and {p["status"] for p in missing} == {404}
     assert api.get(f"/api/jobs/{job.pk}/urls/?state=nonsense").status_code == 400
+    # what a hand-made cursor or a NUL would fail as a server error is refused as bad input
+    for cursor in ("cD1hYmM%3D", "cD05OTk5OTk5OTk5OTk5OTk5OTk5OTk%3D"):  # p=abc, p=9999...
+        assert api.get(f"/api/jobs/{job.pk}/urls/?cursor={cursor}").status_code == 404
+    for query in ("urls/?state=%00", "items/?dropped=%00", "pages/?content_type=a%00b"):
+        assert api.get(f"/api/jobs/{job.pk}/{query}").status_code == 400
 
     listed = api.get("/api/jobs/").json()
     assert [j["id"] for j in listed["results"]] == [c["id"] for c in reversed(created)]

@@ -29,7 +29,8 @@ from drf_spectacular.utils import (
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework import generics, viewsets
 from rest_framework.decorators import action
-from rest_framework.pagination import CursorPagination
+from rest_framework.exceptions import NotFound
+from rest_framework.pagination import Cursor, CursorPagination
 from rest_framework.parsers import JSONParser
 from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
@@ -71,11 +72,28 @@ _FIELD_ERRORS = OpenApiResponse(
 _REFUSED = OpenApiResponse(DetailSerializer, description="The job's state does not allow it.")
 
 
-class NewestFirst(CursorPagination):
+class _ByIdCursor(CursorPagination):
+    """A cursor whose position is a row's id: one that is none (a cursor made by hand) is
+    refused as DRF refuses a cursor it cannot read (404 "Invalid cursor"), not left to fail
+    the query."""
+
+    def decode_cursor(self, request: Request) -> Cursor | None:
+        cursor = super().decode_cursor(request)
+        if cursor is not None and cursor.position is not None:
+            try:
+                position = int(cursor.position)
+            except ValueError:
+                raise NotFound(self.invalid_cursor_message) from None
+            if not -(2**63) <= position < 2**63:
+                raise NotFound(self.invalid_cursor_message)
+        return cursor
+
+
+class NewestFirst(_ByIdCursor):
     ordering = "-id"
 
 
-class ById(CursorPagination):
+class ById(_ByIdCursor):
     ordering = "id"
 
 

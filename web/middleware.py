@@ -7,8 +7,9 @@ checks its own token, and nothing it answers depends on the Host). A request abo
 from __future__ import annotations
 
 from collections.abc import Callable
+from urllib.parse import unquote
 
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 
 from crawlplatform import logs
 from web import views
@@ -28,19 +29,34 @@ class ProbeMiddleware:
         return self.get_response(request)
 
 
-class JobLogMiddleware:
-    """Lines logged while a view about one job runs carry its ``crawl_job``."""
+class NulMiddleware:
+    """A query with a NUL character (``?state=%00``) is a bad request: PostgreSQL takes no
+    NUL in a text, and a filter that passed one on would fail the request as a server
+    error."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        try:
-            return self.get_response(request)
-        finally:
-            token = request.__dict__.pop("_log_token", None)
-            if token is not None:
-                logs.leave(token)
+        if "\x00" in unquote(request.META.get("QUERY_STRING", "")):
+            return HttpResponseBadRequest("a query parameter holds a NUL character",
+                                          content_type="text/plain")  # fmt: skip
+        return self.get_response(request)
+
+
+class JobLogMiddleware:
+    """Lines logged while a request about one job is answered carry its ``crawl_job``: the
+    view's, and Django's own line about an error answer, until the response is closed."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        token = request.__dict__.pop("_log_token", None)
+        if token is not None:  # Django logs a 4xx or 5xx ("Bad Request: ...") after this returns:
+            response._resource_closers.append(lambda: logs.leave(token))  # until it is closed
+        return response
 
     def process_view(self, request: HttpRequest, view: Callable, args: tuple,
                      kwargs: dict) -> None:  # fmt: skip
