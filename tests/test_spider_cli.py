@@ -202,6 +202,7 @@ def test_spiders_lists_what_is_installed_and_what_cannot_be_loaded(worker_env):
         "errbacks\ttests.spiders.shop.ErrbackSpider",
         "flaky\ttests.spiders.counting.Flaky",
         "half_done\ttests.spiders.counting.HalfDone",
+        "introduced\ttests.spiders.pages.Introduced",
         "journaled\ttests.spiders.pages.Journaled",
         "odd_settings\ttests.spiders.shop.OddSettingsSpider",
         "offsite\ttests.spiders.offsite.Offsite",

@@ -145,6 +145,36 @@ def test_async_callbacks_and_pipelines_share_one_loop_as_on_scrapys_reactor(inst
     assert {(i["callback_loops"], i["pipeline_same_loop"]) for i in items} == {(1, True)}
 
 
+def test_a_spiders_user_agent_and_http_auth_arguments_are_sent_as_under_scrapy(installed):
+    """Scrapy's ``UserAgentMiddleware`` and ``HttpAuthMiddleware`` read the spider's
+    ``user_agent``, ``http_user``, ``http_pass`` and ``http_auth_domain`` (Scrapy's docs pass
+    them as ``-a`` arguments), and a request's ``meta`` credentials."""
+    sent: dict[str, tuple[str, str]] = {}
+
+    class Recording(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            sent[self.path] = (self.headers.get("User-Agent"), self.headers.get("Authorization"))
+            send(self, 200, {}, b"<html><body>ok</body></html>")
+
+        def log_message(self, *args) -> None:
+            pass
+
+    with LocalSite(Recording) as site, LocalSite(Recording, "127.0.0.2") as other:
+        job = jobs.create_job([], spider="introduced", spider_args={
+            "seed": site.base, "other": other.base, "user_agent": "mybot/1.0",
+            "http_user": "me", "http_pass": "secret", "http_auth_domain": "127.0.0.1"})
+        jobs.start(job)
+        run_job(job)
+    assert len(kept(job)) == 4
+    assert sent == {
+        "/robots.txt": ("mybot/1.0", None),
+        "/a": ("mybot/1.0", "Basic bWU6c2VjcmV0"),  # me:secret, on its domain
+        "/b": ("mybot/1.0", None),  # another host: none
+        "/c": ("mybot/1.0", "Basic b3duOnB3"),  # own:pw, the request's own
+        "/d": ("mybot/1.0", "Bearer t"),  # its own header stands
+    }
+
+
 def test_two_posts_with_different_bodies_are_two_requests_and_the_same_body_one(installed):
     with Shop() as shop:
         job = jobs.create_job([], spider="search", spider_args={"base": shop.base})

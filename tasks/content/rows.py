@@ -20,6 +20,9 @@ import json
 import logging
 import sys
 from typing import Any
+from urllib.parse import urlsplit
+
+from w3lib.http import basic_auth_header
 
 from crawlplatform.spiders import Request, Spider
 from tasks.defaults import setting
@@ -48,7 +51,10 @@ def record(request: Request, spider: Spider, restarted: bool = False) -> dict:
     if request.body and len(request.body) > setting("SPIDER_BODY_MAX_BYTES"):  # links have none
         raise ValueError(f"{request}: body of {len(request.body)} bytes is above "
                          f"SPIDER_BODY_MAX_BYTES")  # fmt: skip
-    kept = {"url": request.url, "method": request.method, "headers": request.headers.pairs(),
+    headers = request.headers.pairs()
+    if (credentials := _basic_auth(request, spider)) is not None:
+        headers.append(("Authorization", credentials))
+    kept = {"url": request.url, "method": request.method, "headers": headers,
             "body": base64.b64encode(request.body).decode() if request.body else "",
             "callback": callback, "errback": errback, "cb_kwargs": request.cb_kwargs,
             "meta": request.meta, "cookies": request.cookies,
@@ -68,6 +74,29 @@ def record(request: Request, spider: Spider, restarted: bool = False) -> dict:
         raise ValueError(f"{request}: headers, cb_kwargs and meta take {len(text)} bytes, above "
                          f"SPIDER_REQUEST_MAX_BYTES")  # fmt: skip
     return kept
+
+
+def _basic_auth(request: Request, spider: Spider) -> str | None:
+    """The ``Authorization`` header Scrapy's ``HttpAuthMiddleware`` adds to a request that has
+    none of its own: from its ``meta``'s ``http_user`` and ``http_pass`` (for its
+    ``http_auth_domain`` and the domain's subdomains, if it names one), else the spider's
+    attributes of those names (``-a http_user=...``; with no ``http_auth_domain``, for every
+    host, as Scrapy 2.19 sends them)."""
+    meta = request.meta
+    user, password = meta.get("http_user", ""), meta.get("http_pass", "")
+    if user or password:
+        domain = meta.get("http_auth_domain")
+    else:
+        user, password = getattr(spider, "http_user", ""), getattr(spider, "http_pass", "")
+        if not (user or password):
+            return None
+        domain = getattr(spider, "http_auth_domain", None)
+    if "Authorization" in request.headers:
+        return None
+    host = (urlsplit(request.url).hostname or "").lower()
+    if domain and not (host == domain.lower() or host.endswith("." + domain.lower())):
+        return None
+    return basic_auth_header(user, password).decode("latin-1")
 
 
 def _method_name(spider: Spider, request: Request, function: Any, name: str | None) -> str | None:

@@ -110,6 +110,20 @@ def _state(spider: Spider, before: dict[str, str | None]) -> dict:
 
 
 
+def _user_agent(spider: Spider, job: CrawlJob, settings: dict) -> None:
+    """A spider's ``user_agent`` attribute (``-a user_agent=...``, its class's, or what
+    ``start()`` set) is the job's ``USER_AGENT``, as Scrapy's ``UserAgentMiddleware`` reads it
+    over the setting; user agents the job was given itself win, as the command line wins."""
+    agent = getattr(spider, "user_agent", None)
+    if not isinstance(agent, str) or not agent.strip():
+        return
+    if job.user_agents or "USER_AGENT" in (job.settings or {}):
+        log.info("job=%s: the job's own user agent goes, not spider %s's user_agent attribute",
+                 job.pk, spider.name)  # fmt: skip
+        return
+    settings["USER_AGENT"] = agent.strip()
+
+
 def plan(job: CrawlJob) -> Start:
     """The spider's start for ``job``; SpiderProblem says why there is none."""
     try:
@@ -139,6 +153,7 @@ def plan(job: CrawlJob) -> Start:
             before = _as_json(vars(spider))
             yielded, closing = _gather(spider, job)
             state = _state(spider, before)
+            _user_agent(spider, job, settings)
             if setting("SPIDER_FEEDS", job) and (unwritable := feeds.problems(spider)):
                 raise SpiderProblem(f"spider {job.spider!r} feeds: " + "; ".join(unwritable))
         except SpiderProblem:

@@ -84,6 +84,26 @@ class OneLoopPipeline:
         return item
 
 
+class Introduced(Spider):
+    """Presents itself as Scrapy's spider arguments say (``-a user_agent=...``, ``-a
+    http_user=... -a http_pass=... -a http_auth_domain=...``) and a request's ``meta`` may
+    (``http_user``, ``http_pass``): ``/a`` on its auth domain, ``/b`` on another host, ``/c``
+    with credentials of its own, ``/d`` with its own ``Authorization``."""
+
+    name = "introduced"
+    seed = ""  # -a seed=URL, on the auth domain
+    other = ""  # -a other=URL, another host
+
+    def start_requests(self):
+        yield Request(self.seed + "/a")
+        yield Request(self.other + "/b", meta={"allow_offsite": True})
+        yield Request(self.seed + "/c", meta={"http_user": "own", "http_pass": "pw"})
+        yield Request(self.seed + "/d", headers={"Authorization": "Bearer t"})
+
+    def parse(self, response):
+        yield {"path": response.url.rsplit("/", 1)[1]}
+
+
 class Enough(Spider):
     """Pages ``/p/N`` until ``/p/{last}``, which ends the crawl (CloseSpider) after its item."""
 
