@@ -230,3 +230,38 @@ def test_stored_items_give_back_the_key_order_postgresql_does_not_keep(installed
     assert json.dumps(back.data) == json.dumps(item)
     if settings.DATABASES["default"]["ENGINE"].endswith("postgresql"):
         assert json.dumps(row.data) != json.dumps(item)  # what the fields are for
+
+
+def test_a_fields_serializer_makes_what_is_kept_and_written_as_scrapys_exporters(installed):
+    """The ``Product`` of Scrapy's items docs: a field's ``serializer`` made the value each
+    exporter writes (an ``Item``'s ``Field``, a dataclass field's ``metadata``)."""
+    import dataclasses
+
+    import scrapy
+
+    from crawlplatform.spiders import Field
+    from crawlplatform.spiders import Item as OurItem
+    from tasks.content import items as itempipes
+
+    def upper(names):
+        return {"name": names["name"].upper()}
+
+    class Product(OurItem):
+        name, price = Field(), Field(serializer=str)
+        last_updated, spec = Field(serializer=str), Field(serializer=upper)
+
+    class ScrapysProduct(scrapy.Item):
+        name, price = scrapy.Field(), scrapy.Field(serializer=str)
+        last_updated, spec = scrapy.Field(serializer=str), scrapy.Field(serializer=upper)
+
+    @dataclasses.dataclass
+    class Discount:
+        percent: int = dataclasses.field(metadata={"serializer": str})
+
+    values = {"name": "Desk", "price": 10, "last_updated": ["today"], "spec": {"name": "oak"}}
+    job = jobs.create_job([], spider="pages", spider_args={"seed": "http://127.0.0.1:9/"})
+    pipes = itempipes.Pipelines(spiders.create(job))
+    assert pipes.keep(Product(values))[0] == json.loads(
+        scrapy_bytes("JsonLinesItemExporter", [ScrapysProduct(values)]))
+    assert pipes.keep(Product(values))[0]["last_updated"] == "['today']"
+    assert pipes.keep(Discount(10))[0] == {"percent": "10"}

@@ -5,9 +5,10 @@ give for the same items, so a reader of a Scrapy feed reads ours unchanged.
 
 An item is read from the item table (``Stored``): its JSON, and its field names in the order
 Scrapy's exporters take them (an ``Item``'s or a dataclass's declared fields, a dict's keys;
-``Item.fields``). What the table cannot give back is what JSON lost: a field's ``serializer``
-(the class is not kept), a tuple or a set (a list), a date or a datetime (ISO text, with a
-``T`` where ``str()`` of a datetime has a space in Scrapy's CSV and XML).
+``Item.fields``; a field's ``serializer`` made its value when it was kept:
+``items.as_stored``). What the table cannot give back is what JSON lost: a tuple or a set (a
+list), a date or a datetime (ISO text, with a ``T`` where ``str()`` of a datetime has a space
+in Scrapy's CSV and XML).
 
 Options as Scrapy's: ``encoding``, ``fields_to_export`` (a list, or a dict of field to column
 name), ``export_empty_fields``, ``indent``, and each exporter's own keyword arguments

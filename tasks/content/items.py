@@ -38,6 +38,7 @@ import json
 import logging
 import threading
 import types
+from collections.abc import Callable
 from contextlib import nullcontext
 from functools import cache
 from typing import Any
@@ -142,6 +143,37 @@ def as_json(item: Any) -> dict:
     """The item as a JSON object (dates as ISO text, decimals as text)."""
     fields = item if isinstance(item, dict) else _adapter()(item).asdict()
     return json.loads(json.dumps(fields, default=_plain, allow_nan=False))
+
+
+def as_stored(item: Any) -> dict:
+    """The item as it is kept and written (``as_json``), each field whose declaration names
+    a ``serializer`` (``Field(serializer=str)``, a dataclass field's ``metadata``) as that
+    made it, as Scrapy's exporters write it; a serializer that raises makes it no JSON."""
+    data = as_json(item)
+    if type(item) is dict:
+        return data
+    for name, serializer in _serializers(type(item)).items():
+        if name in data:
+            value = item[name] if isinstance(item, dict) else _adapter()(item)[name]
+            try:
+                made = serializer(value)
+            except Exception as exc:  # noqa: BLE001 (the spider's code: the item says why)
+                raise ValueError(f"the serializer of {name} raised {type(exc).__name__}: "
+                                 f"{exc}") from None  # fmt: skip
+            data[name] = json.loads(json.dumps(made, default=_plain, allow_nan=False))
+    return data
+
+
+@cache
+def _serializers(cls: type) -> dict[str, Callable[[Any], Any]]:
+    """The ``serializer`` each field of an item class declares, by field name."""
+    if issubclass(cls, Item):
+        declared = {name: dict(field) for name, field in cls.fields.items()}
+    else:
+        names = _adapter().get_field_names_from_class(cls) or []
+        declared = {name: dict(_adapter().get_field_meta_from_class(cls, name)) for name in names}
+    return {name: meta["serializer"] for name, meta in declared.items()
+            if callable(meta.get("serializer"))}  # fmt: skip
 
 
 def _ordered(spider: Spider, name: str) -> list[tuple[float, str | type]]:
@@ -277,7 +309,7 @@ class Pipelines:
         if not is_item(item):  # Scrapy's pipelines get anything: none made this an item
             return self._dropped(yielded, item, response, DropItem(NOT_ITEM))
         try:
-            data = as_json(item)
+            data = as_stored(item)
         except (TypeError, ValueError) as exc:
             return self._dropped(yielded, item, response, DropItem(f"{NOT_JSON}: {exc}"[:200]))
         if len(json.dumps(data)) > setting("ITEM_MAX_BYTES"):
@@ -367,7 +399,7 @@ def _after_handlers(item: Any, data: dict) -> dict:
     """The item as ``item_scraped``'s handlers left it (Scrapy's feeds write it after the
     handlers connected before theirs), or as it was if they made it no JSON or too large."""
     try:
-        changed = as_json(item)
+        changed = as_stored(item)
     except (TypeError, ValueError) as exc:
         log.warning("an item_scraped handler made an item no JSON (%s): kept as it was", exc)
         return data
