@@ -62,6 +62,11 @@ def wrap(raw: list[bytes], stream: str, process: str) -> bytes:
     return json.dumps(line).encode() + b"\n"
 
 
+# How a log line of ours starts (``crawlplatform/logs.py``): found after text a writer left
+# without its newline (a progress bar's ``\r``), the line is passed on as its own.
+LOG_LINE_START = b'{"timestamp": "'
+
+
 def lines(data: bytes, stream: str, process: str) -> bytes:
     """``data`` (whole lines) with every line a JSON object: JSON object lines as they are,
     each run of other lines wrapped into one."""
@@ -69,6 +74,10 @@ def lines(data: bytes, stream: str, process: str) -> bytes:
     raw: list[bytes] = []
     for line in data.split(b"\n"):
         line = line.rstrip(b"\r")
+        start = 0 if line.startswith(b"{") else line.find(LOG_LINE_START)
+        if start > 0 and is_json_object(line[start:]):
+            raw.append(line[:start])
+            line = line[start:]
         if is_json_object(line):
             if raw:
                 out.append(wrap(raw, stream, process))

@@ -136,6 +136,17 @@ def test_the_relay_passes_json_lines_and_wraps_each_run_of_other_lines_into_one(
     assert logrelay.lines(b"\n\n", "stderr", "p") == b""  # blank lines say nothing
 
 
+def test_a_log_line_after_text_left_without_its_newline_is_its_own():
+    """A progress bar's ``\r`` writes end with no newline: the log line written next is not
+    swallowed into them."""
+    line = b'{"timestamp": "2026-01-01T00:00:00.000Z", "level": "INFO", "crawl_job": 1}'
+    data = b"progress 1/3\rprogress 2/3" + line + b"\nafter"
+    bar, logged, after = logrelay.lines(data, "stderr", "p").splitlines()
+    assert json.loads(bar)["message"] == "progress 1/3\rprogress 2/3"
+    assert logged == line
+    assert json.loads(after)["message"] == "after"
+
+
 def test_the_relay_passes_lines_on_whole_however_they_are_read(tmp_path):
     out = (tmp_path / "out").open("wb")
     stream = logrelay.Stream(out.fileno(), "stderr", "p")
