@@ -19,12 +19,13 @@ import ast
 import functools
 import inspect
 import logging
+import os
 import sys
 import threading
 from typing import Any
 
 from celery import Celery, signals
-from celery.utils.log import mlevel
+from celery.utils.log import LoggingProxy, mlevel
 
 from crawlplatform import logrelay, logs
 
@@ -110,10 +111,39 @@ def _configured(loglevel: Any = None, **_: Any) -> None:
         logging.getLogger().setLevel(mlevel(loglevel))
 
 
+class Printed(LoggingProxy):
+    """Celery's proxy of a worker's standard output and error, a line at a time: a ``print``
+    writes its parts, the spaces between them and its newline apart, each of which Celery's
+    own proxy logs as a line of its own. Each thread's text waits for its newline (or a
+    ``flush``), and its lines are logged as one record."""
+
+    def __init__(self, logger: logging.Logger, loglevel: Any = None) -> None:
+        super().__init__(logger, loglevel)
+        self._pending = threading.local()
+
+    def write(self, data: Any) -> int:
+        text = getattr(self._pending, "text", "") + str(data)
+        done, newline, rest = text.rpartition("\n")
+        if len(rest) > logrelay.MAX_LINE:  # a writer that never ends its line
+            done, newline, rest = text, "\n", ""
+        self._pending.text = rest
+        if newline:
+            super().write(done)
+        return len(data)
+
+    def flush(self) -> None:
+        text, self._pending.text = getattr(self._pending, "text", ""), ""
+        if text:
+            super().write(text)
+
+
 def _redirected(sender: Any = None, instance: Any = None, **_: Any) -> None:
-    """``celeryd_after_setup``: what Celery does when it configures logging itself."""
+    """``celeryd_after_setup``: what Celery does when it configures logging itself
+    (``Logging.redirect_stdouts``), a line at a time (``Printed``)."""
     if instance is not None and instance.redirect_stdouts:
-        instance.app.log.redirect_stdouts(instance.redirect_stdouts_level)
+        level = instance.redirect_stdouts_level
+        sys.stdout = sys.stderr = Printed(logging.getLogger("celery.redirected"), level)
+        os.environ.update(CELERY_LOG_REDIRECT="1", CELERY_LOG_REDIRECT_LEVEL=str(level or ""))
 
 
 def install(app: Celery) -> None:

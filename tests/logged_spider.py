@@ -17,7 +17,7 @@ class Logged(Spider):
 
     def parse(self, response):
         self.logger.info("parsing %s", response.url)
-        print(f"printed on {response.url}")  # what a spider prints is a line too
+        print("printed on", response.url)  # what a spider prints is a line too, one a print
         if response.url.endswith(self.fails):
             raise ValueError("a spider's own error")
         yield {"url": response.url}
