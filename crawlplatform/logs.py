@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import logging
 import logging.config
+import math
 import os
 import sys
 import threading
@@ -132,11 +133,18 @@ ACCESS_FIELDS = {"h": "remote", "m": "method", "U": "path", "q": "query", "s": "
                  "B": "bytes", "M": "duration_ms", "a": "user_agent"}  # fmt: skip
 
 
+# The characters a line's message or traceback keeps: a line stays one line for the relay
+# (``logrelay.MAX_LINE`` bytes) and for a collector's limits.
+FIELD_MAX_CHARS = 65536
+
+
 class JsonFormatter(_JsonFormatter):
     """One JSON object a line: ``timestamp`` (ISO 8601, UTC), ``level``, ``logger``,
     ``message``, ``process``, ``pid``, ``thread``, then what the line is about and what the
     call added (``extra``), ``exc_info`` with the traceback; a gunicorn access line also has
-    its request's fields (``ACCESS_FIELDS``)."""
+    its request's fields (``ACCESS_FIELDS``). A message or traceback past ``FIELD_MAX_CHARS``
+    is cut there, its length in ``message_chars`` or ``exc_info_chars``; a number JSON has no
+    spelling for (NaN, infinity) is its text."""
 
     def __init__(self) -> None:
         super().__init__(
@@ -154,6 +162,13 @@ class JsonFormatter(_JsonFormatter):
                 value = dict.get(record.args, atom)
                 if value not in (None, "", "-"):
                     log_data[field] = int(value) if field == "status" else value
+        for field in ("message", "exc_info"):
+            value = log_data.get(field)
+            if isinstance(value, str) and len(value) > FIELD_MAX_CHARS:
+                log_data[field], log_data[f"{field}_chars"] = value[:FIELD_MAX_CHARS], len(value)
+        for field, value in log_data.items():
+            if isinstance(value, float) and not math.isfinite(value):
+                log_data[field] = str(value)
 
 
 class ConsoleHandler(logging.StreamHandler):

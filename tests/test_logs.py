@@ -48,6 +48,24 @@ def lines(out: io.StringIO) -> list[dict]:
     return [json.loads(line) for line in out.getvalue().splitlines()]
 
 
+def test_a_huge_message_or_traceback_is_cut_and_a_nan_is_text_so_each_line_stays_json(
+    monkeypatch
+):
+    logger, out = json_logger(monkeypatch)
+    logger.warning("huge %s", "y" * 3_000_000, extra={"ratio": float("nan")})
+    try:
+        raise ValueError("z" * 2_000_000)
+    except ValueError:
+        logger.exception("failed")
+    text = out.getvalue()
+    assert "NaN" not in text and all(len(line) < logrelay.MAX_LINE for line in text.splitlines())
+    huge, failed = (json.loads(line, parse_constant=pytest.fail) for line in text.splitlines())
+    assert (len(huge["message"]), huge["message_chars"]) == (logs.FIELD_MAX_CHARS, 3_000_005)
+    assert huge["ratio"] == "nan"
+    assert failed["message"] == "failed" and failed["exc_info_chars"] > 2_000_000
+    assert failed["exc_info"].startswith("Traceback")
+
+
 def test_json_lines_carry_the_bound_job_url_and_worker(monkeypatch):
     logger, out = json_logger(monkeypatch)
     logger.info("starting")
