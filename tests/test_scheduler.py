@@ -492,6 +492,24 @@ def test_an_idle_scheduler_sleeps_until_a_job_needs_it(redis, monkeypatch):
     assert idle_passes <= 3  # two to fall asleep, then one per SCHEDULER_IDLE_S at most
 
 
+def test_an_idle_leader_keeps_its_lease_however_long_it_may_sleep(redis, monkeypatch):
+    """A leader whose idle sleep outlasts its lease would lose it and win it again each time,
+    a new epoch each (a write, a line): it wakes to renew it in time."""
+    monkeypatch.setenv("CRAWL_SCHEDULER_IDLE_S", "5")
+    monkeypatch.setenv("CRAWL_LEADER_TTL_S", "1")
+    sched = scheduler.Scheduler()
+    thread = threading.Thread(target=sched.run, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: sched.epoch is not None, 5, "the scheduler to lead")
+        first = sched.epoch
+        time.sleep(3.5)
+        assert sched.epoch == first and leadership.leader() == sched.identity
+    finally:
+        sched.shutdown()
+        thread.join(10)
+
+
 def test_beat_maintenance_rides_out_a_database_outage(redis, caplog):
     from django.db import connection
 

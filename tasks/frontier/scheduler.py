@@ -169,7 +169,8 @@ class Scheduler:
             self._last_checkpoint = now
             for job in running:
                 jobs.checkpoint(job, "periodic")
-        pause = min([setting("SCHEDULER_IDLE_S"), *hints])
+        # the leader wakes to renew its lease before it runs out, however long it may idle
+        pause = min([setting("SCHEDULER_IDLE_S"), setting("LEADER_TTL_S") / 2, *hints])
         if running:
             pause = min(pause, max(0.0, self._last_sweep + sweep_every - now))
         return Pass(released, pause, timed=bool(hints) and pause >= min(hints))
