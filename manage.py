@@ -2,8 +2,24 @@
 """Django's command-line utility: ``python manage.py crawl URL`` runs a whole crawl."""
 
 import gc
+import json
 import os
 import sys
+import time
+import traceback
+from types import TracebackType
+
+
+def _uncaught_as_json(kind: type[BaseException], exc: BaseException,
+                      tb: TracebackType | None) -> None:  # fmt: skip
+    """Under ``LOG_FORMAT=json``, an error before logging is configured (settings that cannot
+    be read, say) is one JSON line too, as ``crawlplatform/logs.py`` writes them after."""
+    now = time.time()
+    line = {"timestamp": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now))
+            + f".{int(now * 1000) % 1000:03d}Z", "level": "CRITICAL", "logger": "uncaught",
+            "message": f"uncaught {kind.__name__}: {exc}", "process": "manage.py",
+            "pid": os.getpid(), "exc_info": "".join(traceback.format_exception(kind, exc, tb))}
+    sys.stderr.write(json.dumps(line) + "\n")
 
 
 def main() -> None:
@@ -12,6 +28,8 @@ def main() -> None:
     # It stays off until the command is loaded; then what exists is frozen (no later pass
     # walks it again) and collection resumes for what the command allocates.
     gc.disable()
+    if os.environ.get("LOG_FORMAT") == "json":  # until logging is configured (it replaces it)
+        sys.excepthook = _uncaught_as_json
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "crawlplatform.settings")
     from django.core.management import ManagementUtility
     from django.core.management.base import BaseCommand

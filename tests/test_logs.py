@@ -17,6 +17,7 @@ import sys
 import threading
 
 import pytest
+from django.conf import settings
 from django.http import HttpResponse
 from django.urls import resolve
 
@@ -207,6 +208,17 @@ def test_a_request_about_a_job_logs_with_the_job(monkeypatch, rf):
         response.close()
     logger.info("after")
     assert [line.get("crawl_job") for line in lines(out)] == [5, 5, 6, 6, 7, 7, None, None, None]
+
+
+@pytest.mark.parametrize("broken", [{"DATABASE_URL": "mysql://u@127.0.0.1/x"},
+                                    {"LOG_LEVEL": "LOUD"}], ids=["database", "level"])
+def test_settings_that_cannot_be_read_are_one_json_line_under_json(broken):
+    env = {**os.environ, "LOG_FORMAT": "json", **broken}
+    done = subprocess.run([sys.executable, "manage.py", "scheduler"], env=env, timeout=60,
+                          capture_output=True, text=True, cwd=settings.BASE_DIR)
+    assert done.returncode != 0
+    (line,) = [json.loads(line) for line in done.stderr.splitlines()]
+    assert line["level"] == "CRITICAL" and line["exc_info"].startswith("Traceback")
 
 
 def test_text_is_the_default_format_and_others_are_refused():
