@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import selectors
 import signal
 import stat
@@ -32,6 +33,13 @@ NAMES = {1: "stdout", 2: "stderr"}
 LEVELS = {"stdout": "INFO", "stderr": "WARNING"}
 # A line without its newline is passed on once it is this long (a writer that never ends one).
 MAX_LINE = 1 << 20
+# A pipe takes a write of up to PIPE_BUF bytes whole; a longer one, of a line several
+# processes write (a prefork pool's children share the pipe), another's write may cut into.
+# A writer sends such a line as pieces (``pieces``), each a line of its own written at once:
+# PIECE, the writer's pid, 1 on the last piece (else 0), the bytes; the relay puts a writer's
+# pieces together again (``Stream``).
+PIECE = b"\x1e"
+PIECE_BYTES = select.PIPE_BUF - 32
 # The pipe each relayed descriptor points to, as "device:inode", per descriptor: a process
 # that inherits them (a fork, a started program) sees that they are relayed already.
 MARK = "CRAWL_LOG_RELAY_{fd}"
@@ -41,6 +49,14 @@ def timestamp(created: float) -> str:
     """``2026-05-04T13:20:58.447Z``: ISO 8601 in UTC, to the millisecond (log lines' time)."""
     millis = int(created * 1000) % 1000
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created)) + f".{millis:03d}Z"
+
+
+def pieces(line: bytes) -> list[bytes]:
+    """``line`` (no newline) as the pieces a writer sends of it, each under PIPE_BUF bytes."""
+    head = PIECE + str(os.getpid()).encode()
+    cut = range(0, len(line), PIECE_BYTES)
+    return [head + (b":1:" if start + PIECE_BYTES >= len(line) else b":0:")
+            + line[start : start + PIECE_BYTES] + b"\n" for start in cut]  # fmt: skip
 
 
 def is_json_object(line: bytes) -> bool:
@@ -96,6 +112,7 @@ class Stream:
     def __init__(self, out: int, name: str, process: str) -> None:
         self.out, self.name, self.process = out, name, process
         self.pending = b""
+        self.pieces: dict[bytes, list[bytes]] = {}  # by writer: the pieces of its line so far
 
     def feed(self, chunk: bytes) -> None:
         data = self.pending + chunk
@@ -111,8 +128,28 @@ class Stream:
         if self.pending:
             self.write(self.pending)
             self.pending = b""
+        for parts in self.pieces.values():  # a writer that died midway: what it sent
+            self.write(b"".join(parts))
+        self.pieces.clear()
+
+    def joined(self, data: bytes) -> bytes:
+        """``data`` (whole lines) with each writer's pieces put together into its line, in
+        the place of its last piece; a line not yet whole waits for its next pieces."""
+        kept = []
+        for line in data.split(b"\n"):
+            writer, _, rest = line[1:].partition(b":")
+            last, _, rest = rest.partition(b":")
+            if not (line.startswith(PIECE) and writer.isdigit() and last in (b"0", b"1")):
+                kept.append(line)
+                continue
+            self.pieces.setdefault(writer, []).append(rest)
+            if last == b"1":
+                kept.append(b"".join(self.pieces.pop(writer)))
+        return b"\n".join(kept)
 
     def write(self, data: bytes) -> None:
+        if PIECE in data:
+            data = self.joined(data)
         out = memoryview(lines(data, self.name, self.process))
         while out:
             try:
@@ -142,6 +179,14 @@ def relay(streams: dict[int, Stream]) -> None:
 def _mark(fd: int) -> str:
     found = os.fstat(fd)
     return f"{found.st_dev}:{found.st_ino}"
+
+
+def to_relay(fd: int) -> bool:
+    """Whether ``fd`` goes to a relay (which puts pieces together)."""
+    try:
+        return os.environ.get(MARK.format(fd=fd)) == _mark(fd)
+    except OSError:
+        return False
 
 
 def relayed(fd: int) -> bool:

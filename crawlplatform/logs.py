@@ -180,7 +180,11 @@ class ConsoleHandler(logging.StreamHandler):
     raises "reentrant call" instead of writing. A handler that logs before it exits (Flower's
     on SIGTERM) then never exits, and the process runs on. A record logged while this thread
     is inside one of this handler's writes goes to the descriptor itself, past the held
-    buffer (after the lines already written, before the one being written)."""
+    buffer (after the lines already written, before the one being written).
+
+    A JSON line longer than a pipe takes whole goes to a relay in pieces (``logrelay.pieces``),
+    which it puts together: the children of a prefork pool write to one pipe, and one's long
+    line would otherwise be cut into by another's."""
 
     def __init__(self, stream: Any = None) -> None:
         super().__init__(stream)
@@ -192,9 +196,39 @@ class ConsoleHandler(logging.StreamHandler):
             return
         self._writing.now = True
         try:
-            super().emit(record)
+            if isinstance(self.formatter, JsonFormatter):
+                self._emit_json(record)
+            else:
+                super().emit(record)
         finally:
             self._writing.now = False
+
+    def _emit_json(self, record: logging.LogRecord) -> None:
+        try:
+            line = self.format(record)
+            if len(line) > logrelay.PIECE_BYTES // 4:
+                data = line.encode("utf-8", "replace")
+                fd = self._relay()
+                if len(data) > logrelay.PIECE_BYTES and fd is not None:
+                    self.flush()
+                    for piece in logrelay.pieces(data):
+                        while piece:
+                            piece = piece[os.write(fd, piece) :]
+                    return
+            self.stream.write(line + self.terminator)
+            self.flush()
+        except RecursionError:
+            raise
+        except Exception:  # noqa: BLE001 (logging's own way: handleError reports it)
+            self.handleError(record)
+
+    def _relay(self) -> int | None:
+        """The descriptor the stream writes to, if it goes to a relay."""
+        try:
+            fd = self.stream.fileno()
+        except (OSError, ValueError, AttributeError):  # not a file's stream, or closed
+            return None
+        return fd if logrelay.to_relay(fd) else None
 
     def _write_past_buffer(self, record: logging.LogRecord) -> None:
         try:

@@ -323,6 +323,39 @@ def test_warnings_uncaught_exceptions_and_raw_writes_are_one_json_object_each(
     assert len(lines) == 5
 
 
+FORKED_LONG_LINES = """
+import logging, os
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "crawlplatform.settings")
+import django
+django.setup()
+children = []
+for n in range(4):  # a prefork pool's children: one pipe to the relay between them
+    pid = os.fork()
+    if pid == 0:
+        for i in range(25):
+            logging.getLogger("long").warning("%d.%d %s", n, i, chr(97 + n) * (2500 * (i + 1)))
+        os._exit(0)
+    children.append(pid)
+for pid in children:
+    os.waitpid(pid, 0)
+"""
+
+
+def test_long_lines_of_processes_sharing_the_relays_pipe_stay_whole(worker_env, tmp_path):
+    program = tmp_path / "forked.py"
+    program.write_text(FORKED_LONG_LINES)
+    done = subprocess.run([sys.executable, str(program)], cwd=settings.BASE_DIR,
+                          env={**json_env(worker_env, tmp_path), "PYTHONPATH":
+                               str(settings.BASE_DIR)}, capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = records(done.stderr, "stderr")
+    assert len(lines) == 100 and {r["logger"] for r in lines} == {"long"}
+    for line in lines:
+        n, i = map(int, line["message"].split(" ", 1)[0].split("."))
+        assert line["message"].split(" ", 1)[1] == chr(97 + n) * (2500 * (i + 1))
+
+
 def test_text_logs_stay_as_they_were_for_a_person(worker_env, tmp_path):
     env = {k: v for k, v in json_env(worker_env, tmp_path).items() if k != "LOG_FORMAT"}
     done = crashes(env, tmp_path)
