@@ -255,6 +255,33 @@ def test_a_pages_reads_are_cached_for_stats_cache_s_and_a_read_outside_a_page_is
         assert collector.get_value("n") == 6
 
 
+def test_a_pages_reads_count_what_this_processs_pages_committed_at_once(db, monkeypatch):
+    """As Scrapy's one process sees its own counts: a callback that counts and reads back
+    sees each page before it, in its process, however fast they come."""
+    monkeypatch.setenv("CRAWL_STATS_CACHE_S", "3600")
+    job = jobs.create_job([], spider="counting")
+    collector, other = job_stats.JobStats(job.pk), job_stats.JobStats(job.pk)
+    seen = []
+    for n in range(3):
+        page = job_stats.Pending(job.pk)
+        with job_stats.bound(page):
+            collector.inc_value("n")
+            collector.max_value("most", n)
+            seen.append((collector.get_value("n"), collector.get_value("most")))
+        stat_rows.add(job.pk, page.rows())  # the page's commit
+        collector.committed(page)
+        if n == 0:
+            other.inc_value("n", 10)  # another worker's: seen when the rows are read again
+    assert seen == [(1, 0), (2, 1), (3, 2)]
+    cleared = job_stats.Pending(job.pk)
+    with job_stats.bound(cleared):
+        collector.clear_stats()
+        collector.inc_value("m")
+    collector.committed(cleared)
+    with job_stats.bound(job_stats.Pending(job.pk)):
+        assert (collector.get_value("n"), collector.get_value("m")) == (None, 1)
+
+
 def test_values_that_are_not_json_and_counts_that_are_not_numbers_are_refused(db, monkeypatch):
     monkeypatch.setenv("CRAWL_STATS_PAGE_MAX_NAMES", "2")
     job = jobs.create_job([], spider="counting")

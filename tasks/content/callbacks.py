@@ -57,7 +57,7 @@ from tasks.frontier.yields import (
     record_spider_failure,
     record_spider_page,
 )
-from web.models import CrawlJob
+from web.models import CrawlJob, URLState
 
 log = logging.getLogger(__name__)
 DEFAULT_CALLBACK = "_parse"  # a request naming none is called back as in Scrapy: parse, by default
@@ -384,15 +384,27 @@ def _store(claimed: Claim, cache: JobCache, resp: fetching.Response, spider: Spi
             return record_failure(claimed, failure)
         kept = [NewItem(*pipes.keep(item, response)) for item in yielded.items]
     if yielded.raised is not None:  # what it yielded before the raise, with the URL's failure
-        return with_retries(lambda: record_spider_failure(
+        state = with_retries(lambda: record_spider_failure(
             claimed, yielded.raised, new, kept, spider.name, yielded.closing, changed.rows()))
+        return _counted(spider, changed, state)
     title = page_title(response)[: setting("TITLE_MAX_CHARS", job)]
     page = pages.page_row(claimed, resp, title, {})
     state = with_retries(lambda: record_spider_page(claimed, page, new, kept, spider.name,
                                                     redirect, yielded.closing,
                                                     changed.rows()))  # fmt: skip
+    _counted(spider, changed, state)
     for request in new:  # in the frontier now: this process sends them no more
         cache.committed.put(request.key)
+    return state
+
+
+def _counted(spider: Spider, changed: stats.Pending, state: str) -> str:
+    """``state``, the URL's end that wrote what its page ``changed`` in the job's stats (one
+    skipped, as a redirect to a page seen, wrote none): this process's later reads count it at
+    once (``JobStats.committed``)."""
+    committed = getattr(spider.crawler.stats, "committed", None)
+    if committed is not None and state != URLState.SKIPPED:
+        committed(changed)
     return state
 
 
@@ -478,8 +490,8 @@ def _unhandled(claimed: Claim, outcome: outcomes.CrawlOutcome, spider: Spider,
     counted = changed.rows()
     if not counted:
         return _record_failed(claimed, outcome, reached)
-    return with_retries(lambda: record_spider_failure(claimed, outcome, [], [], spider.name,
-                                                      None, counted, reached))  # fmt: skip
+    return _counted(spider, changed, with_retries(lambda: record_spider_failure(
+        claimed, outcome, [], [], spider.name, None, counted, reached)))
 
 
 def _record_failed(claimed: Claim, outcome: outcomes.CrawlOutcome, reached: str | None) -> str:
@@ -541,6 +553,5 @@ def _errback(claimed: Claim, cache: JobCache, outcome: outcomes.CrawlOutcome, sp
             log.warning("job=%s url=%s: errback failed: %s", job.pk, claimed.url.url, exc)
             return _record_failed(claimed, outcome, reached)
         items = [NewItem(*pipes.keep(item, answer)) for item in yielded.items]
-    return with_retries(lambda: record_spider_failure(claimed, outcome, new, items, spider.name,
-                                                      yielded.closing, changed.rows(),
-                                                      reached))  # fmt: skip
+    return _counted(spider, changed, with_retries(lambda: record_spider_failure(
+        claimed, outcome, new, items, spider.name, yielded.closing, changed.rows(), reached)))

@@ -13,9 +13,9 @@ pipelines and extensions, their signal handlers) commits on its own when that st
 
 A read in a page (``get_value``, ``get_stats``) is the job's aggregate as this process last
 read it, at most ``STATS_CACHE_S`` old, or 1 / ``STATS_READ_SHARE`` times what that read took
-when that is longer (a read is a pass over the job's rows) — the pages other workers, and this
-one, committed since are not in it — with the page's own changes on top; a read outside a
-page reads the database.
+when that is longer (a read is a pass over the job's rows) — the pages other workers committed
+since are not in it, those of this process are (``committed``) — with the page's own changes
+on top; a read outside a page reads the database.
 Scrapy's built-in stats (``item_scraped_count``, ``finish_reason``, ...) are computed from the
 job's tables when asked for, never written. Values are kept as JSON: a date comes back as its
 ISO text, a set as a list.
@@ -27,6 +27,7 @@ import datetime
 import decimal
 import json
 import logging
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -119,6 +120,22 @@ class JobStats(StatsCollector):
         super().__init__()
         self.job_id = job_id
         self._read: dict[str, tuple[float, Any]] = {}  # "rows"/"builtin": (when, what)
+        self._folding = threading.Lock()  # the worker's threads add their pages' changes
+
+    def committed(self, pending: Pending) -> None:
+        """A page of this process committed ``pending``: its later pages' reads count it at
+        once, as Scrapy's one process sees its own counts (other workers' when the rows are
+        next read)."""
+        with self._folding:
+            kept = self._read.get("rows")
+            if kept is None or not pending.changes and not pending.cleared:
+                return
+            groups = {} if pending.cleared else {k: dict(v) for k, v in kept[1].items()}
+            for name, changes in pending.changes.items():
+                into = groups.setdefault(name, {})
+                for kind, value in changes.items():
+                    rows.merge(into, kind, value)
+            self._read["rows"] = (kept[0], groups)
 
     # Reads -----------------------------------------------------------------------------
 
