@@ -26,6 +26,7 @@ import logging
 import logging.config
 import math
 import os
+import re
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -128,6 +129,8 @@ class TextFormatter(logging.Formatter):
         return super().formatMessage(record)
 
 
+# A request about one job (the API's and the dashboard's), as its path says it.
+JOB_PATH = re.compile(r"/(?:api|dashboard)/jobs/(\d+)(?:/|$)")
 # Fields of gunicorn's access line (its atoms) that a JSON line names.
 ACCESS_FIELDS = {"h": "remote", "m": "method", "U": "path", "q": "query", "s": "status",
                  "B": "bytes", "M": "duration_ms", "a": "user_agent"}  # fmt: skip
@@ -162,6 +165,9 @@ class JsonFormatter(_JsonFormatter):
                 value = dict.get(record.args, atom)
                 if value not in (None, "", "-"):
                     log_data[field] = int(value) if field == "status" else value
+            about = JOB_PATH.match(str(log_data.get("path", "")))
+            if about is not None:  # written once the request is over: its path says its job
+                log_data.setdefault("crawl_job", int(about.group(1)))
         for field in ("message", "exc_info"):
             value = log_data.get(field)
             if isinstance(value, str) and len(value) > FIELD_MAX_CHARS:

@@ -181,6 +181,7 @@ def test_gunicorn_writes_its_access_and_error_lines_as_json(worker_env, tmp_path
             return False
 
     wait_for(answers, 60, "gunicorn to answer")
+    requests.get(f"http://127.0.0.1:{port}/api/jobs/12345/urls/", timeout=10)
     lines = stopped(gunicorn, tmp_path / "gunicorn")
     access = [r for r in lines if r["logger"] == "gunicorn.access"]
     assert access and access[0] == access[0] | {
@@ -188,6 +189,8 @@ def test_gunicorn_writes_its_access_and_error_lines_as_json(worker_env, tmp_path
         "remote": "127.0.0.1"}  # fmt: skip
     assert '"GET /livez?from=test HTTP/1.1" 200' in access[0]["message"]
     assert "duration_ms" in access[0]
+    (about,) = [r for r in access if r["path"] == "/api/jobs/12345/urls/"]
+    assert about["crawl_job"] == 12345  # written once the request is over: by its path
     assert any(r["logger"] == "gunicorn.error" and "Booting worker" in r["message"] for r in lines)
 
 
