@@ -44,8 +44,9 @@ class PlatformCommand(BaseCommand):
 
 class Say:
     """A message for the person who ran the command: written on ``out`` as it is, or, when
-    the process logs JSON, logged at INFO on ``log`` with ``fields`` (a blank one is
-    dropped): then a command writes nothing but JSON lines on standard error."""
+    the process logs JSON, logged on ``log`` with ``fields`` (a blank one is dropped), at INFO,
+    or at WARNING for a text that says it is a warning: then a command writes nothing but
+    JSON lines on standard error."""
 
     def __init__(self, out: OutputWrapper, log: logging.Logger) -> None:
         self.out, self.log = out, log
@@ -60,4 +61,5 @@ class Say:
         if not self.logged:
             self.out.write(text, ending=ending)
         elif text.strip():
-            self.log.info(text.strip(), extra=fields)
+            level = logging.WARNING if text.lstrip().startswith("warning:") else logging.INFO
+            self.log.log(level, text.strip(), extra=fields)
