@@ -255,3 +255,18 @@ def test_a_workers_json_lines_name_the_job_url_worker_channel_and_version(
     assert outcome["worker"].startswith("worker1@")
     assert (outcome["channel"], outcome["version"]) == ("main", "4.5.6")
     assert all(r["worker"] == outcome["worker"] for r in records if "crawl_job" in r)
+
+
+def test_what_a_command_says_is_a_line_at_info_and_a_warning_at_warning(caplog):
+    from django.core.management.base import OutputWrapper
+
+    from web.management.base import Say
+
+    say = Say(OutputWrapper(io.StringIO()), logging.getLogger("tests.say"))
+    say.logged = True  # as under LOG_FORMAT=json
+    with caplog.at_level(logging.INFO, logger="tests.say"):
+        say("job 3 started", crawl_job=3)
+        say("warning: --render auto: no page is rendered: no Chromium")
+    assert [(r.levelname, r.message) for r in caplog.records] == [
+        ("INFO", "job 3 started"),
+        ("WARNING", "warning: --render auto: no page is rendered: no Chromium")]
