@@ -224,6 +224,7 @@ def test_spiders_lists_what_is_installed_and_what_cannot_be_loaded(worker_env):
         "unfollowed\ttests.spiders.redirects.Unfollowed",
         "unkeepable\ttests.spiders.shop.UnkeepableSpider",
         "unreached\ttests.spiders.redirects.Unreached",
+        "unredirected\ttests.spiders.redirects.Unredirected",
         "updating\ttests.spiders.pages.Updating",
     ]
     assert "cannot load tests.spiders.broken: ModuleNotFoundError" in done.stderr

@@ -589,6 +589,21 @@ def test_redirects_a_request_keeps_are_its_answer_as_under_scrapy(installed):
     assert ends[site.url("/s/302")] == "http_3xx"  # no Location, no errback: no callback
 
 
+def test_a_spider_with_scrapys_redirect_and_retry_middlewares_off_follows_and_retries_none(
+    installed
+):
+    with Redirecting() as site:
+        job = jobs.create_job([], spider="unredirected", spider_args={"base": site.base})
+        jobs.start(job)
+        job.refresh_from_db()
+        run_job(job)
+    assert job.settings["RETRY_MAX_ATTEMPTS"] == 1  # RETRY_ENABLED off wins over RETRY_TIMES
+    items = sorted((i["url"].removeprefix(site.base), i["status"], i.get("location"),
+                    i.get("http_error")) for i in kept(job))  # fmt: skip
+    assert items == [("/r/a", 301, None, True), ("/r/g", 302, "/t/7", None)]
+    assert not [path for path in site.asked if path.startswith("/t")]
+
+
 def test_requests_beyond_the_domains_go_where_scrapys_offsite_filter_lets_them(installed):
     """``dont_filter`` and ``allow_offsite`` requests reach another host, and their redirects
     there; the others are left out (Scrapy 2.19 fetches the same pages). The job's patterns

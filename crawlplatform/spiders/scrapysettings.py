@@ -56,7 +56,7 @@ def _scrapys(path: str) -> bool:
     return path.startswith("scrapy.")
 
 
-def _on(value: Any) -> bool:
+def on(value: Any) -> bool:
     """As Scrapy's ``getbool`` reads it."""
     return str(value).lower() in ("true", "1")
 
@@ -69,8 +69,8 @@ SET = "set"
 _WHEN: dict[str, Callable[[Any], bool]] = {
     ANY: lambda value: True,
     SET: bool,
-    "on": _on,
-    "off": lambda value: not _on(value),
+    "on": on,
+    "off": lambda value: not on(value),
     "naming a Scrapy class": lambda value: any(map(_scrapys, _paths(value))),
     "the spider's own classes": lambda value: not any(map(_scrapys, _paths(value))),
     "naming a class of the spider's own": lambda value: not all(map(_scrapys, _paths(value))),
@@ -161,8 +161,9 @@ SETTINGS: tuple[Setting, ...] = (
     _row("RETRY_ENABLED DOWNLOAD_FAIL_ON_DATALOSS", "on", MAPPED,
          "a failed fetch, a body cut short included, is retried with backoff up to "
          "RETRY_MAX_ATTEMPTS, then fails its URL", "the platform's retries"),
-    _row("RETRY_ENABLED", "off", REFUSED, "the platform retries failed fetches: RETRY_TIMES 0 "
-         "turns that off for the job, and meta dont_retry for one request"),
+    _row("RETRY_ENABLED", "off", MAPPED, "a failed fetch fails its URL at once, as with "
+         "RETRY_TIMES 0 (what the platform did, a lost worker, is retried still)",
+         "RETRY_MAX_ATTEMPTS 1"),
     _row("DOWNLOAD_FAIL_ON_DATALOSS", "off", REFUSED, "a body cut short is retried and then "
          "fails its URL (ResponseDataLossError), and never goes to a callback in part"),
     _row("RETRY_HTTP_CODES RETRY_EXCEPTIONS", SET, REFUSED,
@@ -172,9 +173,11 @@ SETTINGS: tuple[Setting, ...] = (
     _row("REDIRECT_ENABLED METAREFRESH_ENABLED", "on", MAPPED,
          "the platform follows redirects and meta refreshes as Scrapy's middlewares do",
          "the platform's redirects"),
-    _row("REDIRECT_ENABLED METAREFRESH_ENABLED", "off", REFUSED,
-         "the platform follows redirects and meta refreshes: a request whose answer must stay "
-         "as it came sets meta dont_redirect"),
+    _row("REDIRECT_ENABLED", "off", MAPPED, "no redirect is followed: every request is sent "
+         "as with meta dont_redirect, its 3xx answer an HTTP error unless it takes the status",
+         "dont_redirect on every request"),
+    _row("METAREFRESH_ENABLED", "off", MAPPED, "no meta refresh is followed: the page goes to "
+         "its callback", "no meta refresh followed"),
     _row("METAREFRESH_MAXDELAY METAREFRESH_IGNORE_TAGS", ANY, REFUSED,
          "a meta refresh is followed as Scrapy's defaults have it, within 100 seconds and "
          "outside noscript, and meta dont_redirect keeps a page as it came"),

@@ -12,6 +12,7 @@ from collections.abc import Collection
 from typing import Any, NamedTuple
 
 from crawlplatform.spiders import Spider
+from crawlplatform.spiders.scrapysettings import on
 from tasks.content import spiders
 from tasks.fetch import fetching, outcomes
 from web.models import CrawlJob
@@ -53,8 +54,9 @@ class Takes(NamedTuple):
 def takes(job: CrawlJob, kept: dict | None) -> Takes:
     """What the request's callback takes (one look at the spider's class per fetch). The
     redirects are kept as Scrapy's ``RedirectMiddleware`` decides: all of them with
-    ``dont_redirect`` or ``handle_httpstatus_all`` in its ``meta``, else those in the
-    request's or the spider's ``handle_httpstatus_list``."""
+    ``dont_redirect`` or ``handle_httpstatus_all`` in its ``meta`` (or ``REDIRECT_ENABLED``
+    off in the spider's ``custom_settings``), else those in the request's or the spider's
+    ``handle_httpstatus_list``."""
     kept = kept or {}
     try:
         cls = spiders.load(job.spider)
@@ -63,7 +65,8 @@ def takes(job: CrawlJob, kept: dict | None) -> Takes:
     taken = _taken(cls, kept, quiet=True)
     errors = taken is None or bool(taken)
     meta = kept.get("meta") or {}
-    if meta.get("dont_redirect") or meta.get("handle_httpstatus_all"):
+    unfollowing = not on((cls.custom_settings or {}).get("REDIRECT_ENABLED", True))
+    if unfollowing or meta.get("dont_redirect") or meta.get("handle_httpstatus_all"):
         return Takes(errors, REDIRECTS, taken)
     asked = _statuses(meta.get("handle_httpstatus_list", ()), "", quiet=True)
     own = _statuses(getattr(cls, "handle_httpstatus_list", None) or (), "", quiet=True)

@@ -34,6 +34,7 @@ from lxml import etree
 
 from crawlplatform.spiders import CloseSpider, Failure, Request, Response, Spider, loop
 from crawlplatform.spiders.responsetypes import class_for
+from crawlplatform.spiders.scrapysettings import on
 from tasks.content import answers, pages, pipelines, refresh, rows, spiders, stats
 from tasks.content import items as itempipes
 from tasks.content.links import JobCache, in_scope
@@ -364,8 +365,9 @@ def _store(claimed: Claim, cache: JobCache, resp: fetching.Response, spider: Spi
                            rows.started(claimed.url.depth, claimed.url.request))  # fmt: skip
     with stats.bound(stats.Pending(job.pk)) as changed:  # committed with the page, or never
         try:
-            refreshed = refresh.meta_refresh(response, response.request,
-                                             setting("FETCH_MAX_REDIRECTS", job))  # fmt: skip
+            refreshed = refresh.meta_refresh(
+                response, response.request, setting("FETCH_MAX_REDIRECTS", job),
+                on((spider.custom_settings or {}).get("METAREFRESH_ENABLED", True)))
             if refreshed is not None:  # as a redirect: no callback on this page
                 yielded = Yielded([], [refreshed])
             else:

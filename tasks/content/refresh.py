@@ -24,14 +24,16 @@ def _may_refresh(body: bytes) -> bool:
     return b"refresh" in body[:_REFRESH_WITHIN].lower()
 
 
-def meta_refresh(response: Response, request: Request, max_redirects: int) -> Request | None:
+def meta_refresh(response: Response, request: Request, max_redirects: int,
+                 enabled: bool = True) -> Request | None:  # fmt: skip
     """The request a page's ``<meta http-equiv="refresh">`` sends it on to, as Scrapy's
     ``MetaRefreshMiddleware`` makes it: an HTML answer to a request that is no HEAD and not
     ``dont_redirect``, refreshing within 100 s to an http(s) URL (in the first 4096
     characters, outside ``<noscript>``); a GET of the same callback, ``redirect_urls`` and
     ``redirect_times`` in its ``meta``, at most ``max_redirects`` in a row. None: the page
-    is the callback's."""
-    if (request.method == "HEAD" or request.meta.get("dont_redirect")
+    is the callback's; so it is when the spider's ``METAREFRESH_ENABLED`` is off
+    (``enabled``)."""
+    if (not enabled or request.method == "HEAD" or request.meta.get("dont_redirect")
             or not isinstance(response, HtmlResponse)
             or not _may_refresh(response.body)):  # fmt: skip
         return None

@@ -243,7 +243,8 @@ SCRAPY_SETTINGS: dict[str, tuple[str, Any, Any]] = {
 # those its feeds are written by (checked where the job starts: tasks/content/feeds.py).
 READ_BY_THE_SPIDER = frozenset({"ITEM_PIPELINES", "EXTENSIONS", "HTTPERROR_ALLOWED_CODES",
                                 "HTTPERROR_ALLOW_ALL", "DOWNLOAD_WARNSIZE",
-                                "CRAWLSPIDER_FOLLOW_LINKS", *feeds.SETTINGS})  # fmt: skip
+                                "CRAWLSPIDER_FOLLOW_LINKS", "REDIRECT_ENABLED",
+                                "METAREFRESH_ENABLED", *feeds.SETTINGS})  # fmt: skip
 
 
 def _own(name: str, known: list[str]) -> bool:
@@ -276,7 +277,7 @@ def custom_settings(spider_cls: type[Spider]) -> Custom:
         if row is not None and row.verdict == REFUSED:
             problems.append(f"{name}: {row.why}")
             continue
-        if name in READ_BY_THE_SPIDER:
+        if name in READ_BY_THE_SPIDER or name == "RETRY_ENABLED":  # the latter: below
             continue
         target = SCRAPY_FIELDS.get(name) or SCRAPY_SETTINGS.get(name)
         platforms_way = name in scrapysettings.NAMES and (row is None or row.verdict == MAPPED)
@@ -300,6 +301,8 @@ def custom_settings(spider_cls: type[Spider]) -> Custom:
             problems.append(f"{name}: {value!r} cannot be taken")
             continue
         (fields if name in SCRAPY_FIELDS else settings)[target[0]] = converted
+    if not scrapysettings.on((spider_cls.custom_settings or {}).get("RETRY_ENABLED", True)):
+        settings["RETRY_MAX_ATTEMPTS"] = 1  # whatever RETRY_TIMES says, as Scrapy's
     # Unset, DEFAULT_REQUEST_HEADERS is Scrapy's own, which its DefaultHeadersMiddleware sends.
     fields.setdefault("headers", dict(DEFAULTS["DEFAULT_REQUEST_HEADERS"]))
     return Custom(settings, fields, problems)

@@ -145,6 +145,20 @@ class Unfollowed(Spider):
                "raised": type(failure.value).__name__}  # fmt: skip
 
 
+class Unredirected(Unfollowed):
+    """``Unfollowed`` with Scrapy's redirect, meta refresh and retry middlewares off: no
+    redirect is followed (its 3xx answers are HTTP errors), nothing is retried."""
+
+    name = "unredirected"
+    handle_httpstatus_list = []
+    custom_settings = {"REDIRECT_ENABLED": False, "METAREFRESH_ENABLED": False,
+                       "RETRY_ENABLED": False, "RETRY_TIMES": 5}  # fmt: skip
+
+    def start_requests(self):
+        yield Request(self.base + "/r/a", errback=self.failed)  # a 301
+        yield Request(self.base + "/r/g", meta={"handle_httpstatus_list": [302]})
+
+
 class Unreached(Spider):
     """Requests that end before any answer, each seen by its errback as under Scrapy:
     robots.txt forbids them (``IgnoreRequest``), or their host refuses connections (the
