@@ -93,12 +93,20 @@ BAN_PATIENCE_S = 300.0  # seconds
 PROXY_FAILURES = 3  # bans or connection errors in a row (any host) that send a proxy to rest
 BAN_MARKERS = (  # body markers of a CAPTCHA or challenge page (comma-separated, any case)
     "g-recaptcha,grecaptcha,h-captcha,hcaptcha.com,cf-turnstile,challenges.cloudflare.com,"
-    "cf-chl-,cf_chl_,verify you are human,are you a robot,unusual traffic from your"
+    "cf-chl-,cf_chl_,verify you are human,are you a robot,unusual traffic from your,"
+    "confirm you are a human,confirm you are human,pardon our interruption,"
+    "access to this page has been denied,px-captcha,captcha-delivery.com,"
+    "incapsula incident id,_incapsula_resource,checking your browser before accessing"
 )
-BAN_URL_MARKERS = "/captcha,/challenge,cdn-cgi/challenge-platform,/blocked"  # in a final URL
+BAN_URL_MARKERS = (  # in a final URL (comma-separated, any case)
+    "/captcha,/challenge,cdn-cgi/challenge-platform,/blocked,/are-you-human,/px-captcha,"
+    "/_incapsula_resource"
+)
 BAN_WORDS = (  # phrases of a tiny block page (comma-separated, any case)
     "access denied,been blocked,request blocked,forbidden,not allowed to access,"
-    "automated requests,automated access,unusual activity"
+    "automated requests,automated access,unusual activity,rate limited,rate limit exceeded,"
+    "too many requests,requests too quickly,request unsuccessful,temporarily blocked,"
+    "are you a human,are you human"
 )
 BAN_TINY_MAX_BYTES = 16 << 10  # a 2xx page below this size that speaks of a block (BAN_WORDS) ...
 BAN_TEXT_MAX_CHARS = 500  # ... is a block page if its visible text is this short, its title or

@@ -286,6 +286,8 @@ def _process_claimed(
     outcome = gates.classify(claimed, cache, host, passage.slot, fetched, banned)
     sessions.save(job.pk, host, passage.who.key, session.jar, session.visitor.set_cookies)
     if banned is not None:
+        if not rendering and antibot.passes_in_a_browser(job, banned):
+            return antibot.hand_to_render(claimed)  # a JavaScript challenge: a browser passes it
         if (state := refusals.judge(claimed, cache, host, passage, session, banned)) is not None:
             return state  # the identity's refusal (or a warm-up first): it waits, attempt kept
     else:

@@ -5,8 +5,10 @@ cookie, answers some URLs with a CAPTCHA, and builds a section with JavaScript
 
 from __future__ import annotations
 
+import email.utils
 import json
 import re
+import time
 from http.server import BaseHTTPRequestHandler
 
 import pytest
@@ -326,3 +328,74 @@ def test_the_page_asked_nearby_is_one_let_in_by_a_get_a_recrawls_304_included(re
     assert nearest() == "http://s.test/shop/a"  # unchanged in a recrawl: let in
     FrontierURL.objects.filter(pk=made["/shop/a"].pk).update(state="failed")
     assert nearest() == "http://s.test/"  # none let in: the home page
+
+
+def test_a_section_refused_for_longer_than_the_patience_ends_alone(redis, tmp_path):
+    """A 429 whose ``Retry-After`` (a date or seconds) outlasts ``BAN_PATIENCE_S`` on one
+    section, while the rest of the host answers: the identity is let in nearby, so each URL of
+    that section ends banned on its own and the rest of the host is crawled at once."""
+    later = email.utils.formatdate(time.time() + 3600, usegmt=True)
+
+    class Archive(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            if self.path.startswith("/archive/"):
+                wait = later if self.path.endswith("/0") else "3600"
+                send(self, 429, {"Retry-After": wait}, b"<html><body>Slow down</body></html>")
+                return
+            links = [f"/archive/{i}" for i in range(4)] + [f"/p/{i}" for i in range(60)]
+            body = "".join(f'<a href="{href}">{href}</a>' for href in links)
+            send(self, 200, {}, f"<html><body>{self.path} {body}</body></html>".encode())
+
+        def log_message(self, *args) -> None:
+            pass
+
+    with LocalSite(Archive) as site:
+        job, took = crawl_to_end(site.url("/"), tmp_path, {}, timeout=60, max_depth=2,
+                                 delay=0.1, settings={**PATIENT, "BAN_PATIENCE_S": 300.0})
+    rows = dict(FrontierURL.objects.filter(job=job).values_list("url", "state"))
+    assert {u for u, s in rows.items() if s == "done"} == {
+        site.url("/"), *(site.url(f"/p/{i}") for i in range(60))}
+    archive = FrontierURL.objects.filter(job=job, url__contains="/archive/")
+    assert set(archive.values_list("state", "error_reason")) == {("needs_review", "banned")}
+    assert all("while its identity is let in nearby" in m
+               for m in archive.values_list("error_message", flat=True))
+    assert took < 30, took
+
+
+@pytest.mark.parametrize("status", [200, 503])
+def test_a_javascript_challenge_is_passed_by_the_browser_whatever_its_status(
+    worker_env, tmp_path, crawl_command, status
+):
+    """Every page answers a challenge whose script sets a cookie and reloads, until the
+    cookie comes back: ``--render auto`` hands it to Chromium at once (a 503 too, which a
+    plain fetch would take for the page's own error), and plain fetches carry the cookie
+    after."""
+    if render.unavailable():
+        pytest.skip(f"no browser here: {render.unavailable()}")
+    challenge = (b"<html><head><title>Just a moment...</title><script>document.cookie="
+                 b"'jc=ok; path=/';setTimeout(function(){location.reload()}, 200);</script>"
+                 b"</head><body><p>One moment.</p></body></html>")  # fmt: skip
+
+    class Challenged(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            links = "".join(f'<a href="/p/{i}">{i}</a>' for i in range(8))
+            if self.path == "/robots.txt":
+                send(self, 404, {}, b"")
+            elif "jc=ok" not in self.headers.get("Cookie", ""):
+                send(self, status, {}, challenge)
+            else:
+                send(self, 200, {}, f"<html><body>{self.path} {links}</body></html>".encode())
+
+        def log_message(self, *args) -> None:
+            pass
+
+    out = tmp_path / "out.jsonl"
+    with LocalSite(Challenged) as site:
+        proc = crawl_command(worker_env, site.url("/"), "--render", "auto", "--max-depth", "2",
+                             "--concurrency", "2", "--output", str(out))  # fmt: skip
+        stdout, stderr = proc.communicate(timeout=180)
+    assert proc.returncode == 0, stderr[-3000:]
+    rows = {r["url"]: r for r in map(json.loads, out.read_text().splitlines())}
+    assert {u for u, r in rows.items() if r["error"] is None} == {
+        site.url("/"), *(site.url(f"/p/{i}") for i in range(8))}, [
+            (u, r["error"]) for u, r in rows.items()]

@@ -44,8 +44,29 @@ def usual_size(redis):
             "redirected to a challenge",
         ),
         (200, "/p/1", b"<h1>Access denied</h1>", "block page ('access denied'"),
+        # the vendors' block pages: Distil, PerimeterX, DataDome, Imperva
+        (200, "/p/1", b"<h1>Pardon Our Interruption</h1><p>As you were browsing...</p>",
+         "challenge: pardon our interruption"),
+        (200, "/p/1", b"<h1>Access to this page has been denied.</h1><div id='px-captcha'>",
+         "challenge: access to this page has been denied"),
+        (403, "/p/1", b"<script src='https://ct.captcha-delivery.com/c.js'></script>",
+         "challenge: captcha-delivery.com"),
+        (200, "/p/1", b"<p>Request unsuccessful. Incapsula incident ID: 1-2</p>",
+         "challenge: incapsula incident id"),
+        (200, "/are-you-human?return=/p/1", b"<p>One moment</p>", "redirected to a challenge"),
+        (200, "/p/1", b'{"error": "rate limited"}', "block page ('rate limited'"),
+        (200, "/p/1", b"<p>You are making requests too quickly.</p>",
+         "block page ('requests too quickly'"),
+        (200, "/p/1", b"<html><body><noscript>Please enable JavaScript to view the page."
+         b"</noscript></body></html>", "block page (a <noscript> notice and nothing else"),
+        # a JavaScript challenge, whatever its status: a browser passes it
+        (503, "/p/1", b"<html><head><title>Just a moment...</title><script>document.cookie="
+         b"'jc=ok; path=/';setTimeout(function(){location.reload()}, 300);</script></head>"
+         b"<body><p>One moment.</p></body></html>", "challenge: a page whose script sets"),
+        (200, "/p/1", b"<script>document.cookie = 'v=1'; window.location.href = '/p/1';"
+         b"</script>", "challenge: a page whose script sets"),
     ],
-)
+)  # fmt: skip
 def test_block_pages_are_recognised(status, url, body, why):
     assert bans.detect(JOB, HOST, status, f"http://{HOST}{url}", body).startswith(why)
 
@@ -57,8 +78,14 @@ def test_block_pages_are_recognised(status, url, body, why):
         (200, b"<p>Robots and their history</p>" * 3000),  # words, but not a tiny page
         (503, b"maintenance"),
         (200, b"<p>Blocked drains? Call us.</p>"),  # tiny, but of a host whose size is unknown
+        # a single-page application's shell: a notice, and the script that shows the rest
+        (200, b"<html><body><div id=root></div><noscript>Enable JavaScript.</noscript>"
+              b"<script src=/app.js></script></body></html>"),
+        # a page of its own that sets a cookie by script, and says something
+        (200, PAGE.replace(b"</body>", b"<script>document.cookie='seen=1';location.hash='#a';"
+                                       b"</script></body>")),
     ],
-)
+)  # fmt: skip
 def test_ordinary_answers_are_not_bans(status, body):
     host = HOST if b"drains" not in body else "other.test"
     assert bans.detect(JOB, host, status, f"http://{host}/p/1", body) == ""
@@ -98,6 +125,14 @@ def test_a_soft_block_is_told_from_content_whatever_this_process_has_learnt(host
 def test_a_page_that_speaks_of_blocks_among_much_else_is_content():
     article = TEMPLATE % (b"Plumbing", b"<p>Blocked drains? Request blocked pipes cleared.</p>")
     assert bans.detect(JOB, "new.test", 200, "http://new.test/p/1", article) == ""
+
+
+def test_only_a_javascript_challenge_goes_to_a_browser():
+    challenge = (b"<script>document.cookie='jc=ok';location.reload();</script>"
+                 b"<p>Checking your browser</p>")  # fmt: skip
+    assert bans.script_challenge(JOB, challenge)
+    assert not bans.script_challenge(JOB, b'<div class="g-recaptcha"></div>')  # a person's
+    assert not bans.script_challenge(JOB, PAGE)
 
 
 def test_the_usual_size_one_process_learnt_is_known_to_the_others(redis):

@@ -60,6 +60,15 @@ def wants_render(job: CrawlJob, level: int, rendering: bool) -> bool:
     return job.render == "always" or level >= ladder.RENDER
 
 
+def passes_in_a_browser(job: CrawlJob, banned: outcomes.Banned) -> bool:
+    """A JavaScript challenge (``bans.script_challenge``: a page whose script sets a cookie
+    and reloads, whatever its status) on a job that renders where needed (``--render auto``):
+    its URL goes to a render worker, as a page whose content comes from JavaScript does,
+    rather than wait for the ladder to climb to rendering one ban at a time."""
+    return (job.render == "auto" and may_render(job)
+            and bans.script_challenge(job, banned.body or b""))  # fmt: skip
+
+
 def render_elsewhere(
     claimed: Claim, host: str, slot: politeness.Slot, rendering: bool
 ) -> str | None:

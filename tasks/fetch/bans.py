@@ -9,9 +9,13 @@ A site that refuses a crawler rarely says so with a clean status code. Signs, in
   Cloudflare Turnstile and challenge pages, "verify you are human", and the job's own list
   (``BAN_MARKERS``, comma-separated, case-insensitive);
 * a redirect that ended on a challenge page (``BAN_URL_MARKERS`` in the final URL);
+* a JavaScript challenge, whatever the status (a 503 too): a small page that says next to
+  nothing and whose script sets a cookie and loads the page again;
 * a 403; a 429, with or without ``Retry-After`` (a refusal of this visitor for a while: how
   long, when it says); a 503 that says when to come back (a plain 503 may be the page's own
   trouble: ``tasks/fetch/refusals.py`` asks the host another page before it decides);
+* a 2xx page under ``BAN_TINY_MAX_BYTES`` whose only words are a ``<noscript>`` notice, with
+  no script to show anything else (a placeholder a site answers instead of its pages);
 * a *soft block*: a 2xx page under ``BAN_TINY_MAX_BYTES`` that speaks of being blocked
   (``BAN_WORDS``) and is nothing else: its visible text is under ``BAN_TEXT_MAX_CHARS``, or
   its title or a main heading (``h1``) says it, or it is under ``BAN_TINY_RATIO`` of the
@@ -122,6 +126,8 @@ def challenge(
     ('' if it is not); ``job`` may be None (the platform's markers). ``retry_after``: the
     answer's ``Retry-After`` in seconds, if it had one."""
     head = body[: setting("BAN_SCAN_BYTES")].lower()
+    if _script_challenge(job, head):
+        return "challenge: a page whose script sets a cookie and reloads"
     marker = _first_term(setting("BAN_MARKERS", job), head)
     if marker:
         return f"challenge: {marker.decode()}"
@@ -140,15 +146,40 @@ def challenge(
     return ""
 
 
+_SETS_COOKIE = re.compile(rb"document\.cookie\s*=")
+_RELOADS = re.compile(rb"location\.(?:reload|replace|assign)\s*\(|location(?:\.href)?\s*=[^=]")
+
+
+def script_challenge(job, body: bytes) -> bool:
+    """Is ``body`` a JavaScript challenge, which a browser passes (``_script_challenge``)?"""
+    return _script_challenge(job, body[: setting("BAN_SCAN_BYTES")].lower())
+
+
+def _script_challenge(job, lowered: bytes) -> bool:
+    """A JavaScript challenge, whatever its status: a small page that says next to nothing
+    and whose script sets a cookie and loads the page again (a browser passes it, a plain
+    fetch never does)."""
+    return (b"<script" in lowered and len(lowered) < setting("BAN_TINY_MAX_BYTES", job)
+            and _SETS_COOKIE.search(lowered) is not None and _RELOADS.search(lowered) is not None
+            and len(visible_text(lowered)) <= setting("BAN_TEXT_MAX_CHARS", job))  # fmt: skip
+
+
 def visible_text(body: bytes) -> bytes:
     """What a person reads of an HTML body: no tags, scripts or styles, spaces collapsed."""
     return _SPACE.sub(b" ", _TAG.sub(b" ", _SCRIPT_OR_STYLE.sub(b" ", body))).strip()
+
+
+_NOSCRIPT = re.compile(rb"<noscript\b.*?</noscript\s*>", re.S | re.I)
 
 
 def soft_block(job, host: str, status: int, body: bytes) -> str:
     """Why a 2xx answer is a block page that looks like content ('' if it is not)."""
     if not 200 <= status < 300 or len(body) >= setting("BAN_TINY_MAX_BYTES", job):
         return ""
+    lowered = body.lower()
+    if b"<noscript" in lowered and b"<script" not in lowered and not visible_text(
+            _NOSCRIPT.sub(b" ", body)):  # fmt: skip
+        return f"block page (a <noscript> notice and nothing else in {len(body)} bytes)"
     words = setting("BAN_WORDS", job)
     word = _first_term(words, body.lower())
     if not word:

@@ -20,10 +20,13 @@ a plain 503 may be one too), the refusal is one of two things:
 
 How they are told apart: a refusal that matches the challenge the URL's last attempt met,
 when that was found to be the page's, is the page's again; a 429, or a 503 that says when to
-come back, is the identity's; so is any refusal of an identity already parked (a request of
-it in flight when it was banned). Otherwise the identity asks at once for the page of the
-host nearest to the URL that was let in before (its neighbour in the frontier's order: the
-same section, where a site bans by section; the home page where none was yet): answered
+come back, is the identity's, unless what it says outlasts ``BAN_PATIENCE_S`` and the identity
+is let in nearby (below): a section refused for longer than the crawl waits, whose URL then
+ends banned alone while the rest of the host goes on; so is any refusal of an identity
+already parked (a request of it in flight when it was banned). Otherwise the identity asks at
+once for the page of the host nearest to the URL that was let in before (its neighbour in the
+frontier's order: the same section, where a site bans by section; the home page where none
+was yet): answered
 (a page, or an error answer such as a 404), the refusal was the page's; refused too (a
 block page, a reset, a 502 or 503, no answer at all), the identity's. A connection reset,
 or a 502 or 503 without ``Retry-After`` (what a proxy answers when the site reset it; a
@@ -86,11 +89,21 @@ def judge(
         return state  # a block met without a session: the identity warms up, then tries again
     if same_challenge(claimed, banned):
         return None
-    if not certain and not parked(claimed, host, passage.who):
+    patience = setting("BAN_PATIENCE_S", claimed.job)
+    outlasting = banned.retry_after is not None and banned.retry_after >= patience
+    if (not certain or outlasting) and not parked(claimed, host, passage.who):
         if let_in_nearby(claimed, cache, host, passage, session) is True:
+            if outlasting:  # a section refused for longer than patience: this URL ends alone
+                log.warning("job=%s url=%s refused (%s) while its identity is let in nearby: "
+                            "banned", claimed.job.pk, claimed.url.url, banned)  # fmt: skip
+                return park(claimed, _past_patience(
+                    banned, f"this URL refused for {banned.retry_after:.0f} s more while its "
+                    "identity is let in nearby", patience))
             log.info("job=%s url=%s refused (%s) while its identity is let in nearby: the "
                      "page's", claimed.job.pk, claimed.url.url, banned.reason)  # fmt: skip
             return None
+    elif outlasting:  # to an identity parked already: it is asked again when that park lapses
+        banned.retry_after = None
     return identity_refused(claimed, host, passage.who, banned)
 
 
@@ -207,8 +220,12 @@ def identity_refused(
     claimed.level = max(claimed.level, step.after)
     wait = identity.rest_left(job, host, identity.rotate(job, host, who))
     patience = setting("BAN_PATIENCE_S", job)
-    if step.refused_s >= patience or (wait > 0 and step.refused_s + wait > patience):
-        return _host_out_of_patience(claimed, host, banned, step.refused_s)
+    if step.refused_s >= patience:
+        return _host_out_of_patience(claimed, host, banned,
+                                     f"every identity refused for {step.refused_s:.0f} s")
+    if wait > 0 and step.refused_s + wait > patience:
+        return _host_out_of_patience(claimed, host, banned, f"every identity refused for "
+                                     f"{step.refused_s:.0f} s, the first back in {wait:.0f} s")
     if wait > 0:  # every identity is parked: the host waits for the first to come back
         if step.after >= ladder.BACK_OFF:
             politeness.slow_down(job.pk, host, setting("LADDER_BACKOFF_DELAY_S", job), job)
@@ -220,33 +237,32 @@ def identity_refused(
     if since is not None and (timezone.now() - since).total_seconds() >= patience:
         log.warning("job=%s url=%s refused since %s (%s): banned", job.pk, claimed.url.url,
                     since.isoformat(), banned.reason)  # fmt: skip
-        return park(claimed, _past_patience(banned, (timezone.now() - since).total_seconds(),
-                                            patience, "this URL"))  # fmt: skip
+        refused_s = (timezone.now() - since).total_seconds()
+        return park(claimed, _past_patience(banned, f"this URL refused for {refused_s:.0f} s",
+                                            patience))  # fmt: skip
     log.info("job=%s url=%s refused (%s): the identity's, tried again in %.1f s", job.pk,
              claimed.url.url, banned, wait)  # fmt: skip
     return retry_banned(claimed, banned, wait)
 
 
-def _past_patience(
-    banned: outcomes.Banned, refused_s: float, patience: float, whom: str
-) -> outcomes.Banned:
-    """The outcome a URL ends with when patience ran out: the last refusal, and for how long."""
-    ended = outcomes.Banned(f"{whom} refused for {refused_s:.0f} s, past BAN_PATIENCE_S "
-                            f"({patience:g} s): {banned}"[:2000], status=banned.status)  # fmt: skip
+def _past_patience(banned: outcomes.Banned, how: str, patience: float) -> outcomes.Banned:
+    """The outcome a URL ends with when patience ran out: the last refusal, and ``how`` long
+    it was refused."""
+    ended = outcomes.Banned(f"{how}, past BAN_PATIENCE_S ({patience:g} s): {banned}"[:2000],
+                            status=banned.status)  # fmt: skip
     ended.headers, ended.body, ended.screenshot = banned.headers, banned.body, banned.screenshot
     return ended
 
 
-def _host_out_of_patience(
-    claimed: Claim, host: str, banned: outcomes.Banned, refused_s: float
-) -> str:
+def _host_out_of_patience(claimed: Claim, host: str, banned: outcomes.Banned, how: str) -> str:
     """The host let no page in for ``BAN_PATIENCE_S`` (or will not before its first park
-    lapses): this URL and every URL of the host waiting in the frontier end as banned."""
+    lapses: ``how`` says which): this URL and every URL of the host waiting in the frontier
+    end as banned."""
     job = claimed.job
-    ended = _past_patience(banned, refused_s, setting("BAN_PATIENCE_S", job), "every identity")
+    ended = _past_patience(banned, how, setting("BAN_PATIENCE_S", job))
     state = park(claimed, ended)
     n = review.park_host(job.pk, host, ended, claimed.level)
     identity.stop_waiting(job, host)
-    log.warning("job=%s host=%s: every identity refused for %.0f s, past BAN_PATIENCE_S: %d URLs "
-                "end banned (in review)", job.pk, host, refused_s, n + 1)  # fmt: skip
+    log.warning("job=%s host=%s: %s, past BAN_PATIENCE_S: %d URLs end banned (in review)",
+                job.pk, host, how, n + 1)  # fmt: skip
     return state
