@@ -189,11 +189,14 @@ def test_a_settings_verdict_follows_its_value():
         "Accept-Language": "en"}}  # fmt: skip
     assert accepted == ({"RETRY_MAX_ATTEMPTS": 1, "USER_AGENT": "bot/1.0"}, scrapys_headers, [])
     assert taken(DEFAULT_REQUEST_HEADERS={"Accept": "*/*"}).fields == {"headers": {"Accept": "*/*"}}
+    assert taken(CLOSESPIDER_ITEMCOUNT=5).problems == []  # read where items are kept
+    assert taken(CLOSESPIDER_ITEMCOUNT="many").problems == [
+        "CLOSESPIDER_ITEMCOUNT: 'many' cannot be taken"]
     refused = {
         "DOWNLOADER_MIDDLEWARES": {"myproject.middlewares.RotateProxy": 543},
         "SPIDER_MIDDLEWARES": {"myproject.middlewares.Tag": 50},
         "TWISTED_REACTOR": "twisted.internet.epollreactor.EPollReactor",
-        "COOKIES_ENABLED": False, "CLOSESPIDER_ITEMCOUNT": 10,
+        "COOKIES_ENABLED": False, "CLOSESPIDER_ERRORCOUNT": 10,
         "ITEM_PIPELINES": {"scrapy.pipelines.images.ImagesPipeline": 1},
         "DOWNLOAD_HANDLERS": {"https": "scrapy_playwright.handler.ScrapyPlaywrightDownloadHandler"},
         "DUPEFILTER_CLASS": "scrapy_redis.dupefilter.RFPDupeFilter", "STATS_CLASS": None,

@@ -125,6 +125,18 @@ def test_items_on_standard_output_are_all_it_holds_whatever_the_spider_prints(wo
         assert printed in done.stderr  # (the workers' go to their logs)
 
 
+def test_a_spider_job_ends_at_its_closespider_itemcount(worker_env):
+    """As Scrapy's: the crawl ends once the run has scraped that many items (pages in flight
+    add theirs), with ``closespider_itemcount`` as its finish reason."""
+    with Site(pages=200) as site:
+        done = manage(worker_env, "crawl", "--spider", "enough_items", "-a",
+                      f"seed={site.url('/p/0')}", "--concurrency", "2")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    job = CrawlJob.objects.get(spider="enough_items")
+    assert job.state == JobState.FINISHED and 5 <= Item.objects.filter(job=job).count() < 40
+    assert stats_of(job)["finish_reason"] == "closespider_itemcount"
+
+
 def test_a_page_refused_to_everyone_among_404s_a_spider_takes_is_the_pages_own(worker_env):
     """A 403 among pages and 404s that the spider's callback takes (``handle_httpstatus_list``):
     the identity it refused is let in by the nearest page with a 2xx answer, not asked a
@@ -198,6 +210,7 @@ def test_spiders_lists_what_is_installed_and_what_cannot_be_loaded(worker_env):
         "depths\ttests.spiders.redirects.Depths",
         "enough\ttests.spiders.pages.Enough",
         "enough_at_start\ttests.spiders.pages.EnoughAtStart",
+        "enough_items\ttests.spiders.pages.EnoughItems",
         "enough_on_error\ttests.spiders.pages.EnoughOnError",
         "errbacks\ttests.spiders.shop.ErrbackSpider",
         "flaky\ttests.spiders.counting.Flaky",

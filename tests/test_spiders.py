@@ -218,7 +218,7 @@ def test_custom_settings_a_job_cannot_have_fail_it_at_start_naming_them(installe
     job.refresh_from_db()
     assert job.state == JobState.FAILED
     assert "DOWNLOAD_DELAY: 'soon' cannot be taken" in job.error
-    assert "CLOSESPIDER_ITEMCOUNT: a Scrapy setting the platform has no equivalent of" in job.error
+    assert "CLOSESPIDER_ERRORCOUNT: a Scrapy setting the platform has no equivalent of" in job.error
     assert "FETCH_READ_TIMEOUT: no such setting" in job.error and "docs/spiders.md" in job.error
     assert "SHOP_FEED_TAG" not in job.error
 

@@ -308,7 +308,10 @@ SETTINGS: tuple[Setting, ...] = (
     _row("REFERER_ENABLED", "on", REFUSED, _NO_REFERER),
     _row("REFERRER_POLICY", "another policy", REFUSED, _NO_REFERER),
     _row("REFERRER_POLICIES", SET, REFUSED, _NO_REFERER),
-    _row("CLOSESPIDER_ITEMCOUNT CLOSESPIDER_ERRORCOUNT CLOSESPIDER_TIMEOUT "
+    _row("CLOSESPIDER_ITEMCOUNT", ANY, MAPPED, "once the run has scraped that many items, the "
+         "crawl ends with reason closespider_itemcount, pages in flight adding theirs as "
+         "Scrapy's do", "the run's item count"),
+    _row("CLOSESPIDER_ERRORCOUNT CLOSESPIDER_TIMEOUT "
          "CLOSESPIDER_PAGECOUNT_NO_ITEM CLOSESPIDER_TIMEOUT_NO_ITEM", SET, REFUSED,
          f"{_NO_EQUIVALENT}a job ends when its frontier is empty, at its max_pages "
          "(CLOSESPIDER_PAGECOUNT), or when a callback raises CloseSpider"),

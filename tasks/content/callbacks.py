@@ -35,6 +35,7 @@ from lxml import etree
 from crawlplatform.spiders import CloseSpider, Failure, Request, Response, Spider, loop
 from crawlplatform.spiders.responsetypes import class_for
 from crawlplatform.spiders.scrapysettings import on
+from tasks import broker
 from tasks.content import answers, pages, pipelines, refresh, rows, spiders, stats
 from tasks.content import items as itempipes
 from tasks.content.links import JobCache, in_scope
@@ -54,6 +55,7 @@ from tasks.frontier.yields import (
     NewItem,
     NewRequest,
     Redirect,
+    close_crawl,
     record_reached,
     record_spider_failure,
     record_spider_page,
@@ -63,6 +65,7 @@ from web.models import CrawlJob, URLState
 log = logging.getLogger(__name__)
 DEFAULT_CALLBACK = "_parse"  # a request naming none is called back as in Scrapy: parse, by default
 RETRY_ON_ERROR = "retry_on_error"  # meta key: a callback that raises is tried again (fetch too)
+CLOSESPIDER_ITEMCOUNT = "closespider_itemcount"  # the reason a run ended by its item count
 
 
 class Yielded(NamedTuple):
@@ -395,9 +398,28 @@ def _store(claimed: Claim, cache: JobCache, resp: fetching.Response, spider: Spi
                                                     redirect, yielded.closing,
                                                     changed.rows()))  # fmt: skip
     _counted(spider, changed, state)
+    if state == URLState.DONE and yielded.closing is None:
+        _enough_items(claimed, spider, kept)
     for request in new:  # in the frontier now: this process sends them no more
         cache.committed.put(request.key)
     return state
+
+
+def _enough_items(claimed: Claim, spider: Spider, kept: list[NewItem]) -> None:
+    """The spider's ``CLOSESPIDER_ITEMCOUNT``: once the run has scraped that many items, the
+    crawl ends as its page's ``CloseSpider`` ends it (reason ``closespider_itemcount``); pages
+    in flight still add theirs, as Scrapy's do. Counted in Redis after each page's commit, so a
+    page run again is not counted twice."""
+    most = (spider.custom_settings or {}).get("CLOSESPIDER_ITEMCOUNT")
+    scraped = sum(1 for item in kept if not item.dropped)
+    if not most or not scraped:
+        return
+    key = f"crawl:items:{claimed.job.pk}:{claimed.run}"
+    pipe = broker.client().pipeline()
+    pipe.incrby(key, scraped)
+    pipe.expire(key, 7 * 86400)
+    if pipe.execute()[0] >= int(most):
+        with_retries(lambda: close_crawl(claimed, CLOSESPIDER_ITEMCOUNT))
 
 
 def _counted(spider: Spider, changed: stats.Pending, state: str) -> str:

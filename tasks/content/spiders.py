@@ -244,7 +244,16 @@ SCRAPY_SETTINGS: dict[str, tuple[str, Any, Any]] = {
 READ_BY_THE_SPIDER = frozenset({"ITEM_PIPELINES", "EXTENSIONS", "HTTPERROR_ALLOWED_CODES",
                                 "HTTPERROR_ALLOW_ALL", "DOWNLOAD_WARNSIZE",
                                 "CRAWLSPIDER_FOLLOW_LINKS", "REDIRECT_ENABLED",
-                                "METAREFRESH_ENABLED", *feeds.SETTINGS})  # fmt: skip
+                                "METAREFRESH_ENABLED", "CLOSESPIDER_ITEMCOUNT",
+                                *feeds.SETTINGS})  # fmt: skip
+
+
+def _count(value: Any) -> bool:
+    """Whether ``value`` is a count Scrapy's ``getint`` reads (0: none)."""
+    try:
+        return int(value) >= 0 and not isinstance(value, bool | float)
+    except (TypeError, ValueError):
+        return False
 
 
 def _own(name: str, known: list[str]) -> bool:
@@ -276,6 +285,9 @@ def custom_settings(spider_cls: type[Spider]) -> Custom:
         row = scrapysettings.verdict(name, value)
         if row is not None and row.verdict == REFUSED:
             problems.append(f"{name}: {row.why}")
+            continue
+        if name == "CLOSESPIDER_ITEMCOUNT" and not _count(value):
+            problems.append(f"{name}: {value!r} cannot be taken")
             continue
         if name in READ_BY_THE_SPIDER or name == "RETRY_ENABLED":  # the latter: below
             continue

@@ -183,6 +183,12 @@ def record_spider_page(
     return URLState.DONE
 
 
+def close_crawl(claim: Claim, reason: str) -> None:
+    """``close`` in a transaction of its own: after the page that ended the crawl committed."""
+    with transaction.atomic():
+        close(claim, reason)
+
+
 def close(claim: Claim, reason: str) -> None:
     """Inside the page's transaction: its spider ends the crawl (CloseSpider). The URLs not
     yet fetched are skipped as ``close_spider``; the job keeps the reason, which claims and

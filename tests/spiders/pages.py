@@ -125,6 +125,14 @@ class Enough(Spider):
         self.ended.append((self.job_id, reason))
 
 
+class EnoughItems(Enough):
+    """``Enough`` that ends by its item count (``CLOSESPIDER_ITEMCOUNT``), no page of its own."""
+
+    name = "enough_items"
+    last = "none"
+    custom_settings = {"CLOSESPIDER_ITEMCOUNT": 5}
+
+
 class EnoughOnError(Enough):
     """Its errback ends the crawl: the first answer that is missing is enough."""
 

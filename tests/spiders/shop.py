@@ -188,5 +188,5 @@ class OddSettingsSpider(Spider):
 
     name = "odd_settings"
     custom_settings = {"FETCH_READ_TIMEOUT": 5, "DOWNLOAD_DELAY": "soon",
-                       "CLOSESPIDER_ITEMCOUNT": 10, "SHOP_FEED_TAG": "ok"}  # fmt: skip
+                       "CLOSESPIDER_ERRORCOUNT": 10, "SHOP_FEED_TAG": "ok"}  # fmt: skip
     start_urls = ["http://127.0.0.1:9/"]
