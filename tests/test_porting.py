@@ -196,7 +196,7 @@ def test_a_settings_verdict_follows_its_value():
         "DOWNLOADER_MIDDLEWARES": {"myproject.middlewares.RotateProxy": 543},
         "SPIDER_MIDDLEWARES": {"myproject.middlewares.Tag": 50},
         "TWISTED_REACTOR": "twisted.internet.epollreactor.EPollReactor",
-        "COOKIES_ENABLED": False, "CLOSESPIDER_ERRORCOUNT": 10,
+        "CLOSESPIDER_ERRORCOUNT": 10,
         "ITEM_PIPELINES": {"scrapy.pipelines.images.ImagesPipeline": 1},
         "DOWNLOAD_HANDLERS": {"https": "scrapy_playwright.handler.ScrapyPlaywrightDownloadHandler"},
         "DUPEFILTER_CLASS": "scrapy_redis.dupefilter.RFPDupeFilter", "STATS_CLASS": None,

@@ -234,6 +234,7 @@ def test_spiders_lists_what_is_installed_and_what_cannot_be_loaded(worker_env):
         "stateful\ttests.spiders.pages.Stateful",
         "statuses\ttests.spiders.redirects.Statuses",
         "stubborn\ttests.spiders.shop.StubbornSpider",
+        "uncookied\ttests.spiders.cookies.Uncookied",
         "unfollowed\ttests.spiders.redirects.Unfollowed",
         "unkeepable\ttests.spiders.shop.UnkeepableSpider",
         "unreached\ttests.spiders.redirects.Unreached",

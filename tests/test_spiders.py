@@ -821,6 +821,31 @@ def test_a_requests_cookies_are_kept_for_the_requests_after_it(installed):
                     "/changed": "consent=no", "/later": "consent=no"}  # fmt: skip
 
 
+def test_a_spider_with_scrapys_cookie_middleware_off_keeps_and_sends_none(installed):
+    sent: dict[str, str] = {}
+
+    class Recording(LocalSite):
+        def __init__(self) -> None:
+            class Handler(BaseHTTPRequestHandler):
+                def do_GET(self) -> None:
+                    sent[self.path] = self.headers.get("Cookie", "")
+                    send(self, 200, {"Set-Cookie": "site=1; Path=/"},
+                         b"<html><body>ok</body></html>")  # fmt: skip
+
+                def log_message(self, *args) -> None:
+                    pass
+
+            super().__init__(Handler)
+
+    with Recording() as site:
+        job = jobs.create_job([], spider="uncookied", host_concurrency=1,
+                              spider_args={"base": site.base})  # fmt: skip
+        jobs.start(job)
+        run_job(job)
+    assert sent == {"/robots.txt": "", "/start": "", "/next": "", "/changed": "", "/later": "",
+                    "/own": "mine=1"}  # fmt: skip
+
+
 def test_a_meta_refresh_is_followed_as_scrapys_middleware_follows_it(installed):
     refreshes = {"/refresh/now": '0; url=/landing/a', "/refresh/late": "200; url=/landing/b",
                  "/refresh/quiet": "0; url=/landing/c"}  # fmt: skip

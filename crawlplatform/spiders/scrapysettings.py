@@ -3,7 +3,7 @@ releases that spiders still set) in a spider's ``custom_settings``: carried over
 Scrapy reads it), mapped (to a job field or setting, or to the platform's own feature of that
 purpose: accepted, and left out of the job with a line in the log) or refused (the job fails
 at start with the sentence). A row may be for some values only (``when``):
-``COOKIES_ENABLED`` on is the job's jar, off is refused. A value that no row is for (0, None
+``COOKIES_ENABLED`` on is the job's jar, off keeps none. A value that no row is for (0, None
 or an empty dict, where Scrapy does nothing either) is left out.
 
 ``tasks/content/spiders.py`` (``custom_settings``) and ``tasks/content/feeds.py`` apply the
@@ -156,8 +156,9 @@ SETTINGS: tuple[Setting, ...] = (
     _row("COOKIES_ENABLED", "on", MAPPED,
          "cookies are always kept, in a jar of the job's that every worker shares",
          "the job's cookie jar"),
-    _row("COOKIES_ENABLED", "off", REFUSED, "cookies are always kept in the job's jar: a "
-         "request that must go without them sets meta dont_merge_cookies"),
+    _row("COOKIES_ENABLED", "off", MAPPED, "no cookie is kept or sent, but a Cookie header of a "
+         "request's own, as with meta dont_merge_cookies on every request",
+         "dont_merge_cookies on every request"),
     _row("RETRY_ENABLED DOWNLOAD_FAIL_ON_DATALOSS", "on", MAPPED,
          "a failed fetch, a body cut short included, is retried with backoff up to "
          "RETRY_MAX_ATTEMPTS, then fails its URL", "the platform's retries"),

@@ -45,6 +45,7 @@ class Takes(NamedTuple):
     errors: bool  # it may take an error answer (``handles``): the body is read whole
     redirects: tuple[int, ...]  # the redirect statuses it takes as its answer, not followed
     statuses: Collection[int] | None = ()  # the error statuses it takes (None: all)
+    cookies: bool = True  # the spider keeps cookies (``COOKIES_ENABLED``, Scrapy's default)
 
     def status(self, status: int) -> bool:
         """Whether the callback takes an answer of ``status`` (not 2xx)."""
@@ -64,13 +65,14 @@ def takes(job: CrawlJob, kept: dict | None) -> Takes:
         return Takes(False, ())  # the callback's side says so, with the reason
     taken = _taken(cls, kept, quiet=True)
     errors = taken is None or bool(taken)
-    meta = kept.get("meta") or {}
-    unfollowing = not on((cls.custom_settings or {}).get("REDIRECT_ENABLED", True))
-    if unfollowing or meta.get("dont_redirect") or meta.get("handle_httpstatus_all"):
-        return Takes(errors, REDIRECTS, taken)
+    meta, custom = kept.get("meta") or {}, cls.custom_settings or {}
+    cookies = on(custom.get("COOKIES_ENABLED", True))
+    if (not on(custom.get("REDIRECT_ENABLED", True)) or meta.get("dont_redirect")
+            or meta.get("handle_httpstatus_all")):  # fmt: skip
+        return Takes(errors, REDIRECTS, taken, cookies)
     asked = _statuses(meta.get("handle_httpstatus_list", ()), "", quiet=True)
     own = _statuses(getattr(cls, "handle_httpstatus_list", None) or (), "", quiet=True)
-    return Takes(errors, tuple(s for s in REDIRECTS if s in asked or s in own), taken)
+    return Takes(errors, tuple(s for s in REDIRECTS if s in asked or s in own), taken, cookies)
 
 
 def handles(spider: Spider, kept: dict, status: int | None) -> bool:

@@ -244,7 +244,7 @@ SCRAPY_SETTINGS: dict[str, tuple[str, Any, Any]] = {
 READ_BY_THE_SPIDER = frozenset({"ITEM_PIPELINES", "EXTENSIONS", "HTTPERROR_ALLOWED_CODES",
                                 "HTTPERROR_ALLOW_ALL", "DOWNLOAD_WARNSIZE",
                                 "CRAWLSPIDER_FOLLOW_LINKS", "REDIRECT_ENABLED",
-                                "METAREFRESH_ENABLED", "CLOSESPIDER_ITEMCOUNT",
+                                "METAREFRESH_ENABLED", "CLOSESPIDER_ITEMCOUNT", "COOKIES_ENABLED",
                                 *feeds.SETTINGS})  # fmt: skip
 
 

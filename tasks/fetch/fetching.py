@@ -373,7 +373,7 @@ class Asked:
 
     @classmethod
     def of(cls, kept: dict | None, visitor: Visitor, kept_redirects: tuple[int, ...],
-           proxies: list[str] | None = None) -> Asked:  # fmt: skip
+           cookies: bool = True, proxies: list[str] | None = None) -> Asked:  # fmt: skip
         """From a stored request (``tasks/content/rows.py``; None: a plain GET), its cookies
         put in the visitor's jar and kept in the job's, for its host, as a cookie the site
         set would be (Scrapy's cookie middleware keeps them so), and a ``Cookie`` header of
@@ -382,20 +382,22 @@ class Asked:
         nor of its own ``cookies`` (only a ``Cookie`` header of its own) and keeps none the
         answer sets; ``proxy`` names one of the job's ``proxies`` (``tasks/fetch/proxies.py``:
         ``BlockedAddress`` if it is none of them; ``ProxyFailed`` if its credentials are not
-        in this worker's environment)."""
+        in this worker's environment). ``cookies`` off (the spider's ``COOKIES_ENABLED``): as
+        ``dont_merge_cookies`` on every request, Scrapy's cookie middleware being off."""
+        meta = (kept or {}).get("meta") or {}
+        unkept = not cookies or meta.get("dont_merge_cookies")
+        if unkept:  # Scrapy's cookie middleware steps aside
+            visitor.cookies, visitor.set_cookies = _Unkept(), _Unkept()
         if not kept:
             return cls(kept_redirects=kept_redirects)
-        meta = kept.get("meta") or {}
         if "proxy" in meta:
             visitor.proxy = _proxy(meta["proxy"], list(proxies or []))
-        if meta.get("dont_merge_cookies"):  # Scrapy's cookie middleware steps aside
-            visitor.cookies, visitor.set_cookies = _Unkept(), _Unkept()
         for name, value, domain, path in _given_cookies(kept.get("cookies"), kept.get("url")):
             for jar in (visitor.cookies, visitor.set_cookies):  # replacing the jar's own
                 jar.set(name, value, domain=domain, path=path)
         body = base64.b64decode(kept.get("body") or "")
         headers = tuple(map(tuple, kept.get("headers") or ()))
-        if not meta.get("dont_merge_cookies"):  # the jar's cookies go, not a header of its own
+        if not unkept:  # the jar's cookies go, not a header of its own
             headers = tuple(h for h in headers if h[0].lower() != "cookie")
         return cls(kept.get("method", "GET"), body, headers, kept_redirects)
 

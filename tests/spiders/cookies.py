@@ -20,3 +20,16 @@ class Consent(Spider):
         elif response.url.endswith("/next"):
             yield response.follow("/changed", cookies=[{"name": "consent", "value": "no"}])
             yield response.follow("/later", priority=-1)  # after /changed
+
+
+class Uncookied(Consent):
+    """``Consent`` with Scrapy's cookie middleware off: no cookie is kept or sent, but a
+    ``Cookie`` header of a request's own."""
+
+    name = "uncookied"
+    custom_settings = {"COOKIES_ENABLED": False}
+
+    def parse(self, response):
+        yield from super().parse(response)
+        if response.url.endswith("/later"):
+            yield response.follow("/own", headers={"Cookie": "mine=1"})
