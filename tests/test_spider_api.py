@@ -1069,3 +1069,21 @@ def test_pipelines_with_from_crawler_get_the_jobs_settings_and_spider():
     from tasks.content import spiders  # a spider's own setting is no job setting
 
     assert spiders.custom_settings(Timed)[::2] == ({"FETCH_READ_TIMEOUT_S": 5.0}, [])
+
+
+def test_a_dict_from_a_page_that_looks_like_a_tag_comes_back_as_it_was(tmp_path):
+    """What a spider carries in ``meta`` may be a site's own data: a dict that spells the
+    row's tag for an item of a class (a module's function, say) is kept as the dict it was,
+    and a row's tag only ever makes an item class."""
+    import json
+
+    from tasks.content import rows
+
+    marker = tmp_path / "made"
+    crafted = {rows._TYPE: "item", "class": "subprocess:Popen",
+               "v": {"args": ["touch", str(marker)]}}  # fmt: skip
+    meta = {"data": crafted, "decimal": {rows._TYPE: "decimal", "v": "1"}}
+    request = Request("http://s.test/a", meta=meta)
+    kept = json.loads(json.dumps(rows.record(request, Spider("s"))))
+    assert rows.request_of("http://s.test/a", kept).meta == meta
+    assert rows._untagged(crafted) == crafted["v"] and not marker.exists()  # no Popen

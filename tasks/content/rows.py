@@ -202,7 +202,10 @@ def _tagged(value: Any) -> Any:
     if value is None or isinstance(value, str | int | float):
         return value
     if type(value) is dict:
-        return {k: _tagged(v) for k, v in value.items()}
+        tagged = {k: _tagged(v) for k, v in value.items()}
+        # a dict of the spider's (a page's data, say) that holds the tag's key is kept as a
+        # dict: never read back as a tag
+        return {_TYPE: "dict", "v": tagged} if _TYPE in value else tagged
     if isinstance(value, list):
         return [_tagged(v) for v in value]
     for kind, name in _CONTAINERS:
@@ -242,27 +245,33 @@ def _item_of_a_class(value: Any) -> tuple[str, dict] | None:
 
 def _item(made: dict) -> Any:
     """The item ``_tagged`` kept, of its class again, found among the modules the worker
-    has imported (the spider's, and those it imports: no module is imported for a row). A
-    class not found, or one its fields no longer make, gives the fields as a dict (logged)."""
+    has imported (the spider's, and those it imports: no module is imported for a row), and
+    only if it is an item class. A class not found, or one its fields no longer make, gives
+    the fields as a dict (logged)."""
+    from itemadapter import ItemAdapter
+
     fields = {k: _untagged(v) for k, v in made["v"].items()}
-    module, _, name = made["class"].partition(":")
+    module, _, name = str(made.get("class")).partition(":")
     cls: Any = sys.modules.get(module)
     for part in name.split("."):
         cls = getattr(cls, part, None)
-    try:
-        if isinstance(cls, type):
+    try:  # an item class alone (a class that does anything else is never called for a row)
+        if isinstance(cls, type) and cls is not dict and ItemAdapter.is_item_class(cls):
             return cls(**fields)
     except (TypeError, ValueError, KeyError) as exc:
         log.warning("meta or cb_kwargs: item of %s not made again (%s): a dict given",
                     made["class"], exc)  # fmt: skip
         return fields
-    log.warning("meta or cb_kwargs: item class %s not found: a dict given", made["class"])
+    log.warning("meta or cb_kwargs: no item class %s in this worker: a dict given",
+                made.get("class"))  # fmt: skip
     return fields
 
 
 def _untagged(value: Any) -> Any:
     """``value`` as ``_tagged`` took it."""
     if isinstance(value, dict):
+        if value.get(_TYPE) == "dict":
+            return {k: _untagged(v) for k, v in value["v"].items()}
         if value.get(_TYPE) == "item":
             return _item(value)
         if _TYPE in value and value[_TYPE] in _MADE:
