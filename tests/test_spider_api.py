@@ -1087,3 +1087,32 @@ def test_a_dict_from_a_page_that_looks_like_a_tag_comes_back_as_it_was(tmp_path)
     kept = json.loads(json.dumps(rows.record(request, Spider("s"))))
     assert rows.request_of("http://s.test/a", kept).meta == meta
     assert rows._untagged(crafted) == crafted["v"] and not marker.exists()  # no Popen
+
+
+def test_a_spiders_credentials_go_to_its_auth_domain_else_its_own_domains_only():
+    from tasks.content import rows
+
+    def sent(url: str, **attributes) -> str | None:
+        spider = Spider("s", http_user="me", http_pass="pw", **attributes)  # noqa: S106
+        return rows._basic_auth(Request(url), spider)
+
+    auth = "Basic bWU6cHc="
+    assert sent("http://a.test/", http_auth_domain="a.test") == auth
+    assert sent("http://www.a.test/", http_auth_domain="a.test") == auth
+    assert sent("http://b.test/", http_auth_domain="a.test") is None
+    assert sent("http://b.test/", http_auth_domain=None) == auth  # None: every host
+    assert sent("http://a.test/", allowed_domains=["a.test"]) == auth  # none named: its own
+    assert sent("http://b.test/", allowed_domains=["a.test"]) is None
+    assert sent("http://b.test/") is None  # nowhere to send them safely
+
+
+def test_a_meta_refresh_to_another_host_carries_no_credentials():
+    from tasks.content import refresh
+
+    page = b'<html><head><meta http-equiv="refresh" content="0; url=%s"></head></html>'
+    asked = Request("http://a.test/p", headers={"Authorization": "Basic x", "Cookie": "c=1"})
+    for target, kept in (("http://a.test/q", True), ("http://b.test/q", False)):
+        response = HtmlResponse("http://a.test/p", body=page % target.encode(), request=asked)
+        refreshed = refresh.meta_refresh(response, asked, 5)
+        assert ("Authorization" in refreshed.headers, "Cookie" in refreshed.headers) == (
+            kept, kept), target

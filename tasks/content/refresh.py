@@ -47,6 +47,7 @@ def meta_refresh(response: Response, request: Request, max_redirects: int,
     redirected = request.replace(url=url, method="GET", body=b"", cookies=None)
     for name in fetching.BODY_HEADERS:
         redirected.headers.pop(name, None)
+    fetching.credentials_for(redirected.headers, request.url, url)  # as a redirect carries them
     redirected.meta.update(redirect_times=times, redirect_urls=[
         *request.meta.get("redirect_urls", []), request.url], redirect_reasons=[
         *request.meta.get("redirect_reasons", []), "meta refresh"])  # fmt: skip

@@ -80,21 +80,27 @@ def _basic_auth(request: Request, spider: Spider) -> str | None:
     """The ``Authorization`` header Scrapy's ``HttpAuthMiddleware`` adds to a request that has
     none of its own: from its ``meta``'s ``http_user`` and ``http_pass`` (for its
     ``http_auth_domain`` and the domain's subdomains, if it names one), else the spider's
-    attributes of those names (``-a http_user=...``; with no ``http_auth_domain``, for every
-    host, as Scrapy 2.19 sends them)."""
+    attributes of those names (``-a http_user=...``), for its ``http_auth_domain`` (None:
+    every host), else its ``allowed_domains``."""
     meta = request.meta
     user, password = meta.get("http_user", ""), meta.get("http_pass", "")
     if user or password:
-        domain = meta.get("http_auth_domain")
+        domains = [meta.get("http_auth_domain")]
     else:
         user, password = getattr(spider, "http_user", ""), getattr(spider, "http_pass", "")
         if not (user or password):
             return None
-        domain = getattr(spider, "http_auth_domain", None)
+        # with no http_auth_domain, the spider's own domains only (Scrapy 2.19 fails to read
+        # it, and then sends them to every host): None says every host
+        domains = [getattr(spider, "http_auth_domain", None)] if hasattr(
+            spider, "http_auth_domain") else list(getattr(spider, "allowed_domains", None) or [])
+        if not domains:
+            return None
     if "Authorization" in request.headers:
         return None
     host = (urlsplit(request.url).hostname or "").lower()
-    if domain and not (host == domain.lower() or host.endswith("." + domain.lower())):
+    if None not in domains and not any(host == str(d).lower() or host.endswith(
+            "." + str(d).lower()) for d in domains):  # fmt: skip
         return None
     return basic_auth_header(user, password).decode("latin-1")
 

@@ -279,7 +279,7 @@ def _peer(resp: requests.Response) -> str | None:
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
-def _credentials_for(headers: CaseInsensitiveDict, source: str, target: str) -> None:
+def credentials_for(headers: CaseInsensitiveDict, source: str, target: str) -> None:
     """Credentials given as headers go on through a redirect only where they were meant for,
     as browsers and Scrapy's ``RedirectMiddleware`` send them: ``Authorization`` to the same
     scheme, host and port; a ``Cookie`` header to the same host, not from https to http. (The
@@ -553,7 +553,7 @@ def fetch(
                 seen.add(visit)
                 redirects.append(target)
                 statuses.append(resp.status_code)
-                _credentials_for(headers, current, target)
+                credentials_for(headers, current, target)
                 current = target
                 if resp.status_code in _BECOMES_GET and method not in ("GET", "HEAD"):
                     method, body = "GET", None
