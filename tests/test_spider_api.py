@@ -1116,3 +1116,25 @@ def test_a_meta_refresh_to_another_host_carries_no_credentials():
         refreshed = refresh.meta_refresh(response, asked, 5)
         assert ("Authorization" in refreshed.headers, "Cookie" in refreshed.headers) == (
             kept, kept), target
+
+
+def test_a_coroutine_that_blocks_the_loop_costs_its_caller_alone():
+    """A coroutine past its time is given up with TimeoutError, and one that holds the loop
+    (a time.sleep in an async def) leaves the coroutines after it a loop of their own."""
+    import asyncio
+    import time
+
+    from crawlplatform.spiders import loop
+
+    async def blocking() -> None:
+        time.sleep(1.5)
+
+    async def quick() -> str:
+        await asyncio.sleep(0)
+        return "done"
+
+    with pytest.raises(TimeoutError):
+        loop.run(blocking(), timeout=0.2)
+    started = time.monotonic()
+    assert loop.run(quick(), timeout=5) == "done"
+    assert time.monotonic() - started < 1.0  # not behind the blocked loop

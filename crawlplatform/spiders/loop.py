@@ -7,11 +7,17 @@ starts its own); a worker's threads hand it their coroutines and wait for the re
 that the coroutines of several threads run on it side by side. A coroutine that the loop's
 own thread asks for (an async signal receiver sent from an async callback) cannot wait on
 the loop it runs on: it runs on a loop of its own, in a thread of its own.
+
+A coroutine is waited for ``timeout`` seconds at most (the callback's time, say): past it, it
+is cancelled and ``TimeoutError`` raised; and since a coroutine that blocks (a ``time.sleep``
+in an ``async def``) holds the loop for every other, the process's later coroutines go to a
+new loop, the old one left to finish what it holds.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import threading
 from collections.abc import Awaitable
@@ -25,8 +31,9 @@ _thread: threading.Thread | None = None
 
 
 def _forget() -> None:
-    global _loop, _thread
+    global _loop, _thread, _lock
     _loop, _thread = None, None  # its thread is not in a forked child
+    _lock = threading.Lock()  # nor whoever held this
 
 
 os.register_at_fork(after_in_child=_forget)
@@ -44,8 +51,9 @@ def _running() -> asyncio.AbstractEventLoop:
         return _loop
 
 
-def run(awaitable: Awaitable[T]) -> T:
-    """``awaitable``'s result, awaited on the process's loop; what it raises is raised here."""
+def run(awaitable: Awaitable[T], timeout: float | None = None) -> T:
+    """``awaitable``'s result, awaited on the process's loop for ``timeout`` seconds at most
+    (``TimeoutError`` past it); what it raises is raised here."""
 
     async def wait() -> T:
         return await awaitable
@@ -53,7 +61,21 @@ def run(awaitable: Awaitable[T]) -> T:
     loop = _running()
     if threading.current_thread() is _thread:
         return _apart(wait())
-    return asyncio.run_coroutine_threadsafe(wait(), loop).result()
+    future = asyncio.run_coroutine_threadsafe(wait(), loop)
+    try:
+        return future.result(timeout)
+    except concurrent.futures.TimeoutError:
+        future.cancel()
+        _leave(loop)
+        raise TimeoutError(f"a coroutine ran past {timeout:g} s") from None
+
+
+def _leave(loop: asyncio.AbstractEventLoop) -> None:
+    """Later coroutines go to a new loop: ``loop`` may be held by one that blocks."""
+    global _loop, _thread
+    with _lock:
+        if _loop is loop:
+            _loop, _thread = None, None
 
 
 def _apart(coroutine: Any) -> Any:

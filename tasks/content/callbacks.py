@@ -75,13 +75,18 @@ class Yielded(NamedTuple):
     raised: outcomes.SpiderError | None = None  # it raised this after yielding the rest
 
 
+def _left(deadline: float) -> float:
+    """The seconds a coroutine of the callback may still run (a moment, past its time)."""
+    return max(0.1, deadline - time.monotonic())
+
+
 def _collect(result: Any, deadline: float, cap: int, into: list) -> None:
     """Everything a callback's result yields, in order (generators, async generators,
     coroutines, a single item or request, or None)."""
     if result is None:
         return
     if inspect.isawaitable(result) and not inspect.isasyncgen(result):
-        _collect(loop.run(result), deadline, cap, into)
+        _collect(loop.run(result, _left(deadline)), deadline, cap, into)
         return
     if inspect.isasyncgen(result):
 
@@ -89,7 +94,7 @@ def _collect(result: Any, deadline: float, cap: int, into: list) -> None:
             async for one in result:
                 keep_yielded(one, deadline, cap, into)
 
-        loop.run(drain())
+        loop.run(drain(), _left(deadline))
         return
     if isinstance(result, Request) or itempipes.is_item(result):
         keep_yielded(result, deadline, cap, into)

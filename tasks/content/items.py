@@ -426,5 +426,5 @@ def _settle(result: Any) -> Any:
     """A pipeline method's result, awaited if it is a coroutine (``async def``), on the
     process's loop (``crawlplatform/spiders/loop.py``)."""
     if inspect.isawaitable(result):
-        return loop.run(result)
+        return loop.run(result, setting("SPIDER_CALLBACK_TIMEOUT_S"))
     return result

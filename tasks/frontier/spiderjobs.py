@@ -66,7 +66,7 @@ def _gather(spider: Spider, job: CrawlJob) -> tuple[list, str | None]:
         except CloseSpider as exc:
             closing.append(str(exc.reason) or "cancelled")
 
-    loop.run(drain())
+    loop.run(drain(), max(0.1, deadline - time.monotonic()))
     return found, (closing[0] if closing else None)
 
 
