@@ -277,9 +277,21 @@ def test_a_pages_reads_count_what_this_processs_pages_committed_at_once(db, monk
     with job_stats.bound(cleared):
         collector.clear_stats()
         collector.inc_value("m")
+    stat_rows.add(job.pk, cleared.rows())
     collector.committed(cleared)
     with job_stats.bound(job_stats.Pending(job.pk)):
         assert (collector.get_value("n"), collector.get_value("m")) == (None, 1)
+    # a read of the rows that began after a page's commit did holds it: not counted twice
+    late = job_stats.Pending(job.pk)
+    with job_stats.bound(late):
+        collector.inc_value("m")
+    stat_rows.add(job.pk, late.rows())
+    collector._read.clear()  # another thread's read, now
+    with job_stats.bound(job_stats.Pending(job.pk)):
+        assert collector.get_value("m") == 2
+    collector.committed(late)
+    with job_stats.bound(job_stats.Pending(job.pk)):
+        assert collector.get_value("m") == 2
 
 
 def test_values_that_are_not_json_and_counts_that_are_not_numbers_are_refused(db, monkeypatch):

@@ -54,6 +54,7 @@ class Pending:
         self.page = page  # a page's reads may be cached; the others' read the database
         self.changes: Groups = {}
         self.cleared = False  # clear_stats: the job's rows before these count no more
+        self.committing = 0.0  # when its commit began: its rows were last asked for (``rows``)
 
     def change(self, name: str, kind: str, value: Any) -> None:
         if kind == StatKind.CLEAR:
@@ -66,7 +67,9 @@ class Pending:
         rows.merge(self.changes.setdefault(name, {}), kind, value)
 
     def rows(self) -> list[StatRow]:
-        """The rows to write, in the order they count (a clear first)."""
+        """The rows to write, in the order they count (a clear first), asked for by the commit
+        that writes them."""
+        self.committing = time.monotonic()
         out = [StatRow("", StatKind.CLEAR, None)] if self.cleared else []
         for name, changes in self.changes.items():
             out.extend(StatRow(name, kind, value) for kind, value in changes.items())
@@ -113,6 +116,19 @@ def _number(name: str, value: Any) -> int | float:
     return _as_json(name, float(value) if isinstance(value, decimal.Decimal) else value)
 
 
+def _folded(groups: Groups, pages: list[Pending]) -> Groups:
+    """``groups`` (a read of the job's rows), with ``pages``' changes on it: a new mapping."""
+    folded = {name: dict(changes) for name, changes in groups.items()}
+    for page in pages:
+        if page.cleared:
+            folded = {}
+        for name, changes in page.changes.items():
+            into = folded.setdefault(name, {})
+            for kind, value in changes.items():
+                rows.merge(into, kind, value)
+    return folded
+
+
 class JobStats(StatsCollector):
     """One job's stats, as this process's spider of it sees them (``crawler.stats``)."""
 
@@ -120,22 +136,22 @@ class JobStats(StatsCollector):
         super().__init__()
         self.job_id = job_id
         self._read: dict[str, tuple[float, Any]] = {}  # "rows"/"builtin": (when, what)
+        self._mine: list[Pending] = []  # this process's pages committed since "rows" was read
+        self._rows_began = 0.0  # when the read of "rows" began
         self._folding = threading.Lock()  # the worker's threads add their pages' changes
 
     def committed(self, pending: Pending) -> None:
         """A page of this process committed ``pending``: its later pages' reads count it at
         once, as Scrapy's one process sees its own counts (other workers' when the rows are
-        next read)."""
+        next read). A read of the rows that began after the page's commit did may hold it
+        already: the page's changes are then not put on it (a count is late, never double)."""
+        if not pending.changes and not pending.cleared:
+            return
         with self._folding:
+            self._mine.append(pending)
             kept = self._read.get("rows")
-            if kept is None or not pending.changes and not pending.cleared:
-                return
-            groups = {} if pending.cleared else {k: dict(v) for k, v in kept[1].items()}
-            for name, changes in pending.changes.items():
-                into = groups.setdefault(name, {})
-                for kind, value in changes.items():
-                    rows.merge(into, kind, value)
-            self._read["rows"] = (kept[0], groups)
+            if kept is not None and self._rows_began < pending.committing:
+                self._read["rows"] = (kept[0], _folded(kept[1], [pending]))
 
     # Reads -----------------------------------------------------------------------------
 
@@ -171,7 +187,15 @@ class JobStats(StatsCollector):
         return value if pending is None else rows.fold(pending.changes.get(key), value)
 
     def _rows(self, pending: Pending | None) -> Groups:
-        return self._cached("rows", pending, lambda: rows.aggregate(self.job_id))
+        def compute() -> Groups:
+            began = time.monotonic()
+            found = rows.aggregate(self.job_id)
+            with self._folding:  # what began before this read may be in it: left to it
+                self._rows_began = began
+                self._mine = [page for page in self._mine if page.committing > began]
+                return _folded(found, self._mine)
+
+        return self._cached("rows", pending, compute)
 
     def _builtin(self, pending: Pending | None) -> dict[str, Any]:
         def compute() -> dict[str, Any]:
@@ -191,7 +215,9 @@ class JobStats(StatsCollector):
             found = compute()
             took = time.monotonic() - now
             ttl = max(setting("STATS_CACHE_S"), took / setting("STATS_READ_SHARE"))
-            kept = self._read[what] = (now + ttl, found)
+            kept = (now + ttl, found)
+            with self._folding:
+                self._read[what] = kept
         return kept[1]
 
     # Changes ---------------------------------------------------------------------------
