@@ -137,6 +137,10 @@ class Stream:
         the place of its last piece; a line not yet whole waits for its next pieces."""
         kept = []
         for line in data.split(b"\n"):
+            cut = line.find(PIECE)
+            if cut > 0:  # after text a writer left without its newline (a progress bar's)
+                kept.append(line[:cut])
+                line = line[cut:]
             writer, _, rest = line[1:].partition(b":")
             last, _, rest = rest.partition(b":")
             if not (line.startswith(PIECE) and writer.isdigit() and last in (b"0", b"1")):

@@ -155,6 +155,21 @@ def test_the_relay_passes_json_lines_and_wraps_each_run_of_other_lines_into_one(
     assert logrelay.lines(b"\n\n", "stderr", "p") == b""  # blank lines say nothing
 
 
+def test_a_long_lines_pieces_are_put_together_whatever_came_between_them(tmp_path):
+    line = json.dumps({"timestamp": "2026-01-01T00:00:00.000Z", "message": "x" * 10000})
+    first, *others = logrelay.pieces(line.encode())
+    other = logrelay.pieces(b'{"other": 1}')[0].replace(b"\x1e", b"\x1e1", 1)  # another pid
+    out = (tmp_path / "out").open("wb")
+    stream = logrelay.Stream(out.fileno(), "stderr", "p")
+    stream.feed(b"progress 1/2\r" + first + other + b"".join(others) + b"after\n")
+    stream.close()
+    out.close()
+    got = (tmp_path / "out").read_bytes().splitlines()
+    assert json.loads(got[0])["message"] == "progress 1/2"
+    assert {json.loads(g).get("message", "")[:1] for g in got[1:3]} == {"x", ""}
+    assert line.encode() in got and json.loads(got[-1])["message"] == "after"
+
+
 def test_a_log_line_after_text_left_without_its_newline_is_its_own():
     """A progress bar's ``\r`` writes end with no newline: the log line written next is not
     swallowed into them."""
