@@ -81,6 +81,8 @@ def test_block_pages_are_recognised(status, url, body, why):
         # a single-page application's shell: a notice, and the script that shows the rest
         (200, b"<html><body><div id=root></div><noscript>Enable JavaScript.</noscript>"
               b"<script src=/app.js></script></body></html>"),
+        # a small page whose consent script sets a cookie, and an attribute named location
+        (200, b"<div data-location='paris'>Paris</div><script>document.cookie='ok=1';</script>"),
         # a page of its own that sets a cookie by script, and says something
         (200, PAGE.replace(b"</body>", b"<script>document.cookie='seen=1';location.hash='#a';"
                                        b"</script></body>")),

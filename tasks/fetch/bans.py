@@ -147,7 +147,8 @@ def challenge(
 
 
 _SETS_COOKIE = re.compile(rb"document\.cookie\s*=")
-_RELOADS = re.compile(rb"location\.(?:reload|replace|assign)\s*\(|location(?:\.href)?\s*=[^=]")
+_RELOADS = re.compile(rb"location\.(?:reload|replace|assign)\s*\(|(?<![\w.-])"
+                      rb"(?:(?:window|document|self|top)\.)?location(?:\.href)?\s*=[^=]")
 
 
 def script_challenge(job, body: bytes) -> bool:
@@ -159,7 +160,7 @@ def _script_challenge(job, lowered: bytes) -> bool:
     """A JavaScript challenge, whatever its status: a small page that says next to nothing
     and whose script sets a cookie and loads the page again (a browser passes it, a plain
     fetch never does)."""
-    return (b"<script" in lowered and len(lowered) < setting("BAN_TINY_MAX_BYTES", job)
+    return (len(lowered) < setting("BAN_TINY_MAX_BYTES", job) and b"<script" in lowered
             and _SETS_COOKIE.search(lowered) is not None and _RELOADS.search(lowered) is not None
             and len(visible_text(lowered)) <= setting("BAN_TEXT_MAX_CHARS", job))  # fmt: skip
 
