@@ -52,7 +52,12 @@ class JobLogMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        response = self.get_response(request)
+        try:
+            response = self.get_response(request)
+        except BaseException:
+            if (token := request.__dict__.pop("_log_token", None)) is not None:
+                logs.leave(token)
+            raise
         token = request.__dict__.pop("_log_token", None)
         if token is not None:  # Django logs a 4xx or 5xx ("Bad Request: ...") after this returns:
             response._resource_closers.append(lambda: logs.leave(token))  # until it is closed

@@ -163,8 +163,7 @@ SETTINGS: tuple[Setting, ...] = (
          "a failed fetch, a body cut short included, is retried with backoff up to "
          "RETRY_MAX_ATTEMPTS, then fails its URL", "the platform's retries"),
     _row("RETRY_ENABLED", "off", MAPPED, "a failed fetch fails its URL at once, as with "
-         "RETRY_TIMES 0 (what the platform did, a lost worker, is retried still)",
-         "RETRY_MAX_ATTEMPTS 1"),
+         "RETRY_TIMES 0", "RETRY_MAX_ATTEMPTS 1"),
     _row("DOWNLOAD_FAIL_ON_DATALOSS", "off", REFUSED, "a body cut short is retried and then "
          "fails its URL (ResponseDataLossError), and never goes to a callback in part"),
     _row("RETRY_HTTP_CODES RETRY_EXCEPTIONS", SET, REFUSED,
