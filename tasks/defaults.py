@@ -104,7 +104,7 @@ BAN_URL_MARKERS = (  # in a final URL (comma-separated, any case)
 )
 BAN_WORDS = (  # phrases of a tiny block page (comma-separated, any case)
     "access denied,been blocked,request blocked,forbidden,not allowed to access,"
-    "automated requests,automated access,unusual activity,rate limited,rate limit exceeded,"
+    'automated requests,automated access,unusual activity,"rate limited",rate limit exceeded,'
     "too many requests,requests too quickly,request unsuccessful,temporarily blocked,"
     "are you a human,are you human"
 )

@@ -54,7 +54,7 @@ def usual_size(redis):
         (200, "/p/1", b"<p>Request unsuccessful. Incapsula incident ID: 1-2</p>",
          "challenge: incapsula incident id"),
         (200, "/are-you-human?return=/p/1", b"<p>One moment</p>", "redirected to a challenge"),
-        (200, "/p/1", b'{"error": "rate limited"}', "block page ('rate limited'"),
+        (200, "/p/1", b'{"error": "rate limited"}', "block page ('\"rate limited\"'"),
         (200, "/p/1", b"<p>You are making requests too quickly.</p>",
          "block page ('requests too quickly'"),
         (200, "/p/1", b"<html><body><noscript>Please enable JavaScript to view the page."
@@ -78,6 +78,7 @@ def test_block_pages_are_recognised(status, url, body, why):
         (200, b"<p>Robots and their history</p>" * 3000),  # words, but not a tiny page
         (503, b"maintenance"),
         (200, b"<p>Blocked drains? Call us.</p>"),  # tiny, but of a host whose size is unknown
+        (200, b"<html><head><title>Rate limited</title></head><body></body></html>"),  # a name
         # a single-page application's shell: a notice, and the script that shows the rest
         (200, b"<html><body><div id=root></div><noscript>Enable JavaScript.</noscript>"
               b"<script src=/app.js></script></body></html>"),
