@@ -104,9 +104,10 @@ BAN_URL_MARKERS = (  # in a final URL (comma-separated, any case)
 )
 BAN_WORDS = (  # phrases of a tiny block page (comma-separated, any case)
     "access denied,been blocked,request blocked,forbidden,not allowed to access,"
-    'automated requests,automated access,unusual activity,"rate limited",rate limit exceeded,'
-    "too many requests,requests too quickly,request unsuccessful,temporarily blocked,"
-    "are you a human,are you human"
+    'automated requests,automated access,unusual activity,"rate limited",been rate limited,'
+    "rate limit exceeded,too many requests,requests too quickly,request unsuccessful,"
+    "temporarily blocked,are you a human,are you human,zugriff verweigert,accès refusé,"
+    "acces refuse,acceso denegado,accesso negato,acesso negado,toegang geweigerd"
 )
 BAN_TINY_MAX_BYTES = 16 << 10  # a 2xx page below this size that speaks of a block (BAN_WORDS) ...
 BAN_TEXT_MAX_CHARS = 500  # ... is a block page if its visible text is this short, its title or

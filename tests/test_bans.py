@@ -55,6 +55,12 @@ def usual_size(redis):
          "challenge: incapsula incident id"),
         (200, "/are-you-human?return=/p/1", b"<p>One moment</p>", "redirected to a challenge"),
         (200, "/p/1", b'{"error": "rate limited"}', "block page ('\"rate limited\"'"),
+        (200, "/p/1", b"<p>Your access has been rate limited. Try again later.</p>",
+         "block page ('been rate limited'"),
+        (200, "/p/1", b"<h1>Hinweis</h1><p>Zugriff verweigert.</p>",
+         "block page ('zugriff verweigert'"),
+        (200, "/p/1", "<h1>Information</h1><p>Accès refusé.</p>".encode(),
+         "block page ('accès refusé'"),
         (200, "/p/1", b"<p>You are making requests too quickly.</p>",
          "block page ('requests too quickly'"),
         (200, "/p/1", b"<html><body><noscript>Please enable JavaScript to view the page."

@@ -22,7 +22,8 @@ How they are told apart: a refusal that matches the challenge the URL's last att
 when that was found to be the page's, is the page's again; a 429, or a 503 that says when to
 come back, is the identity's, unless what it says outlasts ``BAN_PATIENCE_S`` and the identity
 is let in nearby (below): a section refused for longer than the crawl waits, whose URL then
-ends banned alone while the rest of the host goes on; so is any refusal of an identity
+ends banned alone while the rest of the host goes on (not let in nearby, the identity rests as
+for any ban, and patience decides, not the long ``Retry-After``); so is any refusal of an identity
 already parked (a request of it in flight when it was banned). Otherwise the identity asks at
 once for the page of the host nearest to the URL that was let in before (its neighbour in the
 frontier's order: the same section, where a site bans by section; the home page where none
@@ -102,8 +103,8 @@ def judge(
             log.info("job=%s url=%s refused (%s) while its identity is let in nearby: the "
                      "page's", claimed.job.pk, claimed.url.url, banned.reason)  # fmt: skip
             return None
-    elif outlasting:  # to an identity parked already: it is asked again when that park lapses
-        banned.retry_after = None
+    if outlasting:  # not waited out at once: the identity rests as for any ban (it may be
+        banned.retry_after = None  # refused nearby for a ban of its own), patience decides
     return identity_refused(claimed, host, passage.who, banned)
 
 
@@ -197,7 +198,10 @@ def let_in_nearby(
         return None
     sessions.save(job.pk, host, who.key, session.jar, session.visitor.set_cookies)
     if isinstance(answer, fetching.Response):
-        return antibot.ban(job, host, answer, None) is None
+        blocked = antibot.ban(job, host, answer, None)
+        # a JavaScript challenge is what the site shows every visitor new to it (a page let in
+        # through the browser before): no refusal of this identity
+        return blocked is None or antibot.passes_in_a_browser(job, blocked)
     answered = answer.status is not None and answer.status not in _SUSPECT
     return answered and antibot.ban(job, host, None, answer) is None
 
