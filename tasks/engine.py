@@ -371,8 +371,8 @@ def _fetch(
         kwargs = {"conditional": conditional} if conditional else {}
         if job.spider and not rendering:  # a spider's request, as Scrapy's middlewares see it
             kwargs["request"] = fetching.Asked.of(asked, session.visitor, takes.redirects,
-                                                  takes.cookies,
-                                                  job.proxies)  # fmt: skip
+                                                  cookies=takes.cookies,
+                                                  proxies=job.proxies)  # fmt: skip
         get = render.fetch if rendering else fetching.fetch
         gates.leave(job, host, passage.slot)
         resp = get(

@@ -64,12 +64,12 @@ def test_a_requests_proxy_is_filled_with_the_jobs_credentials(monkeypatch):
     monkeypatch.setenv("CRAWL_PROXY_PASS", "p")
     visitor = fetching.Visitor(proxy="socks5://proxy.test:1080")
     fetching.Asked.of({"url": "http://s.test/", "meta": {"proxy": "http://127.0.0.3:3128"}},
-                      visitor, (), POOL)  # fmt: skip
+                      visitor, (), proxies=POOL)  # fmt: skip
     assert visitor.proxy == "http://u:p@127.0.0.3:3128"
     monkeypatch.delenv("CRAWL_PROXY_PASS")
     with pytest.raises(outcomes.ProxyFailed, match=r"needs \$\{CRAWL_PROXY_PASS\}"):
         fetching.Asked.of({"url": "http://s.test/", "meta": {"proxy": "http://127.0.0.3:3128"}},
-                          fetching.Visitor(), (), POOL)  # fmt: skip
+                          fetching.Visitor(), (), proxies=POOL)  # fmt: skip
 
 
 def _visitor() -> fetching.Visitor:

@@ -372,7 +372,7 @@ class Asked:
     kept_redirects: tuple[int, ...] = ()
 
     @classmethod
-    def of(cls, kept: dict | None, visitor: Visitor, kept_redirects: tuple[int, ...],
+    def of(cls, kept: dict | None, visitor: Visitor, kept_redirects: tuple[int, ...], *,
            cookies: bool = True, proxies: list[str] | None = None) -> Asked:  # fmt: skip
         """From a stored request (``tasks/content/rows.py``; None: a plain GET), its cookies
         put in the visitor's jar and kept in the job's, for its host, as a cookie the site
