@@ -794,54 +794,38 @@ def test_a_spiders_settings_read_what_its_job_does_under_scrapys_names(installed
     assert plain.headers == scrapys  # the job's own, as its fetches send them
 
 
-def test_a_requests_cookies_are_kept_for_the_requests_after_it(installed):
-    """As Scrapy's cookie middleware: a request's own cookies join the jar, replacing one of
-    the same name, and go with the job's later requests to that host."""
+def cookies_sent(spider: str, answers_set: dict[str, str]) -> tuple[CrawlJob, dict[str, str]]:
+    """The ``Cookie`` header of each request ``spider`` makes of a site whose answers carry
+    ``answers_set`` (a ``Set-Cookie``, say)."""
     sent: dict[str, str] = {}
 
-    class Recording(LocalSite):
-        def __init__(self) -> None:
-            class Handler(BaseHTTPRequestHandler):
-                def do_GET(self) -> None:
-                    sent[self.path] = self.headers.get("Cookie", "")
-                    send(self, 200, {}, b"<html><body>ok</body></html>")
+    class Recording(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            sent[self.path] = self.headers.get("Cookie", "")
+            send(self, 200, answers_set, b"<html><body>ok</body></html>")
 
-                def log_message(self, *args) -> None:
-                    pass
+        def log_message(self, *args) -> None:
+            pass
 
-            super().__init__(Handler)
-
-    with Recording() as site:
-        job = jobs.create_job([], spider="consent", host_concurrency=1,
+    with LocalSite(Recording) as site:
+        job = jobs.create_job([], spider=spider, host_concurrency=1,
                               spider_args={"base": site.base})  # fmt: skip
         jobs.start(job)
         run_job(job)
+    return job, sent
+
+
+def test_a_requests_cookies_are_kept_for_the_requests_after_it(installed):
+    """As Scrapy's cookie middleware: a request's own cookies join the jar, replacing one of
+    the same name, and go with the job's later requests to that host."""
+    job, sent = cookies_sent("consent", {})
     assert len(kept(job)) == 4
     assert sent == {"/robots.txt": "", "/start": "consent=yes", "/next": "consent=yes",
                     "/changed": "consent=no", "/later": "consent=no"}  # fmt: skip
 
 
 def test_a_spider_with_scrapys_cookie_middleware_off_keeps_and_sends_none(installed):
-    sent: dict[str, str] = {}
-
-    class Recording(LocalSite):
-        def __init__(self) -> None:
-            class Handler(BaseHTTPRequestHandler):
-                def do_GET(self) -> None:
-                    sent[self.path] = self.headers.get("Cookie", "")
-                    send(self, 200, {"Set-Cookie": "site=1; Path=/"},
-                         b"<html><body>ok</body></html>")  # fmt: skip
-
-                def log_message(self, *args) -> None:
-                    pass
-
-            super().__init__(Handler)
-
-    with Recording() as site:
-        job = jobs.create_job([], spider="uncookied", host_concurrency=1,
-                              spider_args={"base": site.base})  # fmt: skip
-        jobs.start(job)
-        run_job(job)
+    _, sent = cookies_sent("uncookied", {"Set-Cookie": "site=1; Path=/"})
     assert sent == {"/robots.txt": "", "/start": "", "/next": "", "/changed": "", "/later": "",
                     "/own": "mine=1"}  # fmt: skip
 
