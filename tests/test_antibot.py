@@ -408,3 +408,50 @@ def test_a_javascript_challenge_is_passed_by_the_browser_whatever_its_status(
     assert {u for u, r in rows.items() if r["error"] is None} == {
         site.url("/"), *(site.url(f"/p/{i}") for i in range(8))}, [
             (u, r["error"]) for u, r in rows.items()]
+
+
+
+def test_a_javascript_challenge_met_nearby_is_no_refusal_of_the_identity(redis, monkeypatch):
+    """A page let in through the browser (its JavaScript challenge passed there) meets the
+    challenge again when an identity new to the site asks it plainly: what every visitor new
+    to the site is shown, no refusal of that identity. A block page nearby still is one."""
+    from types import SimpleNamespace
+
+    from tasks.content.links import JobCache
+    from tasks.fetch import antibot, identity, refusals
+    from tasks.frontier import jobs
+    from tasks.frontier.claims import Claim
+    from tasks.rules.urls import Scope
+
+    monkeypatch.setenv("CRAWL_RENDER_WORKERS", "true")
+    blocked = {"now": False}
+
+    class Challenged(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            if blocked["now"]:
+                send(self, 200, {}, b"<html><body><h1>Access denied</h1></body></html>")
+            else:
+                send(self, 200, {}, b"<html><head><script>document.cookie='jc=ok';"
+                                    b"location.reload();</script></head></html>")  # fmt: skip
+
+        def log_message(self, *args) -> None:
+            pass
+
+    with LocalSite(Challenged) as site:
+        job = jobs.create_job([site.url("/")], obey_robots=False, render="auto",
+                              settings={"ALLOWED_NETWORKS": "127.0.0.0/8"})  # fmt: skip
+        host = site.base.removeprefix("http://")
+        FrontierURL.objects.filter(job=job).update(state="done", http_status=200)
+        url = FrontierURL.objects.create(job=job, url=site.url("/p/5"), host=host)
+        claimed = Claim(url=url, job=job, attempt=1, run=job.run)
+        who = identity.current(job, host)
+        passage = SimpleNamespace(who=who)
+
+        def asked() -> bool | None:
+            session = antibot.open_session(job, host, who, False)
+            cache = JobCache(Scope.for_job(job), 100)
+            return refusals.let_in_nearby(claimed, cache, host, passage, session)
+
+        assert asked() is True  # the challenge: no refusal
+        blocked["now"] = True
+        assert asked() is False  # a block page: refused too
