@@ -239,6 +239,7 @@ def test_spiders_lists_what_is_installed_and_what_cannot_be_loaded(worker_env):
         "unkeepable\ttests.spiders.shop.UnkeepableSpider",
         "unreached\ttests.spiders.redirects.Unreached",
         "unredirected\ttests.spiders.redirects.Unredirected",
+        "unrefreshed\ttests.spiders.redirects.Unrefreshed",
         "updating\ttests.spiders.pages.Updating",
     ]
     assert "cannot load tests.spiders.broken: ModuleNotFoundError" in done.stderr

@@ -830,7 +830,9 @@ def test_a_spider_with_scrapys_cookie_middleware_off_keeps_and_sends_none(instal
                     "/own": "mine=1"}  # fmt: skip
 
 
-def test_a_meta_refresh_is_followed_as_scrapys_middleware_follows_it(installed):
+@pytest.mark.parametrize("spider", ["refreshed", "unrefreshed"])
+def test_a_meta_refresh_is_followed_as_scrapys_middleware_follows_it(installed, spider):
+    """... unless the spider's ``METAREFRESH_ENABLED`` is off: then each page is its own."""
     refreshes = {"/refresh/now": '0; url=/landing/a', "/refresh/late": "200; url=/landing/b",
                  "/refresh/quiet": "0; url=/landing/c"}  # fmt: skip
 
@@ -848,14 +850,15 @@ def test_a_meta_refresh_is_followed_as_scrapys_middleware_follows_it(installed):
             super().__init__(Handler)
 
     with Refreshing() as site:
-        job = jobs.create_job([], spider="refreshed", spider_args={"base": site.base})
+        job = jobs.create_job([], spider=spider, spider_args={"base": site.base})
         jobs.start(job)
         run_job(job)
     short = len(site.base)
     got = sorted((i["url"][short:], i["tag"], [u[short:] for u in i["redirect_urls"]])
                  for i in kept(job))  # fmt: skip
-    assert got == [("/landing/a", "now", ["/refresh/now"]), ("/refresh/late", "late", []),
-                   ("/refresh/quiet", "quiet", [])]  # fmt: skip
+    first = ("/landing/a", "now", ["/refresh/now"]) if spider == "refreshed" else (
+        "/refresh/now", "now", [])
+    assert got == sorted([first, ("/refresh/late", "late", []), ("/refresh/quiet", "quiet", [])])
 
 
 def test_depths_are_scrapys_across_refreshes_resets_and_errbacks(installed):

@@ -208,6 +208,13 @@ class Refreshed(Spider):
                "redirect_urls": response.meta.get("redirect_urls", [])}  # fmt: skip
 
 
+class Unrefreshed(Refreshed):
+    """``Refreshed`` with Scrapy's ``MetaRefreshMiddleware`` off: every page is its own."""
+
+    name = "unrefreshed"
+    custom_settings = {"METAREFRESH_ENABLED": False}
+
+
 class PostedRedirects(Spider):
     """A POST that a 303 turns into a GET of its target is that GET to Scrapy's duplicate
     filter: a GET redirected to that target later is dropped, and a POST redirected to a page
