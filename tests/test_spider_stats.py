@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from datetime import UTC, datetime
 from io import StringIO
 
@@ -292,6 +293,20 @@ def test_a_pages_reads_count_what_this_processs_pages_committed_at_once(db, monk
     collector.committed(late)
     with job_stats.bound(job_stats.Pending(job.pk)):
         assert collector.get_value("m") == 2
+    # what a process keeps of its own pages lasts one read's time: a spider that counts and
+    # never reads again keeps none
+    monkeypatch.setenv("CRAWL_STATS_CACHE_S", "0")
+    collector._read.clear()
+    with job_stats.bound(job_stats.Pending(job.pk)):
+        collector.get_value("m")
+    for _ in range(3):
+        page = job_stats.Pending(job.pk)
+        with job_stats.bound(page):
+            collector.inc_value("m")
+        stat_rows.add(job.pk, page.rows())
+        time.sleep(0.01)
+        collector.committed(page)
+    assert collector._mine == [] and "rows" not in collector._read
 
 
 def test_values_that_are_not_json_and_counts_that_are_not_numbers_are_refused(db, monkeypatch):

@@ -148,9 +148,13 @@ class JobStats(StatsCollector):
         if not pending.changes and not pending.cleared:
             return
         with self._folding:
-            self._mine.append(pending)
             kept = self._read.get("rows")
-            if kept is not None and self._rows_began < pending.committing:
+            if kept is None or time.monotonic() > kept[0]:  # the next read reads the rows anew
+                self._read.pop("rows", None)
+                self._mine.clear()  # (kept for one read's time at most: bounded)
+                return
+            self._mine.append(pending)
+            if self._rows_began < pending.committing:
                 self._read["rows"] = (kept[0], _folded(kept[1], [pending]))
 
     # Reads -----------------------------------------------------------------------------
