@@ -1138,3 +1138,30 @@ def test_a_coroutine_that_blocks_the_loop_costs_its_caller_alone():
     started = time.monotonic()
     assert loop.run(quick(), timeout=5) == "done"
     assert time.monotonic() - started < 1.0  # not behind the blocked loop
+
+
+def test_the_loop_paused_for_a_fork_keeps_what_it_holds_and_runs_again():
+    """The crawl command runs a spider's start() on its loop, then forks its workers: for the
+    fork the loop's thread ends (a fork copies no thread), and after it the same loop serves
+    again, with what a coroutine left on it (a queue, a session, a task) as it was."""
+    import asyncio
+    import threading
+
+    from crawlplatform.spiders import loop
+
+    held: dict = {}
+
+    async def open_queue() -> threading.Thread:
+        held["queue"] = asyncio.Queue()
+        held["task"] = asyncio.ensure_future(held["queue"].get())
+        return threading.current_thread()
+
+    async def put_and_take() -> str:
+        held["queue"].put_nowait("kept")
+        return await held["task"]
+
+    serving = loop.run(open_queue(), timeout=5)
+    assert serving.is_alive() and serving.name == "spider-asyncio"
+    with loop.paused():
+        assert not serving.is_alive()
+    assert loop.run(put_and_take(), timeout=5) == "kept"  # the same loop, its task waiting

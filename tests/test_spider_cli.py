@@ -46,6 +46,7 @@ def test_crawl_with_a_spider_writes_its_items_and_export_gives_them_in_both_form
     expected = by_sku(expected_products() + expected_stock())
     assert by_sku([json.loads(line) for line in out.read_text().splitlines()]) == expected
     assert f"{len(expected)} items; dropped: 1 no price, 1 pipeline_error, 1 schema" in done.stdout
+    assert "(threads, forked)" in done.stderr  # forked after start() ran on the spider's loop
     job = CrawlJob.objects.get(spider="shop")
     assert job.state == JobState.FINISHED
 

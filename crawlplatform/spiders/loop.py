@@ -6,7 +6,10 @@ The loop runs in a thread of its own, started on first use in each process (a fo
 starts its own); a worker's threads hand it their coroutines and wait for the results, so
 that the coroutines of several threads run on it side by side. A coroutine that the loop's
 own thread asks for (an async signal receiver sent from an async callback) cannot wait on
-the loop it runs on: it runs on a loop of its own, in a thread of its own.
+the loop it runs on: it runs on a loop of its own, in a thread of its own. A process about
+to fork (the crawl command, which runs the spider's ``start()`` on its loop, forking its
+workers) stops the loop's thread for the fork's time (``paused``): the loop and what it holds
+wait, and a fork copies no thread.
 
 A coroutine is waited for ``timeout`` seconds at most (the callback's time, say): past it, it
 is cancelled and ``TimeoutError`` raised; and since a coroutine that blocks (a ``time.sleep``
@@ -18,9 +21,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import os
 import threading
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterator
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -43,12 +47,37 @@ def _running() -> asyncio.AbstractEventLoop:
     global _loop, _thread
     with _lock:
         if _loop is None:
-            loop = asyncio.new_event_loop()
-            _thread = threading.Thread(target=loop.run_forever, name="spider-asyncio",
-                                       daemon=True)  # fmt: skip
-            _thread.start()
-            _loop = loop
+            _loop = asyncio.new_event_loop()
+        if _thread is None:
+            _thread = _serve(_loop)
         return _loop
+
+
+def _serve(loop: asyncio.AbstractEventLoop) -> threading.Thread:
+    thread = threading.Thread(target=loop.run_forever, name="spider-asyncio", daemon=True)
+    thread.start()
+    return thread
+
+
+@contextlib.contextmanager
+def paused(wait: float = 1.0) -> Iterator[None]:
+    """The process's loop stopped, its thread ended, while the block runs, then served again:
+    a fork made in the block copies no thread of it (``threading.active_count()`` tells).
+    A coroutine that holds the loop past ``wait`` seconds leaves it running. Other threads'
+    coroutines wait for the block's end."""
+    global _thread
+    with _lock:
+        loop, thread = _loop, _thread
+        if loop is not None and thread is not None and thread is not threading.current_thread():
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(wait)
+            if not thread.is_alive():
+                _thread = None
+        try:
+            yield
+        finally:
+            if loop is not None and thread is not None and _thread is None and _loop is loop:
+                _thread = _serve(loop)
 
 
 def run(awaitable: Awaitable[T], timeout: float | None = None) -> T:

@@ -3,9 +3,10 @@
 A worker is a new interpreter running ``celery -A crawlplatform worker``, or, for a pool
 asked to ``fork`` (the crawl command's), a fork of the supervising process, which has already
 imported Django, Celery and the crawl code: about 0.8 s of CPU saved per worker. A fork is
-made only while the supervisor runs a single thread and the worker's environment is its own
-(otherwise the worker starts as a new interpreter), with no database connection open and
-Celery's connection pools dropped in the child.
+made only while the supervisor runs a single thread (the thread of the spider's event loop,
+which ran ``start()``, stopped for it) and the worker's environment is its own (otherwise the
+worker starts as a new interpreter), with no database connection open and Celery's
+connection pools dropped in the child.
 
 Each worker is ``celery -A crawlplatform worker`` in its own session, so a Ctrl-C in the
 terminal reaches only the command that supervises them; that command then asks them for a
@@ -34,6 +35,7 @@ from django.db import connections
 
 from crawlplatform import logs, orphans
 from crawlplatform.orphans import guarded
+from crawlplatform.spiders import loop
 from tasks.defaults import setting
 
 log = logging.getLogger(__name__)
@@ -241,8 +243,10 @@ class WorkerPool:
         log = None
         if self.log_dir is not None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
-        if self._may_fork():
-            self.procs[name] = self._forked(name)
+        with loop.paused():  # the spider's loop, which the crawl command's start() ran on
+            forked = self._forked(name) if self._may_fork() else None
+        if forked is not None:
+            self.procs[name] = forked
             self.started[name] = time.monotonic()
             return name
         if self.log_dir is not None:
