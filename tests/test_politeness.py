@@ -119,3 +119,39 @@ def test_crawl_delay_floor_applies(redis):
     politeness.set_floor(1, "h", 0.7)
     politeness.acquire(1, "h", 0, 0)
     assert 0.65 <= politeness.acquire(1, "h", 0, 0).wait <= 0.7
+
+
+def test_a_refusal_for_the_cap_says_when_the_hosts_next_slot_opens(redis):
+    first = politeness.acquire(1, "h", 0.5, 1)
+    second = politeness.acquire(1, "h", 0.5, 1)  # reached ahead of its slot: the place is taken
+    assert not second.granted and 0.45 <= second.full_for <= 0.5
+    politeness.finish(1, "h", first, signal=OK)  # no pace from the end: the next slot is past
+    time.sleep(0.5)
+    assert politeness.acquire(1, "h", 0.5, 1).granted
+    assert politeness.acquire(1, "z", 0, 1).granted  # no pace: no next slot is set
+    assert politeness.acquire(1, "z", 0, 1).full_for == 0  # the place taken: not known when
+
+
+def test_a_url_reached_ahead_of_its_slot_waits_for_the_request_before_not_the_frontier(redis):
+    """Under a cap of one, a worker that reaches a host's next URL while the request before
+    is still out waits for the host's next slot and asks again, by which time that request
+    has ended (its answer holds the slot a pace on), instead of putting the URL back."""
+    import threading
+
+    from tasks.fetch import gates
+    from tasks.frontier.claims import Claim
+    from web.models import CrawlJob, FrontierURL
+
+    job = CrawlJob(pk=1, delay=0.4, host_concurrency=1)
+    claimed = Claim(url=FrontierURL(pk=2, job=job, url="http://h/b", host="h"), job=job,
+                    attempt=1, run=1)  # fmt: skip
+    before = politeness.acquire(1, "h", 0.4, 1)
+    answered = threading.Timer(0.1, lambda: politeness.finish(1, "h", before, signal=OK,
+                                                              pace=0.4))  # fmt: skip
+    answered.start()
+    started, slept = time.monotonic(), gates.slept()
+    passage = gates.acquire(claimed, "h")
+    answered.join()
+    assert passage.slot.granted  # not deferred
+    assert 0.35 <= time.monotonic() - started <= 1.0 and gates.slept() - slept >= 0.35
+    assert 0.05 <= passage.slot.wait <= 0.2  # the rest of the pace past the answer, 0.5 s on

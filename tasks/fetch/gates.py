@@ -31,7 +31,7 @@ _slept = threading.local()  # seconds this thread has slept for its hosts' slots
 
 
 def slept() -> float:
-    """Seconds this thread has slept in :func:`wait_turn` so far, in all."""
+    """Seconds this thread has slept for its hosts' slots so far, in all."""
     return getattr(_slept, "s", 0.0)
 
 
@@ -64,11 +64,14 @@ class Passage(NamedTuple):
     who: identity.Identity
 
 
-def acquire(claimed: Claim, host: str) -> Passage:
+def acquire(claimed: Claim, host: str, again: bool = True) -> Passage:
     """Ask for the host's next slot as its current identity, in the cookie session the
     request names (a spider's ``cookiejar``; the same round trip says whether that jar
     exists, and whether the identity is in a run of refusals); the URL runs at the ladder
-    level the slot reports."""
+    level the slot reports. Refused because the host's in-flight places are all taken, while
+    its next slot is due within ``HOST_MAX_WAIT_S`` (a URL reached ahead of its slot, the
+    request before still out): wait for that slot and ask ``again``, once, rather than put
+    the URL back to be released, claimed and asked for all over."""
     job = claimed.job
     who = identity.current(job, host)  # no round trip unless the job has pools
     if jar := sessions.jar_of(claimed.url.request):
@@ -76,8 +79,18 @@ def acquire(claimed: Claim, host: str) -> Passage:
     jar_key = sessions.key(job.pk, host, who.key)
     slot = politeness.acquire(job.pk, host, job.delay, job.host_concurrency, job, jar_key,
                               identity.run_field(job, host, who))  # fmt: skip
+    if again and 0 < slot.full_for <= setting("HOST_MAX_WAIT_S", job):
+        _sleep(slot.full_for)
+        return acquire(claimed, host, again=False)
     claimed.level = slot.ladder
     return Passage(slot, who)
+
+
+def _sleep(seconds: float) -> None:
+    """Sleep for a host's slot, counted in :func:`slept`."""
+    began = time.monotonic()
+    time.sleep(seconds)
+    _slept.s = slept() + time.monotonic() - began
 
 
 def wait_turn(job: CrawlJob, host: str, passage: Passage, opens_at: float | None = None) -> Passage:
@@ -86,9 +99,7 @@ def wait_turn(job: CrawlJob, host: str, passage: Passage, opens_at: float | None
     slot, who = passage
     wait = (slot.opens if opens_at is None else opens_at) - time.monotonic()
     if wait > 0:
-        began = time.monotonic()
-        time.sleep(wait)  # for the host's slot
-        _slept.s = slept() + time.monotonic() - began
+        _sleep(wait)
     if wait > 0 or opens_at is not None:
         now = replace(identity.current(job, host), jar=who.jar)  # another request may
         if now != who:  # have rotated it meanwhile

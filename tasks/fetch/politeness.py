@@ -34,7 +34,11 @@ Host-level failures (refused, DNS, TLS) are neither: the circuit breaker handles
 
 * :func:`acquire` reserves the host's next slot and an in-flight place, or says how long to
   wait when that is longer than ``HOST_MAX_WAIT_S``: the URL then goes back to the frontier
-  with a ``not_before`` instead of a worker sleeping on it.
+  with a ``not_before`` instead of a worker sleeping on it. Refused for a cap whose places are
+  all taken, it also says when the host's next slot opens (``full_for``), which the request
+  before, ending by then, holds a pace past its answer: a worker waits that long, if it is
+  within ``HOST_MAX_WAIT_S``, and asks once more (``gates.acquire``), as it waits for a slot
+  granted ahead.
 * :func:`finish` frees the in-flight place and reports an overload signal or a Retry-After;
   an ordinary answer needs no call (requests are counted by :func:`acquire`), but in a job
   with an in-flight cap (``host_concurrency``), whose every request calls it.
@@ -100,13 +104,14 @@ local delay = math.max(floor, adaptive, tonumber(redis.call('GET', KEYS[4]) or '
 if conc > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
   if redis.call('ZCARD', KEYS[2]) >= conc then
-    return {0, math.max(delay, 250), circuit, level, streak, jar, delay}
+    local nxt = tonumber(redis.call('GET', KEYS[1]) or '0')
+    return {0, math.max(delay, 250), circuit, level, streak, jar, delay, math.max(0, nxt - now)}
   end
 end
 local slot = math.max(now, tonumber(redis.call('GET', KEYS[1]) or '0'))
 local wait = slot - now
 if wait > max_wait then
-  return {0, wait, circuit, level, streak, jar, delay}
+  return {0, wait, circuit, level, streak, jar, delay, 0}
 end
 local window = tonumber(ARGV[7])
 local req, bad = counts(KEYS[5], now, window)
@@ -119,7 +124,7 @@ if conc > 0 then
   redis.call('ZADD', KEYS[2], slot + lease, ARGV[5])
   redis.call('PEXPIRE', KEYS[2], wait + lease + 60000)
 end
-return {1, wait, circuit, level, streak, jar, delay}
+return {1, wait, circuit, level, streak, jar, delay, 0}
 """
 )
 
@@ -195,6 +200,7 @@ class Slot:
     jar: bool = True  # the cookie jar named to acquire() exists (False: no need to read it)
     opens: float = 0.0  # when the slot opens (granted), time.monotonic()
     pace: float = 0.0  # the host's pace when it was granted, seconds
+    full_for: float = 0.0  # refused for its in-flight cap: seconds until its next slot, if set
 
 
 def acquire(
@@ -207,7 +213,7 @@ def acquire(
     the hash and field of the identity's run of bans there (``identity.run_field``): if it has
     one, the slot says so too (``ban_streak``: its next page let in ends it)."""
     token = uuid.uuid4().hex
-    granted, wait_ms, circuit_state, level, streak, jar, pace_ms = script(_ACQUIRE)(
+    granted, wait_ms, circuit_state, level, streak, jar, pace_ms, full_ms = script(_ACQUIRE)(
         keys=[
             *keys(job_id, host),
             circuit.key(job_id, host),
@@ -228,8 +234,8 @@ def acquire(
     )
     wait = int(wait_ms) / 1000.0
     return Slot(bool(granted), wait, token, bool(circuit_state), int(level), int(streak) > 0,
-                bool(jar) or not jar_key, time.monotonic() + wait,
-                int(pace_ms) / 1000.0)  # fmt: skip
+                bool(jar) or not jar_key, time.monotonic() + wait, int(pace_ms) / 1000.0,
+                int(full_ms) / 1000.0)  # fmt: skip
 
 
 def finish(
