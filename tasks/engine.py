@@ -22,6 +22,7 @@ import contextlib
 import functools
 import logging
 import time
+from dataclasses import replace
 from typing import NamedTuple
 
 from celery.exceptions import SoftTimeLimitExceeded
@@ -161,7 +162,7 @@ def _free_slot(claimed: Claim, slot: politeness.Slot) -> None:
     """The in-flight place of a request never sent given back to its host (a job with an
     in-flight cap takes one with each slot), with no pause after it."""
     job = claimed.job
-    if job.host_concurrency:
+    if job.host_concurrency and slot.granted:
         with contextlib.suppress(RedisError):  # else the place lapses with its lease
             politeness.finish(job.pk, host_of(claimed.url.url), slot, signal=politeness.NEUTRAL,
                               job=job)  # fmt: skip
@@ -254,21 +255,24 @@ def _process_claimed(
 ) -> str | gates.Passage:  # fmt: skip
     """One claimed URL, step by step: gates, fetch, classify, ladder, record, then parse, links
     and commit (``pages.store``). A step that ends the URL returns its new state; a URL that
-    ``may_wait_aside`` and whose host's slot opens after ``SLOT_ASIDE_S`` returns that slot,
-    to wait aside, and is ``resumed`` from it: in that slot while it is still its own, else in
-    a new one, waited for in the worker's slot."""
+    ``may_wait_aside`` and whose host's slot opens after ``SLOT_ASIDE_S`` (or whose host's
+    place is taken until its next slot: ``_slot``) returns that slot, to wait aside, and is
+    ``resumed`` from it: in that slot while it is still its own, else in a new one, waited
+    for in the worker's slot."""
     job, cache, host = claimed.job, cache_for(claimed.job), host_of(claimed.url.url)
     fail = functools.partial(_fail, cache=cache)
     if resumed is not None and _slot_still_its_own(job, resumed):
         passage = gates.wait_turn(job, host, resumed.passage, resumed.opens_at)
     else:
         if resumed is None:
-            passage = _through_gates(claimed, cache, host, rendering, fail)
+            passage = _through_gates(claimed, cache, host, rendering, fail, may_wait_aside)
         else:  # back late: the host's next slot may be another request's by now
             _free_slot(claimed, resumed.passage.slot)
             passage = _slot(claimed, host, rendering, fail)
         if isinstance(passage, str):
             return passage
+        if not passage.slot.granted:
+            return passage  # its host's place is taken until its next slot: it waits aside
         if resumed is None and may_wait_aside and passage.slot.wait > setting("SLOT_ASIDE_S"):
             return passage  # its slot opens later: it waits aside
         passage = gates.wait_turn(job, host, passage)
@@ -312,33 +316,46 @@ def _the_spiders_answer(fetched: fetching.Fetched, takes: answers.Takes) -> bool
 
 
 def _slot_still_its_own(job: CrawlJob, resumed: _Aside) -> bool:
-    """Whether a URL back from aside may still go in the slot it holds: it is back on time, or
+    """Whether a URL back from aside may still go in the slot it holds (one it was granted): it
+    is back on time, or
     its host takes one request at a time and its in-flight place, which no other request may
     have meanwhile, outlasts this request (late by less than half ``IN_FLIGHT_SPARE_S``: the
     rest covers its steps before the fetch). Back late otherwise, the host's next slot, a pace
     after its own, may be another request's by now."""
+    if not resumed.passage.slot.granted:
+        return False  # it waited for a place: it asks for its slot now
     late = time.monotonic() - resumed.opens_at
     return late <= 0 or (job.host_concurrency == 1 and late < politeness.IN_FLIGHT_SPARE_S / 2)
 
 
 def _through_gates(
-    claimed: Claim, cache: JobCache, host: str, rendering: bool, fail: functools.partial
-) -> str | gates.Passage:
+    claimed: Claim, cache: JobCache, host: str, rendering: bool, fail: functools.partial,
+    may_wait_aside: bool = False,
+) -> str | gates.Passage:  # fmt: skip
     """robots.txt, the host's slot, its circuit and the render step: the URL's new state if one
-    of them ends it, else what the slot let through."""
+    of them ends it, else what the slot let through (see ``_slot``)."""
     obeys = claimed.job.obey_robots and not rows.ignores_robots(
         (claimed.url.request or {}).get("meta"))  # fmt: skip
     if obeys and (state := gates.robots_txt(claimed, cache, fail)) is not None:
         return state  # robots.txt forbids it, or cannot be read now
-    return _slot(claimed, host, rendering, fail)
+    return _slot(claimed, host, rendering, fail, may_wait_aside)
 
 
 def _slot(
-    claimed: Claim, host: str, rendering: bool, fail: functools.partial
-) -> str | gates.Passage:
-    """The host's slot, its circuit and the render step (see ``_through_gates``)."""
-    passage = gates.acquire(claimed, host)
+    claimed: Claim, host: str, rendering: bool, fail: functools.partial,
+    may_wait_aside: bool = False,
+) -> str | gates.Passage:  # fmt: skip
+    """The host's slot, its circuit and the render step (see ``_through_gates``). Refused
+    because the place of a host of one request at a time is taken until its next slot
+    (``gates.worth_waiting``), a URL that ``may_wait_aside`` waits aside until then, its slot
+    not granted, and asks again when it is resumed; one that may not waits for it in the
+    worker's slot and asks again (``gates.acquire``), unless the worker is stopping."""
+    again = not may_wait_aside and not lifecycle.stopping.is_set()
+    passage = gates.acquire(claimed, host, again)
     if not passage.slot.granted:
+        if may_wait_aside and gates.worth_waiting(claimed.job, passage.slot):
+            opens = time.monotonic() + passage.slot.full_for
+            return passage._replace(slot=replace(passage.slot, opens=opens))
         return defer(claimed, passage.slot.wait, "throttled")
     if (state := gates.through_circuit(claimed, host, passage.slot, fail)) is not None:
         return state  # the host's circuit is open, or its probe is under way

@@ -277,6 +277,35 @@ def test_a_url_whose_host_slot_opens_later_waits_aside_while_the_message_goes_on
     assert not leases._held
 
 
+def test_a_url_whose_capped_hosts_place_is_taken_waits_aside_not_in_the_frontier(redis):
+    # Another worker's request to a host of one request at a time is out when this message
+    # reaches /p/2: it waits aside for the host's next slot while /p/3 of another host goes,
+    # then asks again and goes a delay after that request's answer, with no deferral.
+    import threading
+
+    with HostileSite() as polite, HostileSite() as other:
+        job = start(polite, delay=0.6, host_concurrency=1)
+        ids = _scheduled_on(job, [(polite, "/p/2"), (other, "/p/3")])
+        host = host_of(polite.url("/"))
+        out = politeness.acquire(job.pk, host, 0.6, 1, job)  # the other worker's request
+        answered: list[float] = []
+
+        def answer() -> None:
+            answered.append(time.monotonic())
+            politeness.finish(job.pk, host, out, signal=politeness.OK, pace=0.6, job=job)
+
+        timer = threading.Timer(0.2, answer)
+        timer.start()
+        assert engine.process_many(ids, job.pk) == ["done", "done"]
+        timer.join()
+        second, third = polite.requests["/p/2"][0], other.requests["/p/3"][0]
+    assert third < second  # it went first
+    assert second - answered[0] >= 0.6 - ARRIVAL_LAG_S  # a pace after the answer
+    rows = FrontierURL.objects.filter(pk__in=ids)
+    assert {(r.state, r.attempts) for r in rows} == {("done", 1)}
+    assert not leases._held
+
+
 def test_a_messages_slot_time_leaves_out_its_sleep_for_a_hosts_slot(redis):
     """A message of one URL whose host's slot opens a delay later sleeps in its worker slot: the
     slot time it reports, which sizes the job's messages, leaves that sleep out, since a larger

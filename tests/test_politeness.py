@@ -150,8 +150,14 @@ def test_a_url_reached_ahead_of_its_slot_waits_for_the_request_before_not_the_fr
                                                               pace=0.4))  # fmt: skip
     answered.start()
     started, slept = time.monotonic(), gates.slept()
-    passage = gates.acquire(claimed, "h")
+    passage = gates.acquire(claimed, "h", again=True)
     answered.join()
     assert passage.slot.granted  # not deferred
     assert 0.35 <= time.monotonic() - started <= 1.0 and gates.slept() - slept >= 0.35
     assert 0.05 <= passage.slot.wait <= 0.2  # the rest of the pace past the answer, 0.5 s on
+    job.host_concurrency = 2  # the next slot says nothing of when a place frees: no wait
+    politeness.acquire(1, "h", 0.4, 2)
+    started = time.monotonic()
+    refused = gates.acquire(claimed, "h", again=True)
+    assert not refused.slot.granted and time.monotonic() - started < 0.2
+    assert refused.slot.wait >= refused.slot.full_for > 0.3  # put back until that slot at least

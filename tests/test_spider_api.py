@@ -1152,6 +1152,7 @@ def test_the_loop_paused_for_a_fork_keeps_what_it_holds_and_runs_again():
     held: dict = {}
 
     async def open_queue() -> threading.Thread:
+        held["loop"] = asyncio.get_running_loop()
         held["queue"] = asyncio.Queue()
         held["task"] = asyncio.ensure_future(held["queue"].get())
         return threading.current_thread()
@@ -1164,4 +1165,33 @@ def test_the_loop_paused_for_a_fork_keeps_what_it_holds_and_runs_again():
     assert serving.is_alive() and serving.name == "spider-asyncio"
     with loop.paused():
         assert not serving.is_alive()
-    assert loop.run(put_and_take(), timeout=5) == "kept"  # the same loop, its task waiting
+        later = asyncio.run_coroutine_threadsafe(put_and_take(), held["loop"])
+        assert not later.done()
+    assert later.result(timeout=5) == "kept"  # served again, on its own: the same loop
+
+
+def test_a_loop_busy_past_the_pause_is_left_running():
+    """A coroutine that holds the loop (a time.sleep in an async def) past the pause's wait:
+    the loop is left running, its stop called off, and serves what comes after."""
+    import asyncio
+    import time
+
+    from crawlplatform.spiders import loop
+
+    async def where() -> asyncio.AbstractEventLoop:
+        return asyncio.get_running_loop()
+
+    async def blocking() -> None:
+        time.sleep(0.6)
+
+    async def quick() -> str:
+        await asyncio.sleep(0.05)
+        return "done"
+
+    running = loop.run(where(), timeout=5)
+    asyncio.run_coroutine_threadsafe(blocking(), running)
+    with loop.paused(wait=0.2):
+        pass
+    time.sleep(0.6)  # the blocking coroutine has ended: a stop left queued would run now
+    assert asyncio.run_coroutine_threadsafe(quick(), running).result(timeout=3) == "done"
+    assert loop.run(quick(), timeout=3) == "done"

@@ -48,7 +48,7 @@ def _running() -> asyncio.AbstractEventLoop:
     with _lock:
         if _loop is None:
             _loop = asyncio.new_event_loop()
-        if _thread is None:
+        if _thread is None or not _thread.is_alive():  # never served, or stopped (``paused``)
             _thread = _serve(_loop)
         return _loop
 
@@ -63,15 +63,23 @@ def _serve(loop: asyncio.AbstractEventLoop) -> threading.Thread:
 def paused(wait: float = 1.0) -> Iterator[None]:
     """The process's loop stopped, its thread ended, while the block runs, then served again:
     a fork made in the block copies no thread of it (``threading.active_count()`` tells).
-    A coroutine that holds the loop past ``wait`` seconds leaves it running. Other threads'
-    coroutines wait for the block's end."""
+    A loop busy past ``wait`` seconds (a coroutine that blocks, or one that waits for this
+    block) is left running, its stop called off. Other threads' coroutines wait for the
+    block's end."""
     global _thread
     with _lock:
         loop, thread = _loop, _thread
         if loop is not None and thread is not None and thread is not threading.current_thread():
-            loop.call_soon_threadsafe(loop.stop)
+            decided = threading.Lock()  # the stop runs, or is called off: whichever comes first
+
+            def stop() -> None:
+                if decided.acquire(blocking=False):
+                    loop.stop()
+
+            loop.call_soon_threadsafe(stop)
             thread.join(wait)
-            if not thread.is_alive():
+            if not decided.acquire(blocking=False):  # it stopped, or is stopping now
+                thread.join()
                 _thread = None
         try:
             yield

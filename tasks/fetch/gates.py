@@ -64,14 +64,16 @@ class Passage(NamedTuple):
     who: identity.Identity
 
 
-def acquire(claimed: Claim, host: str, again: bool = True) -> Passage:
+def acquire(claimed: Claim, host: str, again: bool = False) -> Passage:
     """Ask for the host's next slot as its current identity, in the cookie session the
     request names (a spider's ``cookiejar``; the same round trip says whether that jar
     exists, and whether the identity is in a run of refusals); the URL runs at the ladder
-    level the slot reports. Refused because the host's in-flight places are all taken, while
-    its next slot is due within ``HOST_MAX_WAIT_S`` (a URL reached ahead of its slot, the
-    request before still out): wait for that slot and ask ``again``, once, rather than put
-    the URL back to be released, claimed and asked for all over."""
+    level the slot reports. ``again``: refused because the place of a host of one request at
+    a time is taken, while its next slot is due within ``HOST_MAX_WAIT_S`` (a URL reached
+    ahead of its slot, the request before still out, which ends by then and holds the slot a
+    pace past its answer), wait for that slot and ask once more, rather than put the URL back
+    to be released, claimed and asked for all over; not for a host with circuit state or
+    above the ladder's first rung, whose URL may not be this worker's to fetch."""
     job = claimed.job
     who = identity.current(job, host)  # no round trip unless the job has pools
     if jar := sessions.jar_of(claimed.url.request):
@@ -79,11 +81,18 @@ def acquire(claimed: Claim, host: str, again: bool = True) -> Passage:
     jar_key = sessions.key(job.pk, host, who.key)
     slot = politeness.acquire(job.pk, host, job.delay, job.host_concurrency, job, jar_key,
                               identity.run_field(job, host, who))  # fmt: skip
-    if again and 0 < slot.full_for <= setting("HOST_MAX_WAIT_S", job):
+    if again and worth_waiting(job, slot):
         _sleep(slot.full_for)
-        return acquire(claimed, host, again=False)
+        return acquire(claimed, host)
     claimed.level = slot.ladder
     return Passage(slot, who)
+
+
+def worth_waiting(job: CrawlJob, slot: politeness.Slot) -> bool:
+    """Whether a URL refused ``slot`` may wait for the host's next slot and ask again (see
+    :func:`acquire`)."""
+    return (job.host_concurrency == 1 and not slot.circuit and slot.ladder == 0
+            and 0 < slot.full_for <= setting("HOST_MAX_WAIT_S", job))  # fmt: skip
 
 
 def _sleep(seconds: float) -> None:

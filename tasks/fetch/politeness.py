@@ -35,10 +35,10 @@ Host-level failures (refused, DNS, TLS) are neither: the circuit breaker handles
 * :func:`acquire` reserves the host's next slot and an in-flight place, or says how long to
   wait when that is longer than ``HOST_MAX_WAIT_S``: the URL then goes back to the frontier
   with a ``not_before`` instead of a worker sleeping on it. Refused for a cap whose places are
-  all taken, it also says when the host's next slot opens (``full_for``), which the request
-  before, ending by then, holds a pace past its answer: a worker waits that long, if it is
-  within ``HOST_MAX_WAIT_S``, and asks once more (``gates.acquire``), as it waits for a slot
-  granted ahead.
+  all taken, it also says when the host's next slot opens (``full_for``; the URL waits at
+  least that long): under a cap of one, the request before, if quick, ends by then and holds
+  the slot a pace past its answer, so a worker with nothing else to do waits that long, if it
+  is within ``HOST_MAX_WAIT_S``, and asks once more (``gates.acquire``).
 * :func:`finish` frees the in-flight place and reports an overload signal or a Retry-After;
   an ordinary answer needs no call (requests are counted by :func:`acquire`), but in a job
   with an in-flight cap (``host_concurrency``), whose every request calls it.
@@ -104,8 +104,8 @@ local delay = math.max(floor, adaptive, tonumber(redis.call('GET', KEYS[4]) or '
 if conc > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
   if redis.call('ZCARD', KEYS[2]) >= conc then
-    local nxt = tonumber(redis.call('GET', KEYS[1]) or '0')
-    return {0, math.max(delay, 250), circuit, level, streak, jar, delay, math.max(0, nxt - now)}
+    local soon = math.max(0, tonumber(redis.call('GET', KEYS[1]) or '0') - now)
+    return {0, math.max(delay, 250, soon), circuit, level, streak, jar, delay, soon}
   end
 end
 local slot = math.max(now, tonumber(redis.call('GET', KEYS[1]) or '0'))

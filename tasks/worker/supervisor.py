@@ -17,6 +17,7 @@ dies without asking (SIGKILL, a crash), the kernel sends them SIGTERM all the sa
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import gc
@@ -243,7 +244,8 @@ class WorkerPool:
         log = None
         if self.log_dir is not None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
-        with loop.paused():  # the spider's loop, which the crawl command's start() ran on
+        pause = loop.paused() if self.fork else contextlib.nullcontext()
+        with pause:  # the spider's loop, which the crawl command's start() ran on
             forked = self._forked(name) if self._may_fork() else None
         if forked is not None:
             self.procs[name] = forked
