@@ -130,6 +130,11 @@ def test_a_refusal_for_the_cap_says_when_the_hosts_next_slot_opens(redis):
     assert politeness.acquire(1, "h", 0.5, 1).granted
     assert politeness.acquire(1, "z", 0, 1).granted  # no pace: no next slot is set
     assert politeness.acquire(1, "z", 0, 1).full_for == 0  # the place taken: not known when
+    held = politeness.acquire(1, "r", 0.2, 1)
+    politeness.finish(1, "r", held, signal=OK, retry_after=1.0)  # the host asks for a second
+    assert politeness.acquire(1, "r", 0.2, 1).granted  # for the slot a second on
+    refused = politeness.acquire(1, "r", 0.2, 1)
+    assert not refused.granted and refused.wait >= refused.full_for >= 1.1  # back no sooner
 
 
 def test_a_url_reached_ahead_of_its_slot_waits_for_the_request_before_not_the_frontier(redis):

@@ -1174,6 +1174,7 @@ def test_a_loop_busy_past_the_pause_is_left_running():
     """A coroutine that holds the loop (a time.sleep in an async def) past the pause's wait:
     the loop is left running, its stop called off, and serves what comes after."""
     import asyncio
+    import threading
     import time
 
     from crawlplatform.spiders import loop
@@ -1181,7 +1182,10 @@ def test_a_loop_busy_past_the_pause_is_left_running():
     async def where() -> asyncio.AbstractEventLoop:
         return asyncio.get_running_loop()
 
+    started = threading.Event()
+
     async def blocking() -> None:
+        started.set()
         time.sleep(0.6)
 
     async def quick() -> str:
@@ -1190,6 +1194,7 @@ def test_a_loop_busy_past_the_pause_is_left_running():
 
     running = loop.run(where(), timeout=5)
     asyncio.run_coroutine_threadsafe(blocking(), running)
+    assert started.wait(5)  # the loop is busy when the pause asks it to stop
     with loop.paused(wait=0.2):
         pass
     time.sleep(0.6)  # the blocking coroutine has ended: a stop left queued would run now

@@ -79,8 +79,9 @@ def paused(wait: float = 1.0) -> Iterator[None]:
             loop.call_soon_threadsafe(stop)
             thread.join(wait)
             if not decided.acquire(blocking=False):  # it stopped, or is stopping now
-                thread.join()
-                _thread = None
+                thread.join(wait)  # not past it: what the loop's last pass runs may want _lock
+                if not thread.is_alive():
+                    _thread = None  # else it ends soon: _running() serves the loop again
         try:
             yield
         finally:
