@@ -316,12 +316,11 @@ def _the_spiders_answer(fetched: fetching.Fetched, takes: answers.Takes) -> bool
 
 
 def _slot_still_its_own(job: CrawlJob, resumed: _Aside) -> bool:
-    """Whether a URL back from aside may still go in the slot it holds (one it was granted): it
-    is back on time, or
-    its host takes one request at a time and its in-flight place, which no other request may
-    have meanwhile, outlasts this request (late by less than half ``IN_FLIGHT_SPARE_S``: the
-    rest covers its steps before the fetch). Back late otherwise, the host's next slot, a pace
-    after its own, may be another request's by now."""
+    """Whether a URL back from aside may still go in the slot it holds (one it was granted):
+    it is back on time, or its host takes one request at a time and its in-flight place, which
+    no other request may have meanwhile, outlasts this request (late by less than half
+    ``IN_FLIGHT_SPARE_S``: the rest covers its steps before the fetch). Back late otherwise,
+    the host's next slot, a pace after its own, may be another request's by now."""
     if not resumed.passage.slot.granted:
         return False  # it waited for a place: it asks for its slot now
     late = time.monotonic() - resumed.opens_at
