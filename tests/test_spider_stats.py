@@ -296,6 +296,7 @@ def test_a_pages_reads_count_what_this_processs_pages_committed_at_once(db, monk
     # what a process keeps of its own pages lasts one read's time: a spider that counts and
     # never reads again keeps none
     monkeypatch.setenv("CRAWL_STATS_CACHE_S", "0")
+    monkeypatch.setenv("CRAWL_STATS_READ_SHARE", "1000000")  # nor kept for a slow read's cost
     collector._read.clear()
     with job_stats.bound(job_stats.Pending(job.pk)):
         collector.get_value("m")
